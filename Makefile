@@ -1,0 +1,98 @@
+# iris: top-level build.  `make` builds build/iris and build/libiris.a;
+# `make test` sets up, builds and runs every test (last line: "N passed, N failed");
+# `make demo` sets up, builds and runs the main job.  CUDA sources are built when
+# nvcc is found (CUDA=0 skips them); CUDA_ARCHS picks the architectures.
+
+CC      ?= cc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+BUILD   ?= build
+PKGS    := jansson libpcre2-8 libutf8proc libjpeg spng libwebp libcurl libcrypto libmicrohttpd openblas
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+OPT     ?= -O2 -march=x86-64-v2
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -Wno-format-truncation -g $(OPT) \
+           -Iinclude -Isrc -Isrc/base $(PKG_CFLAGS) -MMD -MP -pthread
+LDLIBS  += $(PKG_LIBS) -lm -pthread
+
+LIB_SRC := $(wildcard src/base/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c \
+                      src/engine/*.c src/server/*.c)
+CLI_SRC := $(wildcard src/cli/*.c)
+TEST_SRC:= $(wildcard tests/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ:= $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+# CUDA: one .cu per op family, C headers in front.
+CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCHS  ?= 90
+CU_SRC  := $(wildcard src/backend/cuda/*.cu)
+CUDA    ?= $(if $(and $(NVCC),$(CU_SRC)),1,0)
+ifeq ($(CUDA),1)
+CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
+CFLAGS  += -DIRIS_CUDA=1 -I$(CUDA_HOME)/include
+LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+NVFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -Isrc/base $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+           -Xcompiler -fPIC -MMD -MP
+endif
+
+.PHONY: all test demo setup clean fuzz-smoke bench-tok
+all: $(BUILD)/iris $(BUILD)/libiris.a
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/libiris.a: $(LIB_OBJ) $(CU_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/iris: $(CLI_OBJ) $(BUILD)/libiris.a
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libiris.a $(LDLIBS)
+
+$(BUILD)/iris-test: $(TEST_OBJ) $(BUILD)/libiris.a
+	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libiris.a $(LDLIBS)
+
+# Fuzz targets: the library rebuilt with clang's libFuzzer + ASan instrumentation.
+FUZZ_CC    ?= clang
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer-no-link,address,undefined \
+              -Iinclude -Isrc -Isrc/base $(PKG_CFLAGS) -pthread
+FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_LIBOBJ:= $(LIB_SRC:%.c=$(BUILD)/fuzz/%.o)
+
+$(BUILD)/fuzz/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -c $< -o $@
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBOBJ)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIBOBJ) -o $@ $(PKG_LIBS) -lm -pthread
+
+# A short run of every fuzz target from its seed corpus (tests/fuzz/corpus/NAME).
+fuzz-smoke: $(FUZZ_BIN)
+	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p $(BUILD)/fuzz/corpus-$$n; \
+	  echo "fuzz $$n: 15 s"; \
+	  $$f -max_total_time=15 -max_len=65536 -rss_limit_mb=2048 $(BUILD)/fuzz/corpus-$$n tests/fuzz/corpus/$$n \
+	      > $(BUILD)/fuzz/$$n.log 2>&1 || { tail -40 $(BUILD)/fuzz/$$n.log; exit 1; }; done
+
+setup:
+	@scripts/setup
+
+test: setup
+	@$(MAKE) --no-print-directory all $(BUILD)/iris-test
+	@$(MAKE) --no-print-directory fuzz-smoke
+	@IRIS_ROOT=$(CURDIR) $(BUILD)/iris-test
+
+demo: setup
+	@$(MAKE) --no-print-directory all
+	@scripts/demo
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(FUZZ_LIBOBJ:.o=.d)

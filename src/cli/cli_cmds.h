@@ -1,0 +1,15 @@
+/* cli_cmds.h: the table of subcommands, one line each; the implementation
+ * of NAME is iris_cmd_NAME in src/cli/cmd_NAME.c.  Keep the NULL row last. */
+#ifndef IRIS_CLI_CMDS_H
+#define IRIS_CLI_CMDS_H
+
+#include "cli.h"
+
+int iris_cmd_version(int argc, char **argv);
+
+static const iris_cli_cmd iris_cli_cmds[] = {
+    {"version", iris_cmd_version, "print the version and the build's features"},
+    {NULL, NULL, NULL},
+};
+
+#endif

@@ -1,0 +1,81 @@
+/* test_main.c: the runner of build/iris-test (see test.h). */
+#define _GNU_SOURCE
+#include "test.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_TESTS 2048
+
+static struct {
+    const char *name;
+    iris_test_fn fn;
+} g_tests[MAX_TESTS];
+static int g_n_tests;
+static int g_cur_failed;
+static const char *g_cur_name;
+
+void iris_test_register(const char *name, iris_test_fn fn) {
+    if (g_n_tests < MAX_TESTS) {
+        g_tests[g_n_tests].name = name;
+        g_tests[g_n_tests].fn = fn;
+        g_n_tests++;
+    }
+}
+
+void iris_test_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "  FAIL %s (%s:%d): ", g_cur_name, file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    g_cur_failed++;
+}
+
+const char *iris_test_asset(const char *name) {
+    static char path[4096];
+    const char *dir = getenv("IRIS_ASSETS");
+    snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : ".cache/assets", name);
+    return access(path, R_OK) == 0 ? path : NULL;
+}
+
+static int cmp_test(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int main(int argc, char **argv) {
+    /* Run from the repository root so fixture paths resolve. */
+    const char *root = getenv("IRIS_ROOT");
+    if (root && chdir(root) != 0) {
+        fprintf(stderr, "cannot chdir to %s\n", root);
+        return 2;
+    }
+    qsort(g_tests, (size_t)g_n_tests, sizeof g_tests[0], cmp_test);
+    int passed = 0, failed = 0;
+    for (int i = 0; i < g_n_tests; i++) {
+        int selected = argc < 2;
+        for (int a = 1; a < argc; a++)
+            if (strstr(g_tests[i].name, argv[a])) selected = 1;
+        if (!selected) continue;
+        g_cur_name = g_tests[i].name;
+        g_cur_failed = 0;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        g_tests[i].fn();
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+        if (g_cur_failed) {
+            failed++;
+            printf("FAIL %s (%.0f ms)\n", g_tests[i].name, ms);
+        } else {
+            passed++;
+            printf("ok   %s (%.0f ms)\n", g_tests[i].name, ms);
+        }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
