@@ -1,0 +1,92 @@
+/* config.h: config.json, generation_config.json and preprocessor_config.json.
+ *
+ * Field names are the HF keys, so one grep crosses both.  Both rope forms are
+ * read: the legacy `rope_scaling` + `rope_theta` and the newer
+ * `rope_parameters`.  Only model_type "qwen3_vl" with architecture
+ * Qwen3VLForConditionalGeneration is accepted; anything else is a clear
+ * error.  Missing optional keys take the transformers defaults. */
+#ifndef IRIS_CONFIG_H
+#define IRIS_CONFIG_H
+
+#include <stdint.h>
+
+#include "iris.h"
+
+#define IRIS_MAX_DEEPSTACK 8
+
+typedef struct iris_text_config {
+    int hidden_size;
+    int intermediate_size;
+    int num_hidden_layers;
+    int num_attention_heads;
+    int num_key_value_heads;
+    int head_dim;
+    int vocab_size;
+    int max_position_embeddings;
+    float rms_norm_eps;
+    double rope_theta;
+    int mrope_section[3];
+    int mrope_interleaved;
+    int attention_bias;
+    int tie_word_embeddings;
+    char hidden_act[32];
+} iris_text_config;
+
+typedef struct iris_vision_config {
+    int depth;
+    int hidden_size;
+    int intermediate_size;
+    int num_heads;
+    int in_channels;
+    int patch_size;
+    int temporal_patch_size;
+    int spatial_merge_size;
+    int out_hidden_size;
+    int num_position_embeddings;
+    int n_deepstack;
+    int deepstack_visual_indexes[IRIS_MAX_DEEPSTACK];
+    double rope_theta;          /* 10000 unless the config says otherwise */
+    char hidden_act[32];
+} iris_vision_config;
+
+typedef struct iris_quant_config {
+    int fp8;                    /* quantization_config.quant_method == "fp8" */
+    int weight_block_size[2];   /* [128, 128] */
+} iris_quant_config;
+
+typedef struct iris_config {
+    char model_type[32];
+    char architecture[64];
+    int image_token_id, video_token_id, vision_start_token_id, vision_end_token_id;
+    int tie_word_embeddings;
+    iris_text_config text_config;
+    iris_vision_config vision_config;
+    iris_quant_config quantization_config;
+} iris_config;
+
+typedef struct iris_generation_config {
+    int bos_token_id, pad_token_id;
+    int n_eos;
+    int eos_token_id[8];
+    int do_sample;
+    int top_k;
+    float top_p, temperature, repetition_penalty;
+} iris_generation_config;
+
+typedef struct iris_preprocessor_config {
+    int64_t min_pixels;         /* size.shortest_edge (an area), default 65536 */
+    int64_t max_pixels;         /* size.longest_edge (an area), default 16777216 */
+    int patch_size, temporal_patch_size, merge_size;
+    float image_mean[3], image_std[3];
+} iris_preprocessor_config;
+
+/* Each reads `dir`/<name>.json.  A missing generation or preprocessor config
+ * fills the Qwen3-VL defaults (QWEN3VL.md §1.3, §1.4) and succeeds; a missing
+ * config.json is an error. */
+int iris_config_load(const char *dir, iris_config *cfg, iris_err *err);
+int iris_config_parse(const char *json_text, const char *label, iris_config *cfg, iris_err *err);
+int iris_generation_config_load(const char *dir, iris_generation_config *gc, iris_err *err);
+int iris_preprocessor_config_load(const char *dir, iris_preprocessor_config *pc, iris_err *err);
+void iris_preprocessor_config_default(iris_preprocessor_config *pc);
+
+#endif
