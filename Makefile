@@ -84,12 +84,12 @@ setup:
 	@scripts/setup
 
 test: setup
-	@$(MAKE) --no-print-directory all $(BUILD)/iris-test
-	@$(MAKE) --no-print-directory fuzz-smoke
+	@$(MAKE) --no-print-directory -j$$(nproc) all $(BUILD)/iris-test
+	@$(MAKE) --no-print-directory -j$$(nproc) fuzz-smoke
 	@IRIS_ROOT=$(CURDIR) $(BUILD)/iris-test
 
 demo: setup
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$$(nproc) all
 	@scripts/demo
 
 clean:
