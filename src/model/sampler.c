@@ -1,0 +1,547 @@
+/* sampler.c: next-token selection (penalties, greedy, temperature, top-k,
+ * top-p, min-p, seeded draws) and the stop-string matcher.  The order of
+ * operations and the semantics of each knob are in sampler.h.
+ *
+ * Owns: per request, the PRNG state, the list of distinct prompt+generated
+ * tokens (repetition penalty), the counts of generated tokens (presence and
+ * frequency penalties) and scratch of n_vocab floats/ints/doubles.  Sampling
+ * never allocates.
+ *
+ * Numerics: logits are processed in fp32 as HF does (penalties, /T); the
+ * softmax, cumulative masses and the draw are in double, so the top-p and
+ * min-p boundaries only differ from torch's fp32 on exact ties of mass.
+ * Speed: top-k is a size-k heap (O(V log k)); top-p without top-k first keeps
+ * only the tokens above a logit cut that is lowered until the kept mass
+ * reaches top_p (every token below the cut has at least that much mass above
+ * it, so it would be removed anyway), so only a few tokens are sorted.
+ */
+#include "model/sampler.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "err.h"
+
+struct iris_sampler {
+    iris_sampling_params p;
+    int n_vocab;
+    uint64_t rng[4];
+    int n_generated;
+    uint8_t *seen;          /* bitmap: token in prompt or generated text */
+    int *uniq;              /* distinct tokens of `seen`, in order of appearance */
+    int n_uniq, cap_uniq;
+    int *gen_count;         /* [n_vocab] counts of generated tokens */
+    int *gen_uniq;          /* distinct generated tokens */
+    int n_gen_uniq, cap_gen_uniq;
+    float *work;            /* [n_vocab] processed logits */
+    int *cand;              /* [n_vocab] candidate ids */
+};
+
+/* ---- PRNG: xoshiro256** seeded through splitmix64 ---- */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro_next(uint64_t s[4]) {
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double uniform01(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53; }
+
+/* ---- parameters ---- */
+
+void iris_sampling_params_default(iris_sampling_params *p, const iris_generation_config *gc) {
+    memset(p, 0, sizeof *p);
+    p->do_sample = 1;
+    p->temperature = 0.7f;
+    p->top_k = 20;
+    p->top_p = 0.8f;
+    p->repetition_penalty = 1.0f;
+    p->seed = -1;
+    p->stop_ids[0] = 151645;
+    p->stop_ids[1] = 151643;
+    p->n_stop_ids = 2;
+    if (!gc) return;
+    p->do_sample = gc->do_sample;
+    p->temperature = gc->temperature;
+    p->top_k = gc->top_k;
+    p->top_p = gc->top_p;
+    p->repetition_penalty = gc->repetition_penalty;
+    p->n_stop_ids = 0;
+    for (int i = 0; i < gc->n_eos && i < IRIS_SAMPLER_MAX_STOP_IDS && i < 8; i++)
+        p->stop_ids[p->n_stop_ids++] = gc->eos_token_id[i];
+}
+
+int iris_sampling_params_check(const iris_sampling_params *p, int n_vocab, iris_err *err) {
+    if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
+        return iris_err_set(err, IRIS_EINVAL, "temperature %g: must be a finite number >= 0 (0 = greedy)",
+                            p->temperature);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return iris_err_set(err, IRIS_EINVAL, "top_p %g: must be in (0, 1] (1 = off)", p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return iris_err_set(err, IRIS_EINVAL, "min_p %g: must be in [0, 1] (0 = off)", p->min_p);
+    if (p->top_k < 0)
+        return iris_err_set(err, IRIS_EINVAL, "top_k %d: must be >= 0 (0 = off)", p->top_k);
+    if (!(p->repetition_penalty > 0.0f) || !isfinite(p->repetition_penalty))
+        return iris_err_set(err, IRIS_EINVAL, "repetition_penalty %g: must be a finite number > 0 (1 = off)",
+                            p->repetition_penalty);
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+        return iris_err_set(err, IRIS_EINVAL, "presence_penalty %g: must be in [-2, 2]", p->presence_penalty);
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+        return iris_err_set(err, IRIS_EINVAL, "frequency_penalty %g: must be in [-2, 2]", p->frequency_penalty);
+    if (p->max_tokens < 0)
+        return iris_err_set(err, IRIS_EINVAL, "max_tokens %d: must be >= 1 (or 0 for no limit)", p->max_tokens);
+    if (p->n_logprobs < 0 || p->n_logprobs > IRIS_SAMPLER_MAX_LOGPROBS)
+        return iris_err_set(err, IRIS_EINVAL, "top_logprobs %d: must be in [0, %d]", p->n_logprobs,
+                            IRIS_SAMPLER_MAX_LOGPROBS);
+    if (p->n_stop_ids < 0 || p->n_stop_ids > IRIS_SAMPLER_MAX_STOP_IDS)
+        return iris_err_set(err, IRIS_EINVAL, "%d stop token ids: at most %d", p->n_stop_ids,
+                            IRIS_SAMPLER_MAX_STOP_IDS);
+    if (n_vocab <= 0) return iris_err_set(err, IRIS_EINVAL, "vocabulary size %d: must be > 0", n_vocab);
+    return 0;
+}
+
+/* ---- life cycle ---- */
+
+int iris_sampler_init(iris_sampler **out, const iris_sampling_params *p, int n_vocab, iris_err *err) {
+    *out = NULL;
+    int rc = iris_sampling_params_check(p, n_vocab, err);
+    if (rc) return rc;
+    iris_sampler *s = calloc(1, sizeof *s);
+    if (!s) return iris_err_set(err, IRIS_ENOMEM, "sampler: out of memory");
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->work = malloc((size_t)n_vocab * sizeof *s->work);
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    if (p->repetition_penalty != 1.0f) s->seen = calloc(((size_t)n_vocab + 7) / 8, 1);
+    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
+        s->gen_count = calloc((size_t)n_vocab, sizeof *s->gen_count);
+    if (!s->work || !s->cand || (p->repetition_penalty != 1.0f && !s->seen) ||
+        ((p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) && !s->gen_count)) {
+        iris_sampler_free(s);
+        return iris_err_set(err, IRIS_ENOMEM, "sampler: out of memory for a vocabulary of %d", n_vocab);
+    }
+    uint64_t seed = (uint64_t)p->seed;
+    if (p->seed < 0) {
+        /* No seed asked for: different runs differ. */
+        static atomic_ulong counter;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
+               ((uint64_t)atomic_fetch_add(&counter, 1) << 32) ^ (uint64_t)(uintptr_t)s;
+    }
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&seed);
+    *out = s;
+    return 0;
+}
+
+void iris_sampler_free(iris_sampler *s) {
+    if (!s) return;
+    free(s->seen);
+    free(s->uniq);
+    free(s->gen_count);
+    free(s->gen_uniq);
+    free(s->work);
+    free(s->cand);
+    free(s);
+}
+
+const iris_sampling_params *iris_sampler_params(const iris_sampler *s) { return &s->p; }
+int iris_sampler_n_generated(const iris_sampler *s) { return s->n_generated; }
+
+static int push_int(int **arr, int *n, int *cap, int v) {
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 256;
+        int *a = realloc(*arr, (size_t)nc * sizeof *a);
+        if (!a) return IRIS_ENOMEM;
+        *arr = a;
+        *cap = nc;
+    }
+    (*arr)[(*n)++] = v;
+    return 0;
+}
+
+static int note_seen(iris_sampler *s, int t) {
+    if (!s->seen || (s->seen[t >> 3] & (1u << (t & 7)))) return 0;
+    s->seen[t >> 3] |= (uint8_t)(1u << (t & 7));
+    return push_int(&s->uniq, &s->n_uniq, &s->cap_uniq, t);
+}
+
+int iris_sampler_add_prompt(iris_sampler *s, const int *ids, int n, iris_err *err) {
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= s->n_vocab)
+            return iris_err_set(err, IRIS_EINVAL, "prompt token %d at position %d: outside the vocabulary [0, %d)",
+                                ids[i], i, s->n_vocab);
+        if (note_seen(s, ids[i])) return iris_err_set(err, IRIS_ENOMEM, "sampler: out of memory");
+    }
+    return 0;
+}
+
+iris_finish iris_sampler_accept(iris_sampler *s, int token) {
+    s->n_generated++;
+    if (token >= 0 && token < s->n_vocab) {
+        /* Allocation failure here only weakens a penalty; never fail a request for it. */
+        (void)note_seen(s, token);
+        if (s->gen_count && s->gen_count[token]++ == 0)
+            (void)push_int(&s->gen_uniq, &s->n_gen_uniq, &s->cap_gen_uniq, token);
+    }
+    for (int i = 0; i < s->p.n_stop_ids; i++)
+        if (token == s->p.stop_ids[i]) return IRIS_FINISH_STOP;
+    if (s->p.max_tokens > 0 && s->n_generated >= s->p.max_tokens) return IRIS_FINISH_LENGTH;
+    return IRIS_FINISH_NONE;
+}
+
+const char *iris_finish_name(iris_finish f) {
+    switch (f) {
+    case IRIS_FINISH_STOP: return "stop";
+    case IRIS_FINISH_LENGTH: return "length";
+    default: return NULL;
+    }
+}
+
+/* ---- logits processing ---- */
+
+/* Copy logits into work (NaN -> -inf), apply the penalties; returns the index
+ * of the maximum (lowest id on ties) or -1 when nothing is finite. */
+static int penalize(iris_sampler *s, const float *logits) {
+    float *w = s->work;
+    int n = s->n_vocab;
+    for (int i = 0; i < n; i++) w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    float rp = s->p.repetition_penalty;
+    if (rp != 1.0f)
+        for (int k = 0; k < s->n_uniq; k++) {
+            float *x = &w[s->uniq[k]];
+            *x = *x < 0.0f ? *x * rp : *x / rp;
+        }
+    if (s->gen_count)
+        for (int k = 0; k < s->n_gen_uniq; k++) {
+            int t = s->gen_uniq[k];
+            w[t] -= s->p.frequency_penalty * (float)s->gen_count[t] + s->p.presence_penalty;
+        }
+    int best = -1;
+    float bv = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (w[i] > bv) {
+            bv = w[i];
+            best = i;
+        }
+    return best;
+}
+
+/* Temperatures below 1e-5 are greedy (as vLLM): logits / T would overflow. */
+static int greedy(const iris_sampler *s) { return s->p.do_sample == 0 || s->p.temperature < 1e-5f; }
+
+/* k-th largest of the finite values in w (a size-k min-heap). */
+static float kth_largest(const float *w, int n, int k, float *heap) {
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        float v = w[i];
+        if (!(v > -INFINITY)) continue;
+        if (m < k) {
+            int c = m++;
+            while (c > 0 && heap[(c - 1) / 2] > v) {
+                heap[c] = heap[(c - 1) / 2];
+                c = (c - 1) / 2;
+            }
+            heap[c] = v;
+        } else if (v > heap[0]) {
+            int c = 0;
+            for (;;) {
+                int l = 2 * c + 1, r = l + 1, sm = c;
+                float smv = v;
+                if (l < k && heap[l] < smv) sm = l, smv = heap[l];
+                if (r < k && heap[r] < smv) sm = r;
+                if (sm == c) break;
+                heap[c] = heap[sm];
+                c = sm;
+            }
+            heap[c] = v;
+        }
+    }
+    return m < k ? -INFINITY : heap[0];
+}
+
+static int cmp_desc(const void *a, const void *b, void *arg) {
+    const float *w = arg;
+    int i = *(const int *)a, j = *(const int *)b;
+    float x = w[i], y = w[j];
+    if (x != y) return x > y ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+/* Steps 3-6 of sampler.h: leaves the kept tokens in s->cand[0..*n_kept), most
+ * likely first, and their unnormalized weights exp(x - max) in wts.  `top`
+ * is the argmax of work. */
+static void warp(iris_sampler *s, int top, int *n_kept, double *mass_kept) {
+    float *w = s->work;
+    int n = s->n_vocab, *cand = s->cand;
+    const iris_sampling_params *p = &s->p;
+    if (p->temperature != 1.0f)
+        for (int i = 0; i < n; i++) w[i] = w[i] / p->temperature;
+    float m = w[top];
+    double minp_cut = p->min_p > 0.0f ? log((double)p->min_p) : -INFINITY; /* keep x - m >= cut */
+    int nc = 0;
+    double z_ref = 0.0; /* the normalizer top-p sees */
+    if (p->top_k > 0 && p->top_k < n) {
+        float thr = kth_largest(w, n, p->top_k, (float *)cand);
+        for (int i = 0; i < n; i++)
+            if (w[i] >= thr && w[i] > -INFINITY) z_ref += exp((double)w[i] - m);
+        for (int i = 0; i < n; i++)
+            if (w[i] >= thr && w[i] > -INFINITY && (double)w[i] - m >= minp_cut) cand[nc++] = i;
+    } else {
+        for (int i = 0; i < n; i++)
+            if (w[i] > -INFINITY) z_ref += exp((double)w[i] - m);
+        /* Lower the cut until the mass above it reaches top_p (see the file comment). */
+        double cut = p->top_p < 1.0f ? -8.0 : -INFINITY;
+        for (;;) {
+            double c = cut > minp_cut ? cut : minp_cut, mass = 0.0;
+            nc = 0;
+            for (int i = 0; i < n; i++) {
+                double d = (double)w[i] - m;
+                if (w[i] > -INFINITY && d >= c) {
+                    cand[nc++] = i;
+                    mass += exp(d);
+                }
+            }
+            if (c <= minp_cut || mass >= (double)p->top_p * z_ref) break;
+            cut = cut < -100.0 ? -INFINITY : cut * 2.0;
+        }
+    }
+    qsort_r(cand, (size_t)nc, sizeof *cand, cmp_desc, w);
+    int keep = nc;
+    if (p->top_p < 1.0f) {
+        double above = 0.0;
+        for (keep = 0; keep < nc; keep++) {
+            if (keep > 0 && above >= (double)p->top_p) break;
+            above += exp((double)w[cand[keep]] - m) / z_ref;
+        }
+    }
+    double mass = 0.0;
+    for (int k = 0; k < keep; k++) mass += exp((double)w[cand[k]] - m);
+    *n_kept = keep;
+    *mass_kept = mass;
+}
+
+static void fill_logprobs(const iris_sampler *s, const float *logits, int token, iris_sample_out *out) {
+    int n = s->n_vocab, nt = s->p.n_logprobs;
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (logits[i] > m) m = logits[i];
+    double z = 0.0;
+    for (int i = 0; i < n; i++)
+        if (logits[i] > -INFINITY) z += exp((double)logits[i] - m);
+    double lse = (double)m + log(z);
+    float x = logits[token];
+    out->logprob = isnan(x) ? -INFINITY : (float)((double)x - lse);
+    out->n_top = 0;
+    /* Insertion into a short sorted list: nt <= 20. */
+    for (int i = 0; i < n && nt > 0; i++) {
+        float v = logits[i];
+        if (!(v > -INFINITY)) continue;
+        int c = out->n_top;
+        if (c == nt && v <= logits[out->top_ids[c - 1]]) continue;
+        if (c < nt) out->n_top++;
+        else c--;
+        while (c > 0 && logits[out->top_ids[c - 1]] < v) {
+            out->top_ids[c] = out->top_ids[c - 1];
+            c--;
+        }
+        out->top_ids[c] = i;
+    }
+    for (int k = 0; k < out->n_top; k++) out->top_logprobs[k] = (float)((double)logits[out->top_ids[k]] - lse);
+}
+
+int iris_sampler_sample(iris_sampler *s, const float *logits, iris_sample_out *out, iris_err *err) {
+    int top = penalize(s, logits);
+    if (top < 0)
+        return iris_err_set(err, IRIS_EINVAL, "sampling: all %d logits are NaN or -inf", s->n_vocab);
+    int token = top;
+    if (!greedy(s)) {
+        int keep;
+        double mass;
+        warp(s, top, &keep, &mass);
+        float m = s->work[top];
+        double u = uniform01(s->rng) * mass, acc = 0.0;
+        token = s->cand[keep - 1];
+        for (int k = 0; k < keep; k++) {
+            acc += exp((double)s->work[s->cand[k]] - m);
+            if (u < acc) {
+                token = s->cand[k];
+                break;
+            }
+        }
+    }
+    if (out) {
+        memset(out, 0, sizeof *out);
+        out->token = token;
+        fill_logprobs(s, logits, token, out);
+    }
+    return token;
+}
+
+int iris_sampler_probs(iris_sampler *s, const float *logits, float *probs, iris_err *err) {
+    int top = penalize(s, logits);
+    if (top < 0)
+        return iris_err_set(err, IRIS_EINVAL, "sampling: all %d logits are NaN or -inf", s->n_vocab);
+    memset(probs, 0, (size_t)s->n_vocab * sizeof *probs);
+    if (greedy(s)) {
+        probs[top] = 1.0f;
+        return 0;
+    }
+    int keep;
+    double mass;
+    warp(s, top, &keep, &mass);
+    float m = s->work[top];
+    for (int k = 0; k < keep; k++) probs[s->cand[k]] = (float)(exp((double)s->work[s->cand[k]] - m) / mass);
+    return 0;
+}
+
+/* ---- stop strings ---- */
+
+struct iris_stop_matcher {
+    int n;
+    char **stops;
+    size_t *lens;
+    size_t max_len;
+    char *held;         /* text not yet emitted: a possible start of a stop string */
+    size_t n_held, cap_held;
+    char *out;          /* what the last call emitted */
+    size_t cap_out;
+    int which, done;
+};
+
+int iris_stop_init(iris_stop_matcher **out, const char *const *stops, int n, iris_err *err) {
+    *out = NULL;
+    if (n < 0) return iris_err_set(err, IRIS_EINVAL, "stop strings: negative count %d", n);
+    iris_stop_matcher *m = calloc(1, sizeof *m);
+    if (!m) return iris_err_set(err, IRIS_ENOMEM, "stop strings: out of memory");
+    m->which = -1;
+    if (n > 0) {
+        m->stops = calloc((size_t)n, sizeof *m->stops);
+        m->lens = calloc((size_t)n, sizeof *m->lens);
+        if (!m->stops || !m->lens) {
+            iris_stop_free(m);
+            return iris_err_set(err, IRIS_ENOMEM, "stop strings: out of memory");
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (!stops[i] || !stops[i][0]) {
+            iris_stop_free(m);
+            return iris_err_set(err, IRIS_EINVAL, "stop string %d is empty: give at least one character", i);
+        }
+        m->stops[i] = strdup(stops[i]);
+        m->n = i + 1;
+        if (!m->stops[i]) {
+            iris_stop_free(m);
+            return iris_err_set(err, IRIS_ENOMEM, "stop strings: out of memory");
+        }
+        m->lens[i] = strlen(stops[i]);
+        if (m->lens[i] > m->max_len) m->max_len = m->lens[i];
+    }
+    *out = m;
+    return 0;
+}
+
+void iris_stop_free(iris_stop_matcher *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n; i++) free(m->stops[i]);
+    free(m->stops);
+    free(m->lens);
+    free(m->held);
+    free(m->out);
+    free(m);
+}
+
+int iris_stop_which(const iris_stop_matcher *m) { return m->which; }
+
+static int reserve(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    size_t nc = *cap ? *cap : 64;
+    while (nc < need) nc *= 2;
+    char *b = realloc(*buf, nc);
+    if (!b) return IRIS_ENOMEM;
+    *buf = b;
+    *cap = nc;
+    return 0;
+}
+
+/* Length of the longest proper suffix of buf[0..len) that begins some stop string. */
+static size_t partial_tail(const iris_stop_matcher *m, const char *buf, size_t len) {
+    size_t h = len < m->max_len ? len : m->max_len - 1;
+    for (; h > 0; h--)
+        for (int i = 0; i < m->n; i++)
+            if (m->lens[i] > h && !memcmp(buf + len - h, m->stops[i], h)) return h;
+    return 0;
+}
+
+int iris_stop_feed(iris_stop_matcher *m, const char *text, size_t len, const char **emit, size_t *n_emit,
+                   iris_err *err) {
+    *emit = "";
+    *n_emit = 0;
+    if (m->done) return 1;
+    if (reserve(&m->held, &m->cap_held, m->n_held + len + 1) ||
+        reserve(&m->out, &m->cap_out, m->n_held + len + 1))
+        return iris_err_set(err, IRIS_ENOMEM, "stop strings: out of memory");
+    memcpy(m->held + m->n_held, text, len);
+    size_t n = m->n_held + len;
+    /* The earliest completed stop string wins (the first listed on a tie). */
+    size_t best = n;
+    for (int i = 0; i < m->n; i++) {
+        const char *hit = memmem(m->held, n, m->stops[i], m->lens[i]);
+        if (hit && (size_t)(hit - m->held) < best) {
+            best = (size_t)(hit - m->held);
+            m->which = i;
+        }
+    }
+    size_t out_len, keep;
+    if (m->which >= 0) {
+        m->done = 1;
+        out_len = best;
+        keep = 0;
+    } else {
+        keep = m->n ? partial_tail(m, m->held, n) : 0;
+        out_len = n - keep;
+    }
+    memcpy(m->out, m->held, out_len);
+    m->out[out_len] = '\0';
+    memmove(m->held, m->held + n - keep, keep);
+    m->n_held = keep;
+    *emit = m->out;
+    *n_emit = out_len;
+    return m->done;
+}
+
+void iris_stop_flush(iris_stop_matcher *m, const char **emit, size_t *n_emit) {
+    *emit = "";
+    *n_emit = 0;
+    if (m->done || m->n_held == 0) return;
+    if (reserve(&m->out, &m->cap_out, m->n_held + 1)) {
+        /* Out of memory: hand out the held buffer itself. */
+        *emit = m->held;
+        *n_emit = m->n_held;
+        m->n_held = 0;
+        return;
+    }
+    memcpy(m->out, m->held, m->n_held);
+    m->out[m->n_held] = '\0';
+    *emit = m->out;
+    *n_emit = m->n_held;
+    m->n_held = 0;
+}

@@ -1,0 +1,123 @@
+/* sampler.h: choosing the next token from one row of logits, and stop strings.
+ *
+ * Owns: a request's sampling parameters, its PRNG and the token statistics the
+ * penalties need (prompt and generated tokens), and scratch sized to the
+ * vocabulary.  One iris_sampler per request; nothing is shared, so the same
+ * seed gives the same tokens whatever else runs in the batch.
+ *
+ * Order of operations (HF transformers' logits processors, then warpers):
+ *   1. repetition_penalty over every token of prompt + generated text (HF
+ *      RepetitionPenaltyLogitsProcessor: logit > 0 -> logit / p, else logit * p)
+ *   2. frequency_penalty * count and presence_penalty * (count > 0), over the
+ *      generated tokens only (OpenAI / vLLM semantics; subtracted)
+ *   -- greedy (temperature < 1e-5 or do_sample == 0) stops here: argmax, lowest
+ *      id on ties (torch.argmax) --
+ *   3. temperature (logits / T)
+ *   4. top_k (keep logits >= the k-th largest; ties at the boundary are kept)
+ *   5. top_p (keep a token while the probability mass ranked above it, after
+ *      top-k, is < top_p; at least one token)
+ *   6. min_p (keep p >= min_p * p_max)
+ *   7. draw from the softmax of what is left with the request's PRNG
+ *      (xoshiro256** seeded through splitmix64).
+ * Log-probabilities reported to callers are of the raw logits (before any of
+ * the above), as vLLM's default `raw_logprobs`.
+ *
+ * The stop-string matcher works on the detokenized text as it streams: it
+ * holds back any tail that could still become a stop string, stops when one is
+ * completed and trims it (and everything after it).
+ */
+#ifndef IRIS_SAMPLER_H
+#define IRIS_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "iris.h"
+#include "model/config.h"
+
+#define IRIS_SAMPLER_MAX_STOP_IDS 16
+#define IRIS_SAMPLER_MAX_LOGPROBS 20
+
+typedef enum iris_finish {
+    IRIS_FINISH_NONE = 0,   /* keep going */
+    IRIS_FINISH_STOP,       /* a stop token or stop string */
+    IRIS_FINISH_LENGTH,     /* max_tokens reached */
+} iris_finish;
+
+typedef struct iris_sampling_params {
+    int do_sample;              /* 0: greedy whatever the temperature */
+    float temperature;          /* 0: greedy */
+    int top_k;                  /* <= 0: off */
+    float top_p;                /* >= 1: off */
+    float min_p;                /* <= 0: off */
+    float repetition_penalty;   /* 1: off; must be > 0 */
+    float presence_penalty;     /* 0: off; OpenAI range [-2, 2] */
+    float frequency_penalty;    /* 0: off; OpenAI range [-2, 2] */
+    int64_t seed;               /* < 0: seeded from the clock and a counter */
+    int max_tokens;             /* <= 0: no limit here (the context bounds it) */
+    int n_stop_ids;
+    int stop_ids[IRIS_SAMPLER_MAX_STOP_IDS];
+    int n_logprobs;             /* top_logprobs to report, 0..IRIS_SAMPLER_MAX_LOGPROBS */
+} iris_sampling_params;
+
+typedef struct iris_sample_out {
+    int token;
+    float logprob;                              /* of `token`, raw logits */
+    int n_top;                                  /* = params.n_logprobs */
+    int top_ids[IRIS_SAMPLER_MAX_LOGPROBS];     /* most likely first */
+    float top_logprobs[IRIS_SAMPLER_MAX_LOGPROBS];
+} iris_sample_out;
+
+typedef struct iris_sampler iris_sampler;
+
+/* Defaults from generation_config.json (QWEN3VL.md §1.3); `gc` NULL gives the
+ * Qwen3-VL file's values.  min_p, presence and frequency penalties 0, no seed,
+ * no max_tokens, stop ids = eos_token_id. */
+void iris_sampling_params_default(iris_sampling_params *p, const iris_generation_config *gc);
+/* Check ranges; the message names the parameter and the allowed range. */
+int iris_sampling_params_check(const iris_sampling_params *p, int n_vocab, iris_err *err);
+
+/* A sampler for one request over a vocabulary of n_vocab.  Freed with
+ * iris_sampler_free (NULL ok). */
+int iris_sampler_init(iris_sampler **out, const iris_sampling_params *p, int n_vocab, iris_err *err);
+void iris_sampler_free(iris_sampler *s);
+const iris_sampling_params *iris_sampler_params(const iris_sampler *s);
+
+/* Record prompt tokens (repetition penalty only). */
+int iris_sampler_add_prompt(iris_sampler *s, const int *ids, int n, iris_err *err);
+/* Pick the next token from `logits` [n_vocab] (not modified); does not record
+ * it: call iris_sampler_accept.  `out` may be NULL.  Returns the token id
+ * (>= 0) or a negative error (all logits NaN or -inf). */
+int iris_sampler_sample(iris_sampler *s, const float *logits, iris_sample_out *out, iris_err *err);
+/* Record a generated token; returns IRIS_FINISH_STOP for a stop id,
+ * IRIS_FINISH_LENGTH when max_tokens tokens have been generated, else NONE. */
+iris_finish iris_sampler_accept(iris_sampler *s, int token);
+int iris_sampler_n_generated(const iris_sampler *s);
+
+/* The distribution step 7 draws from, written to probs [n_vocab] (zeros for
+ * removed tokens; sums to 1).  Greedy gives a one-hot.  For tests and for
+ * callers that sample elsewhere (the GPU). */
+int iris_sampler_probs(iris_sampler *s, const float *logits, float *probs, iris_err *err);
+
+const char *iris_finish_name(iris_finish f);    /* "stop", "length", NULL for NONE */
+
+/* ---- stop strings ---- */
+typedef struct iris_stop_matcher iris_stop_matcher;
+
+/* Stop strings are copied; empty strings are rejected.  n == 0 is fine (the
+ * matcher then passes text straight through).  Freed with iris_stop_free. */
+int iris_stop_init(iris_stop_matcher **out, const char *const *stops, int n, iris_err *err);
+void iris_stop_free(iris_stop_matcher *m);
+/* Feed the next piece of detokenized text.  On return *emit / *n_emit is the
+ * text that may be shown now (valid until the next call), and the result is
+ * 1 when a stop string was completed (the text before it is in *emit, the
+ * stop string and anything after it dropped; feed no more), else 0. */
+int iris_stop_feed(iris_stop_matcher *m, const char *text, size_t len, const char **emit, size_t *n_emit,
+                   iris_err *err);
+/* The generation ended another way (stop token, length): release the text
+ * held back. */
+void iris_stop_flush(iris_stop_matcher *m, const char **emit, size_t *n_emit);
+/* Index of the stop string that matched, or -1. */
+int iris_stop_which(const iris_stop_matcher *m);
+
+#endif

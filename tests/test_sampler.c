@@ -1,0 +1,396 @@
+/* test_sampler.c: sampling (greedy, penalties, top-k/top-p/min-p, seeds, the
+ * sampled distribution), finish reasons and stop strings. */
+#include "test.h"
+
+#include <stdlib.h>
+
+#include "err.h"
+#include "model/sampler.h"
+
+static iris_sampling_params plain(void) {
+    iris_sampling_params p;
+    iris_sampling_params_default(&p, NULL);
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.seed = 1234;
+    return p;
+}
+
+/* probs of `logits` under params `p` (fresh sampler, optional history). */
+static int probs_of(const iris_sampling_params *p, const float *logits, int n, float *probs, const int *prompt,
+                    int n_prompt, const int *gen, int n_gen) {
+    iris_sampler *s = NULL;
+    iris_err err = {0};
+    if (iris_sampler_init(&s, p, n, &err)) return -1;
+    if (n_prompt) iris_sampler_add_prompt(s, prompt, n_prompt, &err);
+    for (int i = 0; i < n_gen; i++) iris_sampler_accept(s, gen[i]);
+    int rc = iris_sampler_probs(s, logits, probs, &err);
+    iris_sampler_free(s);
+    return rc;
+}
+
+static void check_probs(const float *got, const double *want, int n, double tol, const char *what) {
+    for (int i = 0; i < n; i++)
+        CHECKF(fabs((double)got[i] - want[i]) <= tol, "%s: p[%d] = %.7f, want %.7f", what, i, got[i], want[i]);
+}
+
+IRIS_TEST(sampler_greedy_is_argmax) {
+    iris_sampling_params p = plain();
+    p.do_sample = 0;
+    float logits[6] = {1.0f, 3.0f, -2.0f, 3.0f, 2.9f, NAN};
+    iris_sampler *s = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_sampler_init(&s, &p, 6, &err) == 0);
+    CHECK_EQ_INT(iris_sampler_sample(s, logits, NULL, &err), 1); /* first of the tied maxima */
+    float probs[6];
+    REQUIRE(iris_sampler_probs(s, logits, probs, &err) == 0);
+    CHECK(probs[1] == 1.0f && probs[3] == 0.0f);
+    iris_sampler_free(s);
+    /* temperature 0 is greedy too, whatever do_sample says */
+    p.do_sample = 1;
+    p.temperature = 0.0f;
+    REQUIRE(iris_sampler_init(&s, &p, 6, &err) == 0);
+    float l2[6] = {0.0f, 0.1f, 5.0f, 0.2f, -1.0f, 4.99f};
+    for (int i = 0; i < 5; i++) CHECK_EQ_INT(iris_sampler_sample(s, l2, NULL, &err), 2);
+    float bad[3] = {NAN, -INFINITY, NAN};
+    iris_sampler_free(s);
+    REQUIRE(iris_sampler_init(&s, &p, 3, &err) == 0);
+    CHECK(iris_sampler_sample(s, bad, NULL, &err) < 0);
+    CHECK_CONTAINS(err.msg, "NaN or -inf");
+    iris_sampler_free(s);
+}
+
+IRIS_TEST(sampler_top_k) {
+    iris_sampling_params p = plain();
+    p.top_k = 2;
+    float l[5] = {1, 2, 3, 4, 5};
+    float got[5];
+    REQUIRE(probs_of(&p, l, 5, got, NULL, 0, NULL, 0) == 0);
+    double e4 = exp(4.0), e5 = exp(5.0);
+    double want[5] = {0, 0, 0, e4 / (e4 + e5), e5 / (e4 + e5)};
+    check_probs(got, want, 5, 1e-6, "top_k=2");
+    /* ties at the k-th value are kept, as HF's `scores < topk[..., -1]` */
+    float t[4] = {5, 4, 4, 1};
+    REQUIRE(probs_of(&p, t, 4, got, NULL, 0, NULL, 0) == 0);
+    double z = exp(5.0) + 2 * exp(4.0);
+    double want2[4] = {exp(5.0) / z, exp(4.0) / z, exp(4.0) / z, 0};
+    check_probs(got, want2, 4, 1e-6, "top_k=2 with a tie");
+    /* temperature is applied before top-k/top-p: T=2 halves the logits */
+    p.temperature = 2.0f;
+    REQUIRE(probs_of(&p, l, 5, got, NULL, 0, NULL, 0) == 0);
+    double h4 = exp(2.0), h5 = exp(2.5);
+    double want3[5] = {0, 0, 0, h4 / (h4 + h5), h5 / (h4 + h5)};
+    check_probs(got, want3, 5, 1e-6, "top_k=2, T=2");
+}
+
+IRIS_TEST(sampler_top_p_min_p) {
+    iris_sampling_params p = plain();
+    float l[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+    float got[4];
+    p.top_p = 0.75f; /* mass above token 2 is 0.8 >= 0.75: keep 0 and 1 */
+    REQUIRE(probs_of(&p, l, 4, got, NULL, 0, NULL, 0) == 0);
+    check_probs(got, (double[]){0.625, 0.375, 0, 0}, 4, 1e-6, "top_p=0.75");
+    p.top_p = 0.85f;
+    REQUIRE(probs_of(&p, l, 4, got, NULL, 0, NULL, 0) == 0);
+    check_probs(got, (double[]){0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}, 4, 1e-6, "top_p=0.85");
+    p.top_p = 0.4f; /* the first token alone exceeds it: at least one token stays */
+    REQUIRE(probs_of(&p, l, 4, got, NULL, 0, NULL, 0) == 0);
+    check_probs(got, (double[]){1, 0, 0, 0}, 4, 1e-6, "top_p=0.4");
+    /* min_p 0.2: keep p >= 0.2 * 0.5 = 0.1 */
+    p.top_p = 1.0f;
+    p.min_p = 0.2f;
+    REQUIRE(probs_of(&p, l, 4, got, NULL, 0, NULL, 0) == 0);
+    check_probs(got, (double[]){0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}, 4, 1e-6, "min_p=0.2");
+    p.min_p = 0.5f; /* keep p >= 0.25 */
+    REQUIRE(probs_of(&p, l, 4, got, NULL, 0, NULL, 0) == 0);
+    check_probs(got, (double[]){0.625, 0.375, 0, 0}, 4, 1e-6, "min_p=0.5");
+    /* top-p sees the distribution renormalized after top-k (HF order) */
+    float q[4] = {logf(0.4f), logf(0.3f), logf(0.2f), logf(0.1f)};
+    p.min_p = 0.0f;
+    p.top_p = 0.5f;
+    REQUIRE(probs_of(&p, q, 4, got, NULL, 0, NULL, 0) == 0);
+    check_probs(got, (double[]){4.0 / 7, 3.0 / 7, 0, 0}, 4, 1e-6, "top_p=0.5 alone");
+    p.top_k = 2; /* renormalized: 4/7 > 0.5 above token 1 */
+    REQUIRE(probs_of(&p, q, 4, got, NULL, 0, NULL, 0) == 0);
+    check_probs(got, (double[]){1, 0, 0, 0}, 4, 1e-6, "top_k=2 then top_p=0.5");
+}
+
+IRIS_TEST(sampler_top_p_large_vocab) {
+    /* The cut-lowering path: a flat tail holding most of the mass. */
+    enum { N = 5000 };
+    float *l = malloc(N * sizeof *l), *got = malloc(N * sizeof *got);
+    REQUIRE(l && got);
+    for (int i = 0; i < N; i++) l[i] = i < 3 ? 10.0f - (float)i : -(float)(i % 7) * 0.01f; /* head 87% of the mass */
+    iris_sampling_params p = plain();
+    p.top_p = 0.9f;
+    REQUIRE(probs_of(&p, l, N, got, NULL, 0, NULL, 0) == 0);
+    /* reference: full sort by value, then the HF rule */
+    double z = 0;
+    for (int i = 0; i < N; i++) z += exp((double)l[i] - 10.0);
+    int *idx = malloc(N * sizeof *idx);
+    REQUIRE(idx);
+    for (int i = 0; i < N; i++) idx[i] = i;
+    for (int i = 1; i < N; i++) { /* insertion sort, stable, descending */
+        int v = idx[i], j = i;
+        while (j > 0 && l[idx[j - 1]] < l[v]) idx[j] = idx[j - 1], j--;
+        idx[j] = v;
+    }
+    double above = 0, kept = 0;
+    int n_keep = 0;
+    for (int k = 0; k < N; k++) {
+        if (k > 0 && above >= 0.9) break;
+        above += exp((double)l[idx[k]] - 10.0) / z;
+        kept += exp((double)l[idx[k]] - 10.0);
+        n_keep++;
+    }
+    int n_nonzero = 0;
+    double sum = 0;
+    for (int i = 0; i < N; i++) {
+        n_nonzero += got[i] > 0;
+        sum += got[i];
+    }
+    CHECK_EQ_INT(n_nonzero, n_keep);
+    CHECK(fabs(sum - 1.0) < 1e-5);
+    CHECK(n_keep > 3 && n_keep < N);
+    for (int k = 0; k < n_keep; k++) {
+        double want = exp((double)l[idx[k]] - 10.0) / kept;
+        CHECKF(fabs(got[idx[k]] - want) < 1e-6, "token %d: %g vs %g", idx[k], got[idx[k]], want);
+    }
+    free(idx);
+    free(l);
+    free(got);
+}
+
+IRIS_TEST(sampler_penalties) {
+    iris_sampling_params p = plain();
+    p.repetition_penalty = 2.0f;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.25f;
+    float l[5] = {2.0f, -1.0f, 0.5f, 3.0f, 0.0f};
+    int prompt[3] = {0, 1, 0}, gen[2] = {3, 3};
+    /* by hand: 0: 2/2 = 1; 1: -1*2 = -2; 2: untouched; 3: 3/2 - 0.5*2 - 0.25 = 0.25; 4: untouched */
+    double x[5] = {1.0, -2.0, 0.5, 0.25, 0.0}, z = 0, want[5];
+    for (int i = 0; i < 5; i++) z += exp(x[i]);
+    for (int i = 0; i < 5; i++) want[i] = exp(x[i]) / z;
+    float got[5];
+    REQUIRE(probs_of(&p, l, 5, got, prompt, 3, gen, 2) == 0);
+    check_probs(got, want, 5, 1e-6, "penalties");
+    /* presence/frequency count generated tokens only: prompt tokens unaffected */
+    iris_sampling_params q = plain();
+    q.presence_penalty = 1.0f;
+    q.frequency_penalty = 1.0f;
+    REQUIRE(probs_of(&q, l, 5, got, prompt, 3, NULL, 0) == 0);
+    z = 0;
+    for (int i = 0; i < 5; i++) z += exp((double)l[i]);
+    for (int i = 0; i < 5; i++) want[i] = exp((double)l[i]) / z;
+    check_probs(got, want, 5, 1e-6, "presence/frequency ignore the prompt");
+    /* greedy sees the penalties too (HF applies processors before argmax) */
+    iris_sampling_params g = plain();
+    g.do_sample = 0;
+    g.repetition_penalty = 1.5f;
+    float two[2] = {2.0f, 1.9f};
+    iris_sampler *s = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_sampler_init(&s, &g, 2, &err) == 0);
+    CHECK_EQ_INT(iris_sampler_sample(s, two, NULL, &err), 0);
+    REQUIRE(iris_sampler_add_prompt(s, (int[]){0}, 1, &err) == 0);
+    CHECK_EQ_INT(iris_sampler_sample(s, two, NULL, &err), 1);
+    CHECK(iris_sampler_add_prompt(s, (int[]){7}, 1, &err) < 0);
+    CHECK_CONTAINS(err.msg, "outside the vocabulary");
+    iris_sampler_free(s);
+}
+
+static void draw(int64_t seed, int n, int *out) {
+    iris_sampling_params p = plain();
+    p.seed = seed;
+    p.temperature = 0.9f;
+    float l[16];
+    for (int i = 0; i < 16; i++) l[i] = (float)((i * 37) % 11) * 0.3f;
+    iris_sampler *s = NULL;
+    iris_err err = {0};
+    if (iris_sampler_init(&s, &p, 16, &err)) return;
+    for (int i = 0; i < n; i++) out[i] = iris_sampler_sample(s, l, NULL, &err);
+    iris_sampler_free(s);
+}
+
+IRIS_TEST(sampler_seed_reproducible) {
+    int a[64], b[64], c[64];
+    draw(42, 64, a);
+    draw(42, 64, b);
+    draw(43, 64, c);
+    CHECK(!memcmp(a, b, sizeof a));
+    CHECK(memcmp(a, c, sizeof a) != 0);
+    int distinct = 0;
+    for (int i = 1; i < 64; i++) distinct += a[i] != a[0];
+    CHECK(distinct > 0);
+}
+
+IRIS_TEST(sampler_distribution_matches_softmax) {
+    enum { V = 8, N = 20000 };
+    const float l[V] = {1.0f, 0.5f, 2.0f, -1.0f, 0.0f, 1.5f, -0.5f, 0.8f};
+    const float T = 0.7f;
+    iris_sampling_params p = plain();
+    p.temperature = T;
+    p.seed = 7;
+    iris_sampler *s = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    int count[V] = {0};
+    for (int i = 0; i < N; i++) {
+        int t = iris_sampler_sample(s, l, NULL, &err);
+        REQUIRE(t >= 0 && t < V);
+        count[t]++;
+    }
+    iris_sampler_free(s);
+    double z = 0, chi2 = 0, maxabs = 0;
+    for (int i = 0; i < V; i++) z += exp((double)l[i] / T);
+    for (int i = 0; i < V; i++) {
+        double e = N * exp((double)l[i] / T) / z;
+        chi2 += (count[i] - e) * (count[i] - e) / e;
+        double d = fabs(count[i] / (double)N - e / N);
+        if (d > maxabs) maxabs = d;
+    }
+    /* 7 degrees of freedom: P(chi2 > 24.32) = 0.001 */
+    CHECKF(chi2 < 24.32, "chi-square %.2f over 7 dof", chi2);
+    CHECKF(maxabs < 0.012, "max abs frequency error %.4f", maxabs);
+}
+
+IRIS_TEST(sampler_finish_and_logprobs) {
+    iris_generation_config gc = {.bos_token_id = 151643, .pad_token_id = 151643, .n_eos = 2,
+                                 .eos_token_id = {151645, 151643}, .do_sample = 1, .top_k = 20,
+                                 .top_p = 0.8f, .temperature = 0.7f, .repetition_penalty = 1.0f};
+    iris_sampling_params p;
+    iris_sampling_params_default(&p, &gc);
+    CHECK_EQ_INT(p.n_stop_ids, 2);
+    CHECK_EQ_INT(p.stop_ids[0], 151645);
+    CHECK_EQ_INT(p.stop_ids[1], 151643);
+    CHECK_EQ_INT(p.top_k, 20);
+    CHECK(p.top_p == 0.8f && p.temperature == 0.7f);
+    p.max_tokens = 3;
+    iris_sampler *s = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_sampler_init(&s, &p, 151936, &err) == 0);
+    CHECK_EQ_INT(iris_sampler_accept(s, 10), IRIS_FINISH_NONE);
+    CHECK_EQ_INT(iris_sampler_accept(s, 11), IRIS_FINISH_NONE);
+    CHECK_EQ_INT(iris_sampler_accept(s, 12), IRIS_FINISH_LENGTH);
+    CHECK_STR(iris_finish_name(IRIS_FINISH_LENGTH), "length");
+    iris_sampler_free(s);
+    p.max_tokens = 0;
+    REQUIRE(iris_sampler_init(&s, &p, 151936, &err) == 0);
+    CHECK_EQ_INT(iris_sampler_accept(s, 151643), IRIS_FINISH_STOP);
+    CHECK_STR(iris_finish_name(IRIS_FINISH_STOP), "stop");
+    iris_sampler_free(s);
+
+    /* logprobs are of the raw logits, most likely first */
+    iris_sampling_params q = plain();
+    q.do_sample = 0;
+    q.n_logprobs = 3;
+    q.repetition_penalty = 3.0f;
+    float l[5] = {0.1f, 2.0f, -1.0f, 1.0f, 1.9f};
+    REQUIRE(iris_sampler_init(&s, &q, 5, &err) == 0);
+    iris_sample_out out;
+    CHECK_EQ_INT(iris_sampler_sample(s, l, &out, &err), 1);
+    double z = 0;
+    for (int i = 0; i < 5; i++) z += exp((double)l[i]);
+    CHECK(fabs(out.logprob - (2.0 - log(z))) < 1e-5);
+    CHECK_EQ_INT(out.n_top, 3);
+    CHECK_EQ_INT(out.top_ids[0], 1);
+    CHECK_EQ_INT(out.top_ids[1], 4);
+    CHECK_EQ_INT(out.top_ids[2], 3);
+    CHECK(fabs(out.top_logprobs[2] - (1.0 - log(z))) < 1e-5);
+    iris_sampler_accept(s, 1); /* penalized now: 2/3 < 1.9 */
+    CHECK_EQ_INT(iris_sampler_sample(s, l, &out, &err), 4);
+    CHECK(fabs(out.logprob - (1.9 - log(z))) < 1e-5);
+    iris_sampler_free(s);
+
+    q.top_p = 0.0f;
+    CHECK(iris_sampler_init(&s, &q, 5, &err) < 0);
+    CHECK_CONTAINS(err.msg, "top_p");
+    q.top_p = 1.0f;
+    q.temperature = -1.0f;
+    CHECK(iris_sampler_init(&s, &q, 5, &err) < 0);
+    CHECK_CONTAINS(err.msg, "temperature");
+}
+
+/* Feed pieces, collect the emitted text; returns 1 if a stop string ended it. */
+static int feed_all(iris_stop_matcher *m, const char *const *pieces, int n, char *out, size_t cap) {
+    size_t o = 0;
+    iris_err err = {0};
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        const char *e;
+        size_t ne;
+        int stop = iris_stop_feed(m, pieces[i], strlen(pieces[i]), &e, &ne, &err);
+        if (o + ne < cap) memcpy(out + o, e, ne), o += ne;
+        out[o] = '\0';
+        if (stop) return 1;
+    }
+    const char *e;
+    size_t ne;
+    iris_stop_flush(m, &e, &ne);
+    if (o + ne < cap) memcpy(out + o, e, ne), o += ne;
+    out[o] = '\0';
+    return 0;
+}
+
+IRIS_TEST(sampler_stop_strings) {
+    const char *stops[2] = {"</end>", "STOP"};
+    iris_stop_matcher *m = NULL;
+    iris_err err = {0};
+    char out[256];
+    REQUIRE(iris_stop_init(&m, stops, 2, &err) == 0);
+    /* a stop string split over three tokens */
+    const char *a[] = {"Hello </", "en", "d> more", "never"};
+    CHECK_EQ_INT(feed_all(m, a, 4, out, sizeof out), 1);
+    CHECK_STR(out, "Hello ");
+    CHECK_EQ_INT(iris_stop_which(m), 0);
+    iris_stop_free(m);
+
+    /* held text is released when it cannot be a stop string any more */
+    REQUIRE(iris_stop_init(&m, stops, 2, &err) == 0);
+    const char *e;
+    size_t ne;
+    CHECK_EQ_INT(iris_stop_feed(m, "abc </e", 7, &e, &ne, &err), 0);
+    CHECK_EQ_INT((int)ne, 4);
+    CHECK(!memcmp(e, "abc ", 4));
+    CHECK_EQ_INT(iris_stop_feed(m, "x", 1, &e, &ne, &err), 0);
+    CHECK_EQ_INT((int)ne, 4);
+    CHECK(!memcmp(e, "</ex", 4));
+    iris_stop_free(m);
+
+    /* the generation ends another way: held text is flushed */
+    REQUIRE(iris_stop_init(&m, stops, 2, &err) == 0);
+    const char *b[] = {"go ST", "O"};
+    CHECK_EQ_INT(feed_all(m, b, 2, out, sizeof out), 0);
+    CHECK_STR(out, "go STO");
+    CHECK_EQ_INT(iris_stop_which(m), -1);
+    iris_stop_free(m);
+
+    /* the earliest of two stop strings wins, inside one piece */
+    REQUIRE(iris_stop_init(&m, stops, 2, &err) == 0);
+    const char *c[] = {"xSTOPy</end>"};
+    CHECK_EQ_INT(feed_all(m, c, 1, out, sizeof out), 1);
+    CHECK_STR(out, "x");
+    CHECK_EQ_INT(iris_stop_which(m), 1);
+    iris_stop_free(m);
+
+    /* UTF-8 stop string across a multi-byte boundary */
+    const char *u[] = {"\xe3\x80\x82"}; /* "。" */
+    REQUIRE(iris_stop_init(&m, u, 1, &err) == 0);
+    const char *d[] = {"ok\xe3", "\x80", "\x82tail"};
+    CHECK_EQ_INT(feed_all(m, d, 3, out, sizeof out), 1);
+    CHECK_STR(out, "ok");
+    iris_stop_free(m);
+
+    /* no stop strings: pass-through */
+    REQUIRE(iris_stop_init(&m, NULL, 0, &err) == 0);
+    const char *f[] = {"a", "b"};
+    CHECK_EQ_INT(feed_all(m, f, 2, out, sizeof out), 0);
+    CHECK_STR(out, "ab");
+    iris_stop_free(m);
+
+    const char *bad[1] = {""};
+    CHECK(iris_stop_init(&m, bad, 1, &err) < 0);
+    CHECK_CONTAINS(err.msg, "empty");
+}
