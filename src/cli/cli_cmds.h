@@ -6,9 +6,13 @@
 #include "cli.h"
 
 int iris_cmd_version(int argc, char **argv);
+int iris_cmd_pull(int argc, char **argv);
+int iris_cmd_ls(int argc, char **argv);
 
 static const iris_cli_cmd iris_cli_cmds[] = {
     {"version", iris_cmd_version, "print the version and the build's features"},
+    {"pull", iris_cmd_pull, "download a model from the Hugging Face Hub into the shared cache"},
+    {"ls", iris_cmd_ls, "list the models in the Hugging Face cache"},
     {NULL, NULL, NULL},
 };
 
