@@ -1,0 +1,390 @@
+/* quantize.c: `iris quantize`: BF16 checkpoint -> Qwen's block-FP8 format
+ * (rules and numerics in quantize.h).
+ *
+ * Owns: the input checkpoint (mmap, through safetensors.h), the output writer
+ * (st_write.h) and, for every quantized weight, its block scales (a few
+ * hundred KB for a 4B model) computed once and used twice: the F32 scale
+ * tensors come first in the output file (the writer orders by element size),
+ * the F8 weights last.
+ * Memory: one 128-row band of one weight in fp32 and its codes; the rest
+ * streams from the input mmap to the output file.
+ * Does not: quantize the vision tower, embeddings, norms or lm_head (as
+ * Qwen's own FP8 checkpoints), or touch an already quantized checkpoint.
+ */
+#include "model/quantize.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "err.h"
+#include "log.h"
+#include "model/safetensors.h"
+#include "model/st_write.h"
+
+/* ---- e4m3fn ---- */
+
+static uint32_t f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+uint8_t iris_fp8_e4m3_encode(float x) {
+    uint32_t u = f32_bits(x);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return sign | 0x7f;              /* NaN */
+    if (u >= 0x43e00000u) return sign | 0x7e;             /* >= 448 (and inf): saturate */
+    if (u < 0x3c800000u) {                                /* below 2^-6: subnormal, steps of 2^-9 */
+        float a;
+        memcpy(&a, &u, 4);
+        return sign | (uint8_t)lrintf(a * 512.0f);        /* exact product; lrintf rounds half to even */
+    }
+    /* Normal: keep exponent + 3 mantissa bits, round the dropped 20 to nearest even;
+     * a carry moves into the exponent, which is the right result. */
+    uint32_t base = u >> 20, rem = u & 0xfffffu;
+    if (rem > 0x80000u || (rem == 0x80000u && (base & 1))) base++;
+    return sign | (uint8_t)(base - ((127 - 7) << 3));
+}
+
+float iris_fp8_e4m3_decode(uint8_t b) {
+    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7) return NAN;
+    if (e == 0) v = ldexpf((float)m, -9);
+    else v = ldexpf(1.0f + (float)m / 8.0f, e - 7);
+    return s ? -v : v;
+}
+
+int iris_quantize_is_target(const char *name) {
+    static const char *const pre = "model.language_model.layers.";
+    static const char *const suffixes[] = {
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+        "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+    };
+    size_t pl = strlen(pre);
+    if (strncmp(name, pre, pl)) return 0;
+    const char *p = name + pl;
+    if (*p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') p++;
+    if (*p++ != '.') return 0;
+    for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++)
+        if (!strcmp(p, suffixes[i])) return 1;
+    return 0;
+}
+
+/* 448 / amax per 128-column block of one band (1 for an all-zero block), fp32 as transformers. */
+static void band_scales(const float *src, int nr, int64_t cols, float *scale) {
+    int64_t nb = (cols + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t c0 = b * IRIS_FP8_BLOCK, c1 = c0 + IRIS_FP8_BLOCK < cols ? c0 + IRIS_FP8_BLOCK : cols;
+        float amax = 0.0f;
+        for (int r = 0; r < nr; r++)
+            for (int64_t c = c0; c < c1; c++) {
+                float a = fabsf(src[r * cols + c]);
+                if (a > amax) amax = a;
+            }
+        scale[b] = amax > 0.0f ? IRIS_FP8_MAX / amax : 1.0f;
+    }
+}
+
+static void band_encode(const float *src, int nr, int64_t cols, const float *scale, uint8_t *q) {
+    for (int r = 0; r < nr; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float v = src[r * cols + c] * scale[c / IRIS_FP8_BLOCK];
+            v = v < -IRIS_FP8_MAX ? -IRIS_FP8_MAX : v > IRIS_FP8_MAX ? IRIS_FP8_MAX : v;
+            q[r * cols + c] = iris_fp8_e4m3_encode(v);
+        }
+}
+
+void iris_fp8_quantize_band(const float *src, int nr, int64_t cols, uint8_t *q, float *scale_inv) {
+    int64_t nb = (cols + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK;
+    band_scales(src, nr, cols, scale_inv);
+    band_encode(src, nr, cols, scale_inv, q);
+    for (int64_t b = 0; b < nb; b++) scale_inv[b] = 1.0f / scale_inv[b];
+}
+
+/* ---- the directory ---- */
+
+typedef enum { OUT_COPY, OUT_SCALE, OUT_WEIGHT } out_kind;
+
+typedef struct out_entry {
+    out_kind kind;
+    const iris_st_tensor *src;  /* the input tensor (for SCALE: its weight) */
+    int target;                 /* index into the scale cache (SCALE, WEIGHT) */
+} out_entry;
+
+typedef struct target {
+    const iris_st_tensor *w;
+    float *scale;               /* [ceil(rows/128) * ceil(cols/128)]: 448 / amax */
+} target;
+
+static void load_band_f32(const iris_st_tensor *t, int64_t r0, int nr, float *dst) {
+    int64_t cols = t->shape[1];
+    size_t n = (size_t)nr * (size_t)cols;
+    if (t->dtype == IRIS_DT_F32) {
+        memcpy(dst, (const float *)t->data + r0 * cols, n * 4);
+        return;
+    }
+    const uint16_t *s = (const uint16_t *)t->data + r0 * cols;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)s[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+static int compute_scales(target *tg, float *band, iris_err *err) {
+    const iris_st_tensor *t = tg->w;
+    int64_t rows = t->shape[0], cols = t->shape[1];
+    int64_t rb = (rows + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK, cb = (cols + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK;
+    tg->scale = malloc((size_t)(rb * cb) * sizeof *tg->scale);
+    if (!tg->scale) return iris_err_set(err, IRIS_ENOMEM, "quantize: out of memory");
+    for (int64_t b = 0; b < rb; b++) {
+        int nr = (int)(rows - b * IRIS_FP8_BLOCK < IRIS_FP8_BLOCK ? rows - b * IRIS_FP8_BLOCK : IRIS_FP8_BLOCK);
+        load_band_f32(t, b * IRIS_FP8_BLOCK, nr, band);
+        for (size_t i = 0; i < (size_t)nr * (size_t)cols; i++)
+            if (!isfinite(band[i]))
+                return iris_err_set(err, IRIS_EFORMAT, "tensor \"%s\": element [%lld, %lld] is %g; cannot quantize",
+                                    t->name, (long long)(b * IRIS_FP8_BLOCK + (int64_t)(i / (size_t)cols)),
+                                    (long long)(i % (size_t)cols), band[i]);
+        band_scales(band, nr, cols, tg->scale + b * cb);
+    }
+    return 0;
+}
+
+static int same_dir(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && !strcmp(s + n - m, suf);
+}
+
+/* Copy the tokenizer, generation and preprocessor configs, chat templates, ... */
+static int copy_other_files(const char *in_dir, const char *out_dir, iris_err *err) {
+    DIR *d = opendir(in_dir);
+    if (!d) return iris_err_set(err, IRIS_EIO, "cannot list %s: %s", in_dir, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    char src[4096], dst[4096];
+    while (!rc && (e = readdir(d))) {
+        const char *n = e->d_name;
+        if (n[0] == '.' || !strcmp(n, "config.json") || ends_with(n, ".safetensors") ||
+            ends_with(n, ".safetensors.index.json") || ends_with(n, ".tmp"))
+            continue;
+        snprintf(src, sizeof src, "%s/%s", in_dir, n);
+        snprintf(dst, sizeof dst, "%s/%s", out_dir, n);
+        struct stat st;
+        if (stat(src, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        rc = iris_st_copy_file(src, dst, err);
+        if (!rc) iris_log(IRIS_LOG_INFO, "quantize", "copied %s", n);
+    }
+    closedir(d);
+    return rc;
+}
+
+static json_t *fp8_quant_config(void) {
+    json_t *q = json_object(), *bs = json_array(), *skip = json_array();
+    json_object_set_new(q, "quant_method", json_string("fp8"));
+    json_object_set_new(q, "fmt", json_string("e4m3"));
+    json_object_set_new(q, "activation_scheme", json_string("dynamic"));
+    json_array_append_new(bs, json_integer(IRIS_FP8_BLOCK));
+    json_array_append_new(bs, json_integer(IRIS_FP8_BLOCK));
+    json_object_set_new(q, "weight_block_size", bs);
+    json_array_append_new(skip, json_string("lm_head"));
+    json_array_append_new(skip, json_string("model.visual"));
+    json_object_set_new(q, "modules_to_not_convert", skip);
+    return q;
+}
+
+/* config.json with quantization_config added; *n_layers from text_config. */
+static int read_config(const char *in_dir, json_t **out, int *n_layers, iris_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", in_dir);
+    json_error_t je;
+    json_t *cfg = json_load_file(path, 0, &je);
+    if (!cfg) return iris_err_set(err, IRIS_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
+    if (!json_is_object(cfg)) {
+        json_decref(cfg);
+        return iris_err_set(err, IRIS_EFORMAT, "%s: not a JSON object", path);
+    }
+    if (json_object_get(cfg, "quantization_config")) {
+        json_decref(cfg);
+        return iris_err_set(err, IRIS_EINVAL, "%s already has a quantization_config: the checkpoint is quantized",
+                            path);
+    }
+    json_t *tc = json_object_get(cfg, "text_config");
+    json_t *nl = json_object_get(json_is_object(tc) ? tc : cfg, "num_hidden_layers");
+    *n_layers = json_is_integer(nl) ? (int)json_integer_value(nl) : -1;
+    json_object_set_new(cfg, "quantization_config", fp8_quant_config());
+    *out = cfg;
+    return 0;
+}
+
+static int make_dir(const char *dir, iris_err *err) {
+    if (mkdir(dir, 0755) == 0 || errno == EEXIST) {
+        struct stat st;
+        if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+        return iris_err_set(err, IRIS_EINVAL, "%s exists and is not a directory", dir);
+    }
+    return iris_err_set(err, IRIS_EIO, "cannot create %s: %s", dir, strerror(errno));
+}
+
+int iris_quantize_dir(const char *in_dir, const char *out_dir, iris_err *err) {
+    int rc = 0, n_layers = -1, n_targets = 0;
+    json_t *cfg = NULL;
+    iris_st *st = NULL;
+    iris_st_writer *w = NULL;
+    out_entry *ent = NULL;
+    target *tg = NULL;
+    float *band = NULL;
+    uint8_t *codes = NULL;
+    char path[4096];
+
+    struct stat sb;
+    if (stat(in_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return iris_err_set(err, IRIS_ENOTFOUND, "%s: not a directory (give a BF16 checkpoint directory)", in_dir);
+    if ((rc = read_config(in_dir, &cfg, &n_layers, err))) return rc;
+    if ((rc = make_dir(out_dir, err))) goto done;
+    if (same_dir(in_dir, out_dir)) {
+        rc = iris_err_set(err, IRIS_EINVAL, "the output directory %s is the input directory: give another one",
+                          out_dir);
+        goto done;
+    }
+    if ((rc = iris_st_open(in_dir, &st, err))) goto done;
+
+    int n = iris_st_count(st);
+    ent = calloc((size_t)n * 2 + 1, sizeof *ent);
+    tg = calloc((size_t)n + 1, sizeof *tg);
+    if (!ent || !tg) {
+        rc = iris_err_set(err, IRIS_ENOMEM, "quantize: out of memory");
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+    if ((rc = iris_st_writer_open(path, &w, err))) goto done;
+    int64_t max_cols = 0;
+    for (int i = 0; i < n; i++) {
+        const iris_st_tensor *t = iris_st_at(st, i);
+        if (t->dtype == IRIS_DT_F8_E4M3 || t->dtype == IRIS_DT_F8_E5M2 || ends_with(t->name, "_scale_inv")) {
+            rc = iris_err_set(err, IRIS_EINVAL, "tensor \"%s\" is %s: %s is already quantized", t->name,
+                              iris_dtype_name(t->dtype), in_dir);
+            goto done;
+        }
+        int idx;
+        if (!iris_quantize_is_target(t->name)) {
+            if ((idx = iris_st_writer_add(w, t->name, t->dtype, t->n_dims, t->shape, err)) < 0) {
+                rc = idx;
+                goto done;
+            }
+            ent[idx] = (out_entry){OUT_COPY, t, -1};
+            continue;
+        }
+        if (t->n_dims != 2 || (t->dtype != IRIS_DT_BF16 && t->dtype != IRIS_DT_F32)) {
+            rc = iris_err_set(err, IRIS_EUNSUPPORTED, "tensor \"%s\": %s with %d dimensions; a linear weight must be "
+                              "a 2-D BF16 (or F32) matrix", t->name, iris_dtype_name(t->dtype), t->n_dims);
+            goto done;
+        }
+        int64_t sshape[2] = {(t->shape[0] + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK,
+                             (t->shape[1] + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK};
+        char sname[1100];
+        snprintf(sname, sizeof sname, "%.*s_scale_inv", (int)strlen(t->name), t->name);
+        if ((idx = iris_st_writer_add(w, t->name, IRIS_DT_F8_E4M3, 2, t->shape, err)) < 0) {
+            rc = idx;
+            goto done;
+        }
+        ent[idx] = (out_entry){OUT_WEIGHT, t, n_targets};
+        if ((idx = iris_st_writer_add(w, sname, IRIS_DT_F32, 2, sshape, err)) < 0) {
+            rc = idx;
+            goto done;
+        }
+        ent[idx] = (out_entry){OUT_SCALE, t, n_targets};
+        tg[n_targets++].w = t;
+        if (t->shape[1] > max_cols) max_cols = t->shape[1];
+    }
+    if (n_layers > 0 && n_targets != 7 * n_layers) {
+        rc = iris_err_set(err, IRIS_EFORMAT, "%s: found %d decoder linear weights, expected 7 x %d layers = %d",
+                          in_dir, n_targets, n_layers, 7 * n_layers);
+        goto done;
+    }
+    if (n_targets == 0) {
+        rc = iris_err_set(err, IRIS_EFORMAT, "%s: no decoder linear weights (model.language_model.layers.N.*_proj)",
+                          in_dir);
+        goto done;
+    }
+    band = malloc((size_t)IRIS_FP8_BLOCK * (size_t)max_cols * sizeof *band);
+    codes = malloc((size_t)IRIS_FP8_BLOCK * (size_t)max_cols);
+    if (!band || !codes) {
+        rc = iris_err_set(err, IRIS_ENOMEM, "quantize: out of memory");
+        goto done;
+    }
+    if ((rc = iris_st_writer_begin(w, err))) goto done;
+    iris_log(IRIS_LOG_INFO, "quantize", "%s: %d tensors, %d linears to FP8 -> %s (%.2f GB)", in_dir, n, n_targets,
+             path, (double)iris_st_writer_file_bytes(w) / 1e9);
+
+    int done_w = 0;
+    for (int idx; (idx = iris_st_writer_next(w)) >= 0;) {
+        out_entry *e = &ent[idx];
+        if (e->kind == OUT_COPY) {
+            rc = iris_st_writer_write(w, e->src->data, (size_t)e->src->n_bytes, err);
+        } else if (e->kind == OUT_SCALE) {
+            target *t = &tg[e->target];
+            if ((rc = compute_scales(t, band, err))) break;
+            size_t nb = (size_t)((t->w->shape[0] + 127) / 128 * ((t->w->shape[1] + 127) / 128));
+            for (size_t k = 0; k < nb && !rc; k++) {
+                float inv = 1.0f / t->scale[k];
+                rc = iris_st_writer_write(w, &inv, 4, err);
+            }
+        } else {
+            target *t = &tg[e->target];
+            int64_t rows = t->w->shape[0], cols = t->w->shape[1], cb = (cols + 127) / 128;
+            for (int64_t r0 = 0; r0 < rows && !rc; r0 += IRIS_FP8_BLOCK) {
+                int nr = (int)(rows - r0 < IRIS_FP8_BLOCK ? rows - r0 : IRIS_FP8_BLOCK);
+                load_band_f32(t->w, r0, nr, band);
+                band_encode(band, nr, cols, t->scale + (r0 / IRIS_FP8_BLOCK) * cb, codes);
+                rc = iris_st_writer_write(w, codes, (size_t)nr * (size_t)cols, err);
+            }
+            if (++done_w % 7 == 0 || done_w == n_targets)
+                iris_log(IRIS_LOG_INFO, "quantize", "%d/%d linears quantized", done_w, n_targets);
+        }
+        if (rc) break;
+    }
+    if (!rc) rc = iris_st_writer_finish(w, err);
+    if (rc) goto done;
+    /* config.json last but one: a directory with it is complete but for the side files. */
+    snprintf(path, sizeof path, "%s/config.json", out_dir);
+    char *text = json_dumps(cfg, JSON_INDENT(2));
+    if (!text) {
+        rc = iris_err_set(err, IRIS_ENOMEM, "quantize: out of memory");
+        goto done;
+    }
+    size_t tl = strlen(text);
+    char *t2 = realloc(text, tl + 2);
+    if (t2) {
+        text = t2;
+        text[tl++] = '\n';
+        text[tl] = '\0';
+    }
+    rc = iris_st_write_file(path, text, tl, err);
+    free(text);
+    if (!rc) rc = copy_other_files(in_dir, out_dir, err);
+
+done:
+    if (tg)
+        for (int i = 0; i < n_targets; i++) free(tg[i].scale);
+    free(tg);
+    free(ent);
+    free(band);
+    free(codes);
+    iris_st_writer_close(w);
+    iris_st_close(st);
+    json_decref(cfg);
+    return rc;
+}

@@ -1,0 +1,42 @@
+/* quantize.h: Qwen's block-FP8 format (QWEN3VL.md §2) from a BF16 checkpoint.
+ *
+ * The 7 linears of every decoder layer (q/k/v/o_proj, gate/up/down_proj)
+ * become F8_E4M3 `weight` + F32 `weight_scale_inv` [ceil(out/128),
+ * ceil(in/128)]; everything else is copied byte for byte; config.json gains
+ * `quantization_config`; the other files of the directory are copied.
+ * Numerics are transformers' Fp8Quantize (integrations/finegrained_fp8.py),
+ * all in fp32: amax = max|W| over the block; scale = 448 / amax (1 for an
+ * all-zero block); q = e4m3fn(clamp(W * scale, -448, 448)) rounded to nearest
+ * even; weight_scale_inv = 1 / scale.  Dequantization is q * scale_inv.
+ * Partial blocks (a dimension not a multiple of 128) use the rows/columns
+ * that exist.
+ */
+#ifndef IRIS_QUANTIZE_H
+#define IRIS_QUANTIZE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "iris.h"
+
+#define IRIS_FP8_BLOCK 128
+#define IRIS_FP8_MAX 448.0f
+
+/* fp32 -> float8_e4m3fn, round to nearest even, saturating to +-448 (NaN -> 0x7F). */
+uint8_t iris_fp8_e4m3_encode(float x);
+/* float8_e4m3fn -> fp32 (exact). */
+float iris_fp8_e4m3_decode(uint8_t b);
+
+/* 1 when `name` is one of the decoder linears' weights that become FP8. */
+int iris_quantize_is_target(const char *name);
+
+/* Quantize one row band of a [rows, cols] fp32 matrix: `src` points at rows
+ * r0..r0+nr-1 (nr <= 128, full width, row-major); writes nr*cols codes to `q`
+ * and ceil(cols/128) inverse scales to `scale_inv`. */
+void iris_fp8_quantize_band(const float *src, int nr, int64_t cols, uint8_t *q, float *scale_inv);
+
+/* IN_DIR (BF16 checkpoint) -> OUT_DIR (created if missing; must not be
+ * IN_DIR).  Progress on stderr. */
+int iris_quantize_dir(const char *in_dir, const char *out_dir, iris_err *err);
+
+#endif
