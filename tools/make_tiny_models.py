@@ -24,6 +24,7 @@ import os
 import re
 import struct
 import sys
+import traceback
 import zlib
 
 import numpy as np
@@ -372,7 +373,7 @@ def run_models(out_root):
                                             n_tokens=int(len(s["ids"])), grid_thw=s["grid"].tolist(),
                                             messages=SCENARIOS[sname])
 
-    for mname, spec in MODELS.items():
+    def one_model(mname, spec):
         log(f"=== {mname}")
         torch.manual_seed(spec["seed"])
         t = spec["text"]
@@ -446,8 +447,9 @@ def run_models(out_root):
         L = len(lm.layers)
 
         for sname, s in inputs.items():
+          hooks = []
+          try:
             rec = {}
-            hooks = []
 
             def pre_layer(i):
                 def f(mod, args, kwargs):
@@ -463,27 +465,32 @@ def run_models(out_root):
                 if kwargs.get("position_ids") is not None:
                     rec["position_ids"] = kwargs["position_ids"].detach().clone()
 
-            def vis_post(mod, args, kwargs, out):
-                rec["visual_out"] = out
+            def merger_post(k):
+                # The mergers' outputs directly: independent of the container the tower returns.
+                def f(mod, args, kwargs, out):
+                    rec.setdefault("mergers", {}).setdefault(k, []).append(out.detach().float().clone())
+                return f
 
             def vblock_pre(i):
                 def f(mod, args, kwargs):
                     if i == 0:
                         hs = args[0] if args else kwargs["hidden_states"]
-                        rec["vis_in"] = hs.detach().float().clone()
+                        rec.setdefault("vis_in", []).append(hs.detach().float().clone())
                 return f
 
             def vblock_post(i):
                 def f(mod, args, kwargs, out):
                     o = out[0] if isinstance(out, (tuple, list)) else out
-                    rec.setdefault("vis_blocks", {})[i] = o.detach().float().clone()
+                    rec.setdefault("vis_blocks", {}).setdefault(i, []).append(o.detach().float().clone())
                 return f
 
             for i, layer in enumerate(lm.layers):
                 hooks.append(layer.register_forward_pre_hook(pre_layer(i), with_kwargs=True))
             hooks.append(lm.layers[L - 1].register_forward_hook(post_last, with_kwargs=True))
             hooks.append(lm.register_forward_pre_hook(lm_pre, with_kwargs=True))
-            hooks.append(visual.register_forward_hook(vis_post, with_kwargs=True))
+            hooks.append(visual.merger.register_forward_hook(merger_post(-1), with_kwargs=True))
+            for k, dm in enumerate(visual.deepstack_merger_list):
+                hooks.append(dm.register_forward_hook(merger_post(k), with_kwargs=True))
             for i, blk in enumerate(visual.blocks):
                 hooks.append(blk.register_forward_pre_hook(vblock_pre(i), with_kwargs=True))
                 hooks.append(blk.register_forward_hook(vblock_post(i), with_kwargs=True))
@@ -514,13 +521,17 @@ def run_models(out_root):
                 rd = getattr(ref.model, "rope_deltas", None)
             info["rope_delta"] = int(rd.reshape(-1)[0]) if rd is not None else None
             info["rope_delta_spec"] = s["delta_np"]
-            if "visual_out" in rec:
-                emb, ds = unpack_visual(rec["visual_out"], t["hidden_size"], log)
+            if "mergers" in rec:
+                mg = rec["mergers"]
+                emb = torch.cat(mg[-1]).numpy()
+                ds = [torch.cat(mg[k]).numpy() for k in range(len(visual.deepstack_merger_list))]
+                log(f"[{mname}/{sname}] image embeds {emb.shape}, deepstack {[x.shape for x in ds]}, "
+                    f"merger calls {len(mg[-1])}")
                 assert emb.shape == (int(s["mm"].sum()), t["hidden_size"]), emb.shape
                 save_npy(d, "image_embeds", emb.astype(np.float32))
                 save_npy(d, "deepstack", np.stack(ds).astype(np.float32))
-                save_npy(d, "vision_blocks", np.stack([rec["vis_in"].numpy()] +
-                                                      [rec["vis_blocks"][i].numpy()
+                save_npy(d, "vision_blocks", np.stack([torch.cat(rec["vis_in"]).numpy()] +
+                                                      [torch.cat(rec["vis_blocks"][i]).numpy()
                                                        for i in range(len(visual.blocks))]).astype(np.float32))
                 info["image_embeds_shape"] = list(emb.shape)
             # --- greedy: argmax of transformers' logits, 24 tokens, no stop (full recompute each step)
@@ -552,16 +563,32 @@ def run_models(out_root):
                 log(f"[{mname}/{sname}] generate failed: {e!r}")
                 info["generate"] = None
             if bf is not None:
+              try:
                 lb = bf(**model_inputs(sname, dtype=torch.bfloat16, device=bf_dev)).logits[0].float().cpu().numpy()
                 save_npy(d, "logits_bf16", lb.astype(np.float32))
                 info["bf16_vs_fp32_max_abs"] = float(np.abs(lb - logits).max())
-            mani["scenarios"][sname] = info
+              except Exception:  # noqa
+                traceback.print_exc()
             log(f"[{mname}/{sname}] T={info['n_tokens']} max|logit|={info['logits_max_abs']:.3f} "
                 f"greedy={toks[:8]}... min margin {info['greedy_min_margin']:.4f} "
                 f"generate agrees={info.get('generate_agrees')} rope_delta={info['rope_delta']}/{s['delta_np']} "
                 f"pos ok={info['position_ids_match_spec']}")
+            mani["scenarios"][sname] = info
+          except Exception:  # noqa: keep going, so one failure does not cost the whole run
+            for h in hooks:
+                h.remove()
+            traceback.print_exc()
+            mani["scenarios"][sname] = {"error": traceback.format_exc()}
+            continue
         manifest["models"][mname] = mani
         del ref, bf
+
+    for mname, spec in MODELS.items():
+        try:
+            one_model(mname, spec)
+        except Exception:  # noqa: the other models still get recorded
+            traceback.print_exc()
+            manifest["models"][mname] = {"error": traceback.format_exc()}
 
     with open(os.path.join(out_root, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
@@ -576,28 +603,6 @@ def list_tensors(ckpt):
             with safe_open(os.path.join(ckpt, fn), "pt") as f:
                 names += list(f.keys())
     return names
-
-
-def unpack_visual(out, hidden, log):
-    """The vision tower's (image embeds, deepstack list), whatever container this version returns."""
-    if isinstance(out, (tuple, list)):
-        emb, ds = out[0], out[1]
-    else:
-        emb = None
-        for key in ("pooler_output", "last_hidden_state"):
-            x = getattr(out, key, None)
-            if x is not None and x.shape[-1] == hidden:
-                emb = x
-                break
-        ds = None
-        for key in ("deepstack_features", "deepstack_feature_lists", "deepstack_visual_embeds"):
-            if getattr(out, key, None) is not None:
-                ds = getattr(out, key)
-                break
-        if emb is None or ds is None:
-            log("visual output fields:", list(out.keys()) if hasattr(out, "keys") else type(out))
-    log("visual output:", type(out).__name__, "embeds", tuple(emb.shape), "deepstack", [tuple(x.shape) for x in ds])
-    return emb.detach().float().numpy(), [x.detach().float().numpy() for x in ds]
 
 
 def quantize_fp8(ckpt, torch, log):
