@@ -32,9 +32,15 @@ typedef struct iris_st_tensor {
     uint64_t n_bytes;
     const void *data;   /* into the mmap; valid until iris_st_close */
     int file;           /* index into the checkpoint's files */
+    uint64_t file_offset; /* absolute byte offset of the data in its file (for pread loaders) */
 } iris_st_tensor;
 
 typedef struct iris_st iris_st;
+
+/* Limits on what a header may hold (beyond them a file is refused as malformed). */
+#define IRIS_ST_MAX_HEADER_BYTES (100u << 20)
+#define IRIS_ST_MAX_TENSORS 1000000
+#define IRIS_ST_MAX_NAME_BYTES 1024
 
 /* Size in bytes of one element; name as in the format ("BF16"); parse a name (-1 if unknown). */
 size_t iris_dtype_size(iris_dtype dt);
@@ -58,5 +64,14 @@ int iris_st_n_files(const iris_st *st);
 /* Parse and validate one file's bytes (header + data) already in memory; for
  * tests and the fuzz target.  `label` names the file in messages. */
 int iris_st_parse_buffer(const uint8_t *buf, size_t len, const char *label, iris_st **out, iris_err *err);
+
+/* The FP8 rule of QWEN3VL.md §2: 1 when `<prefix>.weight` is F8_E4M3 and a
+ * sibling `<prefix>.weight_scale_inv` exists, else 0.  `prefix` is the linear's
+ * name without ".weight" ("model.language_model.layers.0.self_attn.q_proj"). */
+int iris_st_is_fp8_linear(const iris_st *st, const char *prefix);
+/* The `__metadata__` value for `key` (first file that has it), NULL if absent. */
+const char *iris_st_metadata(const iris_st *st, const char *key);
+/* Sum of n_bytes over every tensor. */
+uint64_t iris_st_total_bytes(const iris_st *st);
 
 #endif
