@@ -107,11 +107,12 @@ int hub_http_error(const hub_pull *p, long status, const char *code, const char 
     int have_token = p->auth[0] != 0;
     if (code && !strcmp(code, "GatedRepo"))
         return iris_err_set(err, IRIS_EIO,
-                            "%s: %s is a gated model and %s (HTTP %ld): log in on %s/%s and accept its conditions, "
+                            "%s is a gated model and %s%s: log in on %s/%s and accept its conditions, "
                             "then create a read token at %s/settings/tokens and set HF_TOKEN=<token> (or save it in "
                             "~/.cache/huggingface/token)%s",
-                            what, p->repo, have_token ? "the token in use has no access to it" : "no token was given",
-                            status, p->endpoint, p->repo, p->endpoint, extra);
+                            p->repo, have_token ? "the token in use has no access to it" : "no token was given",
+                            status == 403 ? " (HTTP 403)" : status == 401 ? " (HTTP 401)" : "", p->endpoint, p->repo,
+                            p->endpoint, extra);
     if ((code && !strcmp(code, "RepoNotFound")) || (status == 404 && !strncmp(what, "repository", 10)) ||
         (status == 401 && !have_token && !strncmp(what, "repository", 10)))
         return iris_err_set(err, IRIS_ENOTFOUND,
@@ -282,6 +283,11 @@ static int list_revision(hub_pull *p, const char *rev, char commit[41], iris_err
             rc = iris_err_set(err, IRIS_EFORMAT, "%s: unexpected answer from %s (no commit sha or file list)%s%s",
                               what, url, root ? "" : ": ", root ? "" : je.text);
         else memcpy(commit, sha, 41);
+        /* A gated repo lists its files to anyone but serves them only with a
+         * token: without one, say so now rather than after the first HEAD. */
+        json_t *gated = json_object_get(root, "gated");
+        if (!rc && !p->auth[0] && (json_is_true(gated) || json_is_string(gated)))
+            rc = hub_http_error(p, 0, "GatedRepo", "", what, err);
         size_t n = rc ? 0 : json_array_size(sib);
         p->files = rc ? NULL : calloc(n ? n : 1, sizeof *p->files);
         if (!rc && !p->files) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
@@ -554,7 +560,8 @@ int iris_hub_pull(const char *model, const iris_hub_opts *opts, iris_hub_result 
             }
             return 0;
         }
-        return iris_err_set(err, IRIS_ENOTFOUND, "HF_HUB_OFFLINE is set, so nothing can be downloaded, and %s", e.msg);
+        return iris_err_set(err, IRIS_ENOTFOUND, "HF_HUB_OFFLINE is set (nothing is downloaded; unset it to pull) "
+                            "and %s", e.msg);
     }
 
     hub_pull p;
