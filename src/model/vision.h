@@ -1,0 +1,81 @@
+/* vision.h: the Qwen3-VL vision encoder (QWEN3VL.md §5) on the CPU, in fp32.
+ *
+ * pixel_values [N, C*T*P*P] (merge-window order, several images concatenated)
+ * → Conv3d patch embedding as one matmul over the C*T*P*P-long rows
+ * → + learned position embedding, bilinear with align_corners from the
+ *   configured sqrt(num_position_embeddings)^2 grid (transformers 5.17 taps)
+ * → `depth` pre-norm blocks (LayerNorm eps 1e-6, 2-D rotary in merge-window
+ *   order, attention restricted to each image, tanh-GELU MLP)
+ * → main merger (LayerNorm per patch, then the 2x2 shuffle, fc1, erf-GELU, fc2)
+ *   and, after each block in deepstack_visual_indexes, a DeepStack merger
+ *   (shuffle, then LayerNorm over the 4*hidden row, fc1, erf-GELU, fc2).
+ * Output: image embeddings [N/m², out_hidden_size] in merged-window order
+ * (row-major over each image's merged grid, images in order) and one tensor
+ * of the same shape per DeepStack tap.
+ *
+ * Owns: iris_vision holds non-owning views of the weights (the mmap of the
+ * checkpoint must outlive it) and nothing else.  Every size comes from the
+ * vision config; every tensor's presence, dtype and shape is checked at load.
+ * Weights may be BF16, F16 or F32; arithmetic is fp32 (OpenBLAS sgemm for the
+ * matrix products, which threads by itself). */
+#ifndef IRIS_VISION_H
+#define IRIS_VISION_H
+
+#include <stdint.h>
+
+#include "iris.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+typedef struct iris_vision_linear {
+    const iris_st_tensor *weight; /* [out, in] */
+    const iris_st_tensor *bias;   /* [out] */
+} iris_vision_linear;
+
+typedef struct iris_vision_norm {
+    const iris_st_tensor *weight, *bias;
+} iris_vision_norm;
+
+typedef struct iris_vision_block {
+    iris_vision_norm norm1, norm2;
+    iris_vision_linear qkv, proj, fc1, fc2;
+} iris_vision_block;
+
+typedef struct iris_vision_merger {
+    iris_vision_norm norm;
+    iris_vision_linear fc1, fc2;
+} iris_vision_merger;
+
+typedef struct iris_vision {
+    iris_vision_config cfg;
+    const iris_st_tensor *patch_w, *patch_b, *pos_embed;
+    iris_vision_block *blocks;        /* cfg.depth, malloc'd */
+    iris_vision_merger merger;
+    iris_vision_merger deepstack[IRIS_MAX_DEEPSTACK];
+    int patch_dim;                    /* in_channels * temporal_patch_size * patch_size^2 */
+    int grid_side;                    /* sqrt(num_position_embeddings) */
+} iris_vision;
+
+typedef struct iris_vision_out {
+    int n_tokens;        /* N / merge^2 */
+    int out_hidden;
+    float *embeds;       /* [n_tokens, out_hidden] */
+    int n_deepstack;
+    float *deepstack;    /* [n_deepstack, n_tokens, out_hidden] */
+} iris_vision_out;
+
+/* Binds and checks the vision tensors of checkpoint `st` (prefix
+ * "model.visual.") for config `cfg`.  Free with iris_vision_free. */
+int iris_vision_load(const iris_st *st, const iris_vision_config *cfg, iris_vision *v, iris_err *err);
+void iris_vision_free(iris_vision *v);
+
+/* Encodes n_images images: pixel_values holds sum(t*h*w) rows of patch_dim
+ * floats; grid_thw 3 ints per image.  out's arrays are malloc'd (free with
+ * iris_vision_out_free).  When `trace` is non-NULL it receives the residual
+ * stream before block 0 and after every block: (depth + 1) * N * hidden
+ * floats, for layer-by-layer comparisons. */
+int iris_vision_encode(const iris_vision *v, const float *pixel_values, int64_t n_rows, const int *grid_thw,
+                       int n_images, iris_vision_out *out, float *trace, iris_err *err);
+void iris_vision_out_free(iris_vision_out *o);
+
+#endif
