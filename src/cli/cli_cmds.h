@@ -6,6 +6,8 @@
 #include "cli.h"
 
 int iris_cmd_version(int argc, char **argv);
+int iris_cmd_quantize(int argc, char **argv);
+int iris_cmd_synth(int argc, char **argv);
 int iris_cmd_pull(int argc, char **argv);
 int iris_cmd_ls(int argc, char **argv);
 
@@ -13,6 +15,8 @@ static const iris_cli_cmd iris_cli_cmds[] = {
     {"version", iris_cmd_version, "print the version and the build's features"},
     {"pull", iris_cmd_pull, "download a model from the Hugging Face Hub into the shared cache"},
     {"ls", iris_cmd_ls, "list the models in the Hugging Face cache"},
+    {"quantize", iris_cmd_quantize, "write Qwen's block-FP8 format from a BF16 checkpoint"},
+    {"synth", iris_cmd_synth, "write a real-shape checkpoint with random weights (benchmarks)"},
     {NULL, NULL, NULL},
 };
 
