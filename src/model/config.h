@@ -80,6 +80,20 @@ typedef struct iris_preprocessor_config {
     float image_mean[3], image_std[3];
 } iris_preprocessor_config;
 
+/* config.json in two steps (iris_config_parse does both): read fills every
+ * field from the JSON or its transformers 5.17 default and fails only on wrong
+ * types, unsupported model types/architectures/rope types/quantization;
+ * validate checks ranges and consistency (heads dividing, mrope_section summing
+ * to head_dim/2, vision out == text hidden, ...). */
+int iris_config_read(const char *json_text, const char *label, iris_config *cfg, iris_err *err);
+int iris_config_validate(const iris_config *cfg, const char *label, iris_err *err);
+/* From text: a present file's missing keys take transformers' class defaults
+ * (GenerationConfig; Qwen2VLImageProcessor), which differ from Qwen3-VL's files. */
+int iris_generation_config_parse(const char *json_text, const char *label, iris_generation_config *gc, iris_err *err);
+int iris_preprocessor_config_parse(const char *json_text, const char *label, iris_preprocessor_config *pc,
+                                   iris_err *err);
+void iris_generation_config_default(iris_generation_config *gc);
+
 /* Each reads `dir`/<name>.json.  A missing generation or preprocessor config
  * fills the Qwen3-VL defaults (QWEN3VL.md §1.3, §1.4) and succeeds; a missing
  * config.json is an error. */
