@@ -10,6 +10,7 @@ int iris_cmd_quantize(int argc, char **argv);
 int iris_cmd_synth(int argc, char **argv);
 int iris_cmd_pull(int argc, char **argv);
 int iris_cmd_ls(int argc, char **argv);
+int iris_cmd_preprocess(int argc, char **argv);
 
 static const iris_cli_cmd iris_cli_cmds[] = {
     {"version", iris_cmd_version, "print the version and the build's features"},
@@ -17,6 +18,7 @@ static const iris_cli_cmd iris_cli_cmds[] = {
     {"ls", iris_cmd_ls, "list the models in the Hugging Face cache"},
     {"quantize", iris_cmd_quantize, "write Qwen's block-FP8 format from a BF16 checkpoint"},
     {"synth", iris_cmd_synth, "write a real-shape checkpoint with random weights (benchmarks)"},
+    {"preprocess", iris_cmd_preprocess, "decode and preprocess images into pixel_values (.npy)"},
     {NULL, NULL, NULL},
 };
 
