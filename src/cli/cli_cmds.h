@@ -6,6 +6,11 @@
 #include "cli.h"
 
 int iris_cmd_version(int argc, char **argv);
+int iris_cmd_run(int argc, char **argv);
+int iris_cmd_caption(int argc, char **argv);
+int iris_cmd_ask(int argc, char **argv);
+int iris_cmd_describe(int argc, char **argv);
+int iris_cmd_logits(int argc, char **argv);
 int iris_cmd_quantize(int argc, char **argv);
 int iris_cmd_synth(int argc, char **argv);
 int iris_cmd_pull(int argc, char **argv);
@@ -19,6 +24,11 @@ static const iris_cli_cmd iris_cli_cmds[] = {
     {"quantize", iris_cmd_quantize, "write Qwen's block-FP8 format from a BF16 checkpoint"},
     {"synth", iris_cmd_synth, "write a real-shape checkpoint with random weights (benchmarks)"},
     {"preprocess", iris_cmd_preprocess, "decode and preprocess images into pixel_values (.npy)"},
+    {"run", iris_cmd_run, "answer a prompt about any number of images, streamed"},
+    {"caption", iris_cmd_caption, "caption an image"},
+    {"ask", iris_cmd_ask, "answer a question about an image"},
+    {"describe", iris_cmd_describe, "scene analysis: objects, setting, activities, visible text"},
+    {"logits", iris_cmd_logits, "write the prompt's logits as .npy (parity checks, debugging)"},
     {NULL, NULL, NULL},
 };
 

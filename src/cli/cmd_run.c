@@ -1,0 +1,198 @@
+/* cmd_run.c: `iris run MODEL [--image PATH]... [--system TEXT] PROMPT` and the
+ * fixed-prompt shortcuts `iris caption IMAGE`, `iris ask IMAGE QUESTION`,
+ * `iris describe IMAGE` (all with --model).  Sampling flags default to the
+ * model's generation_config.json.  The answer streams to stdout; a summary
+ * line (prompt tokens, generated tokens, time to first token, tok/s) goes to
+ * stderr at the end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "err.h"
+#include "infer.h"
+#include "model/sampler.h"
+
+#define MAX_IMAGES 64
+
+static const char *CAPTION_PROMPT = "Describe this image in one sentence.";
+static const char *DESCRIBE_PROMPT =
+    "Analyze this scene. List the objects you see with their colours and positions, describe the setting and "
+    "any activities, and transcribe any visible text.";
+
+typedef struct run_args {
+    const char *model, *system, *prompt;
+    const char *images[MAX_IMAGES];
+    int n_images;
+    const char *device;
+    iris_sampling_params sp;
+    int have[16];   /* which sampling flags were given, to apply over the defaults */
+    float fv[16];
+    long long iv[16];
+} run_args;
+
+enum { F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP, F_PRES, F_FREQ, F_SEED, F_MAXTOK, F_N };
+static const char *flag_names[F_N] = {"--temperature", "--top-k", "--top-p", "--min-p", "--repetition-penalty",
+                                      "--presence-penalty", "--frequency-penalty", "--seed", "--max-tokens"};
+
+static void usage(FILE *f, const char *cmd) {
+    if (!strcmp(cmd, "run"))
+        fprintf(f, "usage: iris run MODEL [--image PATH]... [--system TEXT] [options] PROMPT\n");
+    else if (!strcmp(cmd, "ask"))
+        fprintf(f, "usage: iris ask --model MODEL [options] IMAGE QUESTION\n");
+    else
+        fprintf(f, "usage: iris %s --model MODEL [options] IMAGE\n", cmd);
+    fprintf(f, "\nMODEL is a model directory (Hugging Face layout) or a repo id in the HF cache.\n"
+               "options:\n"
+               "  --image PATH           an image (repeatable; run only)\n"
+               "  --system TEXT          a system message\n"
+               "  --device cpu|cuda|auto where to run (default auto; cpu only in this build)\n"
+               "  --temperature F  --top-k N  --top-p F  --min-p F\n"
+               "  --repetition-penalty F  --presence-penalty F  --frequency-penalty F\n"
+               "  --seed N  --max-tokens N   (defaults: the model's generation_config.json)\n");
+}
+
+static int parse(int argc, char **argv, run_args *a, int positional_max, const char **pos, int *n_pos) {
+    *n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "--help") || !strcmp(s, "-h")) return 1;
+        int takes = !strcmp(s, "--image") || !strcmp(s, "--system") || !strcmp(s, "--model") ||
+                    !strcmp(s, "--device");
+        int fi = -1;
+        for (int k = 0; k < F_N; k++)
+            if (!strcmp(s, flag_names[k])) fi = k;
+        if (takes || fi >= 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "iris %s: %s needs a value\n", argv[0], s);
+                return 2;
+            }
+            const char *v = argv[++i];
+            if (!strcmp(s, "--image")) {
+                if (a->n_images >= MAX_IMAGES) {
+                    fprintf(stderr, "iris %s: at most %d images\n", argv[0], MAX_IMAGES);
+                    return 2;
+                }
+                a->images[a->n_images++] = v;
+            } else if (!strcmp(s, "--system")) {
+                a->system = v;
+            } else if (!strcmp(s, "--model")) {
+                a->model = v;
+            } else if (!strcmp(s, "--device")) {
+                a->device = v;
+            } else {
+                char *e;
+                if (fi == F_TOPK || fi == F_SEED || fi == F_MAXTOK) a->iv[fi] = strtoll(v, &e, 10);
+                else a->fv[fi] = strtof(v, &e);
+                if (e == v || *e) {
+                    fprintf(stderr, "iris %s: %s expects a number, got \"%s\"\n", argv[0], s, v);
+                    return 2;
+                }
+                a->have[fi] = 1;
+            }
+        } else if (s[0] == '-' && s[1] == '-') {
+            fprintf(stderr, "iris %s: unknown option %s\n", argv[0], s);
+            return 2;
+        } else {
+            if (*n_pos >= positional_max) {
+                fprintf(stderr, "iris %s: unexpected argument \"%s\"\n", argv[0], s);
+                return 2;
+            }
+            pos[(*n_pos)++] = s;
+        }
+    }
+    return 0;
+}
+
+static void apply_flags(run_args *a) {
+    iris_sampling_params *p = &a->sp;
+    if (a->have[F_TEMP]) p->temperature = a->fv[F_TEMP];
+    if (a->have[F_TOPK]) p->top_k = (int)a->iv[F_TOPK];
+    if (a->have[F_TOPP]) p->top_p = a->fv[F_TOPP];
+    if (a->have[F_MINP]) p->min_p = a->fv[F_MINP];
+    if (a->have[F_REP]) p->repetition_penalty = a->fv[F_REP];
+    if (a->have[F_PRES]) p->presence_penalty = a->fv[F_PRES];
+    if (a->have[F_FREQ]) p->frequency_penalty = a->fv[F_FREQ];
+    if (a->have[F_SEED]) p->seed = a->iv[F_SEED];
+    if (a->have[F_MAXTOK]) p->max_tokens = (int)a->iv[F_MAXTOK];
+    if (a->have[F_TEMP] && a->fv[F_TEMP] > 0) p->do_sample = 1;
+}
+
+static int run_common(run_args *a) {
+    iris_err err = {0};
+    if (a->device && strcmp(a->device, "cpu") && strcmp(a->device, "auto") && strcmp(a->device, "cuda")) {
+        fprintf(stderr, "iris: --device must be cpu, cuda or auto, not \"%s\"\n", a->device);
+        return 2;
+    }
+    if (a->device && !strcmp(a->device, "cuda")) {
+        iris_err_set(&err, IRIS_EUNSUPPORTED, "--device cuda: this build has no CUDA backend yet; use --device cpu");
+        return iris_cli_fail(&err);
+    }
+    infer_model m;
+    if (infer_open(a->model, &m, &err)) return iris_cli_fail(&err);
+    iris_sampling_params_default(&a->sp, &m.gc);
+    apply_flags(a);
+    if (iris_sampling_params_check(&a->sp, m.cfg.text_config.vocab_size, &err)) {
+        infer_close(&m);
+        return iris_cli_fail(&err);
+    }
+    iris_prompt p;
+    iris_vision_out vo;
+    int max_new = a->sp.max_tokens > 0 ? a->sp.max_tokens : 0;
+    int rc = infer_prepare(&m, a->system, a->images, a->n_images, a->prompt, max_new, &p, &vo, &err);
+    if (!rc) {
+        rc = infer_decode(&m, &err);
+        iris_vision_out_free(&vo);
+        iris_prompt_free(&p);
+    }
+    infer_close(&m);
+    return rc ? iris_cli_fail(&err) : 0;
+}
+
+static int fixed_prompt(int argc, char **argv, const char *prompt, int wants_question) {
+    run_args a = {0};
+    const char *pos[2];
+    int n_pos, rc = parse(argc, argv, &a, wants_question ? 2 : 1, pos, &n_pos);
+    if (rc == 1) {
+        usage(stdout, argv[0]);
+        return 0;
+    }
+    if (rc) return rc;
+    if (n_pos != (wants_question ? 2 : 1) || a.n_images) {
+        usage(stderr, argv[0]);
+        return 2;
+    }
+    if (!a.model) {
+        fprintf(stderr, "iris %s: no default model yet (the demo model is not in this repository): pass --model "
+                        "MODEL, a model directory or a repo id in the Hugging Face cache\n", argv[0]);
+        return 2;
+    }
+    a.images[a.n_images++] = pos[0];
+    a.prompt = wants_question ? pos[1] : prompt;
+    return run_common(&a);
+}
+
+int iris_cmd_caption(int argc, char **argv) { return fixed_prompt(argc, argv, CAPTION_PROMPT, 0); }
+int iris_cmd_describe(int argc, char **argv) { return fixed_prompt(argc, argv, DESCRIBE_PROMPT, 0); }
+int iris_cmd_ask(int argc, char **argv) { return fixed_prompt(argc, argv, NULL, 1); }
+
+int iris_cmd_run(int argc, char **argv) {
+    run_args a = {0};
+    const char *pos[2];
+    int n_pos, rc = parse(argc, argv, &a, 2, pos, &n_pos);
+    if (rc == 1) {
+        usage(stdout, "run");
+        return 0;
+    }
+    if (rc) return rc;
+    if (n_pos == 2 && !a.model) {
+        a.model = pos[0];
+        a.prompt = pos[1];
+    } else if (n_pos == 1 && a.model) {
+        a.prompt = pos[0];
+    } else {
+        usage(stderr, "run");
+        return 2;
+    }
+    return run_common(&a);
+}

@@ -1,0 +1,41 @@
+/* infer.h: what `iris run|caption|ask|describe|logits` share: opening a
+ * model directory (configs, tokenizer, checkpoint, vision tower) and turning
+ * the command line's images and text into a prompt and image embeddings.
+ *
+ * Owns: everything in infer_model (infer_close).  The text decoder is
+ * textmodel's src/model/text.c; until it is in the build, infer_decode
+ * reports that clearly instead of producing anything. */
+#ifndef IRIS_CLI_INFER_H
+#define IRIS_CLI_INFER_H
+
+#include "iris.h"
+#include "model/config.h"
+#include "model/prompt.h"
+#include "model/safetensors.h"
+#include "model/tokenizer.h"
+#include "model/vision.h"
+
+typedef struct infer_model {
+    char dir[4096];
+    iris_config cfg;
+    iris_generation_config gc;
+    iris_preprocessor_config pc;
+    iris_tok *tok;
+    iris_st *st;
+    iris_vision vis;
+} infer_model;
+
+/* MODEL: a directory or a repo id in the HF cache. */
+int infer_open(const char *model, infer_model *m, iris_err *err);
+void infer_close(infer_model *m);
+
+/* One user turn (images first, then the text; optional system message):
+ * the prompt, checked against the context (prompt + max_new tokens), and the
+ * vision tower's output for its images (vo zeroed when there are none). */
+int infer_prepare(infer_model *m, const char *system, const char *const *images, int n_images, const char *text,
+                  int max_new, iris_prompt *p, iris_vision_out *vo, iris_err *err);
+
+/* The decoder step; IRIS_EUNSUPPORTED until src/model/text.c exists. */
+int infer_decode(infer_model *m, iris_err *err);
+
+#endif
