@@ -122,7 +122,16 @@ static const char *repo_commit(const char *repo) {
     return NULL;
 }
 
+/* A renamed repo: the Hub answers 307 with a relative Location to the new name. */
+static enum MHD_Result renamed(struct MHD_Connection *c, const char *fmt, const char *a, const char *b) {
+    char loc[1400];
+    snprintf(loc, sizeof loc, fmt, a, b);
+    const char *h[] = {"Location", loc, NULL};
+    return send_buf(c, 307, "", 0, h);
+}
+
 static enum MHD_Result api(struct MHD_Connection *c, const char *repo, const char *rev) {
+    if (!strcmp(repo, "tiny/old-name")) return renamed(c, "/api/models/tiny/qwen3-vl/revision/%s%s", rev, "");
     const char *commit = repo_commit(repo);
     if (!commit) return send_error(c, 401, "RepoNotFound", "Repository not found");
     if (strcmp(rev, "main") && strcmp(rev, commit))
@@ -152,6 +161,7 @@ static enum MHD_Result api(struct MHD_Connection *c, const char *repo, const cha
 }
 
 static enum MHD_Result resolve(struct MHD_Connection *c, const char *repo, const char *rev, const char *name) {
+    if (!strcmp(repo, "tiny/old-name")) return renamed(c, "/tiny/qwen3-vl/resolve/%s/%s", rev, name);
     const char *commit = repo_commit(repo);
     if (!commit) return send_error(c, 401, "RepoNotFound", "Repository not found");
     if (!strcmp(repo, "tiny/gated")) {

@@ -13,7 +13,8 @@
  * Repos: tiny/qwen3-vl (config.json, generation_config.json, tokenizer.json,
  * model.safetensors of ~600 kB in LFS, plus README.md and onnx/model.onnx
  * that iris skips); tiny/gated (the same, gated); tiny/huge (the listing
- * claims a 1 PB safetensors file); tiny/gguf (no safetensors). */
+ * claims a 1 PB safetensors file); tiny/gguf (no safetensors); tiny/old-name
+ * (renamed: 307 with a relative Location to tiny/qwen3-vl). */
 #ifndef IRIS_HUB_MOCK_H
 #define IRIS_HUB_MOCK_H
 

@@ -178,6 +178,13 @@ IRIS_TEST(hub_pull_full_then_nothing) {
     snprintf(path, sizeof path, "%s/refs/" HUB_MOCK_COMMIT, e.repo_dir);
     CHECK(access(path, F_OK) != 0);
 
+    /* A renamed repo: relative redirects are followed, the cache keeps the name asked for. */
+    rc = iris_hub_pull("tiny/old-name", &o, &res, &err);
+    CHECKF(rc == 0, "renamed repo: %s", err.msg);
+    CHECK_EQ_INT(res.n_files, 4);
+    snprintf(path, sizeof path, "%s/models--tiny--old-name/snapshots/%s/config.json", e.cache, HUB_MOCK_COMMIT);
+    CHECK(same_content(path, "config.json"));
+
     /* A deleted snapshot link comes back from the blob already there, with no download. */
     snprintf(path, sizeof path, "%s/snapshots/%s/model.safetensors", e.repo_dir, HUB_MOCK_COMMIT);
     unlink(path);
