@@ -6,6 +6,7 @@
 #include "cli.h"
 
 int iris_cmd_version(int argc, char **argv);
+int iris_cmd_inspect(int argc, char **argv);
 int iris_cmd_run(int argc, char **argv);
 int iris_cmd_caption(int argc, char **argv);
 int iris_cmd_ask(int argc, char **argv);
@@ -19,6 +20,7 @@ int iris_cmd_preprocess(int argc, char **argv);
 
 static const iris_cli_cmd iris_cli_cmds[] = {
     {"version", iris_cmd_version, "print the version and the build's features"},
+    {"inspect", iris_cmd_inspect, "show a checkpoint's config, tensors and sizes without loading it"},
     {"pull", iris_cmd_pull, "download a model from the Hugging Face Hub into the shared cache"},
     {"ls", iris_cmd_ls, "list the models in the Hugging Face cache"},
     {"quantize", iris_cmd_quantize, "write Qwen's block-FP8 format from a BF16 checkpoint"},
