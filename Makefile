@@ -80,6 +80,11 @@ fuzz-smoke: $(FUZZ_BIN)
 	  $$f -max_total_time=15 -max_len=65536 -rss_limit_mb=2048 $(BUILD)/fuzz/corpus-$$n tests/fuzz/corpus/$$n \
 	      > $(BUILD)/fuzz/$$n.log 2>&1 || { tail -40 $(BUILD)/fuzz/$$n.log; exit 1; }; done
 
+# Benchmarks: bench/NAME.c -> $(BUILD)/bench/NAME, run by hand (figures are reported, never asserted).
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libiris.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libiris.a $(LDLIBS)
+
 setup:
 	@scripts/setup
 
