@@ -305,7 +305,8 @@ IRIS_TEST(quantize_checkpoint) {
                 for (int64_t r = bi * 128; r < R && r < bi * 128 + 128; r++)
                     for (int64_t c = bj * 128; c < C && c < bj * 128 + 128; c++)
                         amax = fmaxf(amax, fabsf(input_value(ti, r * C + c)));
-                float scale = amax > 0 ? 448.0f / amax : 1.0f, inv = 1.0f / scale;
+                /* transformers' 448.0 / amax, which torch rounds as reciprocal then multiply */
+                float scale = amax > 0 ? (1.0f / amax) * 448.0f : 1.0f, inv = 1.0f / scale;
                 CHECKF(si[bi * cb + bj] == inv, "%s block (%lld,%lld): scale_inv %g, want %g", ti->name,
                        (long long)bi, (long long)bj, si[bi * cb + bj], inv);
                 if (k == 0 && bi == 1 && bj == 0) CHECK(si[bi * cb + bj] == 1.0f); /* the zero block */

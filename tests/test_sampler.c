@@ -394,3 +394,88 @@ IRIS_TEST(sampler_stop_strings) {
     CHECK(iris_stop_init(&m, bad, 1, &err) < 0);
     CHECK_CONTAINS(err.msg, "empty");
 }
+
+/* Parity with transformers: raw logits of a tiny random Qwen3-VL and the
+ * scores generate() processed from them (output_logits / output_scores), for
+ * several settings; made by tools/check_fp8_sampler.py on the GPU machine. */
+#include <jansson.h>
+
+static int sampler_hf_parity(const char *json_path, const char *bin_path) {
+    json_error_t je;
+    json_t *root = json_load_file(json_path, 0, &je);
+    FILE *f = fopen(bin_path, "rb");
+    if (!root || !f) {
+        iris_test_fail(__FILE__, __LINE__, "fixture %s / %s missing", json_path, bin_path);
+        if (f) fclose(f);
+        json_decref(root);
+        return 0;
+    }
+    int V = (int)json_integer_value(json_object_get(root, "vocab"));
+    json_t *cases = json_object_get(root, "cases");
+    float *raw = malloc((size_t)V * 4), *sc = malloc((size_t)V * 4), *got = malloc((size_t)V * 4);
+    double *want = malloc((size_t)V * sizeof *want);
+    size_t i;
+    json_t *c;
+    int n_done = 0;
+    json_array_foreach(cases, i, c) {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        long off = (long)json_integer_value(json_object_get(c, "offset"));
+        if (fseek(f, off, SEEK_SET) || fread(raw, 4, (size_t)V, f) != (size_t)V || fread(sc, 4, (size_t)V, f) != (size_t)V)
+            break;
+        iris_sampling_params p = plain();
+        p.temperature = (float)json_number_value(json_object_get(c, "temperature"));
+        p.top_k = (int)json_integer_value(json_object_get(c, "top_k"));
+        p.top_p = (float)json_number_value(json_object_get(c, "top_p"));
+        json_t *mp = json_object_get(c, "min_p"), *rp = json_object_get(c, "repetition_penalty");
+        p.min_p = json_is_number(mp) ? (float)json_number_value(mp) : 0.0f;
+        p.repetition_penalty = json_is_number(rp) ? (float)json_number_value(rp) : 1.0f;
+        json_t *pr = json_object_get(c, "prompt");
+        int prompt[64], n_prompt = 0;
+        size_t k;
+        json_t *v;
+        json_array_foreach(pr, k, v) if (n_prompt < 64) prompt[n_prompt++] = (int)json_integer_value(v);
+        double m = -INFINITY, z = 0;
+        int kept = 0;
+        for (int t = 0; t < V; t++)
+            if (sc[t] > -1e38f && sc[t] > m) m = sc[t];
+        for (int t = 0; t < V; t++) z += sc[t] > -1e38f ? exp((double)sc[t] - m) : 0.0;
+        for (int t = 0; t < V; t++) {
+            want[t] = sc[t] > -1e38f ? exp((double)sc[t] - m) / z : 0.0;
+            kept += sc[t] > -1e38f;
+        }
+        if (probs_of(&p, raw, V, got, prompt, n_prompt, NULL, 0)) {
+            iris_test_fail(__FILE__, __LINE__, "case %s: sampler failed", name);
+            continue;
+        }
+        int n_got = 0, support_diff = 0;
+        double maxabs = 0;
+        for (int t = 0; t < V; t++) {
+            n_got += got[t] > 0;
+            support_diff += (got[t] > 0) != (want[t] > 0);
+            maxabs = fmax(maxabs, fabs(got[t] - want[t]));
+        }
+        CHECKF(support_diff == 0, "case %s: kept %d tokens, transformers %d", name, n_got, kept);
+        CHECKF(maxabs < 2e-6, "case %s: max abs probability difference %.3g", name, maxabs);
+        n_done++;
+    }
+    free(raw);
+    free(sc);
+    free(got);
+    free(want);
+    fclose(f);
+    int n_cases = (int)json_array_size(cases);
+    json_decref(root);
+    CHECKF(n_done == n_cases && n_cases > 0, "%d of %d cases read", n_done, n_cases);
+    return n_done;
+}
+
+IRIS_TEST(sampler_matches_transformers) {
+    const char *j = getenv("IRIS_SAMPLER_FIXTURE");
+    if (j) { /* another fixture run (tools/check_fp8_sampler.py output) */
+        char b[1024];
+        snprintf(b, sizeof b, "%.*s.bin", (int)strlen(j) - 5, j);
+        sampler_hf_parity(j, b);
+        return;
+    }
+    sampler_hf_parity("tests/fixtures/sampler/hf_scores.json", "tests/fixtures/sampler/hf_scores.bin");
+}

@@ -79,7 +79,7 @@ int iris_quantize_is_target(const char *name) {
     return 0;
 }
 
-/* 448 / amax per 128-column block of one band (1 for an all-zero block), fp32 as transformers. */
+/* 448 / amax (as torch computes it) per 128-column block of one band (1 for an all-zero block), fp32 as transformers. */
 static void band_scales(const float *src, int nr, int64_t cols, float *scale) {
     int64_t nb = (cols + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK;
     for (int64_t b = 0; b < nb; b++) {
@@ -90,7 +90,9 @@ static void band_scales(const float *src, int nr, int64_t cols, float *scale) {
                 float a = fabsf(src[r * cols + c]);
                 if (a > amax) amax = a;
             }
-        scale[b] = amax > 0.0f ? IRIS_FP8_MAX / amax : 1.0f;
+        /* torch evaluates transformers' `448.0 / max_abs` (a Python scalar over a tensor) as
+         * max_abs.reciprocal() * 448: two roundings, kept so the scales match bit for bit. */
+        scale[b] = amax > 0.0f ? (1.0f / amax) * IRIS_FP8_MAX : 1.0f;
     }
 }
 

@@ -5,9 +5,10 @@
  * ceil(in/128)]; everything else is copied byte for byte; config.json gains
  * `quantization_config`; the other files of the directory are copied.
  * Numerics are transformers' Fp8Quantize (integrations/finegrained_fp8.py),
- * all in fp32: amax = max|W| over the block; scale = 448 / amax (1 for an
- * all-zero block); q = e4m3fn(clamp(W * scale, -448, 448)) rounded to nearest
- * even; weight_scale_inv = 1 / scale.  Dequantization is q * scale_inv.
+ * all in fp32: amax = max|W| over the block; scale = (1 / amax) * 448 (torch's
+ * rounding of `448.0 / amax`; 1 for an all-zero block); q = e4m3fn(clamp(W *
+ * scale, -448, 448)) rounded to nearest even; weight_scale_inv = 1 / scale.
+ * Dequantization is q * scale_inv.
  * Partial blocks (a dimension not a multiple of 128) use the rows/columns
  * that exist.
  */
