@@ -1,0 +1,92 @@
+/* text.h: the Qwen3-VL text decoder (QWEN3VL.md §6) on the CPU, in fp32,
+ * over a flat batch of tokens from one or more sequences with a paged KV
+ * cache.
+ *
+ * A step is a list of sequences, each bringing n_new tokens that follow the
+ * n_past tokens already in its cache blocks (prefill: n_past = 0 and n_new =
+ * the prompt or a chunk of it; decode: n_new = 1).  Positions are the 3-D
+ * MRoPE positions (t, h, w) of QWEN3VL.md §6.5 (positions.h computes them).
+ * Image rows: where a token is the image token, its embedding row is taken
+ * from `image_embeds` (consumed in order), and after decoder layer i <
+ * n_deepstack the DeepStack feature row deepstack[i] is added there (§6.2).
+ *
+ * KV cache: IRIS_KV_BLOCK tokens a block; the cache owns n_blocks blocks for
+ * every layer; a sequence names its blocks in `block_table` (token j of the
+ * sequence lives in block block_table[j / IRIS_KV_BLOCK], slot j %
+ * IRIS_KV_BLOCK).  Who hands out blocks is the caller's business (the
+ * engine's pool); this file only reads and writes the blocks it is given.
+ *
+ * Owns: iris_text holds non-owning views of the weights (the checkpoint's
+ * mmap must outlive it).  Numerics: fp32 activations; BF16 weights widened
+ * exactly; FP8 weights dequantized as transformers does, bf16(q * scale_inv)
+ * (§2), then widened. */
+#ifndef IRIS_TEXT_H
+#define IRIS_TEXT_H
+
+#include <stdint.h>
+
+#include "iris.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+#define IRIS_KV_BLOCK 16
+
+typedef struct iris_text_linear {
+    const iris_st_tensor *weight;     /* [out, in], BF16/F16/F32 or F8_E4M3 */
+    const iris_st_tensor *scale_inv;  /* FP8 only: F32 [ceil(out/bo), ceil(in/bi)] */
+    int block[2];                     /* FP8 block size (rows, cols) */
+} iris_text_linear;
+
+typedef struct iris_text_layer {
+    const iris_st_tensor *input_layernorm, *post_attention_layernorm, *q_norm, *k_norm;
+    iris_text_linear q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+} iris_text_layer;
+
+typedef struct iris_text {
+    iris_text_config cfg;
+    int image_token_id, video_token_id;
+    const iris_st_tensor *embed_tokens, *norm;
+    iris_text_linear lm_head;         /* embed_tokens when tied */
+    iris_text_layer *layers;          /* cfg.num_hidden_layers, malloc'd */
+    int n_fp8;                        /* how many linears are FP8 */
+} iris_text;
+
+/* Binds and checks the decoder tensors ("model.language_model.", "lm_head.")
+ * against the config: a missing tensor or a wrong shape is an error naming the
+ * tensor and both shapes.  Free with iris_text_free. */
+int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris_err *err);
+void iris_text_free(iris_text *t);
+
+typedef struct iris_kv_cache {
+    int n_layers, n_kv_heads, head_dim, n_blocks;
+    float *k, *v;   /* [n_layers][n_blocks][IRIS_KV_BLOCK][n_kv_heads * head_dim] */
+} iris_kv_cache;
+
+int iris_kv_cache_init(iris_kv_cache *kv, const iris_text_config *cfg, int n_blocks, iris_err *err);
+void iris_kv_cache_free(iris_kv_cache *kv);
+
+typedef struct iris_text_seq {
+    int n_past;                   /* tokens of this sequence already in its blocks */
+    int n_new;                    /* tokens this step */
+    const int32_t *tokens;        /* [n_new] */
+    const int32_t *pos;           /* [3][pos_stride]: t, h, w positions of the new tokens */
+    int pos_stride;               /* distance between the t, h and w rows (>= n_new) */
+    const int32_t *block_table;   /* covers n_past + n_new tokens */
+    const float *image_embeds;    /* rows for this step's image tokens, in order; NULL if none */
+    const float *deepstack[IRIS_MAX_DEEPSTACK]; /* same rows, per DeepStack tap */
+    int n_deepstack;              /* 0 on decode steps (DeepStack is prefill-only) */
+    int logits_from;              /* logits for new rows [logits_from, n_new); n_new: none */
+} iris_text_seq;
+
+/* Called with the residual stream entering layer il (il = num_hidden_layers:
+ * the last layer's output, before the final norm), rows of all sequences in
+ * order.  For `iris logits --hidden-states` and first-diverging-layer reports. */
+typedef void (*iris_text_trace_fn)(void *ud, int il, const float *h, int n_rows, int hidden);
+
+/* One step: appends every sequence's new K/V to its blocks and writes the
+ * logits of the requested rows, sequence after sequence, to `logits`
+ * ([rows, vocab_size] floats, the caller's buffer). */
+int iris_text_forward(const iris_text *t, iris_kv_cache *kv, const iris_text_seq *seqs, int n_seqs, float *logits,
+                      iris_text_trace_fn trace, void *trace_ud, iris_err *err);
+
+#endif

@@ -1,0 +1,227 @@
+/* test_text.c: the text decoder against transformers 5.17 on the tiny
+ * fixtures (tools/make_tiny_models.py): logits at every position within 1e-3
+ * max-abs, the first diverging layer reported; 24 greedy tokens; and the
+ * paged-cache mechanics (chunked prefill, decode steps, two sequences in one
+ * batch) giving the same numbers as one full prefill.
+ *
+ * The decoder is fed transformers' own image embeddings and DeepStack rows so
+ * that a failure here is the decoder's (test_model.c checks the vision tower). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "model/text.h"
+#include "test.h"
+#include "tiny_fixture.h"
+
+#define TOL 1e-3f
+
+static const char *models[] = {"tiny-gqa", "tiny-mqa", "tiny-fp8"};
+static const char *scenarios[] = {"text", "image", "two_images", "multi_turn"};
+
+typedef struct {
+    iris_config cfg;
+    iris_st *st;
+    iris_text t;
+} tmodel;
+
+static int open_model(const char *name, tmodel *m) {
+    char dir[256];
+    iris_err err = {0};
+    snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, name);
+    if (iris_config_load(dir, &m->cfg, &err) || iris_st_open(dir, &m->st, &err) ||
+        iris_text_load(m->st, &m->cfg, &m->t, &err)) {
+        iris_test_fail(__FILE__, __LINE__, "%s: %s", name, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void close_model(tmodel *m) {
+    iris_text_free(&m->t);
+    iris_st_close(m->st);
+}
+
+typedef struct {
+    tiny_arr ids, pos, emb, ds, hidden, logits;
+    int32_t *tok, *pos3;
+    int n;
+} scen;
+
+static int load_scen(const char *model, const char *s, scen *sc) {
+    memset(sc, 0, sizeof *sc);
+    char p[256];
+    snprintf(p, sizeof p, "inputs/%s/input_ids.npy", s);
+    if (tiny_load(p, &sc->ids)) return -1;
+    snprintf(p, sizeof p, "inputs/%s/position_ids.npy", s);
+    if (tiny_load(p, &sc->pos)) return -1;
+    snprintf(p, sizeof p, "%s/%s/hidden.npy", model, s);
+    if (tiny_load(p, &sc->hidden)) return -1;
+    snprintf(p, sizeof p, "%s/%s/logits.npy", model, s);
+    if (tiny_load(p, &sc->logits)) return -1;
+    snprintf(p, sizeof p, "%s/%s/image_embeds.npy", model, s);
+    if (tiny_exists(p)) {
+        if (tiny_load(p, &sc->emb)) return -1;
+        snprintf(p, sizeof p, "%s/%s/deepstack.npy", model, s);
+        if (tiny_load(p, &sc->ds)) return -1;
+    }
+    sc->n = (int)sc->ids.n;
+    sc->tok = malloc(sizeof(int32_t) * (size_t)sc->n);
+    sc->pos3 = malloc(sizeof(int32_t) * 3 * (size_t)sc->n);
+    for (int i = 0; i < sc->n; i++) sc->tok[i] = (int32_t)sc->ids.i64[i];
+    for (int i = 0; i < 3 * sc->n; i++) sc->pos3[i] = (int32_t)sc->pos.i64[i];
+    return 0;
+}
+
+static void free_scen(scen *sc) {
+    tiny_free(&sc->ids), tiny_free(&sc->pos), tiny_free(&sc->emb), tiny_free(&sc->ds);
+    tiny_free(&sc->hidden), tiny_free(&sc->logits);
+    free(sc->tok), free(sc->pos3);
+}
+
+/* A sequence of scenario sc covering tokens [from, from + n). */
+static iris_text_seq seq_of(const scen *sc, int from, int n, const int32_t *bt, int all_logits) {
+    iris_text_seq q = {0};
+    q.n_past = from;
+    q.n_new = n;
+    q.tokens = sc->tok + from;
+    q.pos = sc->pos3 + from;
+    q.pos_stride = sc->n;
+    q.block_table = bt;
+    q.logits_from = all_logits ? 0 : n - 1;
+    if (sc->emb.f32) {
+        /* image rows before `from` were consumed by earlier chunks */
+        int before = 0, img = 492;
+        (void)img;
+        for (int i = 0; i < from; i++) before += sc->tok[i] == 492 || sc->tok[i] == 493;
+        int H = (int)sc->emb.shape[1];
+        q.image_embeds = sc->emb.f32 + (size_t)before * H;
+        q.n_deepstack = (int)sc->ds.shape[0];
+        for (int d = 0; d < q.n_deepstack; d++) q.deepstack[d] = sc->ds.f32 + ((size_t)d * sc->emb.shape[0] + before) * H;
+    }
+    return q;
+}
+
+typedef struct {
+    float *h;
+    int n_layers_seen;
+} trace_buf;
+
+static void on_hidden(void *ud, int il, const float *h, int n_rows, int hidden) {
+    trace_buf *tb = ud;
+    memcpy(tb->h + (size_t)il * n_rows * hidden, h, sizeof(float) * (size_t)n_rows * hidden);
+    tb->n_layers_seen = il + 1;
+}
+
+static float max_abs(const float *a, const float *b, int64_t n) {
+    float d = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float e = fabsf(a[i] - b[i]);
+        if (!(e <= d)) d = isnan(e) ? INFINITY : e;
+    }
+    return d;
+}
+
+IRIS_TEST(text_logits_parity) {
+    for (int mi = 0; mi < 3; mi++) {
+        tmodel m;
+        if (open_model(models[mi], &m)) continue;
+        const iris_text_config *c = &m.t.cfg;
+        for (int si = 0; si < 4; si++) {
+            scen sc;
+            REQUIRE(load_scen(models[mi], scenarios[si], &sc) == 0);
+            int n = sc.n, H = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
+            iris_kv_cache kv;
+            iris_err err = {0};
+            REQUIRE(iris_kv_cache_init(&kv, c, (n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, &err) == 0);
+            int32_t bt[64];
+            for (int b = 0; b < 64; b++) bt[b] = b;
+            iris_text_seq q = seq_of(&sc, 0, n, bt, 1);
+            float *logits = malloc(sizeof(float) * (size_t)n * V);
+            trace_buf tb = {malloc(sizeof(float) * (size_t)(L + 1) * n * H), 0};
+            int rc = iris_text_forward(&m.t, &kv, &q, 1, logits, on_hidden, &tb, &err);
+            CHECKF(rc == 0, "%s/%s: %s", models[mi], scenarios[si], err.msg);
+            if (rc == 0) {
+                float d = max_abs(logits, sc.logits.f32, (int64_t)n * V);
+                printf("  %s / %s: %d tokens, logits max-abs %.3g\n", models[mi], scenarios[si], n, d);
+                if (!(d <= TOL)) {
+                    for (int il = 0; il <= L; il++) {
+                        float dh = max_abs(tb.h + (size_t)il * n * H, sc.hidden.f32 + (size_t)il * n * H, (int64_t)n * H);
+                        if (!(dh <= TOL)) {
+                            iris_test_fail(__FILE__, __LINE__, "%s/%s: first diverging hidden state: entering layer %d (max-abs %g)",
+                                           models[mi], scenarios[si], il, dh);
+                            break;
+                        }
+                    }
+                    iris_test_fail(__FILE__, __LINE__, "%s/%s: logits max-abs %g > %g", models[mi], scenarios[si], d, TOL);
+                }
+            }
+            free(logits);
+            free(tb.h);
+            iris_kv_cache_free(&kv);
+            free_scen(&sc);
+        }
+        close_model(&m);
+    }
+}
+
+/* Chunked prefill in 5-token chunks with scattered blocks, and two sequences
+ * in one batch, give the logits of one full prefill. */
+IRIS_TEST(text_paged_chunks_and_batches) {
+    tmodel m;
+    REQUIRE(open_model("tiny-gqa", &m) == 0);
+    const iris_text_config *c = &m.t.cfg;
+    scen a, b;
+    REQUIRE(load_scen("tiny-gqa", "image", &a) == 0);
+    REQUIRE(load_scen("tiny-gqa", "two_images", &b) == 0);
+    int V = c->vocab_size;
+    iris_kv_cache kv;
+    iris_err err = {0};
+    REQUIRE(iris_kv_cache_init(&kv, c, 16, &err) == 0);
+    /* a: blocks 7, 3; b: blocks 9, 1, 12 */
+    int32_t bta[] = {7, 3}, btb[] = {9, 1, 12};
+    float *lg = malloc(sizeof(float) * V * 2);
+    float worst = 0;
+    for (int from = 0; from < a.n; from += 5) {
+        int n = a.n - from < 5 ? a.n - from : 5;
+        iris_text_seq q = seq_of(&a, from, n, bta, 0);
+        REQUIRE(iris_text_forward(&m.t, &kv, &q, 1, lg, NULL, NULL, &err) == 0);
+        float d = max_abs(lg, a.logits.f32 + (size_t)(from + n - 1) * V, V);
+        worst = d > worst ? d : worst;
+    }
+    CHECKF(worst <= TOL, "chunked prefill: logits max-abs %g", worst);
+    /* both sequences again, as one batch, into fresh blocks */
+    int32_t bta2[] = {0, 2}, btb2[] = {4, 5, 6};
+    (void)btb;
+    iris_text_seq qs[2] = {seq_of(&a, 0, a.n, bta2, 0), seq_of(&b, 0, b.n, btb2, 0)};
+    REQUIRE(iris_text_forward(&m.t, &kv, qs, 2, lg, NULL, NULL, &err) == 0);
+    float da = max_abs(lg, a.logits.f32 + (size_t)(a.n - 1) * V, V);
+    float db = max_abs(lg + V, b.logits.f32 + (size_t)(b.n - 1) * V, V);
+    CHECKF(da <= TOL && db <= TOL, "batched: max-abs %g and %g", da, db);
+    free(lg);
+    iris_kv_cache_free(&kv);
+    free_scen(&a);
+    free_scen(&b);
+    close_model(&m);
+}
+
+IRIS_TEST(text_bad_steps_rejected) {
+    tmodel m;
+    REQUIRE(open_model("tiny-gqa", &m) == 0);
+    iris_kv_cache kv;
+    iris_err err = {0};
+    REQUIRE(iris_kv_cache_init(&kv, &m.t.cfg, 2, &err) == 0);
+    int32_t tok[2] = {1, 100000}, pos[6] = {0, 1, 0, 1, 0, 1}, bt[1] = {5};
+    iris_text_seq q = {.n_new = 2, .tokens = tok, .pos = pos, .pos_stride = 2, .block_table = bt, .logits_from = 1};
+    float lg[1024];
+    CHECK(iris_text_forward(&m.t, &kv, &q, 1, lg, NULL, NULL, &err) == IRIS_EINVAL);
+    CHECK_CONTAINS(err.msg, "KV block 5");
+    bt[0] = 0;
+    CHECK(iris_text_forward(&m.t, &kv, &q, 1, lg, NULL, NULL, &err) == IRIS_EINVAL);
+    CHECK_CONTAINS(err.msg, "token id 100000");
+    iris_kv_cache_free(&kv);
+    close_model(&m);
+}
