@@ -16,6 +16,9 @@
 #include "model/text.h"
 #include "test.h"
 #include "tiny_fixture.h"
+#include "npy.h"
+
+#include <unistd.h>
 
 #define TOL 1e-3f
 
@@ -224,4 +227,96 @@ IRIS_TEST(text_bad_steps_rejected) {
     CHECK_CONTAINS(err.msg, "token id 100000");
     iris_kv_cache_free(&kv);
     close_model(&m);
+}
+
+/* 24 greedy tokens through prefill + decode steps on the paged cache equal
+ * transformers' greedy generation; a flip is allowed only where the
+ * reference's top-2 margin is below the logit tolerance. */
+#include <jansson.h>
+
+IRIS_TEST(text_greedy_24_tokens) {
+    json_error_t je;
+    json_t *man = json_load_file(TINY_DIR "/manifest.json", 0, &je);
+    REQUIRE(man);
+    for (int mi = 0; mi < 3; mi++) {
+        tmodel m;
+        if (open_model(models[mi], &m)) continue;
+        const iris_text_config *c = &m.t.cfg;
+        int V = c->vocab_size;
+        for (int si = 0; si < 4; si++) {
+            json_t *js = json_object_get(json_object_get(json_object_get(json_object_get(man, "models"), models[mi]),
+                                                         "scenarios"), scenarios[si]);
+            json_t *greedy = json_object_get(js, "greedy"), *margins = json_object_get(js, "greedy_margins");
+            REQUIRE(json_is_array(greedy) && json_array_size(greedy) == 24);
+            scen sc;
+            REQUIRE(load_scen(models[mi], scenarios[si], &sc) == 0);
+            int n = sc.n, maxpos = 0;
+            for (int i = 0; i < 3 * n; i++) maxpos = sc.pos3[i] > maxpos ? sc.pos3[i] : maxpos;
+            int rope_delta = maxpos + 1 - n;
+            iris_kv_cache kv;
+            iris_err err = {0};
+            REQUIRE(iris_kv_cache_init(&kv, c, (n + 24 + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, &err) == 0);
+            int32_t bt[64];
+            for (int b = 0; b < 64; b++) bt[b] = kv.n_blocks - 1 - b; /* blocks in reverse order */
+            float *lg = malloc(sizeof(float) * V);
+            iris_text_seq q = seq_of(&sc, 0, n, bt, 0);
+            REQUIRE(iris_text_forward(&m.t, &kv, &q, 1, lg, NULL, NULL, &err) == 0);
+            int flips = 0;
+            for (int g = 0; g < 24; g++) {
+                int best = 0;
+                for (int v = 1; v < V; v++) best = lg[v] > lg[best] ? v : best;
+                int want = (int)json_integer_value(json_array_get(greedy, (size_t)g));
+                double margin = json_real_value(json_array_get(margins, (size_t)g));
+                if (best != want) {
+                    if (margin < TOL) {
+                        flips++;
+                        best = want; /* follow the reference past a near-tie */
+                    } else {
+                        iris_test_fail(__FILE__, __LINE__, "%s/%s: greedy token %d is %d, transformers %d (margin %g)",
+                                       models[mi], scenarios[si], g, best, want, margin);
+                        break;
+                    }
+                }
+                int32_t tok = best, pos[3] = {n + g + rope_delta, n + g + rope_delta, n + g + rope_delta};
+                iris_text_seq d = {.n_past = n + g, .n_new = 1, .tokens = &tok, .pos = pos, .pos_stride = 1,
+                                   .block_table = bt, .logits_from = 0};
+                REQUIRE(iris_text_forward(&m.t, &kv, &d, 1, lg, NULL, NULL, &err) == 0);
+            }
+            if (flips) printf("  %s / %s: %d near-tie flip(s) followed\n", models[mi], scenarios[si], flips);
+            free(lg);
+            iris_kv_cache_free(&kv);
+            free_scen(&sc);
+        }
+        close_model(&m);
+    }
+    json_decref(man);
+}
+
+/* `iris logits` from an image file and a prompt: the whole pipeline (chat
+ * template, tokenizer, preprocessing, vision, decoder) against transformers. */
+IRIS_TEST(text_cli_logits_matches_transformers) {
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s logits " TINY_DIR "/tiny-gqa/model --image " TINY_DIR "/images/a.png --prompt 'What is in this image?' "
+             "--out /tmp/iris-test-logits-%d.npy 2>/dev/null", bin, (int)getpid());
+    REQUIRE(system(cmd) == 0);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/iris-test-logits-%d.npy", (int)getpid());
+    float *got = NULL;
+    int64_t shape[8];
+    int nd = 0;
+    iris_err err = {0};
+    REQUIRE(iris_npy_read_f32(path, &got, shape, &nd, &err) == 0);
+    unlink(path);
+    tiny_arr ref;
+    REQUIRE(tiny_load("tiny-gqa/image/logits.npy", &ref) == 0);
+    CHECK(nd == 2 && shape[0] == ref.shape[0] && shape[1] == ref.shape[1]);
+    if (nd == 2 && shape[0] * shape[1] == ref.n) {
+        float d = max_abs(got, ref.f32, ref.n);
+        printf("  iris logits vs transformers: max-abs %.3g\n", d);
+        CHECKF(d <= TOL, "max-abs %g", d);
+    }
+    free(got);
+    tiny_free(&ref);
 }

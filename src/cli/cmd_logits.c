@@ -10,11 +10,80 @@
 #include "cli.h"
 #include "err.h"
 #include "infer.h"
+#include "model/text.h"
+#include "npy.h"
+
+#include <errno.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f) {
     fprintf(f, "usage: iris logits MODEL [--image PATH]... [--system TEXT] --prompt TEXT --out FILE.npy\n"
                "                   [--last N] [--hidden-states DIR] [--device cpu]\n\n"
                "Writes the float32 logits of the prompt's positions as a .npy [n, vocab].\n");
+}
+
+typedef struct {
+    const char *dir;
+    int rc;
+    iris_err *err;
+} hidden_out;
+
+/* Writes the residual stream entering layer il as DIR/layer_<il>.npy [n, hidden]. */
+static void save_hidden(void *ud, int il, const float *h, int n_rows, int hidden) {
+    hidden_out *ho = ud;
+    if (ho->rc) return;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/layer_%02d.npy", ho->dir, il);
+    int64_t shape[2] = {n_rows, hidden};
+    ho->rc = iris_npy_write_f32(path, h, shape, 2, ho->err);
+}
+
+/* One prefill of the whole prompt; the logits of every position, or of the last `last`. */
+static int run_logits(infer_model *m, const iris_prompt *p, const iris_vision_out *vo, long last, const char *out,
+                      const char *hidden_dir, iris_err *err) {
+    iris_text text;
+    int rc = iris_text_load(m->st, &m->cfg, &text, err);
+    if (rc) return rc;
+    int n = (int)p->ids.n, V = text.cfg.vocab_size;
+    int n_out = last > 0 && last < n ? (int)last : n;
+    iris_kv_cache kv;
+    int32_t *bt = NULL, *tok = NULL;
+    float *logits = NULL;
+    rc = iris_kv_cache_init(&kv, &text.cfg, (n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, err);
+    if (rc) goto done;
+    bt = malloc(sizeof(int32_t) * (size_t)kv.n_blocks);
+    tok = malloc(sizeof(int32_t) * (size_t)n);
+    logits = malloc(sizeof(float) * (size_t)n_out * V);
+    if (!bt || !tok || !logits) {
+        rc = iris_err_set(err, IRIS_ENOMEM, "out of memory for %d x %d logits", n_out, V);
+        goto done;
+    }
+    for (int b = 0; b < kv.n_blocks; b++) bt[b] = b;
+    for (int i = 0; i < n; i++) tok[i] = p->ids.ids[i];
+    iris_text_seq q = {.n_new = n, .tokens = tok, .pos = p->pos, .pos_stride = n, .block_table = bt,
+                       .logits_from = n - n_out};
+    if (vo->n_tokens > 0) {
+        q.image_embeds = vo->embeds;
+        q.n_deepstack = vo->n_deepstack;
+        for (int d = 0; d < vo->n_deepstack; d++) q.deepstack[d] = vo->deepstack + (size_t)d * vo->n_tokens * vo->out_hidden;
+    }
+    hidden_out ho = {hidden_dir, 0, err};
+    if (hidden_dir && mkdir(hidden_dir, 0755) != 0 && errno != EEXIST) {
+        rc = iris_err_set(err, IRIS_EIO, "--hidden-states %s: %s", hidden_dir, strerror(errno));
+        goto done;
+    }
+    rc = iris_text_forward(&text, &kv, &q, 1, logits, hidden_dir ? save_hidden : NULL, &ho, err);
+    if (!rc) rc = ho.rc;
+    if (!rc) {
+        int64_t shape[2] = {n_out, V};
+        rc = iris_npy_write_f32(out, logits, shape, 2, err);
+    }
+    if (!rc) fprintf(stderr, "iris logits: %d prompt tokens, %d image(s); wrote [%d, %d] to %s\n", n, p->n_images, n_out, V, out);
+done:
+    free(bt), free(tok), free(logits);
+    iris_kv_cache_free(&kv);
+    iris_text_free(&text);
+    return rc;
 }
 
 int iris_cmd_logits(int argc, char **argv) {
@@ -66,7 +135,6 @@ int iris_cmd_logits(int argc, char **argv) {
         fprintf(stderr, "iris logits: --device %s: only cpu is available in this build\n", device);
         return 2;
     }
-    (void)hidden;
     iris_err err = {0};
     infer_model m;
     if (infer_open(model, &m, &err)) return iris_cli_fail(&err);
@@ -74,7 +142,7 @@ int iris_cmd_logits(int argc, char **argv) {
     iris_vision_out vo;
     int rc = infer_prepare(&m, system, images, n_images, prompt, 0, &p, &vo, &err);
     if (!rc) {
-        rc = infer_decode(&m, &err);
+        rc = run_logits(&m, &p, &vo, last, out, hidden, &err);
         iris_vision_out_free(&vo);
         iris_prompt_free(&p);
     }
