@@ -6,14 +6,16 @@
 #include "cli.h"
 
 int iris_cmd_version(int argc, char **argv);
-int iris_cmd_inspect(int argc, char **argv);
 int iris_cmd_run(int argc, char **argv);
 int iris_cmd_caption(int argc, char **argv);
 int iris_cmd_ask(int argc, char **argv);
 int iris_cmd_describe(int argc, char **argv);
 int iris_cmd_logits(int argc, char **argv);
+int iris_cmd_inspect(int argc, char **argv);
 int iris_cmd_quantize(int argc, char **argv);
 int iris_cmd_synth(int argc, char **argv);
+int iris_cmd_tokenize(int argc, char **argv);
+int iris_cmd_detokenize(int argc, char **argv);
 int iris_cmd_pull(int argc, char **argv);
 int iris_cmd_ls(int argc, char **argv);
 int iris_cmd_preprocess(int argc, char **argv);
@@ -23,6 +25,8 @@ static const iris_cli_cmd iris_cli_cmds[] = {
     {"inspect", iris_cmd_inspect, "show a checkpoint's config, tensors and sizes without loading it"},
     {"pull", iris_cmd_pull, "download a model from the Hugging Face Hub into the shared cache"},
     {"ls", iris_cmd_ls, "list the models in the Hugging Face cache"},
+    {"tokenize", iris_cmd_tokenize, "print the token ids of a text as a JSON array"},
+    {"detokenize", iris_cmd_detokenize, "print the text of token ids"},
     {"quantize", iris_cmd_quantize, "write Qwen's block-FP8 format from a BF16 checkpoint"},
     {"synth", iris_cmd_synth, "write a real-shape checkpoint with random weights (benchmarks)"},
     {"preprocess", iris_cmd_preprocess, "decode and preprocess images into pixel_values (.npy)"},
