@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "model/text.h"
+#include "backend/backend.h"
 #include "test.h"
 #include "tiny_fixture.h"
 #include "npy.h"
@@ -29,6 +30,7 @@ typedef struct {
     iris_config cfg;
     iris_st *st;
     iris_text t;
+    iris_backend *b;
 } tmodel;
 
 static int open_model(const char *name, tmodel *m) {
@@ -36,7 +38,7 @@ static int open_model(const char *name, tmodel *m) {
     iris_err err = {0};
     snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, name);
     if (iris_config_load(dir, &m->cfg, &err) || iris_st_open(dir, &m->st, &err) ||
-        iris_text_load(m->st, &m->cfg, &m->t, &err)) {
+        iris_text_load(m->st, &m->cfg, &m->t, &err) || iris_backend_cpu_open(&m->b, &err)) {
         iris_test_fail(__FILE__, __LINE__, "%s: %s", name, err.msg);
         return -1;
     }
@@ -46,6 +48,7 @@ static int open_model(const char *name, tmodel *m) {
 static void close_model(tmodel *m) {
     iris_text_free(&m->t);
     iris_st_close(m->st);
+    m->b->destroy(m->b);
 }
 
 typedef struct {
@@ -139,13 +142,13 @@ IRIS_TEST(text_logits_parity) {
             int n = sc.n, H = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
             iris_kv_cache kv;
             iris_err err = {0};
-            REQUIRE(iris_kv_cache_init(&kv, c, (n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, &err) == 0);
+            REQUIRE(iris_kv_cache_init(&kv, c, (n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, m.b, &err) == 0);
             int32_t bt[64];
             for (int b = 0; b < 64; b++) bt[b] = b;
             iris_text_seq q = seq_of(&sc, 0, n, bt, 1);
             float *logits = malloc(sizeof(float) * (size_t)n * V);
             trace_buf tb = {malloc(sizeof(float) * (size_t)(L + 1) * n * H), 0};
-            int rc = iris_text_forward(&m.t, &kv, &q, 1, logits, on_hidden, &tb, &err);
+            int rc = iris_text_forward(&m.t, m.b, &kv, &q, 1, logits, on_hidden, &tb, &err);
             CHECKF(rc == 0, "%s/%s: %s", models[mi], scenarios[si], err.msg);
             if (rc == 0) {
                 float d = max_abs(logits, sc.logits.f32, (int64_t)n * V);
@@ -183,7 +186,7 @@ IRIS_TEST(text_paged_chunks_and_batches) {
     int V = c->vocab_size;
     iris_kv_cache kv;
     iris_err err = {0};
-    REQUIRE(iris_kv_cache_init(&kv, c, 16, &err) == 0);
+    REQUIRE(iris_kv_cache_init(&kv, c, 16, m.b, &err) == 0);
     /* a: blocks 7, 3; b: blocks 9, 1, 12 */
     int32_t bta[] = {7, 3}, btb[] = {9, 1, 12};
     float *lg = malloc(sizeof(float) * V * 2);
@@ -191,7 +194,7 @@ IRIS_TEST(text_paged_chunks_and_batches) {
     for (int from = 0; from < a.n; from += 5) {
         int n = a.n - from < 5 ? a.n - from : 5;
         iris_text_seq q = seq_of(&a, from, n, bta, 0);
-        REQUIRE(iris_text_forward(&m.t, &kv, &q, 1, lg, NULL, NULL, &err) == 0);
+        REQUIRE(iris_text_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == 0);
         float d = max_abs(lg, a.logits.f32 + (size_t)(from + n - 1) * V, V);
         worst = d > worst ? d : worst;
     }
@@ -200,7 +203,7 @@ IRIS_TEST(text_paged_chunks_and_batches) {
     int32_t bta2[] = {0, 2}, btb2[] = {4, 5, 6};
     (void)btb;
     iris_text_seq qs[2] = {seq_of(&a, 0, a.n, bta2, 0), seq_of(&b, 0, b.n, btb2, 0)};
-    REQUIRE(iris_text_forward(&m.t, &kv, qs, 2, lg, NULL, NULL, &err) == 0);
+    REQUIRE(iris_text_forward(&m.t, m.b, &kv, qs, 2, lg, NULL, NULL, &err) == 0);
     float da = max_abs(lg, a.logits.f32 + (size_t)(a.n - 1) * V, V);
     float db = max_abs(lg + V, b.logits.f32 + (size_t)(b.n - 1) * V, V);
     CHECKF(da <= TOL && db <= TOL, "batched: max-abs %g and %g", da, db);
@@ -216,14 +219,14 @@ IRIS_TEST(text_bad_steps_rejected) {
     REQUIRE(open_model("tiny-gqa", &m) == 0);
     iris_kv_cache kv;
     iris_err err = {0};
-    REQUIRE(iris_kv_cache_init(&kv, &m.t.cfg, 2, &err) == 0);
+    REQUIRE(iris_kv_cache_init(&kv, &m.t.cfg, 2, m.b, &err) == 0);
     int32_t tok[2] = {1, 100000}, pos[6] = {0, 1, 0, 1, 0, 1}, bt[1] = {5};
     iris_text_seq q = {.n_new = 2, .tokens = tok, .pos = pos, .pos_stride = 2, .block_table = bt, .logits_from = 1};
     float lg[1024];
-    CHECK(iris_text_forward(&m.t, &kv, &q, 1, lg, NULL, NULL, &err) == IRIS_EINVAL);
+    CHECK(iris_text_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == IRIS_EINVAL);
     CHECK_CONTAINS(err.msg, "KV block 5");
     bt[0] = 0;
-    CHECK(iris_text_forward(&m.t, &kv, &q, 1, lg, NULL, NULL, &err) == IRIS_EINVAL);
+    CHECK(iris_text_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == IRIS_EINVAL);
     CHECK_CONTAINS(err.msg, "token id 100000");
     iris_kv_cache_free(&kv);
     close_model(&m);
@@ -255,12 +258,12 @@ IRIS_TEST(text_greedy_24_tokens) {
             int rope_delta = maxpos + 1 - n;
             iris_kv_cache kv;
             iris_err err = {0};
-            REQUIRE(iris_kv_cache_init(&kv, c, (n + 24 + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, &err) == 0);
+            REQUIRE(iris_kv_cache_init(&kv, c, (n + 24 + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, m.b, &err) == 0);
             int32_t bt[64];
             for (int b = 0; b < 64; b++) bt[b] = kv.n_blocks - 1 - b; /* blocks in reverse order */
             float *lg = malloc(sizeof(float) * V);
             iris_text_seq q = seq_of(&sc, 0, n, bt, 0);
-            REQUIRE(iris_text_forward(&m.t, &kv, &q, 1, lg, NULL, NULL, &err) == 0);
+            REQUIRE(iris_text_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == 0);
             int flips = 0;
             for (int g = 0; g < 24; g++) {
                 int best = 0;
@@ -280,7 +283,7 @@ IRIS_TEST(text_greedy_24_tokens) {
                 int32_t tok = best, pos[3] = {n + g + rope_delta, n + g + rope_delta, n + g + rope_delta};
                 iris_text_seq d = {.n_past = n + g, .n_new = 1, .tokens = &tok, .pos = pos, .pos_stride = 1,
                                    .block_table = bt, .logits_from = 0};
-                REQUIRE(iris_text_forward(&m.t, &kv, &d, 1, lg, NULL, NULL, &err) == 0);
+                REQUIRE(iris_text_forward(&m.t, m.b, &kv, &d, 1, lg, NULL, NULL, &err) == 0);
             }
             if (flips) printf("  %s / %s: %d near-tie flip(s) followed\n", models[mi], scenarios[si], flips);
             free(lg);

@@ -42,14 +42,19 @@ static void save_hidden(void *ud, int il, const float *h, int n_rows, int hidden
 static int run_logits(infer_model *m, const iris_prompt *p, const iris_vision_out *vo, long last, const char *out,
                       const char *hidden_dir, iris_err *err) {
     iris_text text;
+    iris_backend *b = NULL;
     int rc = iris_text_load(m->st, &m->cfg, &text, err);
     if (rc) return rc;
+    if ((rc = iris_backend_cpu_open(&b, err))) {
+        iris_text_free(&text);
+        return rc;
+    }
     int n = (int)p->ids.n, V = text.cfg.vocab_size;
     int n_out = last > 0 && last < n ? (int)last : n;
     iris_kv_cache kv;
     int32_t *bt = NULL, *tok = NULL;
     float *logits = NULL;
-    rc = iris_kv_cache_init(&kv, &text.cfg, (n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, err);
+    rc = iris_kv_cache_init(&kv, &text.cfg, (n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, b, err);
     if (rc) goto done;
     bt = malloc(sizeof(int32_t) * (size_t)kv.n_blocks);
     tok = malloc(sizeof(int32_t) * (size_t)n);
@@ -58,7 +63,7 @@ static int run_logits(infer_model *m, const iris_prompt *p, const iris_vision_ou
         rc = iris_err_set(err, IRIS_ENOMEM, "out of memory for %d x %d logits", n_out, V);
         goto done;
     }
-    for (int b = 0; b < kv.n_blocks; b++) bt[b] = b;
+    for (int k = 0; k < kv.n_blocks; k++) bt[k] = k;
     for (int i = 0; i < n; i++) tok[i] = p->ids.ids[i];
     iris_text_seq q = {.n_new = n, .tokens = tok, .pos = p->pos, .pos_stride = n, .block_table = bt,
                        .logits_from = n - n_out};
@@ -72,7 +77,7 @@ static int run_logits(infer_model *m, const iris_prompt *p, const iris_vision_ou
         rc = iris_err_set(err, IRIS_EIO, "--hidden-states %s: %s", hidden_dir, strerror(errno));
         goto done;
     }
-    rc = iris_text_forward(&text, &kv, &q, 1, logits, hidden_dir ? save_hidden : NULL, &ho, err);
+    rc = iris_text_forward(&text, b, &kv, &q, 1, logits, hidden_dir ? save_hidden : NULL, &ho, err);
     if (!rc) rc = ho.rc;
     if (!rc) {
         int64_t shape[2] = {n_out, V};
@@ -83,6 +88,7 @@ done:
     free(bt), free(tok), free(logits);
     iris_kv_cache_free(&kv);
     iris_text_free(&text);
+    b->destroy(b);
     return rc;
 }
 

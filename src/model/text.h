@@ -31,38 +31,44 @@
 
 #define IRIS_KV_BLOCK 16
 
-typedef struct iris_text_linear {
-    const iris_st_tensor *weight;     /* [out, in], BF16/F16/F32 or F8_E4M3 */
-    const iris_st_tensor *scale_inv;  /* FP8 only: F32 [ceil(out/bo), ceil(in/bi)] */
-    int block[2];                     /* FP8 block size (rows, cols) */
-} iris_text_linear;
+
+#include "backend/backend.h"
 
 typedef struct iris_text_layer {
-    const iris_st_tensor *input_layernorm, *post_attention_layernorm, *q_norm, *k_norm;
-    iris_text_linear q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+    iris_tensor input_layernorm, post_attention_layernorm, q_norm, k_norm;  /* [1, n] */
+    iris_tensor q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; /* [out, in] */
 } iris_text_layer;
 
 typedef struct iris_text {
     iris_text_config cfg;
     int image_token_id, video_token_id;
-    const iris_st_tensor *embed_tokens, *norm;
-    iris_text_linear lm_head;         /* embed_tokens when tied */
-    iris_text_layer *layers;          /* cfg.num_hidden_layers, malloc'd */
-    int n_fp8;                        /* how many linears are FP8 */
+    iris_tensor embed_tokens, norm, lm_head;  /* lm_head = embed_tokens when tied */
+    iris_text_layer *layers;                  /* cfg.num_hidden_layers, malloc'd */
+    int n_fp8;                                /* how many linears are FP8 */
+    float inv_freq[512];                      /* rotary frequencies, head_dim/2 */
+    int dim_of[512];                          /* frequency slot -> position component (t, h, w) */
+    iris_backend *on;                         /* backend the weights were uploaded to; NULL: host views */
 } iris_text;
 
 /* Binds and checks the decoder tensors ("model.language_model.", "lm_head.")
  * against the config: a missing tensor or a wrong shape is an error naming the
- * tensor and both shapes.  Free with iris_text_free. */
+ * tensor and both shapes.  The views point into the checkpoint's mmap (which
+ * must outlive them), usable by the CPU backend as they are.  Free with
+ * iris_text_free. */
 int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris_err *err);
+/* Copies every weight into backend `b`'s memory (FP8 stays FP8 with its
+ * scales); a no-op for the CPU backend. */
+int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err);
 void iris_text_free(iris_text *t);
 
 typedef struct iris_kv_cache {
-    int n_layers, n_kv_heads, head_dim, n_blocks;
-    float *k, *v;   /* [n_layers][n_blocks][IRIS_KV_BLOCK][n_kv_heads * head_dim] */
+    int n_layers, n_blocks;
+    iris_kv_layer *layers;    /* [n_layers], each [n_blocks, IRIS_KV_BLOCK, n_kv_heads * head_dim] */
+    iris_backend *b;
 } iris_kv_cache;
 
-int iris_kv_cache_init(iris_kv_cache *kv, const iris_text_config *cfg, int n_blocks, iris_err *err);
+/* KV blocks in backend b's memory, in its activation dtype. */
+int iris_kv_cache_init(iris_kv_cache *kv, const iris_text_config *cfg, int n_blocks, iris_backend *b, iris_err *err);
 void iris_kv_cache_free(iris_kv_cache *kv);
 
 typedef struct iris_text_seq {
@@ -80,13 +86,15 @@ typedef struct iris_text_seq {
 
 /* Called with the residual stream entering layer il (il = num_hidden_layers:
  * the last layer's output, before the final norm), rows of all sequences in
- * order.  For `iris logits --hidden-states` and first-diverging-layer reports. */
+ * order, as fp32 host memory.  For `iris logits --hidden-states` and
+ * first-diverging-layer reports. */
 typedef void (*iris_text_trace_fn)(void *ud, int il, const float *h, int n_rows, int hidden);
 
-/* One step: appends every sequence's new K/V to its blocks and writes the
- * logits of the requested rows, sequence after sequence, to `logits`
- * ([rows, vocab_size] floats, the caller's buffer). */
-int iris_text_forward(const iris_text *t, iris_kv_cache *kv, const iris_text_seq *seqs, int n_seqs, float *logits,
-                      iris_text_trace_fn trace, void *trace_ud, iris_err *err);
+/* One step on backend b (the one the weights and the cache live on): appends
+ * every sequence's new K/V to its blocks and writes the logits of the
+ * requested rows, sequence after sequence, to `logits` ([rows, vocab_size]
+ * fp32, host memory, the caller's buffer).  All inputs are host memory. */
+int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const iris_text_seq *seqs, int n_seqs,
+                      float *logits, iris_text_trace_fn trace, void *trace_ud, iris_err *err);
 
 #endif

@@ -1,0 +1,126 @@
+/* backend.h: the op table the model code calls, and non-owning tensor views.
+ *
+ * The model code (model/text.c, model/vision.c) is straight-line C over these
+ * ops; the CPU backend (backend/cpu/) is the numeric reference, the CUDA
+ * backend (backend/cuda/, .cu files behind a C header) the fast path, and
+ * tests/test_ops.c checks every CUDA op against the CPU one.
+ *
+ * Tensors are views: a pointer the backend understands (host memory for the
+ * CPU, device memory for CUDA), a dtype and a row-major 2-D shape [rows,
+ * cols] (contiguous rows; `ld` elements between rows, >= cols).  Weights may
+ * be F32, BF16, F16 or block-scaled FP8 (F8_E4M3 with an fp32 scale per
+ * block[0] x block[1] block, the multiplier of Qwen's `weight_scale_inv`).
+ * Activations are in the backend's `act` dtype: F32 on the CPU, BF16 on CUDA
+ * (fp32 accumulation inside every op).
+ *
+ * Memory: every buffer comes from `alloc` (the CPU backend mallocs; CUDA
+ * carves from the one device allocation the planner sized at start, so the
+ * step loop never calls cudaMalloc).  Ops are asynchronous on CUDA (one
+ * stream, in order); `sync` waits.  An op returns 0 or a negative IRIS_E*
+ * code with the message in the backend's err (a CUDA error mid-step means the
+ * device is lost: the engine fails the requests in flight and stops). */
+#ifndef IRIS_BACKEND_H
+#define IRIS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "iris.h"
+#include "model/safetensors.h"
+
+typedef struct iris_tensor {
+    void *data;
+    iris_dtype dtype;
+    int64_t rows, cols, ld;     /* ld: elements between row starts; 0 means cols */
+    const float *scale;         /* FP8 only: [ceil(rows/block[0]), ceil(cols/block[1])], row-major */
+    int block[2];
+} iris_tensor;
+
+/* Per-step sequence metadata for the paged-attention ops (device memory on CUDA). */
+typedef struct iris_attn_meta {
+    int n_rows;                 /* query rows in the step, all sequences flattened */
+    const int32_t *row_seq;     /* [n_rows] sequence index of each row */
+    const int32_t *row_ctx;     /* [n_rows] tokens visible to the row (causal: its own index + 1 + n_past) */
+    const int32_t *block_tables;/* [n_seqs, max_blocks] */
+    int max_blocks;
+    const int32_t *slot;        /* [n_rows] cache slot of the row's new K/V: block * IRIS_KV_BLOCK + offset */
+} iris_attn_meta;
+
+/* One layer's paged cache: [n_blocks, IRIS_KV_BLOCK, n_kv_heads * head_dim] in `dtype`. */
+typedef struct iris_kv_layer {
+    void *k, *v;
+    iris_dtype dtype;
+    int n_blocks, n_kv_heads, head_dim;
+} iris_kv_layer;
+
+typedef struct iris_backend iris_backend;
+struct iris_backend {
+    const char *name;
+    iris_dtype act;             /* activation dtype */
+    void *ctx;
+    iris_err err;
+
+    /* memory */
+    void *(*alloc)(iris_backend *b, size_t bytes);            /* NULL when the budget is exhausted */
+    void (*free)(iris_backend *b, void *p);
+    int (*upload)(iris_backend *b, void *dst, const void *src, size_t bytes);
+    int (*download)(iris_backend *b, void *dst, const void *src, size_t bytes);
+    int (*sync)(iris_backend *b);
+
+    /* y[n, out] = x[n, in] · Wᵀ (+ bias[out]); W is F32/BF16/F16 or FP8 block-scaled,
+     * dequantized as bf16(q · scale) (QWEN3VL.md §2).  y may not alias x. */
+    int (*linear)(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y);
+    /* y[i] = table[ids[i]] for n ids (ids in backend memory). */
+    int (*embed)(iris_backend *b, const iris_tensor *table, const int32_t *ids, int n, iris_tensor *y);
+    /* y = w ⊙ x / sqrt(mean(x²) + eps) per row of x; y may alias x. */
+    int (*rms_norm)(iris_backend *b, const iris_tensor *x, const iris_tensor *w, float eps, iris_tensor *y);
+    /* y = (x - mean) / sqrt(var + eps) ⊙ w + bias per row; y may alias x. */
+    int (*layer_norm)(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, float eps,
+                      iris_tensor *y);
+    /* y += x (same shapes). */
+    int (*add)(iris_backend *b, iris_tensor *y, const iris_tensor *x);
+    /* g = silu(g) ⊙ u. */
+    int (*silu_mul)(iris_backend *b, iris_tensor *g, const iris_tensor *u);
+    /* x = gelu(x), tanh approximation (ViT MLP) or exact erf (mergers). */
+    int (*gelu_tanh)(iris_backend *b, iris_tensor *x);
+    int (*gelu_erf)(iris_backend *b, iris_tensor *x);
+    /* Rotary in place on x [n, n_heads * head_dim], NeoX pairing d ↔ d + head_dim/2:
+     * angle[row][j] = pos[dim_of[j]][row] * inv_freq[j] for j < head_dim/2, pos being
+     * 3 rows of n int32 (t, h, w; text MRoPE) or 2 rows (row, col; vision).  dim_of and
+     * inv_freq live in host memory (small, copied by the backend as needed). */
+    int (*rope)(iris_backend *b, iris_tensor *x, int n_heads, int head_dim, const int32_t *pos, int pos_stride,
+                const int *dim_of, const float *inv_freq);
+    /* Writes the rows of k and v [n, n_kv * head_dim] into the layer's cache at meta->slot. */
+    int (*kv_write)(iris_backend *b, iris_kv_layer *kv, const iris_tensor *k, const iris_tensor *v,
+                    const iris_attn_meta *meta);
+    /* Causal attention of q [n, nq * hd] over the paged cache (GQA: q head h reads kv head
+     * h / (nq / n_kv)), scale 1/sqrt(hd), fp32 softmax; o [n, nq * hd]. */
+    int (*attn_paged)(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
+                      int n_q_heads, iris_tensor *o);
+    /* Bidirectional attention within segments (vision: one segment per image), qkv
+     * [n, 3 * n_heads * hd] as q | k | v; cu_seqlens [n_seg + 1] (host memory); o [n, n_heads * hd]. */
+    int (*attn_segments)(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
+                         int n_seg, iris_tensor *o);
+    /* y[idx[i]] = x[i] (scatter rows) or y[idx[i]] += x[i] (add_rows); idx in backend memory. */
+    int (*set_rows)(iris_backend *b, iris_tensor *y, const int32_t *idx, const iris_tensor *x);
+    int (*add_rows)(iris_backend *b, iris_tensor *y, const int32_t *idx, const iris_tensor *x);
+    /* y[i] = x[idx[i]] (gather rows). */
+    int (*get_rows)(iris_backend *b, const iris_tensor *x, const int32_t *idx, int n, iris_tensor *y);
+    /* y[i] = Σ_k w[i][k] · table[idx[i][k]] over 4 taps (the vision position-embedding
+     * interpolation), idx and w [n, 4] in backend memory; y may be added into x by the caller. */
+    int (*interp4)(iris_backend *b, const iris_tensor *table, const int32_t *idx, const float *w, int n, iris_tensor *y);
+
+    void (*destroy)(iris_backend *b);
+};
+
+/* The CPU backend (threads from base/pool.h). */
+int iris_backend_cpu_open(iris_backend **out, iris_err *err);
+
+#ifdef IRIS_CUDA
+/* The CUDA backend on `device`, with a device arena of `arena_bytes` taken once. */
+int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, iris_err *err);
+#endif
+
+static inline int64_t iris_tensor_ld(const iris_tensor *t) { return t->ld ? t->ld : t->cols; }
+
+#endif

@@ -1,0 +1,139 @@
+/* cpu_attn.c: attention on the CPU — causal over the paged KV cache (text)
+ * and bidirectional within segments (vision).  fp32 scores and softmax; work
+ * is split over (row, head) pairs on the pool. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+#include "pool.h"
+
+#define KV_BLOCK 16 /* IRIS_KV_BLOCK; model/text.h */
+
+static float *kv_row(const iris_kv_layer *kv, void *base, const int32_t *bt, int j) {
+    size_t row = (size_t)(kv->n_kv_heads * kv->head_dim);
+    return (float *)base + ((size_t)bt[j / KV_BLOCK] * KV_BLOCK + (size_t)(j % KV_BLOCK)) * row;
+}
+
+int iris_cpu_kv_write(iris_backend *b, iris_kv_layer *kv, const iris_tensor *k, const iris_tensor *v,
+                      const iris_attn_meta *meta) {
+    size_t row = (size_t)(kv->n_kv_heads * kv->head_dim);
+    for (int r = 0; r < meta->n_rows; r++) {
+        int32_t s = meta->slot[r];
+        if (s < 0 || s >= kv->n_blocks * KV_BLOCK) return iris_cpu_fail(b, IRIS_EINVAL, "kv_write: slot %d out of range", s);
+        memcpy((float *)kv->k + (size_t)s * row, (const float *)k->data + r * iris_tensor_ld(k), row * sizeof(float));
+        memcpy((float *)kv->v + (size_t)s * row, (const float *)v->data + r * iris_tensor_ld(v), row * sizeof(float));
+    }
+    return 0;
+}
+
+typedef struct {
+    const iris_tensor *q;
+    const iris_kv_layer *kv;
+    const iris_attn_meta *m;
+    int nq, max_ctx;
+    iris_tensor *o;
+} paged_ctx;
+
+static void paged_run(void *p, int64_t w0, int64_t w1) {
+    paged_ctx *c = p;
+    int hd = c->kv->head_dim, grp = c->nq / c->kv->n_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *sc = malloc(sizeof(float) * (size_t)c->max_ctx);
+    if (!sc) return;
+    for (int64_t w = w0; w < w1; w++) {
+        int r = (int)(w / c->nq), h = (int)(w % c->nq), kvh = h / grp;
+        const int32_t *bt = c->m->block_tables + (int64_t)c->m->row_seq[r] * c->m->max_blocks;
+        int n_ctx = c->m->row_ctx[r];
+        const float *q = (const float *)c->q->data + r * iris_tensor_ld(c->q) + h * hd;
+        float mx = -INFINITY;
+        for (int j = 0; j < n_ctx; j++) {
+            const float *k = kv_row(c->kv, c->kv->k, bt, j) + kvh * hd;
+            float d = 0;
+            for (int e = 0; e < hd; e++) d += q[e] * k[e];
+            sc[j] = d * scale;
+            mx = sc[j] > mx ? sc[j] : mx;
+        }
+        double sum = 0;
+        for (int j = 0; j < n_ctx; j++) sum += (sc[j] = expf(sc[j] - mx));
+        float inv = (float)(1.0 / sum);
+        float *o = (float *)c->o->data + r * iris_tensor_ld(c->o) + h * hd;
+        for (int e = 0; e < hd; e++) o[e] = 0;
+        for (int j = 0; j < n_ctx; j++) {
+            const float *v = kv_row(c->kv, c->kv->v, bt, j) + kvh * hd;
+            float pj = sc[j] * inv;
+            for (int e = 0; e < hd; e++) o[e] += pj * v[e];
+        }
+    }
+    free(sc);
+}
+
+int iris_cpu_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
+                        int n_q_heads, iris_tensor *o) {
+    int max_ctx = 1;
+    for (int r = 0; r < meta->n_rows; r++) {
+        if (meta->row_ctx[r] < 1 || meta->row_ctx[r] > meta->max_blocks * KV_BLOCK)
+            return iris_cpu_fail(b, IRIS_EINVAL, "attn_paged: row %d sees %d tokens (max %d)", r, meta->row_ctx[r],
+                                 meta->max_blocks * KV_BLOCK);
+        max_ctx = meta->row_ctx[r] > max_ctx ? meta->row_ctx[r] : max_ctx;
+    }
+    paged_ctx c = {.q = q, .kv = kv, .m = meta, .nq = n_q_heads, .max_ctx = max_ctx, .o = o};
+    iris_pool_for((int64_t)meta->n_rows * n_q_heads, paged_run, &c);
+    return 0;
+}
+
+typedef struct {
+    const iris_tensor *qkv;
+    int nh, hd, n_seg, max_len;
+    const int *cu;
+    iris_tensor *o;
+} seg_ctx;
+
+static void seg_run(void *p, int64_t w0, int64_t w1) {
+    seg_ctx *c = p;
+    int hd = c->hd, nh = c->nh;
+    int64_t ld = iris_tensor_ld(c->qkv);
+    const float *base = c->qkv->data;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *sc = malloc(sizeof(float) * (size_t)c->max_len);
+    if (!sc) return;
+    for (int64_t w = w0; w < w1; w++) {
+        int64_t i = w / nh;
+        int h = (int)(w % nh), s = 0;
+        while (s + 1 < c->n_seg && c->cu[s + 1] <= i) s++;
+        int a = c->cu[s], e_ = c->cu[s + 1];
+        const float *q = base + i * ld + h * hd;
+        float mx = -INFINITY;
+        for (int j = a; j < e_; j++) {
+            const float *k = base + (int64_t)j * ld + (int64_t)nh * hd + h * hd;
+            float d = 0;
+            for (int e = 0; e < hd; e++) d += q[e] * k[e];
+            sc[j - a] = d * scale;
+            mx = sc[j - a] > mx ? sc[j - a] : mx;
+        }
+        double sum = 0;
+        for (int j = 0; j < e_ - a; j++) sum += (sc[j] = expf(sc[j] - mx));
+        float inv = (float)(1.0 / sum);
+        float *o = (float *)c->o->data + i * iris_tensor_ld(c->o) + h * hd;
+        for (int e = 0; e < hd; e++) o[e] = 0;
+        for (int j = a; j < e_; j++) {
+            const float *v = base + (int64_t)j * ld + 2 * (int64_t)nh * hd + h * hd;
+            float pj = sc[j - a] * inv;
+            for (int e = 0; e < hd; e++) o[e] += pj * v[e];
+        }
+    }
+    free(sc);
+}
+
+int iris_cpu_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
+                           int n_seg, iris_tensor *o) {
+    int max_len = 1;
+    for (int s = 0; s < n_seg; s++) {
+        int len = cu_seqlens[s + 1] - cu_seqlens[s];
+        if (len < 0) return iris_cpu_fail(b, IRIS_EINVAL, "attn_segments: segment %d has length %d", s, len);
+        max_len = len > max_len ? len : max_len;
+    }
+    seg_ctx c = {.qkv = qkv, .nh = n_heads, .hd = head_dim, .n_seg = n_seg, .max_len = max_len, .cu = cu_seqlens, .o = o};
+    iris_pool_for((int64_t)cu_seqlens[n_seg] * n_heads, seg_run, &c);
+    return 0;
+}

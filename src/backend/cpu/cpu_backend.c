@@ -1,0 +1,294 @@
+/* cpu_backend.c: the CPU backend — the numeric reference (backend.h).
+ *
+ * Activations are fp32; weights are widened to fp32 exactly (BF16, F16) or
+ * dequantized as transformers does (FP8: bf16(q · scale)).  Memory is plain
+ * malloc; ops run on the calling thread, fanning out over base/pool.h.
+ * The matrix products live in cpu_linear.c, attention in cpu_attn.c. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cpu_internal.h"
+#include "pool.h"
+
+float iris_fp8_e4m3_table[256];
+
+void iris_fp8_table_init(void) {
+    static int done;
+    if (done) return;
+    for (int b = 0; b < 256; b++) {
+        int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+        float v = e == 0 ? ldexpf((float)m / 8.0f, -6) : ldexpf(1.0f + (float)m / 8.0f, e - 7);
+        if (e == 15 && m == 7) v = NAN;
+        iris_fp8_e4m3_table[b] = s ? -v : v;
+    }
+    done = 1;
+}
+
+float iris_f16_to_f32(uint16_t h) {
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, u;
+    if (e == 0) {
+        float f = ldexpf((float)m, -24);
+        return s ? -f : f;
+    }
+    u = e == 31 ? s | 0x7f800000u | (m << 13) : s | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void iris_cpu_widen_row(const iris_tensor *w, int64_t r, float *dst) {
+    int64_t n = w->cols, ld = iris_tensor_ld(w);
+    switch (w->dtype) {
+    case IRIS_DT_BF16: {
+        const uint16_t *s = (const uint16_t *)w->data + r * ld;
+        for (int64_t i = 0; i < n; i++) dst[i] = iris_bf16_to_f32(s[i]);
+        break;
+    }
+    case IRIS_DT_F16: {
+        const uint16_t *s = (const uint16_t *)w->data + r * ld;
+        for (int64_t i = 0; i < n; i++) dst[i] = iris_f16_to_f32(s[i]);
+        break;
+    }
+    case IRIS_DT_F8_E4M3: {
+        const uint8_t *s = (const uint8_t *)w->data + r * ld;
+        int64_t sc_cols = (w->cols + w->block[1] - 1) / w->block[1];
+        const float *sc = w->scale + (r / w->block[0]) * sc_cols;
+        int bi = w->block[1];
+        for (int64_t i = 0; i < n; i++) dst[i] = iris_f32_round_bf16(iris_fp8_e4m3_table[s[i]] * sc[i / bi]);
+        break;
+    }
+    default: memcpy(dst, (const float *)w->data + r * ld, (size_t)n * sizeof(float)); break;
+    }
+}
+
+int iris_cpu_fail(iris_backend *b, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->err.msg, sizeof b->err.msg, fmt, ap);
+    va_end(ap);
+    b->err.code = code;
+    return code;
+}
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+static void *cpu_alloc(iris_backend *b, size_t bytes) { return malloc(bytes ? bytes : 1); }
+static void cpu_free(iris_backend *b, void *p) { free(p); }
+static int cpu_copy(iris_backend *b, void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+    return 0;
+}
+static int cpu_sync(iris_backend *b) { return 0; }
+
+/* ---- row-wise ops ---------------------------------------------------------------------------- */
+
+#define ROW(t, r) ((float *)(t)->data + (r) * iris_tensor_ld(t))
+#define CROW(t, r) ((const float *)(t)->data + (r) * iris_tensor_ld(t))
+
+static void vec_f32(const iris_tensor *t, float *dst) { iris_cpu_widen_row(t, 0, dst); }
+
+typedef struct {
+    const iris_tensor *x, *w, *bias;
+    iris_tensor *y;
+    float eps;
+    const float *wf, *bf;
+} norm_ctx;
+
+static void rms_rows(void *p, int64_t r0, int64_t r1) {
+    norm_ctx *c = p;
+    int64_t d = c->x->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = CROW(c->x, r);
+        float *y = ROW(c->y, r);
+        double ss = 0;
+        for (int64_t i = 0; i < d; i++) ss += (double)x[i] * x[i];
+        float inv = (float)(1.0 / sqrt(ss / d + c->eps));
+        for (int64_t i = 0; i < d; i++) y[i] = c->wf[i] * (x[i] * inv);
+    }
+}
+
+static void ln_rows(void *p, int64_t r0, int64_t r1) {
+    norm_ctx *c = p;
+    int64_t d = c->x->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = CROW(c->x, r);
+        float *y = ROW(c->y, r);
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < d; i++) mean += x[i];
+        mean /= d;
+        for (int64_t i = 0; i < d; i++) var += (x[i] - mean) * (x[i] - mean);
+        float inv = (float)(1.0 / sqrt(var / d + c->eps));
+        for (int64_t i = 0; i < d; i++) y[i] = ((float)(x[i] - mean) * inv) * c->wf[i] + c->bf[i];
+    }
+}
+
+static int norm_common(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, float eps,
+                       iris_tensor *y, int layer) {
+    int64_t d = x->cols;
+    float *wf = malloc(sizeof(float) * (size_t)d * 2);
+    if (!wf) return iris_cpu_fail(b, IRIS_ENOMEM, "out of memory");
+    vec_f32(w, wf);
+    if (bias) vec_f32(bias, wf + d);
+    norm_ctx c = {.x = x, .w = w, .bias = bias, .y = y, .eps = eps, .wf = wf, .bf = wf + d};
+    iris_pool_for(x->rows, layer ? ln_rows : rms_rows, &c);
+    free(wf);
+    return 0;
+}
+
+static int cpu_rms_norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, float eps, iris_tensor *y) {
+    return norm_common(b, x, w, NULL, eps, y, 0);
+}
+
+static int cpu_layer_norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias,
+                          float eps, iris_tensor *y) {
+    return norm_common(b, x, w, bias, eps, y, 1);
+}
+
+static int cpu_add(iris_backend *b, iris_tensor *y, const iris_tensor *x) {
+    for (int64_t r = 0; r < y->rows; r++) {
+        float *yr = ROW(y, r);
+        const float *xr = CROW(x, r);
+        for (int64_t i = 0; i < y->cols; i++) yr[i] += xr[i];
+    }
+    return 0;
+}
+
+static int cpu_silu_mul(iris_backend *b, iris_tensor *g, const iris_tensor *u) {
+    for (int64_t r = 0; r < g->rows; r++) {
+        float *gr = ROW(g, r);
+        const float *ur = CROW(u, r);
+        for (int64_t i = 0; i < g->cols; i++) gr[i] = gr[i] / (1.0f + expf(-gr[i])) * ur[i];
+    }
+    return 0;
+}
+
+static int cpu_gelu_tanh(iris_backend *b, iris_tensor *x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int64_t r = 0; r < x->rows; r++) {
+        float *v = ROW(x, r);
+        for (int64_t i = 0; i < x->cols; i++) v[i] = 0.5f * v[i] * (1.0f + tanhf(k * (v[i] + 0.044715f * v[i] * v[i] * v[i])));
+    }
+    return 0;
+}
+
+static int cpu_gelu_erf(iris_backend *b, iris_tensor *x) {
+    for (int64_t r = 0; r < x->rows; r++) {
+        float *v = ROW(x, r);
+        for (int64_t i = 0; i < x->cols; i++) v[i] = 0.5f * v[i] * (1.0f + erff(v[i] * 0.70710678118654752f));
+    }
+    return 0;
+}
+
+static int cpu_rope(iris_backend *b, iris_tensor *x, int n_heads, int hd, const int32_t *pos, int pos_stride,
+                    const int *dim_of, const float *inv_freq) {
+    int half = hd / 2;
+    float cs[512], sn[512];
+    if (half > 512) return iris_cpu_fail(b, IRIS_EUNSUPPORTED, "rope: head_dim %d over 1024", hd);
+    for (int64_t r = 0; r < x->rows; r++) {
+        for (int j = 0; j < half; j++) {
+            float a = (float)pos[(int64_t)dim_of[j] * pos_stride + r] * inv_freq[j];
+            cs[j] = cosf(a);
+            sn[j] = sinf(a);
+        }
+        float *row = ROW(x, r);
+        for (int h = 0; h < n_heads; h++) {
+            float *q = row + h * hd;
+            for (int j = 0; j < half; j++) {
+                float a = q[j], c = q[j + half];
+                q[j] = a * cs[j] - c * sn[j];
+                q[j + half] = c * cs[j] + a * sn[j];
+            }
+        }
+    }
+    return 0;
+}
+
+static int cpu_embed(iris_backend *b, const iris_tensor *table, const int32_t *ids, int n, iris_tensor *y) {
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= table->rows)
+            return iris_cpu_fail(b, IRIS_EINVAL, "token id %d is outside the vocabulary (%lld)", ids[i],
+                                 (long long)table->rows);
+        iris_cpu_widen_row(table, ids[i], ROW(y, i));
+    }
+    return 0;
+}
+
+static int cpu_set_rows(iris_backend *b, iris_tensor *y, const int32_t *idx, const iris_tensor *x) {
+    for (int64_t i = 0; i < x->rows; i++) memcpy(ROW(y, idx[i]), CROW(x, i), sizeof(float) * (size_t)x->cols);
+    return 0;
+}
+
+static int cpu_add_rows(iris_backend *b, iris_tensor *y, const int32_t *idx, const iris_tensor *x) {
+    for (int64_t i = 0; i < x->rows; i++) {
+        float *yr = ROW(y, idx[i]);
+        const float *xr = CROW(x, i);
+        for (int64_t e = 0; e < x->cols; e++) yr[e] += xr[e];
+    }
+    return 0;
+}
+
+static int cpu_get_rows(iris_backend *b, const iris_tensor *x, const int32_t *idx, int n, iris_tensor *y) {
+    for (int i = 0; i < n; i++) memcpy(ROW(y, i), CROW(x, idx[i]), sizeof(float) * (size_t)x->cols);
+    return 0;
+}
+
+static int cpu_interp4(iris_backend *b, const iris_tensor *table, const int32_t *idx, const float *w, int n,
+                       iris_tensor *y) {
+    int64_t d = table->cols;
+    float *tmp = malloc(sizeof(float) * (size_t)d);
+    if (!tmp) return iris_cpu_fail(b, IRIS_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        float *yr = ROW(y, i);
+        for (int64_t e = 0; e < d; e++) yr[e] = 0;
+        for (int k = 0; k < 4; k++) {
+            iris_cpu_widen_row(table, idx[i * 4 + k], tmp);
+            for (int64_t e = 0; e < d; e++) yr[e] += tmp[e] * w[i * 4 + k];
+        }
+    }
+    free(tmp);
+    return 0;
+}
+
+int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y);
+int iris_cpu_kv_write(iris_backend *b, iris_kv_layer *kv, const iris_tensor *k, const iris_tensor *v,
+                      const iris_attn_meta *meta);
+int iris_cpu_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
+                        int n_q_heads, iris_tensor *o);
+int iris_cpu_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
+                           int n_seg, iris_tensor *o);
+
+static void cpu_destroy(iris_backend *b) { free(b); }
+
+int iris_backend_cpu_open(iris_backend **out, iris_err *err) {
+    iris_backend *b = calloc(1, sizeof *b);
+    if (!b) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    iris_fp8_table_init();
+    b->name = "cpu";
+    b->act = IRIS_DT_F32;
+    b->alloc = cpu_alloc;
+    b->free = cpu_free;
+    b->upload = cpu_copy;
+    b->download = cpu_copy;
+    b->sync = cpu_sync;
+    b->linear = iris_cpu_linear;
+    b->embed = cpu_embed;
+    b->rms_norm = cpu_rms_norm;
+    b->layer_norm = cpu_layer_norm;
+    b->add = cpu_add;
+    b->silu_mul = cpu_silu_mul;
+    b->gelu_tanh = cpu_gelu_tanh;
+    b->gelu_erf = cpu_gelu_erf;
+    b->rope = cpu_rope;
+    b->kv_write = iris_cpu_kv_write;
+    b->attn_paged = iris_cpu_attn_paged;
+    b->attn_segments = iris_cpu_attn_segments;
+    b->set_rows = cpu_set_rows;
+    b->add_rows = cpu_add_rows;
+    b->get_rows = cpu_get_rows;
+    b->interp4 = cpu_interp4;
+    b->destroy = cpu_destroy;
+    *out = b;
+    return 0;
+}

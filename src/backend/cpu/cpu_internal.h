@@ -1,0 +1,37 @@
+/* cpu_internal.h: shared helpers of the CPU backend (weight widening). */
+#ifndef IRIS_CPU_INTERNAL_H
+#define IRIS_CPU_INTERNAL_H
+
+#include <string.h>
+
+#include "backend/backend.h"
+#include "err.h"
+
+static inline float iris_bf16_to_f32(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Round to bf16, nearest even (NaN kept). */
+static inline float iris_f32_round_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+float iris_f16_to_f32(uint16_t h);
+/* e4m3fn decode table (QWEN3VL.md §2): no infinities, S.1111.111 is NaN. */
+extern float iris_fp8_e4m3_table[256];
+void iris_fp8_table_init(void);
+
+/* Row r of a weight view as fp32 into dst[cols] (FP8: bf16(q · scale) as transformers). */
+void iris_cpu_widen_row(const iris_tensor *w, int64_t r, float *dst);
+
+int iris_cpu_fail(iris_backend *b, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,84 @@
+/* cpu_linear.c: y = x · Wᵀ (+ bias) on the CPU.
+ *
+ * Few rows (decode): each pool worker widens its share of W's rows one at a
+ * time and dots them with every x row — W is read once, memory-bound.
+ * Many rows (prefill, vision): W is widened to fp32 in tiles of LIN_CHUNK
+ * rows (in parallel), each tile multiplied with OpenBLAS sgemm (which threads
+ * by itself; the two never run at once). */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "cpu_internal.h"
+#include "pool.h"
+
+#define LIN_CHUNK 1024
+#define DOT_MAX_ROWS 8
+
+typedef struct {
+    const iris_tensor *x, *w;
+    iris_tensor *y;
+    int64_t r0;
+    float *tile;
+} lin_ctx;
+
+static void lin_dot(void *p, int64_t r0, int64_t r1) {
+    lin_ctx *c = p;
+    int64_t in = c->w->cols, n = c->x->rows, ldx = iris_tensor_ld(c->x), ldy = iris_tensor_ld(c->y);
+    float *row = malloc((size_t)in * sizeof(float));
+    if (!row) return;
+    for (int64_t r = r0; r < r1; r++) {
+        iris_cpu_widen_row(c->w, r, row);
+        for (int64_t i = 0; i < n; i++) {
+            const float *xi = (const float *)c->x->data + i * ldx;
+            float acc[8] = {0};
+            int64_t k = 0;
+            for (; k + 8 <= in; k += 8)
+                for (int u = 0; u < 8; u++) acc[u] += xi[k + u] * row[k + u];
+            float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+            for (; k < in; k++) s += xi[k] * row[k];
+            ((float *)c->y->data)[i * ldy + r] = s;
+        }
+    }
+    free(row);
+}
+
+static void lin_widen(void *p, int64_t r0, int64_t r1) {
+    lin_ctx *c = p;
+    for (int64_t r = r0; r < r1; r++) iris_cpu_widen_row(c->w, c->r0 + r, c->tile + r * c->w->cols);
+}
+
+int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y) {
+    int64_t out = w->rows, in = w->cols, n = x->rows;
+    if (x->cols != in || y->cols != out || y->rows != n)
+        return iris_cpu_fail(b, IRIS_EINVAL, "linear: x [%lld, %lld] · W[%lld, %lld]ᵀ into y [%lld, %lld]",
+                             (long long)n, (long long)x->cols, (long long)out, (long long)in, (long long)y->rows,
+                             (long long)y->cols);
+    lin_ctx c = {.x = x, .w = w, .y = y};
+    int64_t ldx = iris_tensor_ld(x), ldy = iris_tensor_ld(y);
+    if (n <= DOT_MAX_ROWS) {
+        iris_pool_for(out, lin_dot, &c);
+    } else {
+        int64_t rows = out < LIN_CHUNK ? out : LIN_CHUNK;
+        c.tile = malloc((size_t)(rows * in) * sizeof(float));
+        if (!c.tile)
+            return iris_cpu_fail(b, IRIS_ENOMEM, "linear: out of memory for a %lld x %lld tile", (long long)rows,
+                                 (long long)in);
+        for (int64_t r0 = 0; r0 < out; r0 += rows) {
+            int64_t m = out - r0 < rows ? out - r0 : rows;
+            c.r0 = r0;
+            iris_pool_for(m, lin_widen, &c);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)in, 1.0f, (const float *)x->data,
+                        (int)ldx, c.tile, (int)in, 0.0f, (float *)y->data + r0, (int)ldy);
+        }
+        free(c.tile);
+    }
+    if (bias) {
+        float *bf = malloc(sizeof(float) * (size_t)out);
+        if (!bf) return iris_cpu_fail(b, IRIS_ENOMEM, "out of memory");
+        iris_cpu_widen_row(bias, 0, bf);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t r = 0; r < out; r++) ((float *)y->data)[i * ldy + r] += bf[r];
+        free(bf);
+    }
+    return 0;
+}
