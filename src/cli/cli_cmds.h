@@ -18,6 +18,7 @@ int iris_cmd_tokenize(int argc, char **argv);
 int iris_cmd_detokenize(int argc, char **argv);
 int iris_cmd_pull(int argc, char **argv);
 int iris_cmd_ls(int argc, char **argv);
+int iris_cmd_plan(int argc, char **argv);
 int iris_cmd_preprocess(int argc, char **argv);
 
 static const iris_cli_cmd iris_cli_cmds[] = {
@@ -35,6 +36,7 @@ static const iris_cli_cmd iris_cli_cmds[] = {
     {"ask", iris_cmd_ask, "answer a question about an image"},
     {"describe", iris_cmd_describe, "scene analysis: objects, setting, activities, visible text"},
     {"logits", iris_cmd_logits, "write the prompt's logits as .npy (parity checks, debugging)"},
+    {"plan", iris_cmd_plan, "what a model needs on a GPU and the context that fits (no GPU needed)"},
     {NULL, NULL, NULL},
 };
 

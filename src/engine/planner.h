@@ -1,0 +1,242 @@
+/* planner.h: the GPU memory plan.  Every byte iris will hold on the device is
+ * computed here, before anything is allocated, from config.json, the
+ * safetensors headers (no tensor data) and the settings.
+ *
+ * The contract (why the plan is exact by construction): the CUDA backend makes
+ * ONE device allocation of `device_bytes` and carves it with the regions of
+ * the plan (`iris_plan_region_find(plan, "lm.qkv")->offset`), never with its
+ * own arithmetic; the step loop never allocates.  Every region is a multiple
+ * of IRIS_PLAN_ALIGN (256 B, the CUDA allocator's alignment) and starts at an
+ * aligned offset.  The weights region holds every stored tensor (a tied
+ * lm_head.weight excluded) in the checkpoint's tensor order, each in a slot
+ * of iris_plan_align(n_bytes) bytes, in its stored dtype: BF16 stays BF16,
+ * FP8 stays FP8 beside its fp32 weight_scale_inv.  Two parts are not carved
+ * from the allocation because the driver owns them: the CUDA context with the
+ * libraries' own memory (measured with cudaMemGetInfo around context and
+ * handle creation by the backend; IRIS_PLAN_CONTEXT_ESTIMATE until then, and
+ * always in `iris plan`), and the instantiated CUDA graphs
+ * (IRIS_PLAN_GRAPH_ESTIMATE each, one graph per decode batch-size bucket).
+ *
+ * The activations part is shared, not summed: the engine thread runs the
+ * vision encoder and the decoder steps one after the other on one stream, so
+ * the vision regions ("vision.*") and the decoder step regions ("lm.*") start
+ * at the same offset and the part is the larger of the two.  The image
+ * embeddings (merged + DeepStack rows) live in their own part because they
+ * are kept across steps until their tokens are prefilled; the scheduler must
+ * shorten a prefill chunk so that the images it touches fit in
+ * `image_room_tokens` rows (>= one largest image, so progress is guaranteed).
+ *
+ * The budget (iris_plan_budget): --gpu-memory-limit, else
+ * --gpu-memory-utilization x total, both capped at the free memory; else the
+ * free memory minus --gpu-memory-margin.  The KV cache gets everything the
+ * other parts leave, in whole 16-token blocks.  The context is the requested
+ * --max-model-len, else the largest length for which one full-length sequence
+ * fits in the pool, capped at max_position_embeddings; a context below
+ * IRIS_PLAN_MIN_CONTEXT (or the model's own maximum when that is smaller)
+ * does not start.  When the settings do not fit, the plan still lists every
+ * part (the KV cache at the minimum it needs) and the settings that would fit.
+ *
+ * Does not: touch a GPU, read tensor data, or decide the KV block layout
+ * inside the KV region (kv_pool's business).
+ */
+#ifndef IRIS_PLANNER_H
+#define IRIS_PLANNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "iris.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+#define IRIS_MIB (1ull << 20)
+#define IRIS_GIB (1ull << 30)
+
+#define IRIS_PLAN_ALIGN 256u                 /* cudaMalloc's alignment; every region is a multiple */
+#define IRIS_KV_BLOCK_TOKENS 16              /* tokens per paged-KV block */
+#define IRIS_PLAN_MIN_CONTEXT 4096           /* shortest context iris starts with */
+#define IRIS_PLAN_DEFAULT_MAX_NUM_SEQS 64
+#define IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS 2048
+/* 1024x1024 = 1,024 image tokens: Qwen's processor allows 16,777,216 pixels
+ * (16,384 tokens, ~1.4 GiB of encoder scratch), too much beside a 4B model
+ * on an 8 GB card; ~1 MP is the usual Qwen-VL serving limit.  Larger images
+ * are resized down (smart_resize's max_pixels), so raise it when there is room. */
+#define IRIS_PLAN_DEFAULT_MAX_IMAGE_PIXELS (1024ll * 1024)
+/* Below 512x512, smart_resize's own minimum-size rules (min_pixels 65,536,
+ * at least one 32-pixel row) could produce images larger than the limit. */
+#define IRIS_PLAN_MIN_IMAGE_PIXELS (512ll * 512)
+#define IRIS_PLAN_DEFAULT_MARGIN (512ull * IRIS_MIB)
+/* Estimates used until the CUDA backend measures them (and by `iris plan`):
+ * a CUDA 12/13 primary context with cuBLAS/cuBLASLt loaded holds ~250-400 MiB
+ * on current cards; a decode graph of ~600 kernel nodes, ~1-2 MiB. */
+#define IRIS_PLAN_CONTEXT_ESTIMATE (300ull * IRIS_MIB)
+#define IRIS_PLAN_GRAPH_ESTIMATE (2ull * IRIS_MIB)
+#define IRIS_PLAN_CUBLASLT_WORKSPACE (32ull * IRIS_MIB)  /* carved: passed to every cublasLtMatmul */
+#define IRIS_PLAN_ATTN_SPLITS 16             /* split-KV partials per (sequence, head) in decode attention */
+#define IRIS_PLAN_SEQ_SAMPLE_BYTES 256       /* per sequence: sampling params, RNG state, token, top logprobs */
+#define IRIS_FP8_BLOCK 128                   /* weight_scale_inv covers 128x128 weight blocks */
+#define IRIS_PLAN_MAX_REGIONS 48
+#define IRIS_PLAN_MAX_GRAPHS 64
+#define IRIS_PLAN_MAX_SUGGESTIONS 8
+
+typedef enum iris_kv_dtype { IRIS_KV_BF16 = 0, IRIS_KV_FP8 = 1 } iris_kv_dtype;
+
+/* The parts of the plan, in the order they are printed. */
+typedef enum iris_plan_part {
+    IRIS_PART_WEIGHTS,
+    IRIS_PART_KV_CACHE,
+    IRIS_PART_ACTIVATIONS,   /* max(vision encoder, decoder step) */
+    IRIS_PART_IMAGE_EMBEDS,  /* merged + DeepStack rows kept until prefilled */
+    IRIS_PART_SAMPLING,      /* logits and sampling buffers */
+    IRIS_PART_STEP_META,     /* token ids, positions, slot mapping, block tables */
+    IRIS_PART_WORKSPACE,     /* cuBLASLt workspace */
+    IRIS_PART_CUDA_GRAPHS,   /* driver-owned: estimate */
+    IRIS_PART_CUDA_CONTEXT,  /* driver-owned: measured or estimate */
+    IRIS_PART_COUNT
+} iris_plan_part;
+
+/* The settings; 0 (or IRIS_KV_BF16) means the default. */
+typedef struct iris_plan_settings {
+    int64_t max_model_len;     /* 0: the largest that fits, up to max_position_embeddings */
+    int max_num_seqs;          /* sequences decoded together (64) */
+    int max_batch_tokens;      /* tokens per step, the prefill chunk (2048); >= max_num_seqs */
+    int64_t max_image_pixels;  /* smart_resize's max_pixels for every image (1,048,576) */
+    int kv_cache_dtype;        /* iris_kv_dtype */
+} iris_plan_settings;
+
+/* What the planner needs from a checkpoint (headers only). */
+typedef struct iris_plan_model {
+    iris_config cfg;
+    char label[512];                     /* names the model in messages */
+    uint64_t weight_bytes;               /* sum of aligned slots, as on the GPU */
+    uint64_t dtype_bytes[IRIS_DT_COUNT]; /* the same, per stored dtype */
+    int n_tensors;                       /* tensors placed (a tied lm_head excluded) */
+    int tied_lm_head_skipped;            /* 1 when lm_head.weight is stored but tied */
+    int n_decoder_linears;               /* the 7 linears of every decoder layer */
+    int n_fp8_linears;                   /* of which FP8 (QWEN3VL.md §2 rule) */
+    uint64_t fp8_weight_bytes;           /* weights if every decoder linear were block-FP8 */
+    int64_t linear_max_in;               /* largest in_features of a decoder linear */
+    int64_t linear_max_elems;            /* largest out*in of a decoder linear */
+} iris_plan_model;
+
+typedef struct iris_plan_region {
+    char name[32];      /* "lm.qkv", "vision.mlp", "kv.pool", ... */
+    int part;           /* iris_plan_part */
+    uint64_t offset;    /* from the base of the one allocation */
+    uint64_t bytes;     /* a multiple of IRIS_PLAN_ALIGN */
+} iris_plan_region;
+
+typedef enum iris_plan_suggestion_kind {
+    IRIS_SUGGEST_MAX_MODEL_LEN,
+    IRIS_SUGGEST_MAX_IMAGE_PIXELS,
+    IRIS_SUGGEST_MAX_BATCH_TOKENS,
+    IRIS_SUGGEST_KV_FP8,
+    IRIS_SUGGEST_FP8_CHECKPOINT,
+    IRIS_SUGGEST_FP8_CHECKPOINT_KV_FP8,
+} iris_plan_suggestion_kind;
+
+/* One alternative that was planned: fits says whether it would start; value
+ * is the setting's value (0 for the dtype switches); context and n_full_seqs
+ * are what it would give. */
+typedef struct iris_plan_suggestion {
+    int kind;
+    int fits;
+    int64_t value;
+    int64_t context;
+    int64_t n_full_seqs;
+    uint64_t weight_bytes;   /* the weights it assumes (FP8 checkpoint estimate) */
+} iris_plan_suggestion;
+
+typedef struct iris_plan {
+    iris_plan_settings settings;     /* defaults filled; max_model_len as requested (0: auto) */
+    char label[512];
+    int weights_fp8;                 /* some decoder linears are FP8 */
+    uint64_t budget_bytes;
+    char budget_source[256];         /* how the budget was set, for the table */
+    int context_measured;            /* 0: IRIS_PLAN_CONTEXT_ESTIMATE */
+
+    int fits;
+    char why[256];                   /* when !fits: what does not fit */
+    int64_t context;                 /* the context chosen (when !fits: the minimum asked for) */
+    int context_auto;
+    int64_t max_position_embeddings;
+    int64_t n_full_seqs;             /* full-length sequences the pool holds at once */
+    uint64_t kv_bytes_per_token, kv_block_bytes;
+    int64_t kv_blocks;               /* blocks in the pool (when !fits: blocks needed) */
+    int64_t image_tokens, image_patches, image_room_tokens;
+    uint64_t vision_bytes, lm_step_bytes;  /* the two users of the activations part */
+    int n_graphs;
+    int graph_batch[IRIS_PLAN_MAX_GRAPHS]; /* decode batch-size buckets captured */
+
+    uint64_t part_bytes[IRIS_PART_COUNT];
+    uint64_t dtype_bytes[IRIS_DT_COUNT];
+    uint64_t device_bytes;           /* the one allocation: every carved part */
+    uint64_t total_bytes;            /* device_bytes + graphs + context */
+
+    int n_regions;
+    iris_plan_region regions[IRIS_PLAN_MAX_REGIONS];
+    int n_suggestions;               /* only when !fits */
+    iris_plan_suggestion suggestions[IRIS_PLAN_MAX_SUGGESTIONS];
+} iris_plan;
+
+/* ---- the formulas (used by the plan and by the backend that carves it) ---- */
+uint64_t iris_plan_align(uint64_t n_bytes);
+/* K and V of every layer: 2 * num_hidden_layers * num_key_value_heads * head_dim * (2 bf16 | 1 fp8). */
+uint64_t iris_plan_kv_bytes_per_token(const iris_text_config *t, int kv_dtype);
+/* IRIS_KV_BLOCK_TOKENS * iris_plan_kv_bytes_per_token. */
+uint64_t iris_plan_kv_block_bytes(const iris_text_config *t, int kv_dtype);
+/* Merged tokens of the largest image smart_resize admits under max_pixels:
+ * both sides are multiples of factor = patch_size * spatial_merge_size and
+ * their product is <= max_pixels (true for max_pixels >= IRIS_PLAN_MIN_IMAGE_PIXELS),
+ * so tokens <= floor(max_pixels / factor^2).  Patches = tokens * merge^2. */
+int64_t iris_plan_image_tokens(const iris_vision_config *v, int64_t max_image_pixels);
+/* The decode batch-size buckets captured as graphs: 1, 2, 4, 8, then every
+ * multiple of 8 up to max_num_seqs, and max_num_seqs itself.  Returns the count. */
+int iris_plan_graph_buckets(int max_num_seqs, int out[IRIS_PLAN_MAX_GRAPHS]);
+
+/* ---- model, settings, budget ---- */
+/* Weights summary from the parsed headers.  `label` names the model in messages. */
+int iris_plan_model_init(const iris_config *cfg, const iris_st *st, const char *label, iris_plan_model *m,
+                         iris_err *err);
+/* config.json + the safetensors headers of directory `dir` (nothing else is read). */
+int iris_plan_model_load(const char *dir, const char *label, iris_plan_model *m, iris_err *err);
+void iris_plan_settings_default(iris_plan_settings *s);
+
+typedef struct iris_plan_budget_opts {
+    uint64_t gpu_memory_limit;      /* bytes, 0: unset */
+    double gpu_memory_utilization;  /* (0, 1], 0: unset */
+    uint64_t gpu_memory_margin;     /* bytes kept free in the default mode */
+    int margin_set;                 /* 0: IRIS_PLAN_DEFAULT_MARGIN */
+} iris_plan_budget_opts;
+
+/* The budget from the options and the device's total and free memory (free
+ * as it was before this process took anything).  `how` receives a short
+ * description ("--gpu-memory-limit 7.00 GiB").  Fails when nothing is left. */
+int iris_plan_budget(const iris_plan_budget_opts *o, uint64_t total_bytes, uint64_t free_bytes, uint64_t *budget,
+                     char *how, size_t how_size, iris_err *err);
+
+/* Plan `m` under the settings and the budget.  context_bytes is the measured
+ * context (0: IRIS_PLAN_CONTEXT_ESTIMATE).  Returns 0 when it fits;
+ * IRIS_ELIMIT when it does not (p is complete: every part, and the
+ * suggestions; err holds a one-line summary, iris_plan_format the full
+ * message); IRIS_EINVAL for a bad setting (p is not usable). */
+int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s, uint64_t budget_bytes,
+                   const char *budget_source, uint64_t context_bytes, iris_plan *p, iris_err *err);
+
+const iris_plan_region *iris_plan_region_find(const iris_plan *p, const char *name);
+const char *iris_plan_part_name(int part);   /* "weights", "kv cache", ... */
+
+/* ---- output (planner_report.c); both results are malloc'd, the caller frees ---- */
+/* The table when the plan fits; the one failure message (every part, the
+ * budget, then the settings that would fit) when it does not. */
+char *iris_plan_format(const iris_plan *p);
+/* The plan as JSON text: exact bytes everywhere. */
+char *iris_plan_json(const iris_plan *p);
+/* "3.96 GiB" (>= 1 GiB, 2 decimals) or "112.0 MiB". */
+const char *iris_plan_human(uint64_t n_bytes, char buf[32]);
+
+/* "7GiB", "7G", "7000MiB", "7.5GiB", "1048576": K/M/G/T and KiB.. are powers
+ * of 1024 (an "8 GB" card holds 8 GiB); kB/MB/GB/TB are powers of 1000. */
+int iris_plan_parse_bytes(const char *s, uint64_t *out, iris_err *err);
+
+#endif
