@@ -2,9 +2,8 @@
  *
  * iris runs Qwen3-VL vision-language models on the CPU or one GPU.  This
  * header is the narrow surface for programs linking libiris: status codes,
- * the error value, logging.  The engine API (requests, parameters,
- * callbacks) grows here as the engine lands; internal modules keep their
- * own headers under src/.
+ * the error value, logging, and the engine (requests, parameters, events);
+ * internal modules keep their own headers under src/.
  */
 #ifndef IRIS_H
 #define IRIS_H
@@ -42,6 +41,167 @@ const char *iris_strerror(int code);
 
 enum { IRIS_LOG_DEBUG = 0, IRIS_LOG_INFO = 1, IRIS_LOG_WARN = 2, IRIS_LOG_ERROR = 3 };
 void iris_log_set_level(int level);
+
+
+/* ==== engine ==================================================================================
+ * The engine: one thread owns the model (text decoder + vision encoder), the
+ * paged KV cache, the block pool and the scheduler.  Any thread submits
+ * requests and reads their output through a per-request channel; any thread
+ * may cancel.  Requests are batched continuously (decodes first, then prompt
+ * chunks under a per-step token budget), share KV blocks through prefix
+ * caching (token ids + image content hashes), and are preempted and
+ * recomputed when blocks run out.  Sampling is per request and seeded, so a
+ * request's output does not depend on what else runs beside it.
+ *
+ *     iris_engine_opts o; iris_engine_opts_default(&o); o.model = "Qwen/Qwen3-VL-2B-Instruct";
+ *     iris_engine *e; iris_engine_open(&o, &e, &err);
+ *     iris_request_params rp; iris_request_params_default(e, &rp);
+ *     rp.messages_json = "[{\"role\":\"user\",\"content\":\"Hi\"}]";
+ *     iris_request *r; iris_engine_submit(e, &rp, &r, &err);
+ *     iris_event ev; while (iris_request_next(r, &ev, -1) == IRIS_OK && ev.kind == IRIS_EVENT_DELTA) fwrite(ev.text, 1, ev.text_len, stdout);
+ *     iris_request_free(r); iris_engine_close(e);
+ * ============================================================================================ */
+
+typedef struct iris_engine iris_engine;
+typedef struct iris_request iris_request;
+struct iris_prompt; /* src/model/prompt.h: an already rendered, tokenized and preprocessed prompt */
+
+typedef struct iris_engine_opts {
+    const char *model;          /* a model directory or an HF repo id (Org/Name[@rev]) */
+    int allow_download;         /* fetch a repo id missing from the HF cache (default 0) */
+    const char *device;         /* "cpu", "cuda" or "auto" (NULL: auto); only cpu in this build */
+    int max_num_seqs;           /* sequences running at once (0: 64) */
+    int max_batch_tokens;       /* tokens per step, decodes + prefill chunks (0: 2048) */
+    int max_model_len;          /* prompt + generated tokens per request (0: the model's max) */
+    int max_waiting;            /* bounded waiting queue; submit beyond it is IRIS_ELIMIT (0: 256) */
+    int kv_blocks;              /* 16-token KV blocks (0: from kv_cache_bytes) */
+    size_t kv_cache_bytes;      /* CPU: host memory for the KV cache when kv_blocks is 0 (0: 1 GiB) */
+    int prefix_caching;         /* 1 (default): share full blocks between requests; 0: off */
+} iris_engine_opts;
+
+void iris_engine_opts_default(iris_engine_opts *o);
+/* Loads the model, starts the engine thread.  Free with iris_engine_close. */
+int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err);
+/* Stops accepting requests (submit returns IRIS_ECANCELLED), lets the
+ * requests in flight finish, then returns; iris_engine_close calls it. */
+void iris_engine_shutdown(iris_engine *e);
+/* Shutdown, join the thread, free the model.  Requests not yet freed by
+ * their callers stay valid (their channel holds the final event). */
+void iris_engine_close(iris_engine *e);
+
+typedef struct iris_model_info {
+    char dir[4096];             /* the resolved model directory */
+    int vocab_size, max_model_len, kv_blocks, n_layers, hidden_size;
+    int image_token_id;
+} iris_model_info;
+void iris_engine_model_info(const iris_engine *e, iris_model_info *out);
+
+/* ---- requests ---- */
+#define IRIS_MAX_STOP 16
+#define IRIS_MAX_LOGPROBS 20
+
+typedef enum iris_finish_reason {
+    IRIS_FINISH_REASON_NONE = 0,
+    IRIS_FINISH_REASON_STOP,       /* a stop token or stop string */
+    IRIS_FINISH_REASON_LENGTH,     /* max_tokens or the context */
+    IRIS_FINISH_REASON_CANCELLED,  /* iris_request_cancel, or engine shutdown before it started */
+    IRIS_FINISH_REASON_ERROR,      /* see the event's err */
+} iris_finish_reason;
+const char *iris_finish_reason_name(int reason); /* "stop", "length", "cancelled", "error" */
+
+typedef struct iris_event iris_event;
+/* Called on the engine thread for every event; must not block (copy and
+ * return).  ev and its text are valid during the call only. */
+typedef void (*iris_event_fn)(void *ud, const iris_event *ev);
+
+typedef struct iris_request_params {
+    /* The prompt: exactly one of the three. */
+    const char *messages_json;             /* OpenAI-style messages (a JSON array); image parts are */
+    const char *const *image_paths;        /*   the files in image_paths, in order of appearance */
+    int n_images;
+    const char *prompt_text;               /* a plain text prompt, tokenized as is (no chat template) */
+    struct iris_prompt *prompt;            /* built by the caller; the engine takes it over on success */
+
+    /* Sampling; iris_request_params_default fills the model's generation_config.json values. */
+    int do_sample;                         /* 0: greedy */
+    float temperature, top_p, min_p;
+    int top_k;
+    float repetition_penalty, presence_penalty, frequency_penalty;
+    int64_t seed;                          /* < 0: from the clock */
+    int max_tokens;                        /* <= 0: up to the context */
+    const char *stop[IRIS_MAX_STOP];       /* stop strings (copied at submit) */
+    int n_stop;
+    int ignore_eos;                        /* 1: the model's end tokens do not stop */
+    int logprobs;                          /* 1: each delta carries its token's logprob */
+    int top_logprobs;                      /* 0..IRIS_MAX_LOGPROBS alternatives per token */
+
+    /* Output: events go to `on_event` when set (on the engine thread), else
+     * to the request's queue read with iris_request_next. */
+    iris_event_fn on_event;
+    void *ud;
+} iris_request_params;
+
+void iris_request_params_default(const iris_engine *e, iris_request_params *p);
+
+typedef struct iris_usage {
+    int prompt_tokens;
+    int completion_tokens;
+    int cached_tokens;          /* prompt tokens taken from the prefix cache, not computed */
+    double ttft_s;              /* submit to first token */
+    double total_s;             /* submit to finish */
+} iris_usage;
+
+enum { IRIS_EVENT_DELTA = 1, IRIS_EVENT_DONE = 2 };
+
+struct iris_event {
+    int kind;                   /* IRIS_EVENT_DELTA, then one IRIS_EVENT_DONE */
+    /* DELTA: one generated token and the text it completes (possibly empty:
+     * a partial UTF-8 sequence or a held-back prefix of a stop string). */
+    int token;
+    const char *text;           /* NUL-terminated; valid until the next event of this request */
+    size_t text_len;
+    float logprob;              /* when params.logprobs */
+    int n_top;
+    int top_ids[IRIS_MAX_LOGPROBS];
+    float top_logprobs[IRIS_MAX_LOGPROBS];
+    /* DONE: why, and the counts (text may hold the last released text). */
+    int finish_reason;          /* iris_finish_reason */
+    iris_usage usage;
+    iris_err err;               /* IRIS_FINISH_REASON_ERROR: what failed */
+};
+
+/* Validates the parameters and the prompt (on the caller's thread: chat
+ * template, tokenization and image preprocessing happen here) and queues
+ * the request.  IRIS_ELIMIT when the waiting queue is full (the server's
+ * 503) or the prompt cannot fit the context or the KV cache; IRIS_EINVAL for
+ * a bad parameter (named); IRIS_ECANCELLED after shutdown.  On success *out
+ * is the caller's handle: free it with iris_request_free. */
+int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_request **out, iris_err *err);
+/* The next event, blocking up to timeout_ms (< 0: forever).  Returns IRIS_OK
+ * with *ev filled, IRIS_ELIMIT on timeout, IRIS_EINVAL when the request uses
+ * a callback or its DONE event was already read. */
+int iris_request_next(iris_request *r, iris_event *ev, int timeout_ms);
+/* Cancel from any thread: the request ends with finish_reason cancelled and
+ * its KV blocks are freed at the engine's next step.  Idempotent. */
+void iris_request_cancel(iris_request *r);
+/* Releases the caller's handle (cancels the request if it is still running). */
+void iris_request_free(iris_request *r);
+
+/* Counters since open, for /metrics, benchmarks and tests. */
+typedef struct iris_engine_stats {
+    int n_running, n_waiting;           /* now */
+    int kv_blocks_total, kv_blocks_used, kv_blocks_cached; /* now: held by sequences / reusable cached */
+    uint64_t steps;
+    uint64_t requests_finished;
+    uint64_t prompt_tokens;             /* prompt tokens of admitted requests */
+    uint64_t prefill_tokens;            /* tokens actually run through prefill (recomputes included) */
+    uint64_t prefix_hit_tokens;         /* tokens taken from the prefix cache */
+    uint64_t generated_tokens;
+    uint64_t images_encoded;            /* vision encoder runs (one per image) */
+    uint64_t images_cached;             /* images whose tokens all came from the prefix cache */
+    uint64_t preemptions;
+} iris_engine_stats;
+void iris_engine_get_stats(iris_engine *e, iris_engine_stats *out);
 
 #ifdef __cplusplus
 }
