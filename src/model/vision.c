@@ -11,7 +11,6 @@
  * accumulate in double. */
 #include "vision.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +22,14 @@
 
 /* ---- weights ---------------------------------------------------------------------------- */
 
-static int bind(const iris_st *st, const char *name, int n_dims, const int64_t *shape,
-                const iris_st_tensor **out, iris_err *err) {
+static iris_tensor view_of(const iris_st_tensor *t) {
+    iris_tensor v = {.data = (void *)t->data, .dtype = t->dtype, .rows = t->n_dims >= 2 ? t->shape[0] : 1};
+    v.cols = (int64_t)(t->n_elems / (uint64_t)v.rows);
+    return v;
+}
+
+static int bind(const iris_st *st, const char *name, int n_dims, const int64_t *shape, iris_tensor *out,
+                iris_err *err) {
     const iris_st_tensor *t = iris_st_find(st, name);
     if (!t) return iris_err_set(err, IRIS_ENOTFOUND, "vision tensor \"%s\" is missing from the checkpoint", name);
     if (t->dtype != IRIS_DT_BF16 && t->dtype != IRIS_DT_F32 && t->dtype != IRIS_DT_F16)
@@ -41,12 +46,12 @@ static int bind(const iris_st *st, const char *name, int n_dims, const int64_t *
         return iris_err_set(err, IRIS_EFORMAT, "vision tensor \"%s\" has shape [%s]; config.json implies [%s]", name,
                             got, want);
     }
-    *out = t;
+    *out = view_of(t);
     return IRIS_OK;
 }
 
-static int bind_vec(const iris_st *st, const char *prefix, const char *suffix, int64_t n,
-                    const iris_st_tensor **out, iris_err *err) {
+static int bind_vec(const iris_st *st, const char *prefix, const char *suffix, int64_t n, iris_tensor *out,
+                    iris_err *err) {
     char name[256];
     snprintf(name, sizeof name, "%s%s", prefix, suffix);
     return bind(st, name, 1, &n, out, err);
@@ -149,84 +154,6 @@ void iris_vision_out_free(iris_vision_out *o) {
     memset(o, 0, sizeof *o);
 }
 
-/* ---- fp32 kernels ----------------------------------------------------------------------- */
-
-static float half_to_f32(uint16_t h) {
-    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, u;
-    if (e == 0) {
-        float f = ldexpf((float)m, -24);
-        return s ? -f : f;
-    }
-    u = e == 31 ? s | 0x7f800000u | (m << 13) : s | ((e + 112) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Elements [off, off + n) of a tensor as fp32. */
-static void to_f32(const iris_st_tensor *t, size_t off, size_t n, float *dst) {
-    if (t->dtype == IRIS_DT_F32) {
-        memcpy(dst, (const float *)t->data + off, n * 4);
-    } else if (t->dtype == IRIS_DT_BF16) {
-        const uint16_t *s = (const uint16_t *)t->data + off;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u = (uint32_t)s[i] << 16;
-            memcpy(&dst[i], &u, 4);
-        }
-    } else {
-        const uint16_t *s = (const uint16_t *)t->data + off;
-        for (size_t i = 0; i < n; i++) dst[i] = half_to_f32(s[i]);
-    }
-}
-
-/* y[n, out] = x[n, in] . W^T + b; W converted to fp32 once per call. */
-static int linear(const float *x, int64_t n, const iris_vision_linear *l, float *y, iris_err *err) {
-    int64_t out = l->weight->shape[0], in = l->weight->shape[1];
-    float *w = malloc((size_t)(out * in) * sizeof(float));
-    float *b = malloc((size_t)out * sizeof(float));
-    if (!w || !b) {
-        free(w);
-        free(b);
-        return iris_err_set(err, IRIS_ENOMEM, "vision: out of memory for a %lld x %lld weight", (long long)out,
-                            (long long)in);
-    }
-    to_f32(l->weight, 0, (size_t)(out * in), w);
-    to_f32(l->bias, 0, (size_t)out, b);
-    for (int64_t i = 0; i < n; i++) memcpy(y + i * out, b, (size_t)out * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)in, 1.0f, x, (int)in, w, (int)in,
-                1.0f, y, (int)out);
-    free(w);
-    free(b);
-    return IRIS_OK;
-}
-
-static int layernorm(const float *x, int64_t n, int dim, const iris_vision_norm *nm, float *y, iris_err *err) {
-    float *w = malloc((size_t)dim * 2 * sizeof(float));
-    if (!w) return iris_err_set(err, IRIS_ENOMEM, "vision: out of memory");
-    to_f32(nm->weight, 0, (size_t)dim, w);
-    to_f32(nm->bias, 0, (size_t)dim, w + dim);
-    for (int64_t i = 0; i < n; i++) {
-        const float *r = x + i * dim;
-        double mean = 0, var = 0;
-        for (int j = 0; j < dim; j++) mean += r[j];
-        mean /= dim;
-        for (int j = 0; j < dim; j++) var += (r[j] - mean) * (r[j] - mean);
-        float inv = (float)(1.0 / sqrt(var / dim + LN_EPS));
-        for (int j = 0; j < dim; j++) y[i * dim + j] = ((float)(r[j] - mean) * inv) * w[j] + w[dim + j];
-    }
-    free(w);
-    return IRIS_OK;
-}
-
-static void gelu_tanh(float *x, size_t n) {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + tanhf(k * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
-}
-
-static void gelu_erf(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
-}
-
 /* ---- position embedding and rotary ------------------------------------------------------ */
 
 /* Patch n of an image (merge-window order) → its (row, col) in the patch grid. */
@@ -251,134 +178,106 @@ static void taps(int i, int size, int side, int idx[2], float w[2]) {
     }
 }
 
-static void add_pos_embed(const iris_vision *v, float *x, int64_t row0, int t, int gh, int gw, float *tmp) {
-    int H = v->cfg.hidden_size, S = v->grid_side, m = v->cfg.spatial_merge_size;
-    int64_t n_img = (int64_t)gh * gw;
-    for (int64_t n = 0; n < n_img; n++) {
-        int r, c, ri[2], ci[2];
-        float rw[2], cw[2];
-        window_rc(n, gw, m, &r, &c);
-        taps(r, gh, S, ri, rw);
-        taps(c, gw, S, ci, cw);
-        float *acc = tmp + H;
-        memset(acc, 0, (size_t)H * sizeof(float));
-        for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 2; b++) {
-                float wt = rw[a] * cw[b];
-                to_f32(v->pos_embed, (size_t)(ri[a] * S + ci[b]) * H, (size_t)H, tmp);
-                for (int j = 0; j < H; j++) acc[j] += tmp[j] * wt;
-            }
-        for (int f = 0; f < t; f++) {
-            float *row = x + (row0 + f * n_img + n) * H;
-            for (int j = 0; j < H; j++) row[j] += acc[j];
-        }
-    }
-}
+/* ---- weights to a backend ------------------------------------------------------------------ */
 
-/* cos/sin [N, head_dim] for every patch: angles [r*inv (hd/4), c*inv (hd/4)] twice. */
-static void rotary_tables(const iris_vision *v, const int *grid, int n_images, float *cosv, float *sinv) {
-    int hd = v->cfg.hidden_size / v->cfg.num_heads, half = hd / 2, nf = half / 2;
-    double theta = v->cfg.rope_theta > 0 ? v->cfg.rope_theta : 10000.0;
-    float inv[512];
-    for (int j = 0; j < nf; j++) inv[j] = (float)(1.0 / pow(theta, (double)(2 * j) / half));
-    int64_t row = 0;
-    for (int im = 0; im < n_images; im++) {
-        int t = grid[3 * im], gh = grid[3 * im + 1], gw = grid[3 * im + 2];
-        for (int f = 0; f < t; f++)
-            for (int64_t n = 0; n < (int64_t)gh * gw; n++, row++) {
-                int r, c;
-                window_rc(n, gw, v->cfg.spatial_merge_size, &r, &c);
-                float *cs = cosv + row * hd, *sn = sinv + row * hd;
-                for (int j = 0; j < nf; j++) {
-                    float ar = (float)r * inv[j], ac = (float)c * inv[j];
-                    cs[j] = cs[half + j] = cosf(ar);
-                    sn[j] = sn[half + j] = sinf(ar);
-                    cs[nf + j] = cs[half + nf + j] = cosf(ac);
-                    sn[nf + j] = sn[half + nf + j] = sinf(ac);
-                }
-            }
-    }
-}
-
-/* rotate_half pairing d <-> d + hd/2, in place on one head vector. */
-static void rope_apply(float *q, const float *cs, const float *sn, int hd) {
-    int h2 = hd / 2;
-    for (int d = 0; d < h2; d++) {
-        float a = q[d], b = q[d + h2];
-        q[d] = a * cs[d] - b * sn[d];
-        q[d + h2] = b * cs[d + h2] + a * sn[d + h2];
-    }
-}
-
-/* Non-causal attention within each image: qkv [N, 3H] (rows q | k | v, heads
- * contiguous inside each third) → out [N, H].  Queries in chunks so the score
- * buffer stays chunk x n_img. */
-static int attention(const iris_vision *v, const float *qkv, int64_t N, const int *grid, int n_images, float *out,
-                     iris_err *err) {
-    int H = v->cfg.hidden_size, nh = v->cfg.num_heads, hd = H / nh;
-    const int CH = 256;
-    int64_t maxn = 0;
-    for (int im = 0; im < n_images; im++) {
-        int64_t n = (int64_t)grid[3 * im] * grid[3 * im + 1] * grid[3 * im + 2];
-        maxn = n > maxn ? n : maxn;
-    }
-    float *s = malloc((size_t)(CH * maxn) * sizeof(float));
-    if (!s) return iris_err_set(err, IRIS_ENOMEM, "vision: out of memory for attention scores");
-    float scale = 1.0f / sqrtf((float)hd);
-    int64_t r0 = 0;
-    for (int im = 0; im < n_images; im++) {
-        int64_t n = (int64_t)grid[3 * im] * grid[3 * im + 1] * grid[3 * im + 2];
-        for (int h = 0; h < nh; h++) {
-            const float *q = qkv + r0 * 3 * H + h * hd, *k = q + H, *vv = q + 2 * H;
-            for (int64_t c0 = 0; c0 < n; c0 += CH) {
-                int m = (int)(n - c0 < CH ? n - c0 : CH);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, (int)n, hd, scale, q + c0 * 3 * H, 3 * H, k,
-                            3 * H, 0.0f, s, (int)n);
-                for (int i = 0; i < m; i++) {
-                    float *row = s + (int64_t)i * n, mx = -INFINITY;
-                    double sum = 0;
-                    for (int64_t j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
-                    for (int64_t j = 0; j < n; j++) sum += (row[j] = expf(row[j] - mx));
-                    float inv = (float)(1.0 / sum);
-                    for (int64_t j = 0; j < n; j++) row[j] *= inv;
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, (int)n, 1.0f, s, (int)n, vv, 3 * H,
-                            0.0f, out + (r0 + c0) * H + h * hd, H);
-            }
-        }
-        r0 += n;
-    }
-    free(s);
+static int upload_one(iris_backend *b, iris_tensor *w, iris_err *err) {
+    size_t n = (size_t)(w->rows * iris_tensor_ld(w)) * iris_dtype_size(w->dtype);
+    void *d = b->alloc(b, n);
+    if (!d || b->upload(b, d, w->data, n))
+        return iris_err_set(err, IRIS_ENOMEM, "%s: cannot place a %zu-byte vision weight: %s", b->name, n, b->err.msg);
+    w->data = d;
     return IRIS_OK;
 }
 
-/* ---- mergers ---------------------------------------------------------------------------- */
-
-/* x [N, H] → out [N/m², out_hidden].  The main merger normalizes each patch
- * before the shuffle; a DeepStack merger normalizes the shuffled row. */
-static int merge(const iris_vision *v, const iris_vision_merger *mg, int postshuffle, const float *x, int64_t N,
-                 float *out, iris_err *err) {
-    int H = v->cfg.hidden_size, mm = v->cfg.spatial_merge_size * v->cfg.spatial_merge_size;
-    int64_t wide = (int64_t)H * mm, T = N / mm;
-    float *a = malloc((size_t)(N * H) * sizeof(float)), *b = malloc((size_t)(T * wide) * sizeof(float));
-    int rc = (!a || !b) ? iris_err_set(err, IRIS_ENOMEM, "vision: out of memory in the merger") : 0;
-    /* [N, H] and [N/4, 4H] are the same bytes: the shuffle is a view. */
-    if (!rc) rc = postshuffle ? layernorm(x, T, (int)wide, &mg->norm, a, err) : layernorm(x, N, H, &mg->norm, a, err);
-    if (!rc) rc = linear(a, T, &mg->fc1, b, err);
-    if (!rc) gelu_erf(b, (size_t)(T * wide));
-    if (!rc) rc = linear(b, T, &mg->fc2, out, err);
-    free(a);
-    free(b);
+int iris_vision_upload(iris_vision *v, iris_backend *b, iris_err *err) {
+    if (!strcmp(b->name, "cpu")) return IRIS_OK;
+    int rc = upload_one(b, &v->patch_w, err);
+    if (!rc) rc = upload_one(b, &v->patch_b, err);
+    if (!rc) rc = upload_one(b, &v->pos_embed, err);
+    for (int i = 0; i < v->cfg.depth && !rc; i++) {
+        iris_vision_block *k = &v->blocks[i];
+        iris_tensor *all[] = {&k->norm1.weight, &k->norm1.bias, &k->norm2.weight, &k->norm2.bias, &k->qkv.weight,
+                              &k->qkv.bias, &k->proj.weight, &k->proj.bias, &k->fc1.weight, &k->fc1.bias,
+                              &k->fc2.weight, &k->fc2.bias};
+        for (size_t j = 0; j < sizeof all / sizeof all[0] && !rc; j++) rc = upload_one(b, all[j], err);
+    }
+    for (int k = -1; k < v->cfg.n_deepstack && !rc; k++) {
+        iris_vision_merger *mg = k < 0 ? &v->merger : &v->deepstack[k];
+        iris_tensor *all[] = {&mg->norm.weight, &mg->norm.bias, &mg->fc1.weight, &mg->fc1.bias, &mg->fc2.weight,
+                              &mg->fc2.bias};
+        for (size_t j = 0; j < sizeof all / sizeof all[0] && !rc; j++) rc = upload_one(b, all[j], err);
+    }
+    if (!rc) v->on = b;
     return rc;
 }
 
 /* ---- the encoder ------------------------------------------------------------------------ */
 
-int iris_vision_encode(const iris_vision *v, const float *pixel_values, int64_t n_rows, const int *grid_thw,
-                       int n_images, iris_vision_out *out, float *trace, iris_err *err) {
+static iris_tensor act(void *data, iris_dtype dt, int64_t rows, int64_t cols) {
+    return (iris_tensor){.data = data, .dtype = dt, .rows = rows, .cols = cols};
+}
+
+static uint16_t f32_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+/* fp32 host rows to the backend's activation dtype, and back. */
+static int put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
+    if (b->act == IRIS_DT_F32) return b->upload(b, dst, src, n * 4);
+    uint16_t *tmp = malloc(n * 2 + 2);
+    if (!tmp) return IRIS_ENOMEM;
+    for (size_t i = 0; i < n; i++) tmp[i] = f32_to_bf16(src[i]);
+    int rc = b->upload(b, dst, tmp, n * 2);
+    free(tmp);
+    return rc;
+}
+
+static int get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
+    if (b->act == IRIS_DT_F32) return b->download(b, dst, src, n * 4);
+    uint16_t *tmp = malloc(n * 2 + 2);
+    if (!tmp) return IRIS_ENOMEM;
+    int rc = b->download(b, tmp, src, n * 2);
+    for (size_t i = 0; !rc && i < n; i++) {
+        uint32_t u = (uint32_t)tmp[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+    free(tmp);
+    return rc;
+}
+
+#define OP(call)                                                               \
+    do {                                                                       \
+        if ((rc = (call))) {                                                   \
+            iris_err_set(err, rc, "vision on %s: %s", b->name, b->err.msg);    \
+            goto done;                                                         \
+        }                                                                      \
+    } while (0)
+
+/* [N, H] rows → [N/m², out]: the main merger normalizes each patch before the
+ * shuffle, a DeepStack merger the shuffled row; the shuffle itself is a view
+ * ([N, H] and [N/4, 4H] are the same bytes in merge-window order). */
+static int merge(iris_backend *b, const iris_vision_merger *mg, int postshuffle, const iris_tensor *x, void *d_a,
+                 void *d_b, iris_tensor *out, iris_err *err) {
+    int64_t N = x->rows, H = x->cols, T = out->rows, wide = N * H / T;
+    iris_tensor a = postshuffle ? act(d_a, b->act, T, wide) : act(d_a, b->act, N, H);
+    iris_tensor xw = act(x->data, b->act, T, wide), aw = act(d_a, b->act, T, wide), bw = act(d_b, b->act, T, wide);
+    int rc = 0;
+    OP(b->layer_norm(b, postshuffle ? &xw : x, &mg->norm.weight, &mg->norm.bias, LN_EPS, &a));
+    OP(b->linear(b, &aw, &mg->fc1.weight, &mg->fc1.bias, &bw));
+    OP(b->gelu_erf(b, &bw));
+    OP(b->linear(b, &bw, &mg->fc2.weight, &mg->fc2.bias, out));
+done:
+    return rc;
+}
+
+int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
+                          const int *grid_thw, int n_images, iris_vision_out *out, float *trace, iris_err *err) {
     memset(out, 0, sizeof *out);
     const iris_vision_config *c = &v->cfg;
-    int H = c->hidden_size, m = c->spatial_merge_size, hd = H / c->num_heads;
+    int H = c->hidden_size, m = c->spatial_merge_size, nh = c->num_heads, hd = H / nh, S = v->grid_side;
     int64_t N = 0;
     for (int im = 0; im < n_images; im++) {
         const int *g = grid_thw + 3 * im;
@@ -390,78 +289,134 @@ int iris_vision_encode(const iris_vision *v, const float *pixel_values, int64_t 
     if (N != n_rows || N == 0)
         return iris_err_set(err, IRIS_EINVAL, "vision: pixel_values has %lld rows but the grids make %lld",
                             (long long)n_rows, (long long)N);
-    int64_t T = N / (m * m);
-    int wide = c->intermediate_size > 3 * H ? c->intermediate_size : 3 * H;
-    float *x = malloc((size_t)(N * H) * sizeof(float));
-    float *y = malloc((size_t)(N * H) * sizeof(float));
-    float *big = malloc((size_t)(N * wide) * sizeof(float));
-    float *cosv = malloc((size_t)(N * hd) * sizeof(float)), *sinv = malloc((size_t)(N * hd) * sizeof(float));
-    float *tmp = malloc((size_t)(2 * H) * sizeof(float));
+    int64_t T = N / (m * m), OH = c->out_hidden_size;
+    int64_t wide = c->intermediate_size > 3 * H ? c->intermediate_size : 3 * H;
+    if (wide < (int64_t)H * m * m) wide = (int64_t)H * m * m;
+    size_t es = iris_dtype_size(b->act);
+    int half = hd / 2, nf = half / 2;
+
+    /* Host tables: position-embedding taps [N, 4] and weights, rotary positions [2][N]
+     * (row, col in merge-window order), segments per image frame. */
+    int32_t *h_idx = malloc(sizeof(int32_t) * (size_t)N * 6);
+    float *h_w = malloc(sizeof(float) * (size_t)N * 4);
+    int *cu = malloc(sizeof(int) * (size_t)(N + 1));
+    float inv[512];
+    int dim_of[512];
+    int n_seg = 0, rc = 0;
     out->n_tokens = (int)T;
-    out->out_hidden = c->out_hidden_size;
+    out->out_hidden = (int)OH;
     out->n_deepstack = c->n_deepstack;
-    out->embeds = malloc((size_t)(T * c->out_hidden_size) * sizeof(float));
-    out->deepstack = malloc((size_t)((c->n_deepstack ? c->n_deepstack : 1) * T * c->out_hidden_size) * sizeof(float));
-    int rc = 0;
-    if (!x || !y || !big || !cosv || !sinv || !tmp || !out->embeds || !out->deepstack)
+    out->embeds = malloc(sizeof(float) * (size_t)(T * OH));
+    out->deepstack = malloc(sizeof(float) * (size_t)((c->n_deepstack ? c->n_deepstack : 1) * T * OH));
+    void *d_x = b->alloc(b, (size_t)N * H * es), *d_y = b->alloc(b, (size_t)N * H * es);
+    void *d_big = b->alloc(b, (size_t)N * wide * es), *d_pv = b->alloc(b, (size_t)N * v->patch_dim * es);
+    void *d_tab = b->alloc(b, sizeof(int32_t) * (size_t)N * 6 + sizeof(float) * (size_t)N * 4);
+    void *d_out = b->alloc(b, (size_t)T * OH * es);
+    if (!h_idx || !h_w || !cu || !out->embeds || !out->deepstack || !d_x || !d_y || !d_big || !d_pv || !d_tab ||
+        !d_out || half > 512) {
         rc = iris_err_set(err, IRIS_ENOMEM, "vision: out of memory for %lld patches", (long long)N);
-
-    /* 1. Conv3d (kernel = stride) as one matmul over the patch rows; 2. + position embedding. */
-    if (!rc) {
-        iris_vision_linear pe = {v->patch_w, v->patch_b};
-        iris_st_tensor flat = *v->patch_w;
-        flat.n_dims = 2;
-        flat.shape[1] = v->patch_dim;
-        pe.weight = &flat;
-        rc = linear(pixel_values, N, &pe, x, err);
+        goto done;
     }
-    if (!rc) {
+    {
+        int32_t *pidx = h_idx, *prc = h_idx + (size_t)N * 4;
         int64_t row = 0;
+        cu[0] = 0;
         for (int im = 0; im < n_images; im++) {
-            const int *g = grid_thw + 3 * im;
-            add_pos_embed(v, x, row, g[0], g[1], g[2], tmp);
-            row += (int64_t)g[0] * g[1] * g[2];
-        }
-        rotary_tables(v, grid_thw, n_images, cosv, sinv);
-        if (trace) memcpy(trace, x, (size_t)(N * H) * sizeof(float));
-    }
-
-    /* 3. blocks */
-    for (int il = 0; il < c->depth && !rc; il++) {
-        const iris_vision_block *b = &v->blocks[il];
-        rc = layernorm(x, N, H, &b->norm1, y, err);
-        if (!rc) rc = linear(y, N, &b->qkv, big, err);
-        if (rc) break;
-        for (int64_t n = 0; n < N; n++)
-            for (int h = 0; h < c->num_heads; h++) {
-                rope_apply(big + n * 3 * H + h * hd, cosv + n * hd, sinv + n * hd, hd);
-                rope_apply(big + n * 3 * H + H + h * hd, cosv + n * hd, sinv + n * hd, hd);
+            int t = grid_thw[3 * im], gh = grid_thw[3 * im + 1], gw = grid_thw[3 * im + 2];
+            for (int f = 0; f < t; f++) {
+                for (int64_t n = 0; n < (int64_t)gh * gw; n++, row++) {
+                    int r, cc, ri[2], ci[2];
+                    float rw[2], cw[2];
+                    window_rc(n, gw, m, &r, &cc);
+                    taps(r, gh, S, ri, rw);
+                    taps(cc, gw, S, ci, cw);
+                    for (int a = 0; a < 2; a++)
+                        for (int k = 0; k < 2; k++) {
+                            pidx[row * 4 + a * 2 + k] = ri[a] * S + ci[k];
+                            h_w[row * 4 + a * 2 + k] = rw[a] * cw[k];
+                        }
+                    prc[row] = r;
+                    prc[N + row] = cc;
+                }
+                cu[++n_seg] = (int)row;
             }
-        rc = attention(v, big, N, grid_thw, n_images, y, err);
-        if (!rc) rc = linear(y, N, &b->proj, big, err);
-        if (rc) break;
-        for (int64_t i = 0; i < N * H; i++) x[i] += big[i];
-        rc = layernorm(x, N, H, &b->norm2, y, err);
-        if (!rc) rc = linear(y, N, &b->fc1, big, err);
-        if (rc) break;
-        gelu_tanh(big, (size_t)(N * c->intermediate_size));
-        rc = linear(big, N, &b->fc2, y, err);
-        if (rc) break;
-        for (int64_t i = 0; i < N * H; i++) x[i] += y[i];
-        if (trace) memcpy(trace + (int64_t)(il + 1) * N * H, x, (size_t)(N * H) * sizeof(float));
-        for (int k = 0; k < c->n_deepstack && !rc; k++)
-            if (c->deepstack_visual_indexes[k] == il)
-                rc = merge(v, &v->deepstack[k], 1, x, N, out->deepstack + (int64_t)k * T * c->out_hidden_size, err);
+        }
+    }
+    /* 2-D rotary: slot j < half/2 rotates by the row, the next half/2 by the column (§5.3). */
+    {
+        double theta = c->rope_theta > 0 ? c->rope_theta : 10000.0;
+        for (int j = 0; j < half; j++) {
+            inv[j] = (float)(1.0 / pow(theta, (double)(2 * (j % nf)) / half));
+            dim_of[j] = j < nf ? 0 : 1;
+        }
+    }
+    int32_t *d_idx = d_tab, *d_rc = d_idx + (size_t)N * 4;
+    float *d_w = (float *)(d_idx + (size_t)N * 6);
+    OP(b->upload(b, d_tab, h_idx, sizeof(int32_t) * (size_t)N * 6));
+    OP(b->upload(b, d_w, h_w, sizeof(float) * (size_t)N * 4));
+    OP(put_f32(b, d_pv, pixel_values, (size_t)N * v->patch_dim));
+
+    iris_dtype A = b->act;
+    iris_tensor x = act(d_x, A, N, H), y = act(d_y, A, N, H);
+    iris_tensor pv = act(d_pv, A, N, v->patch_dim);
+    iris_tensor qkv = act(d_big, A, N, 3 * (int64_t)H), ff = act(d_big, A, N, c->intermediate_size);
+    iris_tensor q = {.data = d_big, .dtype = A, .rows = N, .cols = H, .ld = 3 * (int64_t)H};
+    iris_tensor k = q;
+    k.data = (char *)d_big + (size_t)H * es;
+
+    /* 1. Conv3d (kernel = stride) as one matmul over the patch rows; 2. + interpolated position embedding. */
+    OP(b->linear(b, &pv, &v->patch_w, &v->patch_b, &x));
+    OP(b->interp4(b, &v->pos_embed, d_idx, d_w, (int)N, &y));
+    OP(b->add(b, &x, &y));
+    if (trace) OP(get_f32(b, trace, d_x, (size_t)N * H));
+
+    /* 3. pre-norm blocks */
+    for (int il = 0; il < c->depth; il++) {
+        const iris_vision_block *bl = &v->blocks[il];
+        OP(b->layer_norm(b, &x, &bl->norm1.weight, &bl->norm1.bias, LN_EPS, &y));
+        OP(b->linear(b, &y, &bl->qkv.weight, &bl->qkv.bias, &qkv));          /* [N, 3H]: q | k | v */
+        OP(b->rope(b, &q, nh, hd, d_rc, (int)N, dim_of, inv));
+        OP(b->rope(b, &k, nh, hd, d_rc, (int)N, dim_of, inv));
+        OP(b->attn_segments(b, &qkv, nh, hd, cu, n_seg, &y));                 /* [N, H], per image */
+        iris_tensor pr = act(d_big, A, N, H);
+        OP(b->linear(b, &y, &bl->proj.weight, &bl->proj.bias, &pr));
+        OP(b->add(b, &x, &pr));
+        OP(b->layer_norm(b, &x, &bl->norm2.weight, &bl->norm2.bias, LN_EPS, &y));
+        OP(b->linear(b, &y, &bl->fc1.weight, &bl->fc1.bias, &ff));
+        OP(b->gelu_tanh(b, &ff));
+        OP(b->linear(b, &ff, &bl->fc2.weight, &bl->fc2.bias, &y));
+        OP(b->add(b, &x, &y));
+        if (trace) OP(get_f32(b, trace + (int64_t)(il + 1) * N * H, d_x, (size_t)N * H));
+        for (int t = 0; t < c->n_deepstack; t++)
+            if (c->deepstack_visual_indexes[t] == il) {
+                iris_tensor o = act(d_out, A, T, OH);
+                if ((rc = merge(b, &v->deepstack[t], 1, &x, d_y, d_big, &o, err))) goto done;
+                OP(get_f32(b, out->deepstack + (int64_t)t * T * OH, d_out, (size_t)(T * OH)));
+            }
     }
 
     /* 4. main merger */
-    if (!rc) rc = merge(v, &v->merger, 0, x, N, out->embeds, err);
-    free(x);
-    free(y);
-    free(big);
-    free(cosv);
-    free(sinv);
-    free(tmp);
+    {
+        iris_tensor o = act(d_out, A, T, OH);
+        if ((rc = merge(b, &v->merger, 0, &x, d_y, d_big, &o, err))) goto done;
+        OP(get_f32(b, out->embeds, d_out, (size_t)(T * OH)));
+        OP(b->sync(b));
+    }
+done:
+    free(h_idx), free(h_w), free(cu);
+    void *dev[] = {d_x, d_y, d_big, d_pv, d_tab, d_out};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i]) b->free(b, dev[i]);
     if (rc) iris_vision_out_free(out);
+    return rc;
+}
+
+int iris_vision_encode(const iris_vision *v, const float *pixel_values, int64_t n_rows, const int *grid_thw,
+                       int n_images, iris_vision_out *out, float *trace, iris_err *err) {
+    iris_backend *b = NULL;
+    int rc = iris_backend_cpu_open(&b, err);
+    if (rc) return rc;
+    rc = iris_vision_encode_on(v, b, pixel_values, n_rows, grid_thw, n_images, out, trace, err);
+    b->destroy(b);
     return rc;
 }

@@ -16,8 +16,8 @@
  * Owns: iris_vision holds non-owning views of the weights (the mmap of the
  * checkpoint must outlive it) and nothing else.  Every size comes from the
  * vision config; every tensor's presence, dtype and shape is checked at load.
- * Weights may be BF16, F16 or F32; arithmetic is fp32 (OpenBLAS sgemm for the
- * matrix products, which threads by itself). */
+ * Weights may be BF16, F16 or F32.  The arithmetic is the backend's
+ * (backend.h): fp32 on the CPU, the numeric reference. */
 #ifndef IRIS_VISION_H
 #define IRIS_VISION_H
 
@@ -26,14 +26,15 @@
 #include "iris.h"
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "backend/backend.h"
 
 typedef struct iris_vision_linear {
-    const iris_st_tensor *weight; /* [out, in] */
-    const iris_st_tensor *bias;   /* [out] */
+    iris_tensor weight; /* [out, in] */
+    iris_tensor bias;   /* [1, out] */
 } iris_vision_linear;
 
 typedef struct iris_vision_norm {
-    const iris_st_tensor *weight, *bias;
+    iris_tensor weight, bias;
 } iris_vision_norm;
 
 typedef struct iris_vision_block {
@@ -48,12 +49,14 @@ typedef struct iris_vision_merger {
 
 typedef struct iris_vision {
     iris_vision_config cfg;
-    const iris_st_tensor *patch_w, *patch_b, *pos_embed;
+    iris_tensor patch_w;              /* the Conv3d kernel viewed as [hidden, patch_dim] */
+    iris_tensor patch_b, pos_embed;
     iris_vision_block *blocks;        /* cfg.depth, malloc'd */
     iris_vision_merger merger;
     iris_vision_merger deepstack[IRIS_MAX_DEEPSTACK];
     int patch_dim;                    /* in_channels * temporal_patch_size * patch_size^2 */
     int grid_side;                    /* sqrt(num_position_embeddings) */
+    iris_backend *on;                 /* where the weights live (NULL: host views into the mmap) */
 } iris_vision;
 
 typedef struct iris_vision_out {
@@ -77,5 +80,12 @@ void iris_vision_free(iris_vision *v);
 int iris_vision_encode(const iris_vision *v, const float *pixel_values, int64_t n_rows, const int *grid_thw,
                        int n_images, iris_vision_out *out, float *trace, iris_err *err);
 void iris_vision_out_free(iris_vision_out *o);
+
+/* The same on backend b (the weights uploaded there first with
+ * iris_vision_upload unless b is the CPU backend); out stays fp32 host memory. */
+int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
+                          const int *grid_thw, int n_images, iris_vision_out *out, float *trace, iris_err *err);
+/* Copies the weights into backend b's memory; a no-op for the CPU backend. */
+int iris_vision_upload(iris_vision *v, iris_backend *b, iris_err *err);
 
 #endif
