@@ -52,11 +52,22 @@ void iris_cpu_widen_row(const iris_tensor *w, int64_t r, float *dst) {
         break;
     }
     case IRIS_DT_F8_E4M3: {
+        /* one scale per block of bi columns: the product and the bf16 rounding per element */
         const uint8_t *s = (const uint8_t *)w->data + r * ld;
         int64_t sc_cols = (w->cols + w->block[1] - 1) / w->block[1];
         const float *sc = w->scale + (r / w->block[0]) * sc_cols;
-        int bi = w->block[1];
-        for (int64_t i = 0; i < n; i++) dst[i] = iris_f32_round_bf16(iris_fp8_e4m3_table[s[i]] * sc[i / bi]);
+        int64_t bi = w->block[1];
+        for (int64_t c0 = 0, blk = 0; c0 < n; c0 += bi, blk++) {
+            float f = sc[blk];
+            int64_t c1 = c0 + bi < n ? c0 + bi : n;
+            for (int64_t i = c0; i < c1; i++) {
+                float x = iris_fp8_e4m3_table[s[i]] * f;
+                uint32_t u;
+                memcpy(&u, &x, 4);
+                u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u; /* bf16 RNE; the table has no NaN products here */
+                memcpy(&dst[i], &u, 4);
+            }
+        }
         break;
     }
     default: memcpy(dst, (const float *)w->data + r * ld, (size_t)n * sizeof(float)); break;

@@ -21,13 +21,38 @@ typedef struct {
     float *tile;
 } lin_ctx;
 
+/* FP8 rows: the 256 possible values of one 128x128 block, bf16(e4m3(code) · scale),
+ * are tabulated once per block row, so widening is a table lookup. */
+static void fp8_tables(const iris_tensor *w, int64_t rb, float *tab) {
+    int64_t n_cb = (w->cols + w->block[1] - 1) / w->block[1];
+    for (int64_t cb = 0; cb < n_cb; cb++) {
+        float f = w->scale[rb * n_cb + cb];
+        for (int k = 0; k < 256; k++) tab[cb * 256 + k] = iris_f32_round_bf16(iris_fp8_e4m3_table[k] * f);
+    }
+}
+
 static void lin_dot(void *p, int64_t r0, int64_t r1) {
     lin_ctx *c = p;
-    int64_t in = c->w->cols, n = c->x->rows, ldx = iris_tensor_ld(c->x), ldy = iris_tensor_ld(c->y);
-    float *row = malloc((size_t)in * sizeof(float));
+    const iris_tensor *w = c->w;
+    int64_t in = w->cols, n = c->x->rows, ldx = iris_tensor_ld(c->x), ldy = iris_tensor_ld(c->y);
+    int fp8 = w->dtype == IRIS_DT_F8_E4M3;
+    int64_t n_cb = fp8 ? (in + w->block[1] - 1) / w->block[1] : 0, cur_rb = -1;
+    float *row = malloc((size_t)in * sizeof(float) + (size_t)n_cb * 256 * sizeof(float));
     if (!row) return;
+    float *tab = row + in;
     for (int64_t r = r0; r < r1; r++) {
-        iris_cpu_widen_row(c->w, r, row);
+        if (fp8) {
+            if (r / w->block[0] != cur_rb) fp8_tables(w, cur_rb = r / w->block[0], tab);
+            const uint8_t *q = (const uint8_t *)w->data + r * iris_tensor_ld(w);
+            int64_t bi = w->block[1];
+            for (int64_t c0 = 0, cb = 0; c0 < in; c0 += bi, cb++) {
+                const float *t = tab + cb * 256;
+                int64_t c1 = c0 + bi < in ? c0 + bi : in;
+                for (int64_t i = c0; i < c1; i++) row[i] = t[q[i]];
+            }
+        } else {
+            iris_cpu_widen_row(w, r, row);
+        }
         for (int64_t i = 0; i < n; i++) {
             const float *xi = (const float *)c->x->data + i * ldx;
             float acc[8] = {0};
