@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "  --plan-json                  print the plan as JSON (exact bytes)\n\n"
             "SIZE is bytes or a number with a unit: 8GiB, 8G, 7000MiB (K/M/G/T and KiB.. are\n"
             "powers of 1024; kB/MB/GB/TB powers of 1000).  The CUDA context is an estimate here\n"
-            "(300 MiB); on a GPU it is measured.\n");
+            "(336 MiB); on a GPU it is measured.\n");
 }
 
 static int parse_int(const char *opt, const char *v, int64_t lo, int64_t hi, int64_t *out) {

@@ -66,11 +66,22 @@
  * at least one 32-pixel row) could produce images larger than the limit. */
 #define IRIS_PLAN_MIN_IMAGE_PIXELS (512ll * 512)
 #define IRIS_PLAN_DEFAULT_MARGIN (512ull * IRIS_MIB)
-/* Estimates used until the CUDA backend measures them (and by `iris plan`):
- * a CUDA 12/13 primary context with cuBLAS/cuBLASLt loaded holds ~250-400 MiB
- * on current cards; a decode graph of ~600 kernel nodes, ~1-2 MiB. */
-#define IRIS_PLAN_CONTEXT_ESTIMATE (300ull * IRIS_MIB)
+/* Estimates used until the CUDA backend measures them (and by `iris plan`),
+ * from tools/measure_cuda_overhead.cu on an H100 (132 SMs, driver 580,
+ * CUDA 13.0, lazy module loading), cudaMemGetInfo deltas:
+ *   context with the default 1 KiB stack limit      526.8 MiB
+ *   context with IRIS_CUDA_STACK_LIMIT (256 B)      328.8 MiB
+ *   cuBLASLt handle 2 MiB (a cuBLAS handle would add 66 MiB: none is made);
+ *   a captured decode-sized graph (600 kernel nodes) 2 MiB.
+ * The context's local-memory part is SMs x threads/SM x stack limit, so
+ * smaller cards need less; 328.8 + 2 MiB rounded up is the estimate. */
+#define IRIS_PLAN_CONTEXT_ESTIMATE (336ull * IRIS_MIB)
 #define IRIS_PLAN_GRAPH_ESTIMATE (2ull * IRIS_MIB)
+/* Part of the contract: the backend sets cudaLimitStackSize to this before
+ * its first kernel (our kernels need little stack; the default 1 KiB costs
+ * ~200 MiB more on an H100), keeps CUDA_MODULE_LOADING lazy (eager loading
+ * adds ~340 MiB for cuBLASLt alone) and creates no cuBLAS handle. */
+#define IRIS_CUDA_STACK_LIMIT 256
 #define IRIS_PLAN_CUBLASLT_WORKSPACE (32ull * IRIS_MIB)  /* carved: passed to every cublasLtMatmul */
 #define IRIS_PLAN_ATTN_SPLITS 16             /* split-KV partials per (sequence, head) in decode attention */
 #define IRIS_PLAN_SEQ_SAMPLE_BYTES 256       /* per sequence: sampling params, RNG state, token, top logprobs */
