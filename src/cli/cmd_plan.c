@@ -66,6 +66,7 @@ int iris_cmd_plan(int argc, char **argv) {
     const char *model = NULL;
     int as_json = 0;
     uint64_t vram = 8ull * IRIS_GIB, reserved = 0;
+    int card_given = 0;
     iris_plan_budget_opts bo = {0};
     iris_plan_settings s;
     iris_plan_settings_default(&s);
@@ -79,8 +80,9 @@ int iris_cmd_plan(int argc, char **argv) {
         } else if (!strcmp(a, "--plan-json")) {
             as_json = 1, takes = 0;
         } else if (!strcmp(a, "--vram")) {
-            bad = parse_size(a, v, &vram);
+            bad = parse_size(a, v, &vram), card_given = 1;
         } else if (!strcmp(a, "--reserved")) {
+            card_given = 1;
             bad = v && !strcmp(v, "0") ? (reserved = 0, 0) : parse_size(a, v, &reserved);
         } else if (!strcmp(a, "--gpu-memory-limit")) {
             bad = parse_size(a, v, &bo.gpu_memory_limit);
@@ -142,8 +144,13 @@ int iris_cmd_plan(int argc, char **argv) {
     uint64_t budget;
     if (iris_model_resolve(model, dir, sizeof dir, &err)) return iris_cli_fail(&err);
     if (iris_plan_budget(&bo, vram, vram - reserved, &budget, how, sizeof how, &err)) return iris_cli_fail(&err);
-    snprintf(source, sizeof source, "%s card, %s reserved; %s", iris_plan_human(vram, a), iris_plan_human(reserved, b),
-             how);
+    /* The card matters to the budget only in the free-memory mode, or when a
+     * cap was limited by it. */
+    if (card_given || (!bo.gpu_memory_limit && bo.gpu_memory_utilization == 0))
+        snprintf(source, sizeof source, "%s card, %s reserved; %s", iris_plan_human(vram, a),
+                 iris_plan_human(reserved, b), how);
+    else
+        snprintf(source, sizeof source, "%s", how);
 
     iris_plan_model m;
     if (iris_plan_model_load(dir, model, &m, &err)) return iris_cli_fail(&err);

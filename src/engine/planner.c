@@ -497,7 +497,8 @@ static void compute(const plan_in *in, iris_plan *p) {
                      iris_plan_human(fixed, a), iris_plan_human(in->budget, b));
         else
             snprintf(p->why, sizeof p->why,
-                     "a %lld-token context needs %s of KV cache but only %s is left after the weights and buffers",
+                     "a context of %lld tokens needs %s of KV cache but only %s is left after the weights and "
+                     "buffers",
                      (long long)want, iris_plan_human(iris_plan_align((uint64_t)need * p->kv_block_bytes), a),
                      iris_plan_human(in->budget - fixed, b));
     }

@@ -159,7 +159,7 @@ static void suggestions(const iris_plan *p, sbuf *b) {
             if (g->fits)
                 put(b, "  --max-image-pixels %lld: the largest that fits (%s image tokens; %s)\n", (long long)g->value,
                     grouped((uint64_t)g->value / 1024, c), gives);
-            else put(b, "  --max-image-pixels: no value down to %lld fits\n", (long long)IRIS_PLAN_MIN_IMAGE_PIXELS);
+            else put(b, "  --max-image-pixels: no value down to %s fits\n", grouped((uint64_t)IRIS_PLAN_MIN_IMAGE_PIXELS, a));
             break;
         case IRIS_SUGGEST_MAX_BATCH_TOKENS:
             if (g->fits) put(b, "  --max-batch-tokens %lld: the largest that fits (%s)\n", (long long)g->value, gives);
@@ -197,8 +197,9 @@ char *iris_plan_format(const iris_plan *p) {
         p->context_auto ? "the largest that fits" : "--max-model-len", grouped((uint64_t)p->max_position_embeddings, c));
     put(&b, "full-length sequences at once: %lld (the KV pool holds %s tokens; up to %d sequences run together)\n",
         (long long)p->n_full_seqs, grouped((uint64_t)p->kv_blocks * IRIS_KV_BLOCK_TOKENS, a), p->settings.max_num_seqs);
-    put(&b, "largest image: %lld pixels = %s tokens (--max-image-pixels); prefill chunk: %d tokens (--max-batch-tokens)\n",
-        (long long)p->settings.max_image_pixels, grouped((uint64_t)p->image_tokens, a), p->settings.max_batch_tokens);
+    put(&b, "largest image: %s pixels = %s tokens (--max-image-pixels); prefill chunk: %d tokens (--max-batch-tokens)\n",
+        grouped((uint64_t)p->settings.max_image_pixels, c), grouped((uint64_t)p->image_tokens, a),
+        p->settings.max_batch_tokens);
     if (p->image_tokens > p->context)
         put(&b, "note: the largest image (%lld tokens) is longer than the context; lower --max-image-pixels\n",
             (long long)p->image_tokens);
