@@ -1,5 +1,7 @@
-/* cmd_ls.c: `iris ls`: the models in the Hugging Face cache, their size, and
- * whether iris runs their architecture (src/model/hub.h, iris_hub_list). */
+/* cmd_ls.c: `iris ls`: the models in the Hugging Face cache, their size,
+ * whether iris runs their architecture (src/model/hub.h, iris_hub_list), and
+ * with --vram whether they fit such a card (the memory planner,
+ * src/engine/planner.h, on the safetensors headers: nothing is loaded). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,14 +10,54 @@
 #include "cli.h"
 #include "model/hub.h"
 #include "model/resolve.h"
+#include "engine/planner.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: iris ls [--json]\n\n"
+            "usage: iris ls [--json] [--vram SIZE [--reserved SIZE]]\n\n"
             "Lists the models in the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub,\n"
             "else ~/.cache/huggingface/hub): repo id, size on disk, revisions, model_type\n"
             "and whether iris supports it (qwen3_vl).  Run one with `iris run Org/Name`.\n\n"
-            "  --json   one JSON array instead of the table\n");
+            "  --json            one JSON array instead of the table\n"
+            "  --vram SIZE       also plan each supported model for a card of SIZE (e.g. 8GiB)\n"
+            "                    with the default settings: does it fit, and the context it gets\n"
+            "  --reserved SIZE   memory the desktop holds on that card (default 0)\n");
+}
+
+/* Plans a model for the card; writes "yes, 30336-token context" or "no: ..." to buf. */
+static int fits(const char *dir, uint64_t vram, uint64_t reserved, char *buf, size_t n, int64_t *ctx) {
+    iris_err err = {0};
+    iris_plan_model m;
+    *ctx = 0;
+    if (iris_plan_model_load(dir, dir, &m, &err)) {
+        snprintf(buf, n, "? (%s)", err.msg);
+        return -1;
+    }
+    iris_plan_settings s;
+    iris_plan_settings_default(&s);
+    iris_plan_budget_opts bo = {0};
+    uint64_t budget;
+    char how[128];
+    iris_plan *p = calloc(1, sizeof *p);
+    if (p && iris_plan_budget(&bo, vram, vram - reserved, &budget, how, sizeof how, &err)) {
+        snprintf(buf, n, "no: %s", err.msg); /* nothing left of the card for iris */
+        free(p);
+        return 0;
+    }
+    if (!p || iris_plan_make(&m, &s, budget, how, 0, p, &err)) {
+        snprintf(buf, n, "? (%s)", p ? err.msg : "out of memory");
+        free(p);
+        return -1;
+    }
+    int ok = p->fits;
+    if (ok) {
+        snprintf(buf, n, "yes, %lld-token context", (long long)p->context);
+        *ctx = p->context;
+    } else {
+        snprintf(buf, n, "no: %s", p->why);
+    }
+    free(p);
+    return ok;
 }
 
 static const char *fmt_size(uint64_t n, char buf[32]) {
@@ -30,7 +72,17 @@ static const char *fmt_size(uint64_t n, char buf[32]) {
 
 int iris_cmd_ls(int argc, char **argv) {
     int as_json = 0;
+    uint64_t vram = 0, reserved = 0;
     for (int i = 1; i < argc; i++) {
+        if ((!strcmp(argv[i], "--vram") || !strcmp(argv[i], "--reserved")) && i + 1 < argc) {
+            iris_err e = {0};
+            if (iris_plan_parse_bytes(argv[i + 1], !strcmp(argv[i], "--vram") ? &vram : &reserved, &e)) {
+                fprintf(stderr, "iris ls: %s %s: %s\n", argv[i], argv[i + 1], e.msg);
+                return 2;
+            }
+            i++;
+            continue;
+        }
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -41,6 +93,10 @@ int iris_cmd_ls(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
+    }
+    if (reserved && reserved >= vram) {
+        fprintf(stderr, "iris ls: --reserved needs a larger --vram\n");
+        return 2;
     }
     iris_err err = {0};
     char cache[4096];
@@ -55,6 +111,14 @@ int iris_cmd_ls(int argc, char **argv) {
                                   (json_int_t)v[i].size_bytes, "refs", v[i].refs, "dir", v[i].dir, "model_type",
                                   v[i].model_type, "supported", v[i].supported, "snapshots", v[i].n_snapshots,
                                   "incomplete", v[i].incomplete);
+            if (o && vram && v[i].supported && v[i].dir[0]) {
+                char buf[512];
+                int64_t ctx;
+                int f = fits(v[i].dir, vram, reserved, buf, sizeof buf, &ctx);
+                json_object_set_new(o, "fits", f < 0 ? json_null() : json_boolean(f));
+                json_object_set_new(o, "fits_detail", json_string(buf));
+                if (f > 0) json_object_set_new(o, "context", json_integer(ctx));
+            }
             if (o) json_array_append_new(arr, o);
         }
         char *s = json_dumps(arr, JSON_INDENT(2));
@@ -69,17 +133,25 @@ int iris_cmd_ls(int argc, char **argv) {
         free(v);
         return 0;
     }
-    printf("%-44s %9s  %-12s %-16s %s\n", "MODEL", "SIZE", "REFS", "TYPE", "IRIS");
+    printf("%-44s %9s  %-12s %-16s %-18s%s\n", "MODEL", "SIZE", "REFS", "TYPE", "IRIS", vram ? "FITS" : "");
     for (int i = 0; i < n; i++) {
         char sz[32];
         const char *iris = v[i].supported ? "yes" : v[i].model_type[0] ? "no (architecture)"
                                                     : v[i].dir[0]     ? "no (no config.json)"
                                                                       : "no (no snapshot)";
-        printf("%-44s %9s  %-12s %-16s %s%s\n", v[i].repo, fmt_size(v[i].size_bytes, sz),
-               v[i].refs[0] ? v[i].refs : "-", v[i].model_type[0] ? v[i].model_type : "-", iris,
+        char fit[512] = "";
+        int64_t ctx;
+        if (vram && v[i].supported && v[i].dir[0]) fits(v[i].dir, vram, reserved, fit, sizeof fit, &ctx);
+        printf("%-44s %9s  %-12s %-16s %-18s%s%s\n", v[i].repo, fmt_size(v[i].size_bytes, sz),
+               v[i].refs[0] ? v[i].refs : "-", v[i].model_type[0] ? v[i].model_type : "-", iris, fit,
                v[i].incomplete ? " (interrupted pull: run iris pull again)" : "");
     }
     printf("\n%d model%s in %s\n", n, n == 1 ? "" : "s", cache);
+    if (vram) {
+        char a[32], b[32];
+        printf("FITS: planned for a %s card with %s reserved and the default settings (iris plan MODEL --vram ... for the details)\n",
+               iris_plan_human(vram, a), iris_plan_human(reserved, b));
+    }
     free(v);
     return 0;
 }
