@@ -1,0 +1,450 @@
+/* engine.c: the engine thread (iris.h engine section, engine.h).
+ *
+ * One thread owns the model (text decoder and vision encoder on the
+ * backend), the paged KV cache, the block pool and the scheduler.  Its loop:
+ * take submitted requests from the inbox, copy cancel flags, plan a step
+ * (sched.c), encode the images the step's chunks reach for the first time,
+ * run the decoder over the flat batch, sample the sequences whose prompt or
+ * decode step completed, detokenize, apply stop strings, and send the
+ * events; then publish the counters.  It sleeps on a condition variable
+ * when there is nothing to do.
+ *
+ * Image embeddings: encoded (one image at a time) just before the first
+ * chunk that needs them, kept with the request until every one of the
+ * image's tokens has its K/V in the cache, then freed; an image whose tokens
+ * all come from the prefix cache is never encoded.
+ *
+ * Shutdown drains: no new submissions, everything queued or running
+ * finishes, then the thread exits.  A failed step (the backend) fails the
+ * requests of that step with finish_reason error; the others go on.
+ *
+ * Does not: render chats, tokenize prompts or decode images (callers'
+ * threads, engine_req.c), or size device memory (planner.c; CPU only here).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "err.h"
+#include "log.h"
+#include "model/hub.h"
+#include "model/positions.h"
+
+#define DEFAULT_KV_BYTES (1ull << 30)
+
+void iris_engine_opts_default(iris_engine_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->max_num_seqs = 64;
+    o->max_batch_tokens = 2048;
+    o->max_waiting = 256;
+    o->prefix_caching = 1;
+}
+
+const iris_tok *iris_engine_tokenizer(const iris_engine *e) { return e->tok; }
+const iris_config *iris_engine_config(const iris_engine *e) { return &e->cfg; }
+const iris_generation_config *iris_engine_generation_config(const iris_engine *e) { return &e->gc; }
+const iris_preprocessor_config *iris_engine_preprocessor_config(const iris_engine *e) { return &e->pc; }
+
+void iris_engine_model_info(const iris_engine *e, iris_model_info *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->dir, sizeof out->dir, "%s", e->dir);
+    out->vocab_size = e->cfg.text_config.vocab_size;
+    out->max_model_len = e->max_model_len;
+    out->kv_blocks = e->n_blocks;
+    out->n_layers = e->cfg.text_config.num_hidden_layers;
+    out->hidden_size = e->cfg.text_config.hidden_size;
+    out->image_token_id = e->cfg.image_token_id;
+}
+
+/* ---- finishing requests ------------------------------------------------------------------- */
+
+static void finish(iris_engine *e, iris_request *r, int reason, const iris_err *why) {
+    if (r->finished) return;
+    r->finished = 1;
+    iris_event ev = {.kind = IRIS_EVENT_DONE, .finish_reason = reason, .text = ""};
+    /* Release what the stop matcher and the detokenizer still hold. */
+    if (reason == IRIS_FINISH_REASON_LENGTH || (reason == IRIS_FINISH_REASON_STOP && iris_stop_which(r->stop) < 0)) {
+        const char *t = NULL, *emit = NULL;
+        size_t n = 0, n_emit = 0;
+        iris_err ignore = {0};
+        if (!iris_tok_stream_flush(&r->ts, &t, &n, &ignore) && n)
+            iris_stop_feed(r->stop, t, n, &emit, &n_emit, &ignore);
+        if (iris_stop_which(r->stop) < 0) iris_stop_flush(r->stop, &emit, &n_emit);
+        if (emit && n_emit) ev.text = emit, ev.text_len = n_emit;
+    }
+    if (why) ev.err = *why;
+    double now = iris_engine_now();
+    ev.usage.prompt_tokens = r->seq.n_prompt;
+    ev.usage.completion_tokens = iris_sampler_n_generated(r->sampler);
+    ev.usage.cached_tokens = r->seq.n_cached;
+    ev.usage.ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : 0;
+    ev.usage.total_s = now - r->t_submit;
+    iris_log(IRIS_LOG_DEBUG, "engine", "request %lld: %s, %d prompt (%d cached), %d generated, %.3f s",
+             (long long)r->seq.id, iris_finish_reason_name(reason), ev.usage.prompt_tokens, ev.usage.cached_tokens,
+             ev.usage.completion_tokens, ev.usage.total_s);
+    e->requests_finished++;
+    iris_req_emit(r, &ev);
+    for (int i = 0; r->vout && i < r->prompt.n_images; i++) iris_vision_out_free(&r->vout[i]);
+    iris_req_unref(r);
+}
+
+static void fail(iris_engine *e, iris_request *r, const iris_err *why) {
+    iris_sched_finish(&e->sched, &r->seq);
+    finish(e, r, IRIS_FINISH_REASON_ERROR, why);
+}
+
+/* ---- one step ----------------------------------------------------------------------------- */
+
+/* Encode the images the chunk [n_computed, n_computed + n_new) reaches that have no embeddings. */
+static int encode_images(iris_engine *e, iris_request *r, iris_err *err) {
+    iris_seq *q = &r->seq;
+    int lo = q->n_computed, hi = q->n_computed + q->n_new, pd = e->vis.patch_dim;
+    int64_t row0 = 0;
+    for (int i = 0; i < q->n_images; i++) {
+        const int *g = r->prompt.grid_thw + 3 * i;
+        int64_t rows = (int64_t)g[0] * g[1] * g[2];
+        iris_seq_image *im = &q->images[i];
+        if (!im->ready && im->start < hi && im->start + im->n_tokens > lo) {
+            int rc = iris_vision_encode(&e->vis, r->prompt.pixel_values + row0 * pd, rows, g, 1, &r->vout[i], NULL, err);
+            if (rc) return rc;
+            if (r->vout[i].n_tokens != im->n_tokens)
+                return iris_err_set(err, IRIS_EINVAL, "image %d: the encoder gave %d rows for %d tokens", i + 1,
+                                    r->vout[i].n_tokens, im->n_tokens);
+            im->embeds = r->vout[i].embeds;
+            im->deepstack = r->vout[i].deepstack;
+            im->ready = 1;
+            e->images_encoded++;
+        }
+        row0 += rows;
+    }
+    return IRIS_OK;
+}
+
+/* Host buffers of one sequence's step: positions and its image rows. */
+typedef struct seq_buf {
+    int32_t *pos;       /* [3][n_new] */
+    float *img;         /* [(1 + n_ds) * n_img_rows, hidden] */
+} seq_buf;
+
+static int prepare(iris_engine *e, iris_request *r, iris_text_seq *ts, seq_buf *sb, iris_err *err) {
+    iris_seq *q = &r->seq;
+    int n = q->n_new, c0 = q->n_computed, H = e->cfg.text_config.hidden_size, np = q->n_prompt;
+    sb->pos = malloc(sizeof *sb->pos * 3 * (size_t)n);
+    if (!sb->pos) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        int j = c0 + i;
+        for (int d = 0; d < 3; d++)
+            sb->pos[(size_t)d * n + i] = j < np ? r->prompt.pos[(size_t)d * np + j] : iris_pos_decode(j, r->prompt.rope_delta);
+    }
+    memset(ts, 0, sizeof *ts);
+    ts->n_past = c0;
+    ts->n_new = n;
+    ts->tokens = q->tokens + c0;
+    ts->pos = sb->pos;
+    ts->pos_stride = n;
+    ts->block_table = q->blocks;
+    ts->logits_from = q->want_logits ? n - 1 : n;
+    /* Image rows of this chunk, in token order. */
+    int n_rows = 0, n_ds = 0;
+    for (int i = 0; i < q->n_images; i++) {
+        const iris_seq_image *im = &q->images[i];
+        int a = im->start > c0 ? im->start : c0, b = im->start + im->n_tokens < c0 + n ? im->start + im->n_tokens : c0 + n;
+        if (b > a) n_rows += b - a, n_ds = r->vout[i].n_deepstack;
+    }
+    if (!n_rows) return IRIS_OK;
+    sb->img = malloc(sizeof *sb->img * (size_t)n_rows * H * (1 + (size_t)n_ds));
+    if (!sb->img) return iris_err_set(err, IRIS_ENOMEM, "out of memory for %d image rows", n_rows);
+    int at = 0;
+    for (int i = 0; i < q->n_images; i++) {
+        const iris_seq_image *im = &q->images[i];
+        int a = im->start > c0 ? im->start : c0, b = im->start + im->n_tokens < c0 + n ? im->start + im->n_tokens : c0 + n;
+        if (b <= a) continue;
+        size_t off = (size_t)(a - im->start) * H, len = (size_t)(b - a) * H;
+        memcpy(sb->img + (size_t)at * H, im->embeds + off, len * sizeof(float));
+        for (int d = 0; d < n_ds; d++)
+            memcpy(sb->img + ((size_t)(1 + d) * n_rows + at) * H,
+                   im->deepstack + (size_t)d * im->n_tokens * H + off, len * sizeof(float));
+        at += b - a;
+    }
+    ts->image_embeds = sb->img;
+    ts->n_deepstack = n_ds;
+    for (int d = 0; d < n_ds; d++) ts->deepstack[d] = sb->img + (size_t)(1 + d) * n_rows * H;
+    return IRIS_OK;
+}
+
+/* A sampled token: stream it, and finish the request when it ends. */
+static void emit_token(iris_engine *e, iris_request *r, const float *logits) {
+    iris_err err = {0};
+    iris_sample_out so;
+    int tok = iris_sampler_sample(r->sampler, logits, &so, &err);
+    if (tok < 0 || iris_seq_append(&r->seq, tok, &err)) {
+        fail(e, r, &err);
+        return;
+    }
+    if (r->t_first == 0) r->t_first = iris_engine_now();
+    e->generated_tokens++;
+    iris_finish fr = iris_sampler_accept(r->sampler, tok);
+    iris_event ev = {.kind = IRIS_EVENT_DELTA, .token = tok, .text = ""};
+    if (r->logprobs) {
+        ev.logprob = so.logprob;
+        ev.n_top = so.n_top;
+        memcpy(ev.top_ids, so.top_ids, sizeof ev.top_ids);
+        memcpy(ev.top_logprobs, so.top_logprobs, sizeof ev.top_logprobs);
+    }
+    int stop_hit = 0;
+    if (fr != IRIS_FINISH_STOP) {  /* a stop token's own text is never shown */
+        const char *t = NULL, *emit = NULL;
+        size_t n = 0, n_emit = 0;
+        if (iris_tok_stream_push(&r->ts, tok, &t, &n, &err) == 0 && n) {
+            stop_hit = iris_stop_feed(r->stop, t, n, &emit, &n_emit, &err) == 1;
+            if (emit && n_emit) ev.text = emit, ev.text_len = n_emit;
+        }
+    }
+    iris_req_emit(r, &ev);
+    int reason = stop_hit || fr == IRIS_FINISH_STOP ? IRIS_FINISH_REASON_STOP
+                 : fr == IRIS_FINISH_LENGTH || r->seq.n_tokens >= r->max_len ? IRIS_FINISH_REASON_LENGTH
+                                                                              : IRIS_FINISH_REASON_NONE;
+    if (reason) {
+        iris_sched_finish(&e->sched, &r->seq);
+        finish(e, r, reason, NULL);
+    }
+}
+
+static void step(iris_engine *e) {
+    iris_err err = {0};
+    iris_sched_batch *b = &e->batch;
+    if (iris_sched_step(&e->sched, b, &err)) {
+        iris_log(IRIS_LOG_ERROR, "engine", "%s", err.msg);
+        return;
+    }
+    for (int i = 0; i < b->n_cancelled; i++) finish(e, b->cancelled[i]->ud, IRIS_FINISH_REASON_CANCELLED, NULL);
+    if (b->n_seqs == 0) {
+        /* Nothing fits although nothing runs: cannot happen with the submit
+         * checks; fail the head rather than spin. */
+        if (e->sched.n_running == 0 && e->sched.n_waiting > 0) {
+            iris_request *r = e->sched.waiting[0]->ud;
+            iris_err_set(&err, IRIS_ELIMIT, "request needs more KV blocks than the cache has (%d)", e->n_blocks);
+            fail(e, r, &err);
+        }
+        return;
+    }
+    int n = b->n_seqs, rc = IRIS_OK;
+    iris_text_seq *ts = calloc((size_t)n, sizeof *ts);
+    seq_buf *sb = calloc((size_t)n, sizeof *sb);
+    if (!ts || !sb) rc = iris_err_set(&err, IRIS_ENOMEM, "out of memory for a step of %d sequences", n);
+    for (int i = 0; !rc && i < n; i++) {
+        iris_request *r = b->seqs[i]->ud;
+        rc = encode_images(e, r, &err);
+        if (!rc) rc = prepare(e, r, &ts[i], &sb[i], &err);
+    }
+    if (!rc) rc = iris_text_forward(&e->text, e->be, &e->kv, ts, n, e->logits, NULL, NULL, &err);
+    for (int i = 0; sb && i < n; i++) free(sb[i].pos), free(sb[i].img);
+    free(ts), free(sb);
+    if (rc) {
+        iris_log(IRIS_LOG_ERROR, "engine", "step of %d sequences failed: %s", n, err.msg);
+        /* The K/V of this step may be half written: fail its sequences (their blocks are unkeyed). */
+        for (int i = 0; i < n; i++) fail(e, b->seqs[i]->ud, &err);
+        return;
+    }
+    iris_sched_commit(&e->sched, b);
+    int row = 0, V = e->cfg.text_config.vocab_size;
+    for (int i = 0; i < n; i++) {
+        iris_request *r = b->seqs[i]->ud;
+        if (!r->seq.want_logits) continue;
+        emit_token(e, r, e->logits + (size_t)row++ * V);
+    }
+    /* Drop the embeddings of images whose tokens are all in the cache. */
+    for (int i = 0; i < n; i++) {
+        iris_request *r = b->seqs[i]->ud;
+        if (r->finished) continue;
+        for (int k = 0; k < r->seq.n_images; k++) {
+            iris_seq_image *im = &r->seq.images[k];
+            if (im->ready && im->start + im->n_tokens <= r->seq.n_computed) {
+                iris_vision_out_free(&r->vout[k]);
+                im->embeds = im->deepstack = NULL;
+                im->ready = 0;
+            }
+        }
+    }
+}
+
+static void publish_stats(iris_engine *e) {
+    iris_engine_stats *s = &e->stats;
+    s->n_running = e->sched.n_running;
+    s->n_waiting = e->sched.n_waiting + e->n_inbox;
+    s->kv_blocks_total = e->n_blocks;
+    s->kv_blocks_used = iris_kv_pool_n_used(e->pool);
+    s->kv_blocks_cached = iris_kv_pool_n_cached(e->pool);
+    s->steps = e->sched.stats.steps;
+    s->requests_finished = e->requests_finished;
+    s->prompt_tokens = e->prompt_tokens;
+    s->prefill_tokens = e->sched.stats.prefill_tokens;
+    s->prefix_hit_tokens = e->sched.stats.prefix_hit_tokens;
+    s->generated_tokens = e->generated_tokens;
+    s->images_encoded = e->images_encoded;
+    s->images_cached = e->sched.stats.images_cached;
+    s->preemptions = e->sched.stats.preemptions;
+}
+
+static void *engine_main(void *arg) {
+    iris_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->n_inbox && !iris_sched_busy(&e->sched) && !e->stopping) pthread_cond_wait(&e->cv, &e->mu);
+        if (e->stopping && !e->n_inbox && !iris_sched_busy(&e->sched)) break;
+        for (int i = 0; i < e->n_inbox; i++) {
+            iris_request *r = e->inbox[i];
+            iris_err err = {0};
+            if (iris_sched_add(&e->sched, &r->seq, &err)) {
+                finish(e, r, IRIS_FINISH_REASON_ERROR, &err);
+                e->n_queued--;
+                continue;
+            }
+            e->prompt_tokens += (uint64_t)r->seq.n_prompt;
+        }
+        e->n_inbox = 0;
+        pthread_mutex_unlock(&e->mu);
+
+        iris_seq **lists[2] = {e->sched.running, e->sched.waiting};
+        int counts[2] = {e->sched.n_running, e->sched.n_waiting};
+        for (int l = 0; l < 2; l++)
+            for (int i = 0; i < counts[l]; i++) {
+                iris_request *r = lists[l][i]->ud;
+                lists[l][i]->cancel = atomic_load(&r->cancel);
+            }
+        step(e);
+
+        pthread_mutex_lock(&e->mu);
+        e->n_queued = e->sched.n_waiting + e->n_inbox;
+        publish_stats(e);
+    }
+    publish_stats(e);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- open / close ------------------------------------------------------------------------- */
+
+static int load(iris_engine *e, iris_err *err) {
+    const iris_engine_opts *o = &e->o;
+    if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "auto"))
+        return iris_err_set(err, strcmp(o->device, "cuda") ? IRIS_EINVAL : IRIS_EUNSUPPORTED,
+                            strcmp(o->device, "cuda") ? "device \"%s\": use cpu, cuda or auto"
+                                                      : "device \"%s\": this build has no CUDA backend yet; use cpu",
+                            o->device);
+    int rc = iris_model_ensure(o->model, e->dir, sizeof e->dir, o->allow_download, err);
+    if (!rc) rc = iris_config_load(e->dir, &e->cfg, err);
+    if (!rc) rc = iris_generation_config_load(e->dir, &e->gc, err);
+    if (!rc) rc = iris_preprocessor_config_load(e->dir, &e->pc, err);
+    if (!rc) rc = iris_tok_load(e->dir, &e->tok, err);
+    if (!rc) rc = iris_st_open(e->dir, &e->st, err);
+    if (!rc) rc = iris_text_load(e->st, &e->cfg, &e->text, err);
+    if (!rc) rc = iris_vision_load(e->st, &e->cfg.vision_config, &e->vis, err);
+    if (!rc) rc = iris_backend_cpu_open(&e->be, err);
+    if (!rc) rc = iris_text_upload(&e->text, e->be, err);
+    if (rc) return rc;
+    const iris_text_config *tc = &e->cfg.text_config;
+    e->max_model_len = o->max_model_len > 0 && o->max_model_len < tc->max_position_embeddings
+                           ? o->max_model_len : tc->max_position_embeddings;
+    size_t block_bytes = (size_t)2 * tc->num_hidden_layers * IRIS_KV_BLOCK * tc->num_key_value_heads * tc->head_dim *
+                         sizeof(float);
+    e->n_blocks = o->kv_blocks;
+    if (e->n_blocks <= 0) {
+        size_t bytes = o->kv_cache_bytes ? o->kv_cache_bytes : DEFAULT_KV_BYTES;
+        size_t want = (size_t)(e->max_model_len + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK * (size_t)o->max_num_seqs;
+        size_t fit = bytes / block_bytes;
+        e->n_blocks = (int)(want < fit ? want : fit);
+    }
+    if (e->n_blocks < 1)
+        return iris_err_set(err, IRIS_ELIMIT, "kv_cache_bytes %zu holds no 16-token block (%zu bytes each)",
+                            o->kv_cache_bytes, block_bytes);
+    rc = iris_kv_cache_init(&e->kv, tc, e->n_blocks, e->be, err);
+    if (!rc) rc = iris_kv_pool_init(&e->pool, e->n_blocks, o->prefix_caching, err);
+    iris_sched_opts so = {o->max_num_seqs, o->max_batch_tokens, o->max_waiting + o->max_num_seqs};
+    if (!rc) rc = iris_sched_init(&e->sched, &so, e->pool, err);
+    if (rc) return rc;
+    e->logits = malloc(sizeof(float) * (size_t)o->max_num_seqs * tc->vocab_size);
+    if (!e->logits) return iris_err_set(err, IRIS_ENOMEM, "out of memory for the logits");
+    iris_log(IRIS_LOG_INFO, "engine", "%s: %d layers, hidden %d, vocab %d; KV cache %d blocks (%d tokens, %.1f MiB), "
+             "context %d, %d seqs x %d tokens a step, prefix caching %s", e->dir, tc->num_hidden_layers,
+             tc->hidden_size, tc->vocab_size, e->n_blocks, e->n_blocks * IRIS_KV_BLOCK,
+             (double)block_bytes * e->n_blocks / (1 << 20), e->max_model_len, o->max_num_seqs, o->max_batch_tokens,
+             o->prefix_caching ? "on" : "off");
+    return IRIS_OK;
+}
+
+static void unload(iris_engine *e) {
+    iris_sched_batch_free(&e->batch);
+    iris_sched_free(&e->sched);
+    iris_kv_pool_free(e->pool);
+    if (e->kv.layers) iris_kv_cache_free(&e->kv);
+    iris_text_free(&e->text);
+    iris_vision_free(&e->vis);
+    if (e->be) e->be->destroy(e->be);
+    iris_st_close(e->st);
+    iris_tok_free(e->tok);
+    free(e->logits);
+    free(e->inbox);
+}
+
+int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err) {
+    *out = NULL;
+    if (!o || !o->model) return iris_err_set(err, IRIS_EINVAL, "engine: no model given");
+    iris_engine *e = calloc(1, sizeof *e);
+    if (!e) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    iris_engine_opts_default(&e->o);
+    e->o.model = o->model;
+    e->o.allow_download = o->allow_download;
+    e->o.device = o->device;
+    if (o->max_num_seqs > 0) e->o.max_num_seqs = o->max_num_seqs;
+    if (o->max_batch_tokens > 0) e->o.max_batch_tokens = o->max_batch_tokens;
+    if (o->max_waiting > 0) e->o.max_waiting = o->max_waiting;
+    e->o.max_model_len = o->max_model_len;
+    e->o.kv_blocks = o->kv_blocks;
+    e->o.kv_cache_bytes = o->kv_cache_bytes;
+    e->o.prefix_caching = o->prefix_caching;
+    if (e->o.max_batch_tokens < e->o.max_num_seqs) e->o.max_batch_tokens = e->o.max_num_seqs;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    int rc = load(e, err);
+    if (!rc && pthread_create(&e->thread, NULL, engine_main, e))
+        rc = iris_err_set(err, IRIS_ENOMEM, "could not start the engine thread");
+    if (rc) {
+        iris_err_prefix(err, "model %s", o->model);
+        unload(e);
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->cv);
+        free(e);
+        return rc;
+    }
+    e->thread_started = 1;
+    *out = e;
+    return IRIS_OK;
+}
+
+void iris_engine_shutdown(iris_engine *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->stopping = 1;
+    pthread_cond_broadcast(&e->cv);
+    int join = e->thread_started && !e->joined;
+    e->joined = 1;
+    pthread_mutex_unlock(&e->mu);
+    if (join) pthread_join(e->thread, NULL);
+}
+
+void iris_engine_close(iris_engine *e) {
+    if (!e) return;
+    iris_engine_shutdown(e);
+    unload(e);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+void iris_engine_get_stats(iris_engine *e, iris_engine_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,95 @@
+/* engine_internal.h: the engine's and the requests' state, shared by
+ * engine.c (the engine thread and its step) and engine_req.c (submission on
+ * callers' threads and the per-request channels).
+ *
+ * Locking: e->mu guards the inbox, the stopping flags and the published
+ * stats; r->mu guards a request's event queue.  Everything else in the
+ * engine (model, cache, pool, scheduler, sequences, samplers) belongs to the
+ * engine thread alone once a request is in the inbox.  A request is freed
+ * when both the engine (after its DONE event) and the caller
+ * (iris_request_free) have let go of it (`refs`). */
+#ifndef IRIS_ENGINE_INTERNAL_H
+#define IRIS_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "engine/kv_pool.h"
+#include "engine/sched.h"
+#include "iris.h"
+#include "model/prompt.h"
+#include "model/sampler.h"
+#include "model/text.h"
+#include "model/tokenizer.h"
+#include "model/vision.h"
+
+typedef struct req_event {
+    iris_event ev;
+    char *text;                 /* malloc'd copy (queue mode) */
+} req_event;
+
+struct iris_request {
+    iris_engine *e;             /* valid while the engine holds the request */
+    iris_seq seq;
+    iris_prompt prompt;
+    iris_seq_image *images;     /* [prompt.n_images] */
+    iris_vision_out *vout;      /* [prompt.n_images]: embeddings while needed */
+    iris_sampler *sampler;
+    iris_stop_matcher *stop;
+    iris_tok_stream ts;
+    int logprobs, max_len;
+    double t_submit, t_first;
+    int finished;
+
+    iris_event_fn on_event;
+    void *ud;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    req_event *q;               /* ring of queued events */
+    int q_head, q_n, q_cap;
+    char *cur_text;             /* text of the event last returned by iris_request_next */
+    int done_read;
+    atomic_int cancel;
+    atomic_int refs;
+};
+
+struct iris_engine {
+    iris_engine_opts o;
+    char dir[4096];
+    iris_config cfg;
+    iris_generation_config gc;
+    iris_preprocessor_config pc;
+    iris_tok *tok;
+    iris_st *st;
+    iris_text text;
+    iris_vision vis;
+    iris_backend *be;
+    iris_kv_cache kv;
+    iris_kv_pool *pool;
+    iris_sched sched;
+    iris_sched_batch batch;
+    int max_model_len, n_blocks;
+    float *logits;              /* [max_num_seqs, vocab] */
+
+    pthread_t thread;
+    int thread_started, joined;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    iris_request **inbox;
+    int n_inbox, cap_inbox;
+    int n_queued;               /* inbox + waiting in the scheduler (the bounded queue) */
+    int stopping;
+    int64_t next_id;
+    iris_engine_stats stats;    /* published after every step */
+    uint64_t images_encoded, requests_finished, generated_tokens, prompt_tokens;
+};
+
+double iris_engine_now(void);
+/* Deliver an event (callback or queue).  text may be NULL. */
+void iris_req_emit(iris_request *r, const iris_event *ev);
+/* Drop one reference; frees the request at zero. */
+void iris_req_unref(iris_request *r);
+
+#endif

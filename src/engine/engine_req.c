@@ -1,0 +1,329 @@
+/* engine_req.c: requests on the callers' side: building and validating a
+ * request on the caller's thread (chat template, tokens, image
+ * preprocessing, sampling parameters, content hashes of the images), the
+ * bounded queue into the engine, and the per-request event channel
+ * (a callback on the engine thread, or a queue a caller blocks on).
+ *
+ * Does not: touch the model, the cache or the scheduler (the engine
+ * thread's, engine.c). */
+#include <errno.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_internal.h"
+#include "err.h"
+
+double iris_engine_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *iris_finish_reason_name(int reason) {
+    switch (reason) {
+    case IRIS_FINISH_REASON_STOP: return "stop";
+    case IRIS_FINISH_REASON_LENGTH: return "length";
+    case IRIS_FINISH_REASON_CANCELLED: return "cancelled";
+    case IRIS_FINISH_REASON_ERROR: return "error";
+    default: return NULL;
+    }
+}
+
+void iris_request_params_default(const iris_engine *e, iris_request_params *p) {
+    memset(p, 0, sizeof *p);
+    iris_sampling_params sp;
+    iris_sampling_params_default(&sp, e ? &e->gc : NULL);
+    p->do_sample = sp.do_sample;
+    p->temperature = sp.temperature;
+    p->top_p = sp.top_p;
+    p->min_p = sp.min_p;
+    p->top_k = sp.top_k;
+    p->repetition_penalty = sp.repetition_penalty;
+    p->presence_penalty = sp.presence_penalty;
+    p->frequency_penalty = sp.frequency_penalty;
+    p->seed = -1;
+}
+
+/* ---- the channel -------------------------------------------------------------------------- */
+
+static void req_destroy(iris_request *r) {
+    for (int i = 0; i < r->q_n; i++) free(r->q[(r->q_head + i) % r->q_cap].text);
+    free(r->q);
+    free(r->cur_text);
+    for (int i = 0; r->vout && i < r->prompt.n_images; i++) iris_vision_out_free(&r->vout[i]);
+    free(r->vout);
+    free(r->images);
+    iris_prompt_free(&r->prompt);
+    iris_seq_free(&r->seq);
+    iris_sampler_free(r->sampler);
+    iris_stop_free(r->stop);
+    iris_tok_stream_free(&r->ts);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+void iris_req_unref(iris_request *r) {
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1) req_destroy(r);
+}
+
+void iris_req_emit(iris_request *r, const iris_event *ev) {
+    if (r->on_event) {
+        r->on_event(r->ud, ev);
+        return;
+    }
+    pthread_mutex_lock(&r->mu);
+    if (r->q_n == r->q_cap) {
+        int nc = r->q_cap ? r->q_cap * 2 : 16;
+        req_event *nq = malloc(sizeof *nq * (size_t)nc);
+        if (!nq) {  /* out of host memory: keep the DONE event at least, by dropping a delta */
+            if (ev->kind != IRIS_EVENT_DONE || !r->q_n) goto out;
+            r->q_n--;
+        } else {
+            for (int i = 0; i < r->q_n; i++) nq[i] = r->q[(r->q_head + i) % r->q_cap];
+            free(r->q);
+            r->q = nq, r->q_head = 0, r->q_cap = nc;
+        }
+    }
+    req_event *slot = &r->q[(r->q_head + r->q_n) % r->q_cap];
+    slot->ev = *ev;
+    slot->text = NULL;
+    if (ev->text && ev->text_len) {
+        slot->text = malloc(ev->text_len + 1);
+        if (slot->text) memcpy(slot->text, ev->text, ev->text_len), slot->text[ev->text_len] = 0;
+        else slot->ev.text_len = 0;
+    }
+    r->q_n++;
+    pthread_cond_broadcast(&r->cv);
+out:
+    pthread_mutex_unlock(&r->mu);
+}
+
+int iris_request_next(iris_request *r, iris_event *ev, int timeout_ms) {
+    if (!r || r->on_event) return IRIS_EINVAL;
+    struct timespec until;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&r->mu);
+    while (r->q_n == 0 && !r->done_read) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&r->cv, &r->mu);
+        } else if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT && r->q_n == 0) {
+            pthread_mutex_unlock(&r->mu);
+            return IRIS_ELIMIT;
+        }
+    }
+    if (r->q_n == 0) {
+        pthread_mutex_unlock(&r->mu);
+        return IRIS_EINVAL;
+    }
+    req_event *slot = &r->q[r->q_head];
+    r->q_head = (r->q_head + 1) % r->q_cap;
+    r->q_n--;
+    free(r->cur_text);
+    r->cur_text = slot->text;
+    *ev = slot->ev;
+    ev->text = r->cur_text ? r->cur_text : "";
+    if (ev->kind == IRIS_EVENT_DONE) r->done_read = 1;
+    pthread_mutex_unlock(&r->mu);
+    return IRIS_OK;
+}
+
+void iris_request_cancel(iris_request *r) {
+    if (r) atomic_store(&r->cancel, 1);
+}
+
+void iris_request_free(iris_request *r) {
+    if (!r) return;
+    atomic_store(&r->cancel, 1);
+    iris_req_unref(r);
+}
+
+/* ---- building a request ------------------------------------------------------------------- */
+
+/* SHA-256 of an image's grid and pixel_values rows: what the vision encoder sees. */
+static int image_hash(const int *grid, const float *rows, size_t n_floats, iris_kv_key *out) {
+    unsigned int len = 0;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) && EVP_DigestUpdate(c, grid, 3 * sizeof *grid) &&
+             EVP_DigestUpdate(c, rows, n_floats * sizeof *rows) && EVP_DigestFinal_ex(c, out->b, &len);
+    EVP_MD_CTX_free(c);
+    return ok && len == IRIS_KV_KEY_BYTES ? 0 : -1;
+}
+
+/* The token ranges of the prompt's images (runs of image_token_id, in order)
+ * and their content hashes. */
+static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
+    iris_prompt *p = &r->prompt;
+    if (p->n_images == 0) return IRIS_OK;
+    r->images = calloc((size_t)p->n_images, sizeof *r->images);
+    r->vout = calloc((size_t)p->n_images, sizeof *r->vout);
+    if (!r->images || !r->vout) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    int m = e->cfg.vision_config.spatial_merge_size, patch_dim = e->vis.patch_dim;
+    int64_t row0 = 0;
+    int j = 0, n = (int)p->ids.n;
+    for (int i = 0; i < p->n_images; i++) {
+        const int *g = p->grid_thw + 3 * i;
+        int n_tok = g[0] * (g[1] / m) * (g[2] / m);
+        while (j < n && p->ids.ids[j] != e->cfg.image_token_id) j++;
+        int k = j;
+        while (k < n && k - j < n_tok && p->ids.ids[k] == e->cfg.image_token_id) k++;
+        if (k - j != n_tok)
+            return iris_err_set(err, IRIS_EINVAL, "image %d: the prompt holds %d image tokens where its grid %dx%dx%d "
+                                "needs %d", i + 1, k - j, g[0], g[1], g[2], n_tok);
+        int64_t rows = (int64_t)g[0] * g[1] * g[2];
+        if (row0 + rows > p->n_rows)
+            return iris_err_set(err, IRIS_EINVAL, "image %d: pixel_values has %lld rows; the grids need more", i + 1,
+                                (long long)p->n_rows);
+        r->images[i].start = j;
+        r->images[i].n_tokens = n_tok;
+        if (image_hash(g, p->pixel_values + row0 * patch_dim, (size_t)rows * patch_dim, &r->images[i].hash))
+            return iris_err_set(err, IRIS_ENOMEM, "SHA-256 of image %d failed (libcrypto)", i + 1);
+        row0 += rows;
+        j = k;
+    }
+    return IRIS_OK;
+}
+
+static int build_prompt(iris_engine *e, const iris_request_params *p, iris_prompt *out, iris_err *err) {
+    int n_src = (p->messages_json != NULL) + (p->prompt_text != NULL) + (p->prompt != NULL);
+    if (n_src != 1)
+        return iris_err_set(err, IRIS_EINVAL, "a request needs exactly one of messages_json, prompt_text and prompt "
+                            "(%d given)", n_src);
+    if (p->prompt) {
+        *out = *p->prompt;
+        return IRIS_OK;
+    }
+    memset(out, 0, sizeof *out);
+    if (p->messages_json) {
+        json_error_t je;
+        json_t *msgs = json_loads(p->messages_json, 0, &je);
+        if (!msgs)
+            return iris_err_set(err, IRIS_EINVAL, "messages: invalid JSON at line %d column %d: %s", je.line,
+                                je.column, je.text);
+        if (p->n_images < 0 || (p->n_images > 0 && !p->image_paths)) {
+            json_decref(msgs);
+            return iris_err_set(err, IRIS_EINVAL, "n_images %d without image_paths", p->n_images);
+        }
+        int rc = iris_prompt_build(e->tok, &e->cfg, &e->pc, msgs, p->image_paths, p->n_images, out, err);
+        json_decref(msgs);
+        return rc;
+    }
+    int rc = iris_tok_encode(e->tok, p->prompt_text, strlen(p->prompt_text), &out->ids, err);
+    if (rc) return rc;
+    out->pos = malloc(sizeof *out->pos * 3 * (out->ids.n ? out->ids.n : 1));
+    if (!out->pos) {
+        iris_prompt_free(out);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < out->ids.n; i++)
+        out->pos[i] = out->pos[out->ids.n + i] = out->pos[2 * out->ids.n + i] = (int32_t)i;
+    for (size_t i = 0; i < out->ids.n; i++)
+        if (out->ids.ids[i] == e->cfg.image_token_id) {
+            iris_prompt_free(out);
+            return iris_err_set(err, IRIS_EINVAL, "prompt_text holds the image token; send images with messages_json");
+        }
+    return IRIS_OK;
+}
+
+static int sampling(iris_engine *e, const iris_request_params *p, iris_sampling_params *sp, iris_err *err) {
+    iris_sampling_params_default(sp, &e->gc);
+    sp->do_sample = p->do_sample;
+    sp->temperature = p->temperature;
+    sp->top_k = p->top_k;
+    sp->top_p = p->top_p;
+    sp->min_p = p->min_p;
+    sp->repetition_penalty = p->repetition_penalty;
+    sp->presence_penalty = p->presence_penalty;
+    sp->frequency_penalty = p->frequency_penalty;
+    sp->seed = p->seed;
+    sp->max_tokens = p->max_tokens > 0 ? p->max_tokens : 0;
+    if (p->ignore_eos) sp->n_stop_ids = 0;
+    if (p->top_logprobs < 0 || p->top_logprobs > IRIS_MAX_LOGPROBS)
+        return iris_err_set(err, IRIS_EINVAL, "top_logprobs %d: must be between 0 and %d", p->top_logprobs,
+                            IRIS_MAX_LOGPROBS);
+    sp->n_logprobs = p->top_logprobs;
+    if (p->n_stop < 0 || p->n_stop > IRIS_MAX_STOP)
+        return iris_err_set(err, IRIS_EINVAL, "stop: %d strings; at most %d", p->n_stop, IRIS_MAX_STOP);
+    return iris_sampling_params_check(sp, e->cfg.text_config.vocab_size, err);
+}
+
+int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_request **out, iris_err *err) {
+    *out = NULL;
+    iris_request *r = calloc(1, sizeof *r);
+    if (!r) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    atomic_init(&r->refs, 1);
+    atomic_init(&r->cancel, 0);
+    r->t_submit = iris_engine_now();
+    r->on_event = p->on_event;
+    r->ud = p->ud;
+    r->logprobs = p->logprobs || p->top_logprobs > 0;
+    iris_tok_stream_init(&r->ts, e->tok, IRIS_TOK_SKIP_SPECIAL);
+    iris_sampling_params sp;
+    int rc = sampling(e, p, &sp, err);
+    if (!rc) rc = build_prompt(e, p, &r->prompt, err);
+    if (rc) {
+        iris_req_unref(r);
+        return rc;
+    }
+    if (p->prompt) memset(p->prompt, 0, sizeof *p->prompt);  /* ours now, even if the checks below fail */
+    int n = (int)r->prompt.ids.n;
+    int cap = e->max_model_len < e->n_blocks * IRIS_KV_BLOCK ? e->max_model_len : e->n_blocks * IRIS_KV_BLOCK;
+    if (n < 1) rc = iris_err_set(err, IRIS_EINVAL, "the prompt is empty");
+    else if (n >= cap)
+        rc = iris_err_set(err, IRIS_EINVAL, "the prompt has %d tokens; at most %d fit (%s %d): shorten the prompt or "
+                          "use fewer or smaller images", n, cap - 1,
+                          cap == e->max_model_len ? "max_model_len" : "KV cache tokens", cap);
+    else if (sp.max_tokens > 0 && n + sp.max_tokens > e->max_model_len)
+        rc = iris_err_set(err, IRIS_EINVAL, "max_tokens %d: the prompt's %d tokens leave room for %d in the context "
+                          "of %d", sp.max_tokens, n, e->max_model_len - n, e->max_model_len);
+    if (!rc) rc = iris_sampler_init(&r->sampler, &sp, e->cfg.text_config.vocab_size, err);
+    if (!rc) rc = iris_sampler_add_prompt(r->sampler, r->prompt.ids.ids, n, err);
+    if (!rc) rc = iris_stop_init(&r->stop, p->stop, p->n_stop, err);
+    if (!rc) rc = find_images(e, r, err);
+    if (!rc) rc = iris_seq_init(&r->seq, 0, r->prompt.ids.ids, n, err);
+    if (rc) {
+        iris_req_unref(r);
+        return rc;
+    }
+    r->seq.images = r->images;
+    r->seq.n_images = r->prompt.n_images;
+    r->seq.ud = r;
+    r->max_len = cap;
+    r->e = e;
+
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping) rc = iris_err_set(err, IRIS_ECANCELLED, "the engine is shutting down");
+    else if (e->n_queued >= e->o.max_waiting)
+        rc = iris_err_set(err, IRIS_ELIMIT, "the engine's queue is full (%d requests waiting); try again later",
+                          e->n_queued);
+    else if (e->n_inbox == e->cap_inbox) {
+        int nc = e->cap_inbox ? e->cap_inbox * 2 : 16;
+        iris_request **ni = realloc(e->inbox, sizeof *ni * (size_t)nc);
+        if (!ni) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
+        else e->inbox = ni, e->cap_inbox = nc;
+    }
+    if (!rc) {
+        r->seq.id = e->next_id++;
+        atomic_store(&r->refs, 2);  /* the caller's and the engine's */
+        e->inbox[e->n_inbox++] = r;
+        e->n_queued++;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (rc) {
+        iris_req_unref(r);
+        return rc;
+    }
+    *out = r;
+    return IRIS_OK;
+}

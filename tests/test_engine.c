@@ -1,0 +1,372 @@
+/* test_engine.c: the engine on the CPU with the tiny-gqa fixture (a real
+ * Qwen3-VL checkpoint and tokenizer): concurrent requests give each the
+ * output it gets alone with the same seed (with and without preemption), a
+ * repeated image is served from the prefix cache without the vision
+ * encoder, cancellation frees blocks, the queue is bounded, stop strings,
+ * callbacks and bad requests. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "iris.h"
+#include "test.h"
+
+#define TINY_MODEL "tests/fixtures/tiny/tiny-gqa/model"
+#define MAXTOK 64
+
+typedef struct job {
+    const char *text;
+    const char *image;       /* NULL: text only */
+    int64_t seed;
+    int greedy, max_tokens;
+    /* results */
+    int tokens[MAXTOK], n_tokens, finish, cached;
+    char out[1024];
+} job;
+
+static job JOBS[] = {
+    {"Describe the picture.", "tests/fixtures/tiny/images/a.png", 11, 0, 24, {0}, 0, 0, 0, ""},
+    {"What is this?", "tests/fixtures/tiny/images/b.png", 12, 1, 20, {0}, 0, 0, 0, ""},
+    {"Tell me a story about a cat and a dog who live in a small house by the sea.", NULL, 13, 0, 30, {0}, 0, 0, 0, ""},
+    {"Describe the picture.", "tests/fixtures/tiny/images/a.png", 14, 0, 16, {0}, 0, 0, 0, ""},
+    {"hi", NULL, 15, 1, 12, {0}, 0, 0, 0, ""},
+    {"Compare.", "tests/fixtures/tiny/images/c.png", 16, 0, 28, {0}, 0, 0, 0, ""},
+    {"Describe the picture.", "tests/fixtures/tiny/images/a.png", 11, 0, 24, {0}, 0, 0, 0, ""},
+};
+#define N_JOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
+
+static iris_engine *open_engine(int kv_blocks, int max_num_seqs, int max_batch_tokens, int caching, int max_waiting) {
+    iris_engine_opts o;
+    iris_engine_opts_default(&o);
+    o.model = TINY_MODEL;
+    o.kv_blocks = kv_blocks;
+    o.max_num_seqs = max_num_seqs;
+    o.max_batch_tokens = max_batch_tokens;
+    o.prefix_caching = caching;
+    if (max_waiting) o.max_waiting = max_waiting;
+    iris_engine *e = NULL;
+    iris_err err = {0};
+    if (iris_engine_open(&o, &e, &err)) iris_test_fail(__FILE__, __LINE__, "engine open: %s", err.msg);
+    return e;
+}
+
+/* Stats are published after each step, so a caller can see a DONE event
+ * before the step that sent it is counted: wait for the engine to be idle. */
+static void idle_stats(iris_engine *e, iris_engine_stats *st) {
+    for (int i = 0; i < 2000; i++) {
+        iris_engine_get_stats(e, st);
+        if (st->n_running + st->n_waiting == 0 && st->kv_blocks_used == 0) return;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static char *messages_for(const job *j) {
+    static char buf[N_JOBS + 1][512];
+    static int at;
+    char *m = buf[at++ % (N_JOBS + 1)];
+    if (j->image)
+        snprintf(m, 512, "[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\",\"text\":\"%s\"}]}]",
+                 j->text);
+    else
+        snprintf(m, 512, "[{\"role\":\"user\",\"content\":\"%s\"}]", j->text);
+    return m;
+}
+
+static int submit(iris_engine *e, const job *j, iris_request **r, iris_err *err) {
+    iris_request_params p;
+    iris_request_params_default(e, &p);
+    p.messages_json = messages_for(j);
+    p.image_paths = &j->image;
+    p.n_images = j->image ? 1 : 0;
+    p.seed = j->seed;
+    p.max_tokens = j->max_tokens;
+    p.ignore_eos = 1;  /* a random tiny model: full-length outputs compare more tokens */
+    if (j->greedy) p.do_sample = 0, p.temperature = 0;
+    else p.do_sample = 1, p.temperature = 1.0f, p.top_k = 0, p.top_p = 1.0f;
+    return iris_engine_submit(e, &p, r, err);
+}
+
+static void collect(iris_request *r, job *j) {
+    j->n_tokens = 0;
+    j->out[0] = 0;
+    size_t o = 0;
+    iris_event ev;
+    while (iris_request_next(r, &ev, 60000) == IRIS_OK) {
+        if (ev.text_len && o + ev.text_len < sizeof j->out) memcpy(j->out + o, ev.text, ev.text_len), o += ev.text_len;
+        j->out[o] = 0;
+        if (ev.kind == IRIS_EVENT_DONE) {
+            j->finish = ev.finish_reason;
+            j->cached = ev.usage.cached_tokens;
+            CHECK_EQ_INT(ev.usage.completion_tokens, j->n_tokens);
+            break;
+        }
+        if (j->n_tokens < MAXTOK) j->tokens[j->n_tokens++] = ev.token;
+    }
+}
+
+/* Each job alone, on an engine without prefix caching. */
+static void run_alone(job *ref) {
+    iris_engine *e = open_engine(64, 4, 256, 0, 0);
+    if (!e) return;
+    for (int i = 0; i < N_JOBS; i++) {
+        ref[i] = JOBS[i];
+        iris_request *r;
+        iris_err err = {0};
+        if (submit(e, &ref[i], &r, &err)) {
+            iris_test_fail(__FILE__, __LINE__, "job %d: %s", i, err.msg);
+            continue;
+        }
+        collect(r, &ref[i]);
+        iris_request_free(r);
+        CHECK_EQ_INT(ref[i].finish, IRIS_FINISH_REASON_LENGTH);
+        CHECK_EQ_INT(ref[i].n_tokens, ref[i].max_tokens);
+    }
+    iris_engine_close(e);
+}
+
+static void run_together(iris_engine *e, job *got) {
+    iris_request *r[N_JOBS] = {0};
+    for (int i = 0; i < N_JOBS; i++) {
+        got[i] = JOBS[i];
+        iris_err err = {0};
+        if (submit(e, &got[i], &r[i], &err)) iris_test_fail(__FILE__, __LINE__, "job %d: %s", i, err.msg);
+    }
+    for (int i = 0; i < N_JOBS; i++)
+        if (r[i]) collect(r[i], &got[i]), iris_request_free(r[i]);
+}
+
+static void compare(const job *ref, const job *got, const char *what) {
+    for (int i = 0; i < N_JOBS; i++) {
+        CHECKF(got[i].n_tokens == ref[i].n_tokens && !memcmp(got[i].tokens, ref[i].tokens, sizeof(int) * ref[i].n_tokens),
+               "%s: job %d differs from its run alone (%d vs %d tokens)", what, i, got[i].n_tokens, ref[i].n_tokens);
+        CHECK_STR(got[i].out, ref[i].out);
+    }
+}
+
+IRIS_TEST(engine_concurrent_equals_alone) {
+    job ref[N_JOBS], got[N_JOBS];
+    run_alone(ref);
+    /* Sampled jobs with different seeds differ; the same job twice does not. */
+    CHECK(memcmp(ref[0].tokens, ref[3].tokens, sizeof(int) * 16));
+    CHECK(!memcmp(ref[0].tokens, ref[6].tokens, sizeof(int) * 24));
+    /* All at once, prompts chunked by a 48-token budget, prefix caching on. */
+    iris_engine *e = open_engine(256, 8, 48, 1, 0);
+    REQUIRE(e);
+    run_together(e, got);
+    compare(ref, got, "concurrent");
+    iris_engine_stats st;
+    idle_stats(e, &st);
+    CHECK_EQ_INT(st.requests_finished, N_JOBS);
+    CHECK_EQ_INT(st.kv_blocks_used, 0);
+    CHECK(st.preemptions == 0);
+    iris_engine_close(e);
+
+    /* A pool far too small for all of them: preemption and recomputation. */
+    e = open_engine(14, 8, 48, 1, 0);
+    REQUIRE(e);
+    run_together(e, got);
+    compare(ref, got, "preempted");
+    idle_stats(e, &st);
+    CHECKF(st.preemptions > 0, "no preemption with 14 blocks");
+    CHECK_EQ_INT(st.kv_blocks_used, 0);
+    iris_engine_close(e);
+}
+
+IRIS_TEST(engine_prefix_cache_hit) {
+    iris_engine *e = open_engine(64, 4, 256, 1, 0);
+    REQUIRE(e);
+    job a = JOBS[0], b = JOBS[0];
+    iris_request *r;
+    iris_err err = {0};
+    iris_engine_stats s0, s1, s2;
+    REQUIRE(submit(e, &a, &r, &err) == 0);
+    collect(r, &a);
+    iris_request_free(r);
+    idle_stats(e, &s0);
+    CHECK_EQ_INT(s0.images_encoded, 1);
+    CHECK_EQ_INT(a.cached, 0);
+    REQUIRE(submit(e, &b, &r, &err) == 0);
+    collect(r, &b);
+    iris_request_free(r);
+    idle_stats(e, &s1);
+    /* The vision encoder did not run again; only the tail of the prompt was prefilled. */
+    CHECK_EQ_INT(s1.images_encoded, 1);
+    CHECK_EQ_INT(s1.images_cached, 1);
+    CHECK(b.cached > 0);
+    CHECKF(s1.prefill_tokens - s0.prefill_tokens < s0.prefill_tokens / 2, "prefilled %llu then %llu",
+           (unsigned long long)s0.prefill_tokens, (unsigned long long)(s1.prefill_tokens - s0.prefill_tokens));
+    CHECK(b.n_tokens == a.n_tokens && !memcmp(a.tokens, b.tokens, sizeof(int) * a.n_tokens));
+    /* Another picture with the same text shares nothing of the image. */
+    job c = JOBS[0];
+    c.image = "tests/fixtures/tiny/images/b.png";
+    REQUIRE(submit(e, &c, &r, &err) == 0);
+    collect(r, &c);
+    iris_request_free(r);
+    idle_stats(e, &s2);
+    CHECK_EQ_INT(s2.images_encoded, 2);
+    CHECK(c.cached < b.cached);
+    iris_engine_close(e);
+}
+
+IRIS_TEST(engine_cancel_and_queue) {
+    iris_engine *e = open_engine(64, 1, 64, 1, 2);
+    REQUIRE(e);
+    job j = JOBS[2];
+    j.max_tokens = 1000;
+    iris_request *r[5] = {0};
+    iris_err err = {0};
+    int accepted = 0, rejected = 0;
+    for (int i = 0; i < 5; i++) {
+        int rc = submit(e, &j, &r[i], &err);
+        if (rc == 0) accepted++;
+        else {
+            CHECK_EQ_INT(rc, IRIS_ELIMIT);
+            CHECK_CONTAINS(err.msg, "queue is full");
+            rejected++;
+        }
+    }
+    CHECK(accepted >= 2 && accepted <= 3);
+    CHECK(rejected >= 2);
+    /* Let the first stream a little, then cancel everything. */
+    iris_event ev;
+    for (int k = 0; k < 3; k++) CHECK_EQ_INT(iris_request_next(r[0], &ev, 60000), IRIS_OK);
+    for (int i = 0; i < 5; i++) iris_request_cancel(r[i]);
+    for (int i = 0; i < 5; i++) {
+        if (!r[i]) continue;
+        int done = 0;
+        while (iris_request_next(r[i], &ev, 60000) == IRIS_OK)
+            if (ev.kind == IRIS_EVENT_DONE) {
+                CHECK_EQ_INT(ev.finish_reason, IRIS_FINISH_REASON_CANCELLED);
+                CHECK(ev.usage.completion_tokens < 1000);
+                done = 1;
+                break;
+            }
+        CHECK(done);
+        CHECK_EQ_INT(iris_request_next(r[i], &ev, 0), IRIS_EINVAL);  /* nothing after DONE */
+        iris_request_free(r[i]);
+    }
+    iris_engine_stats st;
+    idle_stats(e, &st);
+    CHECK_EQ_INT(st.kv_blocks_used, 0);
+    CHECK_EQ_INT(st.n_running + st.n_waiting, 0);
+    iris_engine_shutdown(e);
+    CHECK_EQ_INT(submit(e, &JOBS[4], &r[0], &err), IRIS_ECANCELLED);
+    iris_engine_close(e);
+}
+
+typedef struct cb_state {
+    pthread_mutex_t mu;
+    int n_delta, done, finish;
+    char text[1024];
+} cb_state;
+
+static void on_event(void *ud, const iris_event *ev) {
+    cb_state *s = ud;
+    pthread_mutex_lock(&s->mu);
+    size_t o = strlen(s->text);
+    if (ev->text_len && o + ev->text_len < sizeof s->text) memcpy(s->text + o, ev->text, ev->text_len), s->text[o + ev->text_len] = 0;
+    if (ev->kind == IRIS_EVENT_DELTA) s->n_delta++;
+    else s->done = 1, s->finish = ev->finish_reason;
+    pthread_mutex_unlock(&s->mu);
+}
+
+IRIS_TEST(engine_stop_strings_and_callback) {
+    iris_engine *e = open_engine(64, 4, 256, 1, 0);
+    REQUIRE(e);
+    job a = JOBS[4];
+    a.max_tokens = 40;
+    iris_request *r;
+    iris_err err = {0};
+    REQUIRE(submit(e, &a, &r, &err) == 0);
+    collect(r, &a);
+    iris_request_free(r);
+    size_t n = strlen(a.out);
+    REQUIRE(n > 12);
+    /* Stop on a piece of the middle of that text: the same request ends just before it. */
+    char stop[5];
+    memcpy(stop, a.out + n / 2, 4);
+    stop[4] = 0;
+    const char *first = strstr(a.out, stop);
+    REQUIRE(first);
+    iris_request_params p;
+    iris_request_params_default(e, &p);
+    p.messages_json = messages_for(&a);
+    p.seed = a.seed;
+    p.max_tokens = a.max_tokens;
+    p.ignore_eos = 1;
+    p.do_sample = 0, p.temperature = 0;
+    p.stop[0] = stop;
+    p.n_stop = 1;
+    cb_state s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    p.on_event = on_event;
+    p.ud = &s;
+    REQUIRE(iris_engine_submit(e, &p, &r, &err) == 0);
+    iris_engine_shutdown(e);  /* drains: the request finishes before this returns */
+    CHECK(s.done);
+    CHECK_EQ_INT(s.finish, IRIS_FINISH_REASON_STOP);
+    CHECK_EQ_INT(strlen(s.text), (size_t)(first - a.out));
+    CHECK(!strncmp(s.text, a.out, (size_t)(first - a.out)));
+    CHECK(s.n_delta < a.n_tokens);
+    iris_request_free(r);
+    iris_engine_close(e);
+}
+
+IRIS_TEST(engine_bad_requests) {
+    iris_engine *e = open_engine(4, 2, 64, 1, 0);  /* 64 tokens of KV cache */
+    REQUIRE(e);
+    iris_request_params p;
+    iris_request *r;
+    iris_err err = {0};
+    iris_request_params_default(e, &p);
+    CHECK_EQ_INT(iris_engine_submit(e, &p, &r, &err), IRIS_EINVAL);
+    CHECK_CONTAINS(err.msg, "exactly one");
+    p.messages_json = "[{\"role\": \"user\", ";
+    CHECK_EQ_INT(iris_engine_submit(e, &p, &r, &err), IRIS_EINVAL);
+    CHECK_CONTAINS(err.msg, "invalid JSON");
+    p.messages_json = NULL;
+    char longp[2000];
+    for (int i = 0; i < 1999; i++) longp[i] = i % 5 ? 'a' + i % 26 : ' ';
+    longp[1999] = 0;
+    p.prompt_text = longp;
+    CHECK_EQ_INT(iris_engine_submit(e, &p, &r, &err), IRIS_EINVAL);
+    CHECK_CONTAINS(err.msg, "KV cache tokens");
+    p.prompt_text = "hello";
+    p.temperature = -1;
+    CHECK_EQ_INT(iris_engine_submit(e, &p, &r, &err), IRIS_EINVAL);
+    CHECK_CONTAINS(err.msg, "temperature");
+    p.temperature = 0;
+    p.top_logprobs = 99;
+    CHECK_EQ_INT(iris_engine_submit(e, &p, &r, &err), IRIS_EINVAL);
+    /* A plain-text prompt runs; max_tokens 0 runs to the end of the cache. */
+    p.top_logprobs = 3;
+    p.ignore_eos = 1;
+    REQUIRE(iris_engine_submit(e, &p, &r, &err) == 0);
+    iris_event ev;
+    int n = 0, fin = 0;
+    while (iris_request_next(r, &ev, 60000) == IRIS_OK) {
+        if (ev.kind == IRIS_EVENT_DONE) {
+            fin = ev.finish_reason;
+            CHECK_EQ_INT(ev.usage.prompt_tokens + ev.usage.completion_tokens, 64);
+            break;
+        }
+        CHECK_EQ_INT(ev.n_top, 3);
+        CHECK(ev.logprob <= 0 && ev.top_ids[0] >= 0);
+        n++;
+    }
+    CHECK_EQ_INT(fin, IRIS_FINISH_REASON_LENGTH);
+    CHECK(n > 0);
+    iris_request_free(r);
+    iris_engine_close(e);
+
+    iris_engine_opts o;
+    iris_engine_opts_default(&o);
+    o.model = "tests/fixtures/tiny/no-such-model";
+    iris_engine *bad = NULL;
+    CHECK(iris_engine_open(&o, &bad, &err) != 0 && !bad);
+    CHECK_CONTAINS(err.msg, "no-such-model");
+    o.model = TINY_MODEL;
+    o.device = "tpu";
+    CHECK_EQ_INT(iris_engine_open(&o, &bad, &err), IRIS_EINVAL);
+}
