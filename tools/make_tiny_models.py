@@ -113,7 +113,9 @@ Numbers 0 1 2 3 4 5 6 7 8 9 10 42 100. Code: def f(x): return x + 1
 """
 
 
-def train_bpe():
+def train_bpe(corpus=None, n_bpe=None):
+    """BPE merges on `corpus` (default CORPUS) until `n_bpe` tokens (default N_BPE) or no pair is left."""
+    corpus, n_bpe = corpus or CORPUS, n_bpe or N_BPE
     pairs = bytes_to_unicode()
     enc = dict(pairs)
     vocab = {}
@@ -121,11 +123,11 @@ def train_bpe():
         vocab[ch] = len(vocab)
     # A rough pre-tokenization (Python's re has no \p{L}); the merges only need to be valid.
     words = {}
-    for wd in re.findall(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+", CORPUS):
+    for wd in re.findall(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+", corpus):
         sym = tuple(enc[b] for b in wd.encode("utf-8"))
         words[sym] = words.get(sym, 0) + 1
     merges = []
-    while len(vocab) < N_BPE:
+    while len(vocab) < n_bpe:
         counts = {}
         for sym, c in words.items():
             for i in range(len(sym) - 1):
@@ -152,10 +154,13 @@ def train_bpe():
     return vocab, merges
 
 
-def tokenizer_json():
-    vocab, merges = train_bpe()
-    assert len(vocab) <= N_BPE
-    added = [{"id": SPECIAL_IDS[s], "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+def tokenizer_json(vocab=None, merges=None, special_ids=None):
+    """tokenizer.json of Qwen's kind; defaults: the fixture tokenizer (train_bpe(), SPECIAL_IDS)."""
+    if vocab is None:
+        vocab, merges = train_bpe()
+        assert len(vocab) <= N_BPE
+    special_ids = special_ids or SPECIAL_IDS
+    added = [{"id": special_ids[s], "content": s, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": s not in NON_SPECIAL} for s in SPECIALS]
     bl = {"add_prefix_space": False, "trim_offsets": False, "use_regex": False}
     return {
@@ -172,9 +177,10 @@ def tokenizer_json():
     }
 
 
-def tokenizer_config():
+def tokenizer_config(special_ids=None):
+    special_ids = special_ids or SPECIAL_IDS
     tpl = open(TEMPLATE).read()
-    dec = {str(SPECIAL_IDS[s]): {"content": s, "lstrip": False, "normalized": False, "rstrip": False,
+    dec = {str(special_ids[s]): {"content": s, "lstrip": False, "normalized": False, "rstrip": False,
                                  "single_word": False, "special": s not in NON_SPECIAL} for s in SPECIALS}
     return {"add_bos_token": False, "add_prefix_space": False, "added_tokens_decoder": dec, "bos_token": None,
             "chat_template": tpl, "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>",

@@ -1,0 +1,541 @@
+#!/usr/bin/env python3
+"""train_demo.py: the demo model: a small Qwen3-VL trained on the synthetic scenes of demo_data.py.
+
+  /usr/bin/python3 tools/train_demo.py tokenizer DIR
+      (here, numpy only) the tokenizer files: a byte-level BPE of Qwen's kind (Qwen's split regex,
+      ByteLevel, NFC, Qwen's 26 special tokens right after the BPE vocabulary) trained on the
+      texts of 3,000 scenes, plus tokenizer_config.json, chat_template.json,
+      preprocessor_config.json and generation_config.json (greedy).
+  python3 tools/train_demo.py train OUT [--steps N] [--seed 0]
+      (GPU machine: torch 2.11, transformers 5.17) builds the model with transformers
+      (Qwen3VLForConditionalGeneration: vision tower with DeepStack, Qwen3 decoder with
+      interleaved MRoPE), trains it with AdamW under bf16 autocast, loss on the answer tokens only
+      (teacher forcing; every conversation weighs the same), saves it in bf16 with save_pretrained
+      into OUT/demo, then evaluates greedy decoding through transformers (fp32 on the saved bf16
+      weights, TF32 off) on 1,000 held-out scenes, and records batch-1 greedy outputs of 20 of them
+      as the iris-vs-transformers fixture.  Without --steps the step count is fixed after 20 timed
+      steps so that training ends at TRAIN_SECONDS; the count used is in OUT/eval/eval.json.
+      Outputs: OUT/demo (model dir), OUT/eval (eval.json, images/), OUT/fixture (greedy.json, images/).
+  /usr/bin/python3 tools/train_demo.py iris-eval EVAL_DIR MODEL [--limit N] [--bin build/demo/bench/demo_eval]
+      (here) the same held-out items through iris (bench/demo_eval.c, greedy on the CPU):
+      accuracy and agreement with transformers' outputs, written to EVAL_DIR/iris_eval.json.
+
+The exact command of the shipped model is in models/demo/README.md.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import demo_data as D  # noqa: E402
+import make_tiny_models as T  # noqa: E402
+
+# ---------------------------------------------------------------------------------------------
+# vocabulary, special tokens, model shape
+
+N_BPE_MAX = 992                 # byte tokens + merges, at most; the specials follow the BPE vocabulary
+VOCAB_SIZE = 640                # embedding rows (>= BPE vocabulary + 26 specials)
+MIN_PIXELS, MAX_PIXELS = 64 * 64, 256 * 256
+TEXT = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=64, rope_theta=5000000.0, mrope_section=[12, 10, 10])
+VISION = dict(depth=4, hidden_size=192, intermediate_size=768, num_heads=3, num_position_embeddings=256,
+              deepstack_visual_indexes=[1, 2])
+SEED = 0
+BATCH_SCENES = 32               # scenes per step; each gives 5 conversations (caption, analysis, 3 questions)
+N_QUESTIONS = 3
+LR, WARMUP, WD = 1.5e-3, 100, 0.05
+TRAIN_SECONDS = 200             # wall-clock budget of the training loop when --steps is not given
+MAX_STEPS = 6000
+EVAL_SEED0, N_EVAL, N_FIXTURE = 10_000_000, 1000, 20
+MAX_NEW = {"caption": 64, "analysis": 128, "vqa": 16}
+
+
+def corpus():
+    rng = np.random.default_rng(7)
+    texts = [D.CAPTION_PROMPT, D.DESCRIBE_PROMPT, "You are a helpful assistant."]
+    for seed in range(3000):
+        sc = D.make_scene(1_000_000_000 + seed)
+        texts += [a for _, _, a in D.examples(sc, rng, 4)]
+        texts += [q for _, q, _ in D.questions(sc, rng)]
+    return "\n".join(texts) + "\n"
+
+
+def build_tokenizer():
+    vocab, merges = T.train_bpe(corpus(), N_BPE_MAX)
+    special_ids = {s: len(vocab) + i for i, s in enumerate(T.SPECIALS)}
+    assert len(vocab) + len(T.SPECIALS) <= VOCAB_SIZE
+    return T.tokenizer_json(vocab, merges, special_ids), special_ids
+
+
+def write_tokenizer(d):
+    os.makedirs(d, exist_ok=True)
+    tj, sp = build_tokenizer()
+    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+        json.dump(tj, f, ensure_ascii=False, indent=1)
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(T.tokenizer_config(sp), f, ensure_ascii=False, indent=1)
+    tpl = open(T.TEMPLATE).read()
+    with open(os.path.join(d, "chat_template.json"), "w") as f:
+        json.dump({"chat_template": tpl}, f, ensure_ascii=False, indent=1)
+    with open(os.path.join(d, "preprocessor_config.json"), "w") as f:
+        json.dump({"size": {"longest_edge": MAX_PIXELS, "shortest_edge": MIN_PIXELS}, "patch_size": 16,
+                   "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5],
+                   "image_std": [0.5, 0.5, 0.5], "processor_class": "Qwen3VLProcessor",
+                   "image_processor_type": "Qwen2VLImageProcessorFast"}, f, indent=2)
+    write_generation_config(d, sp)
+    return sp
+
+
+def write_generation_config(d, sp):
+    eot, eos = sp["<|endoftext|>"], sp["<|im_end|>"]
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": eot, "pad_token_id": eot, "eos_token_id": [eos, eot], "do_sample": False,
+                   "repetition_penalty": 1.0}, f, indent=2)
+
+# ---------------------------------------------------------------------------------------------
+# preprocessing (QWEN3VL.md §4): smart_resize, then patchify of the uint8 image
+
+
+def smart_resize(h, w, factor=32, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS):
+    hb, wb = round(h / factor) * factor, round(w / factor) * factor
+    if hb * wb > max_pixels:
+        beta = math.sqrt(h * w / max_pixels)
+        hb, wb = max(factor, math.floor(h / beta / factor) * factor), max(factor, math.floor(w / beta / factor) * factor)
+    elif hb * wb < min_pixels:
+        beta = math.sqrt(min_pixels / (h * w))
+        hb, wb = math.ceil(h * beta / factor) * factor, math.ceil(w * beta / factor) * factor
+    return hb, wb
+
+
+def patchify(x):
+    """x: float [3, h, w] (torch or numpy, already normalised) -> [gh*gw, 1536] in HF's order (§4.5)."""
+    c, h, w = x.shape
+    gh, gw = h // 16, w // 16
+    p = x.reshape(c, gh // 2, 2, 16, gw // 2, 2, 16)            # c, bh, mh, py, bw, mw, px
+    p = p.permute(1, 4, 2, 5, 0, 3, 6) if hasattr(p, "permute") else p.transpose(1, 4, 2, 5, 0, 3, 6)
+    p = p[:, :, :, :, :, None]                                   # temporal axis after the channel
+    if hasattr(p, "expand"):
+        p = p.expand(gh // 2, gw // 2, 2, 2, c, 2, 16, 16)
+    else:
+        p = np.broadcast_to(p, (gh // 2, gw // 2, 2, 2, c, 2, 16, 16))
+    return p.reshape(gh * gw, c * 2 * 16 * 16)
+
+
+def chat_ids(tok, sp, n_pad, prompt):
+    """The prompt of one user turn (image then text, §7), with the image pads expanded."""
+    a = tok.encode("<|im_start|>user\n<|vision_start|>", add_special_tokens=False).ids
+    b = tok.encode("<|vision_end|>" + prompt + "<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False).ids
+    return a + [sp["<|image_pad|>"]] * n_pad + b
+
+# ---------------------------------------------------------------------------------------------
+# training data (worker processes)
+
+
+class TrainSet:
+    """Scene i (seed i) -> uint8 image at its smart_resize size and its conversations as token ids."""
+
+    def __init__(self, tok_path, sp, n):
+        self.tok_path, self.sp, self.n, self.tok = tok_path, sp, n, None
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import torch
+        if self.tok is None:
+            import tokenizers
+            torch.set_num_threads(1)
+            self.tok = tokenizers.Tokenizer.from_file(self.tok_path)
+        sc = D.make_scene(i)
+        img = torch.from_numpy(D.render(sc)).permute(2, 0, 1).contiguous()
+        hb, wb = smart_resize(sc["h"], sc["w"])
+        if (hb, wb) != (sc["h"], sc["w"]):
+            import torchvision.transforms.functional as tvF
+            from torchvision.transforms import InterpolationMode
+            img = tvF.resize(img[None], [hb, wb], interpolation=InterpolationMode.BICUBIC, antialias=True)[0]
+        n_pad = hb * wb // 1024
+        rng = np.random.default_rng([i, 5])
+        seqs = []
+        for _, prompt, answer in D.examples(sc, rng, N_QUESTIONS):
+            p = chat_ids(self.tok, self.sp, n_pad, prompt)
+            a = self.tok.encode(answer, add_special_tokens=False).ids + [self.sp["<|im_end|>"]]
+            seqs.append((p, a))
+        return img, seqs
+
+
+def collate(items, pad_id=None, image_pad=None):
+    import torch
+    imgs, ids, lab = [], [], []
+    for img, seqs in items:
+        imgs.append(img)
+        for p, a in seqs:
+            ids.append(p + a)
+            lab.append([0] * len(p) + [1] * len(a))
+    L = max(len(x) for x in ids)
+    t_ids = torch.full((len(ids), L), pad_id, dtype=torch.long)
+    t_att = torch.zeros((len(ids), L), dtype=torch.long)
+    t_lab = torch.zeros((len(ids), L), dtype=torch.bool)
+    for k, (x, y) in enumerate(zip(ids, lab)):
+        t_ids[k, :len(x)] = torch.tensor(x)
+        t_att[k, :len(x)] = 1
+        t_lab[k, :len(y)] = torch.tensor(y, dtype=torch.bool)
+    per = [len(s) for _, s in items]
+    return imgs, per, t_ids, t_att, t_lab
+
+
+class Collate:
+    def __init__(self, pad_id, image_pad):
+        self.pad_id, self.image_pad = pad_id, image_pad
+
+    def __call__(self, items):
+        return collate(items, self.pad_id, self.image_pad)
+
+# ---------------------------------------------------------------------------------------------
+# GPU run
+
+
+def run_train(out, steps=None, seed=SEED):
+    t0 = time.time()
+    import torch
+    import tokenizers
+    import transformers
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    log = lambda *a: print(f"[{time.time() - t0:7.1f}s]", *a, flush=True)  # noqa: E731
+    log("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available(),
+        "cpus", os.cpu_count())
+    dev = "cuda"
+    mdir = os.path.join(out, "demo")
+    sp = write_tokenizer(mdir)
+    tok_path = os.path.join(mdir, "tokenizer.json")
+    tok = tokenizers.Tokenizer.from_file(tok_path)
+    PAD, IMG, IM_END = sp["<|endoftext|>"], sp["<|image_pad|>"], sp["<|im_end|>"]
+    log("tokenizer:", tok.get_vocab_size(), "tokens; caption ids",
+        tok.encode(D.caption(D.make_scene(1)), add_special_tokens=False).ids)
+
+    # --- check: our preprocessing equals the HF processor (multiple-of-32 and resized sizes)
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    ip = Qwen2VLImageProcessor(size={"longest_edge": MAX_PIXELS, "shortest_edge": MIN_PIXELS}, patch_size=16,
+                               temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    ds_check = TrainSet(tok_path, sp, 1)
+    pre_ok = True
+    for i in range(12):
+        sc = D.make_scene(i)
+        raw = torch.from_numpy(D.render(sc)).permute(2, 0, 1).contiguous()
+        o = ip(images=[raw], return_tensors="pt")
+        img, _ = ds_check[i]
+        mine = patchify((img.float() - 127.5) / 127.5)
+        same = tuple(o["image_grid_thw"][0].tolist()) == (1, img.shape[1] // 16, img.shape[2] // 16) and \
+            mine.shape == o["pixel_values"].shape and float((mine - o["pixel_values"]).abs().max()) == 0.0
+        pre_ok &= same
+        if not same:
+            log(f"preprocessing differs on scene {i} ({sc['h']}x{sc['w']}): grid {o['image_grid_thw'].tolist()}")
+    log("preprocessing equals Qwen2VLImageProcessor:", pre_ok)
+
+    # --- data workers first (forked before CUDA is used)
+    n_workers = max(2, min(14, (os.cpu_count() or 4) - 2))
+    total_scenes = (steps or MAX_STEPS) * BATCH_SCENES
+    dl = torch.utils.data.DataLoader(TrainSet(tok_path, sp, total_scenes), batch_size=BATCH_SCENES, shuffle=False,
+                                     num_workers=n_workers, collate_fn=Collate(PAD, IMG), prefetch_factor=6,
+                                     persistent_workers=False, pin_memory=True)
+    it = iter(dl)
+
+    # --- the model (QWEN3VL.md §11)
+    torch.manual_seed(seed)
+    t = TEXT
+    text_cfg = dict(vocab_size=VOCAB_SIZE, hidden_size=t["hidden_size"], intermediate_size=t["intermediate_size"],
+                    num_hidden_layers=t["num_hidden_layers"], num_attention_heads=t["num_attention_heads"],
+                    num_key_value_heads=t["num_key_value_heads"], head_dim=t["head_dim"], hidden_act="silu",
+                    max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                    bos_token_id=PAD, eos_token_id=IM_END, pad_token_id=PAD, attention_bias=False,
+                    rope_parameters={"rope_type": "default", "rope_theta": t["rope_theta"],
+                                     "mrope_section": t["mrope_section"], "mrope_interleaved": True})
+    v = VISION
+    vis_cfg = dict(depth=v["depth"], hidden_size=v["hidden_size"], hidden_act="gelu_pytorch_tanh",
+                   intermediate_size=v["intermediate_size"], num_heads=v["num_heads"], in_channels=3, patch_size=16,
+                   spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=t["hidden_size"],
+                   num_position_embeddings=v["num_position_embeddings"],
+                   deepstack_visual_indexes=v["deepstack_visual_indexes"])
+    cfg = Qwen3VLConfig(text_config=text_cfg, vision_config=vis_cfg, image_token_id=IMG,
+                        video_token_id=sp["<|video_pad|>"], vision_start_token_id=sp["<|vision_start|>"],
+                        vision_end_token_id=sp["<|vision_end|>"], tie_word_embeddings=True)
+    model = Qwen3VLForConditionalGeneration(cfg).to(dev).train()
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: {n_params / 1e6:.2f} M parameters")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=(0.9, 0.98), eps=1e-8, fused=True)
+
+    def batch_to_inputs(batch):
+        imgs, per, ids, att, lab = batch
+        pv, grids = [], []
+        for img, k in zip(imgs, per):
+            x = patchify((img.to(dev, non_blocking=True).float() - 127.5) / 127.5)
+            g = torch.tensor([1, img.shape[1] // 16, img.shape[2] // 16])
+            for _ in range(k):
+                pv.append(x)
+                grids.append(g)
+        ids = ids.to(dev, non_blocking=True)
+        return dict(input_ids=ids, attention_mask=att.to(dev, non_blocking=True), pixel_values=torch.cat(pv),
+                    image_grid_thw=torch.stack(grids).to(dev), mm_token_type_ids=(ids == IMG).long()), \
+            lab.to(dev, non_blocking=True)
+
+    def lr_at(step, total):
+        if step < WARMUP:
+            return LR * (step + 1) / WARMUP
+        q = min(1.0, (step - WARMUP) / max(1, total - WARMUP))
+        return LR * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * q)))
+
+    total = steps or MAX_STEPS
+    losses, step, t_train0, t_mark = [], 0, time.time(), None
+    run_loss, run_n = 0.0, 0
+    while step < total:
+        batch = next(it)
+        inputs, lab = batch_to_inputs(batch)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, total)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(**inputs).logits
+        lg = logits[:, :-1].float()
+        tgt = inputs["input_ids"][:, 1:]
+        m = lab[:, 1:].float()
+        ce = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1),
+                                               reduction="none").view_as(m)
+        loss = ((ce * m).sum(1) / m.sum(1).clamp(min=1)).mean()     # every conversation weighs the same
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        run_loss += float(loss)
+        run_n += 1
+        if step == 20:
+            t_mark = time.time()
+        if step == 40 and steps is None:
+            per_step = (time.time() - t_mark) / 20
+            left = TRAIN_SECONDS - (time.time() - t_train0)
+            total = int(min(MAX_STEPS, step + left / per_step))
+            log(f"{per_step * 1000:.1f} ms/step -> {total} steps in {TRAIN_SECONDS} s")
+        if step % 50 == 0 or step == total:
+            losses.append([step, round(run_loss / run_n, 4), round(time.time() - t_train0, 1)])
+            log(f"step {step}/{total} loss {run_loss / run_n:.4f} lr {lr_at(step - 1, total):.2e}")
+            run_loss, run_n = 0.0, 0
+    train_time = time.time() - t_train0
+    del it, dl
+    model.eval()
+    model = model.to(torch.bfloat16)
+    model.generation_config.do_sample = False
+    for k in ("temperature", "top_p", "top_k"):
+        setattr(model.generation_config, k, None)
+    model.generation_config.eos_token_id = [IM_END, PAD]
+    model.generation_config.pad_token_id = PAD
+    model.save_pretrained(mdir)
+    write_tokenizer(mdir)            # overwrite generation_config.json with ours; same tokenizer files
+    log(f"saved {mdir}: {sorted(os.listdir(mdir))}, {train_time:.0f} s of training, {step} steps")
+    del model, opt
+    torch.cuda.empty_cache()
+
+    info = dict(torch=torch.__version__, transformers=transformers.__version__, device=torch.cuda.get_device_name(),
+                seed=seed, steps=step, batch_scenes=BATCH_SCENES, conversations_per_scene=2 + N_QUESTIONS,
+                train_seconds=round(train_time, 1), lr=LR, warmup=WARMUP, weight_decay=WD, losses=losses,
+                n_params=n_params, preprocessing_equals_hf=pre_ok, text=TEXT, vision=VISION,
+                vocab_size=VOCAB_SIZE, bpe_tokens=tok.get_vocab_size() - len(T.SPECIALS))
+    evaluate(out, mdir, tok, sp, ip, info, t0, log)
+
+
+def evaluate(out, mdir, tok, sp, ip, info, t0, log):
+    import torch
+    from torchvision.io import decode_image, ImageReadMode
+    from transformers import Qwen3VLForConditionalGeneration
+    PAD, IMG, IM_END = sp["<|endoftext|>"], sp["<|image_pad|>"], sp["<|im_end|>"]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    torch.set_grad_enabled(False)
+    dev = "cuda"
+    # transformers' fp32 model on the saved bf16 weights (what iris computes on the CPU)
+    model = Qwen3VLForConditionalGeneration.from_pretrained(mdir, dtype=torch.float32).to(dev).eval()
+    edir = os.path.join(out, "eval")
+    os.makedirs(os.path.join(edir, "images"), exist_ok=True)
+    items, scenes = [], {}
+    for i in range(N_EVAL):
+        sc = D.make_scene(EVAL_SEED0 + i)
+        name = f"{i:04d}.png"
+        D.write_png(os.path.join(edir, "images", name), D.render(sc))
+        scenes[name] = sc
+        items.append(dict(image=name, task="caption", prompt=D.CAPTION_PROMPT, truth=D.caption(sc)))
+        for qt, q, a in D.eval_questions(sc):
+            items.append(dict(image=name, task="vqa", type=qt, prompt=q, truth=a))
+        items.append(dict(image=name, task="analysis", prompt=D.DESCRIBE_PROMPT, truth=D.analysis(sc)))
+    log(f"eval: {N_EVAL} scenes, {len(items)} items")
+    pix = {}
+
+    def pixels(name):
+        if name not in pix:
+            o = ip(images=[decode_image(os.path.join(edir, "images", name), mode=ImageReadMode.RGB)],
+                   return_tensors="pt")
+            pix[name] = (o["pixel_values"], o["image_grid_thw"][0])
+        return pix[name]
+
+    def inputs_for(batch):
+        ids, pvs, grids = [], [], []
+        for it_ in batch:
+            pv, g = pixels(it_["image"])
+            ids.append(chat_ids(tok, sp, int(g.prod()) // 4, it_["prompt"]))
+            pvs.append(pv)
+            grids.append(g)
+        L = max(len(x) for x in ids)
+        t_ids = torch.full((len(ids), L), PAD, dtype=torch.long)
+        t_att = torch.zeros((len(ids), L), dtype=torch.long)
+        for k, x in enumerate(ids):                       # left padding
+            t_ids[k, L - len(x):] = torch.tensor(x)
+            t_att[k, L - len(x):] = 1
+        t_ids = t_ids.to(dev)
+        return dict(input_ids=t_ids, attention_mask=t_att.to(dev), pixel_values=torch.cat(pvs).to(dev),
+                    image_grid_thw=torch.stack(grids).to(dev), mm_token_type_ids=(t_ids == IMG).long()), L
+
+    def generate(batch, max_new):
+        kw, L = inputs_for(batch)
+        g = model.generate(**kw, do_sample=False, max_new_tokens=max_new, eos_token_id=[IM_END, PAD],
+                           pad_token_id=PAD)
+        res = []
+        for row in g[:, L:].tolist():
+            toks = []
+            for x in row:
+                if x in (IM_END, PAD):
+                    break
+                toks.append(x)
+            res.append((toks, tok.decode(toks, skip_special_tokens=False)))
+        return res
+
+    def write_eval(done_items):
+        recs = []
+        for it_ in done_items:
+            it_["metrics"] = D.score(it_["task"], scenes[it_["image"]], it_["truth"], it_["output"])
+            recs.append(dict(task=it_["task"] if it_["task"] != "vqa" else "vqa:" + it_["type"],
+                             metrics=it_["metrics"]))
+            if it_["task"] == "vqa":
+                recs.append(dict(task="vqa", metrics=it_["metrics"]))
+        info["accuracy_transformers"] = D.summarize(recs)
+        info["n_eval_scenes"] = len({x["image"] for x in done_items})
+        with open(os.path.join(edir, "eval.json"), "w") as f:
+            json.dump(dict(info=info, scenes=scenes, items=done_items), f, indent=1)
+
+    # --- 1,000 scenes, batched (left padding), grouped by task
+    done = []
+    for task in ("vqa", "caption", "analysis"):
+        group = [x for x in items if x["task"] == task]
+        bs = 250
+        for s in range(0, len(group), bs):
+            if time.time() - t0 > 370:
+                log("eval: out of time, stopping here")
+                break
+            b = group[s:s + bs]
+            try:
+                res = generate(b, MAX_NEW[task])
+            except Exception as e:  # noqa
+                import traceback
+                traceback.print_exc()
+                log(f"batched generate failed ({e!r}); batch-1 for this batch")
+                res = [generate([x], MAX_NEW[task])[0] for x in b]
+            for x, (toks, text) in zip(b, res):
+                x["output"], x["tokens"] = text, toks
+                done.append(x)
+        write_eval(done)
+        log(f"eval {task}: {json.dumps(info['accuracy_transformers'])}")
+    info["eval_batched"] = True
+
+    # --- the fixture: 20 scenes, batch 1 (no padding), caption + first question + analysis
+    fdir = os.path.join(out, "fixture")
+    os.makedirs(os.path.join(fdir, "images"), exist_ok=True)
+    fx, agree = [], 0
+    by_img = {}
+    for x in done:
+        by_img.setdefault(x["image"], []).append(x)
+    for i in range(N_FIXTURE):
+        name = f"{i:04d}.png"
+        if name not in by_img or time.time() - t0 > 395:
+            break
+        with open(os.path.join(edir, "images", name), "rb") as fsrc, \
+                open(os.path.join(fdir, "images", name), "wb") as fdst:
+            fdst.write(fsrc.read())
+        vqa = [y for y in by_img[name] if y["task"] == "vqa"][:1]
+        for x in [y for y in by_img[name] if y["task"] != "vqa"] + vqa:
+            toks, text = generate([x], MAX_NEW[x["task"]])[0]
+            agree += int(toks == x["tokens"])
+            fx.append(dict(image=name, task=x["task"], prompt=x["prompt"], truth=x["truth"], tokens=toks, text=text))
+    info["fixture_batch1_vs_batched_agree"] = [agree, len(fx)]
+    with open(os.path.join(fdir, "greedy.json"), "w") as f:
+        json.dump(dict(model="models/demo", transformers=info["transformers"], torch=info["torch"],
+                       precision="fp32 on the bf16 weights, TF32 off, batch 1, greedy", items=fx), f, indent=1)
+    write_eval(done)
+    log(f"fixture: {len(fx)} items, batch-1 equals batched on {agree}; done")
+
+# ---------------------------------------------------------------------------------------------
+# iris on the held-out scenes (here)
+
+
+def iris_eval(edir, model, limit=None, binary="build/demo/bench/demo_eval"):
+    ev = json.load(open(os.path.join(edir, "eval.json")))
+    items, scenes = ev["items"], ev["scenes"]
+    names = sorted({x["image"] for x in items})
+    if limit:
+        names = set(names[:limit])
+        items = [x for x in items if x["image"] in names]
+    tsv = os.path.join(edir, "iris_items.tsv")
+    with open(tsv, "w") as f:
+        for x in items:
+            f.write(os.path.join(edir, "images", x["image"]) + "\t" + x["prompt"] + "\n")
+    t = time.time()
+    out = subprocess.run([binary, model, tsv], check=True, capture_output=True, text=True).stdout
+    secs = time.time() - t
+    res = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert len(res) == len(items), (len(res), len(items))
+    recs, agree = [], 0
+    for x, r in zip(items, res):
+        m = D.score(x["task"], scenes[x["image"]], x["truth"], r["text"])
+        recs.append(dict(task=x["task"] if x["task"] != "vqa" else "vqa:" + x["type"], metrics=m))
+        if x["task"] == "vqa":
+            recs.append(dict(task="vqa", metrics=m))
+        x["iris"] = r["text"]
+        agree += int(r["tokens"] == x["tokens"])
+    summary = dict(n_scenes=len({x["image"] for x in items}), n_items=len(items), seconds=round(secs, 1),
+                   accuracy_iris=D.summarize(recs), agreement_with_transformers=round(agree / len(items), 4),
+                   agree=agree)
+    with open(os.path.join(edir, "iris_eval.json"), "w") as f:
+        json.dump(dict(summary=summary, items=items), f, indent=1)
+    print(json.dumps(summary, indent=1))
+    print("disagreements:")
+    for x in items:
+        if x.get("iris") is not None and x["iris"] != x["output"]:
+            print(f"  {x['image']} {x['prompt'][:40]!r}: hf={x['output']!r} iris={x['iris']!r}")
+
+
+def main():
+    a = sys.argv[1:]
+
+    def opt(name, default=None):
+        return a[a.index(name) + 1] if name in a else default
+    if len(a) >= 2 and a[0] == "tokenizer":
+        write_tokenizer(a[1])
+    elif len(a) >= 2 and a[0] == "train":
+        s = opt("--steps")
+        run_train(a[1], int(s) if s else None, int(opt("--seed", SEED)))
+    elif len(a) >= 3 and a[0] == "iris-eval":
+        lim = opt("--limit")
+        iris_eval(a[1], a[2], int(lim) if lim else None, opt("--bin", "build/demo/bench/demo_eval"))
+    else:
+        print(__doc__)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
