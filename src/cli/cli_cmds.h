@@ -20,6 +20,7 @@ int iris_cmd_pull(int argc, char **argv);
 int iris_cmd_ls(int argc, char **argv);
 int iris_cmd_plan(int argc, char **argv);
 int iris_cmd_preprocess(int argc, char **argv);
+int iris_cmd_serve(int argc, char **argv);
 
 static const iris_cli_cmd iris_cli_cmds[] = {
     {"version", iris_cmd_version, "print the version and the build's features"},
@@ -37,6 +38,7 @@ static const iris_cli_cmd iris_cli_cmds[] = {
     {"describe", iris_cmd_describe, "scene analysis: objects, setting, activities, visible text"},
     {"logits", iris_cmd_logits, "write the prompt's logits as .npy (parity checks, debugging)"},
     {"plan", iris_cmd_plan, "what a model needs on a GPU and the context that fits (no GPU needed)"},
+    {"serve", iris_cmd_serve, "OpenAI-compatible HTTP server (chat completions with images, streaming)"},
     {NULL, NULL, NULL},
 };
 

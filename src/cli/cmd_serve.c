@@ -1,0 +1,228 @@
+/* cmd_serve.c: `iris serve MODEL`: the OpenAI-compatible HTTP server
+ * (src/server/server.h) in front of the engine (include/iris.h).
+ *
+ * Order of events: listen first (so /health answers 503 while the model
+ * loads and a load balancer can tell "starting" from "down"), open the
+ * engine, mark the server ready, then wait for SIGTERM or SIGINT.  On the
+ * signal: stop accepting, let the requests in flight finish within
+ * --shutdown-timeout (what is left is cancelled), stop the engine, exit 0.
+ * Exit 1 when the model does not load or the port cannot be bound, 2 on bad
+ * usage.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "engine/planner.h"
+#include "err.h"
+#include "log.h"
+#include "server/server.h"
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) {
+    stop_signal = sig;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: iris serve MODEL [options]\n\n"
+            "An OpenAI-compatible API for MODEL (a directory or Org/Name[@revision] in the Hugging\n"
+            "Face cache): POST /v1/chat/completions (text and image_url parts, streaming),\n"
+            "POST /v1/completions, GET /v1/models, GET /health (503 until loaded), GET /metrics.\n\n"
+            "the server:\n"
+            "  --host ADDR                   address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
+            "  --port N                      (default 8000; 0 picks a free port, printed at start)\n"
+            "  --api-key KEY                 require 'Authorization: Bearer KEY' on /v1/* (default\n"
+            "                                $IRIS_API_KEY; none when both are unset)\n"
+            "  --served-model-name NAME      the model id clients send and /v1/models lists\n"
+            "                                (default: MODEL as given)\n"
+            "  --max-body-bytes SIZE         larger request bodies get 413 (default 32MiB)\n"
+            "  --body-timeout S              a body must arrive within S seconds, else 408 (default 30)\n"
+            "  --no-remote-images            refuse http(s) image URLs (data: URLs always work)\n"
+            "  --max-image-bytes SIZE        largest image file accepted (default 20MiB)\n"
+            "  --image-timeout S             an http(s) image's whole download (default 10)\n"
+            "  --max-image-pixels N          images larger than this are refused before decoding\n"
+            "  --allowed-local-media-path DIR  allow file:// image URLs inside DIR\n"
+            "  --shutdown-timeout S          on SIGTERM/SIGINT, wait S seconds for requests in\n"
+            "                                flight before cancelling them (default 30)\n"
+            "the engine:\n"
+            "  --device cpu|cuda|auto        (default auto)\n"
+            "  --max-model-len N             prompt + generated tokens per request (default: the model's)\n"
+            "  --max-num-seqs N              sequences running at once (default 64)\n"
+            "  --max-batch-tokens N          tokens per engine step (default 2048)\n"
+            "  --max-waiting N               queued requests before 503 (default 256)\n"
+            "  --kv-cache-bytes SIZE         CPU: host memory for the KV cache (default 1GiB)\n"
+            "  --no-prefix-caching           do not share KV blocks between requests\n"
+            "  --download                    fetch a repo id missing from the HF cache\n\n"
+            "SIZE is bytes or a number with a unit (512MiB, 1GiB, 20MB).\n");
+}
+
+static int num(const char *opt, const char *v, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || !*v || *end || errno || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "iris serve: %s '%s': give a number from %g to %g\n", opt, v ? v : "", lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int size(const char *opt, const char *v, size_t *out) {
+    iris_err err = {0};
+    uint64_t b = 0;
+    if (!v || iris_plan_parse_bytes(v, &b, &err) || b == 0) {
+        fprintf(stderr, "iris serve: %s '%s': %s\n", opt, v ? v : "", v && err.msg[0] ? err.msg : "give a size");
+        return -1;
+    }
+    *out = (size_t)b;
+    return 0;
+}
+
+int iris_cmd_serve(int argc, char **argv) {
+    iris_server_opts so;
+    iris_server_opts_default(&so);
+    iris_engine_opts eo;
+    iris_engine_opts_default(&eo);
+    so.api_key = getenv("IRIS_API_KEY");
+    double shutdown_timeout = 30;
+    const char *model = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x = 0;
+        int bad = 0, takes = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--host")) {
+            so.host = v;
+        } else if (!strcmp(a, "--port")) {
+            bad = num(a, v, 0, 65535, &x);
+            so.port = (int)x;
+        } else if (!strcmp(a, "--api-key")) {
+            so.api_key = v;
+        } else if (!strcmp(a, "--served-model-name")) {
+            so.served_model_name = v;
+        } else if (!strcmp(a, "--max-body-bytes")) {
+            bad = size(a, v, &so.max_body_bytes);
+        } else if (!strcmp(a, "--body-timeout")) {
+            bad = num(a, v, 0.1, 86400, &so.body_timeout_s);
+        } else if (!strcmp(a, "--no-remote-images")) {
+            so.allow_remote_images = 0, takes = 0;
+        } else if (!strcmp(a, "--max-image-bytes")) {
+            bad = size(a, v, &so.max_image_bytes);
+        } else if (!strcmp(a, "--image-timeout")) {
+            bad = num(a, v, 0.1, 3600, &x);
+            so.image_timeout_ms = (long)(x * 1000);
+        } else if (!strcmp(a, "--max-image-pixels")) {
+            bad = num(a, v, 1, 1e12, &x);
+            so.max_image_pixels = (long long)x;
+        } else if (!strcmp(a, "--allowed-local-media-path")) {
+            so.local_media_dir = v;
+        } else if (!strcmp(a, "--shutdown-timeout")) {
+            bad = num(a, v, 0, 86400, &shutdown_timeout);
+        } else if (!strcmp(a, "--device")) {
+            eo.device = v;
+            if (v && strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
+                fprintf(stderr, "iris serve: --device '%s': use cpu, cuda or auto\n", v);
+                bad = 1;
+            }
+        } else if (!strcmp(a, "--max-model-len")) {
+            bad = num(a, v, 1, 1 << 24, &x);
+            eo.max_model_len = (int)x;
+        } else if (!strcmp(a, "--max-num-seqs")) {
+            bad = num(a, v, 1, 1 << 16, &x);
+            eo.max_num_seqs = (int)x;
+        } else if (!strcmp(a, "--max-batch-tokens")) {
+            bad = num(a, v, 1, 1 << 24, &x);
+            eo.max_batch_tokens = (int)x;
+        } else if (!strcmp(a, "--max-waiting")) {
+            bad = num(a, v, 1, 1 << 20, &x);
+            eo.max_waiting = (int)x;
+        } else if (!strcmp(a, "--kv-cache-bytes")) {
+            bad = size(a, v, &eo.kv_cache_bytes);
+        } else if (!strcmp(a, "--no-prefix-caching")) {
+            eo.prefix_caching = 0, takes = 0;
+        } else if (!strcmp(a, "--download")) {
+            eo.allow_download = 1, takes = 0;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "iris serve: unknown option %s (see iris serve --help)\n", a);
+            return 2;
+        } else if (!model) {
+            model = a, takes = 0;
+        } else {
+            fprintf(stderr, "iris serve: one MODEL only ('%s' and '%s')\n", model, a);
+            return 2;
+        }
+        if (takes && !v) {
+            fprintf(stderr, "iris serve: %s needs a value\n", a);
+            return 2;
+        }
+        if (bad) return 2;
+        i += takes;
+    }
+    if (!model) {
+        usage(stderr);
+        return 2;
+    }
+    eo.model = model;
+    so.model_arg = model;
+    if (!so.served_model_name) so.served_model_name = model;
+
+    /* Before any thread exists: libcurl's global state, and signals.  SIGPIPE
+     * is ignored so a client closing mid-write is an error code, not death. */
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    iris_err err = {0};
+    iris_server *srv = NULL;
+    if (iris_server_start(&so, &srv, &err)) {
+        curl_global_cleanup();
+        return iris_cli_fail(&err);
+    }
+    fprintf(stderr, "iris serve: listening on http://%s:%d (loading %s)\n", so.host, iris_server_port(srv), model);
+    fflush(stderr);
+
+    iris_engine *eng = NULL;
+    struct timespec ts0, ts1;
+    clock_gettime(CLOCK_MONOTONIC, &ts0);
+    if (iris_engine_open(&eo, &eng, &err)) {
+        iris_server_stop(srv);
+        curl_global_cleanup();
+        return iris_cli_fail(&err);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts1);
+    iris_server_set_engine(srv, eng);
+    fprintf(stderr, "iris serve: ready in %.2f s: model \"%s\"%s\n",
+            (double)(ts1.tv_sec - ts0.tv_sec) + (ts1.tv_nsec - ts0.tv_nsec) * 1e-9, so.served_model_name,
+            so.api_key && *so.api_key ? ", API key required" : "");
+    fflush(stderr);
+
+    while (!stop_signal) {
+        struct timespec nap = {0, 100 * 1000000L};
+        nanosleep(&nap, NULL);
+    }
+    fprintf(stderr, "iris serve: %s: draining (up to %.0f s)\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+            shutdown_timeout);
+    fflush(stderr);
+    int left = iris_server_drain(srv, shutdown_timeout);
+    if (left) fprintf(stderr, "iris serve: cancelled %d request(s) still running after %.0f s\n", left, shutdown_timeout);
+    iris_engine_shutdown(eng);
+    iris_server_stop(srv);
+    iris_engine_close(eng);
+    curl_global_cleanup();
+    fprintf(stderr, "iris serve: stopped\n");
+    return 0;
+}

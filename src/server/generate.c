@@ -1,0 +1,478 @@
+/* generate.c: POST /v1/chat/completions and /v1/completions, from a whole
+ * body to the answer: parse and validate (openai.c), check the model name,
+ * fetch the images (media.c) and build the prompt (srv_prompt.c), map the
+ * OpenAI parameters onto the engine's, submit, then either collect the
+ * whole answer or stream it as server-sent events.
+ *
+ * Parameters left out take the model's generation_config.json values (as
+ * vLLM does), so a bare request samples the way the model card says.
+ *
+ * Disconnects: while waiting for the engine we wake every 50 ms and peek at
+ * the client's socket; a closed socket cancels the request (the engine frees
+ * its KV blocks at its next step).  When MHD itself notices (a failed write)
+ * it destroys the response, whose free callback cancels too.
+ *
+ * Ownership: a streamed srv_gen belongs to its MHD response (freed in
+ * gen_free); a non-streamed one lives on the handler's stack frame.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "err.h"
+#include "log.h"
+#include "server/server_internal.h"
+
+#define WAIT_MS 50
+
+static int client_gone(int fd) {
+    if (fd < 0) return 0;
+    char ch;
+    ssize_t k = recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* ---- request -> engine parameters ---- */
+
+static void apply_params(const iris_oai_request *q, iris_request_params *rp) {
+    if (q->has_temperature) {
+        rp->temperature = q->temperature;
+        rp->do_sample = q->temperature > 0;
+    }
+    if (q->has_top_p) rp->top_p = q->top_p;
+    if (q->has_top_k) rp->top_k = q->top_k < 0 ? 0 : q->top_k;
+    if (q->has_min_p) rp->min_p = q->min_p;
+    if (q->has_presence_penalty) rp->presence_penalty = q->presence_penalty;
+    if (q->has_frequency_penalty) rp->frequency_penalty = q->frequency_penalty;
+    if (q->has_repetition_penalty) rp->repetition_penalty = q->repetition_penalty;
+    /* OpenAI seeds are any integer; the engine reads < 0 as "from the clock". */
+    rp->seed = q->has_seed ? (q->seed < 0 ? (int64_t)((uint64_t)q->seed & INT64_MAX) : q->seed) : -1;
+    rp->max_tokens = q->max_tokens > 0 ? q->max_tokens : 0;
+    rp->n_stop = q->n_stop < IRIS_MAX_STOP ? q->n_stop : IRIS_MAX_STOP;
+    for (int i = 0; i < rp->n_stop; i++) rp->stop[i] = q->stop[i];
+    rp->logprobs = q->logprobs;
+    rp->top_logprobs = q->top_logprobs;
+}
+
+static void free_images(srv_image *im, int n) {
+    for (int i = 0; i < n; i++) free(im[i].data);
+}
+
+/* Fetch every image_url; on failure fill e (400 naming the part). */
+static int fetch_images(iris_server *s, const iris_oai_request *q, srv_image *im, int *bad, iris_oai_err *e) {
+    for (int i = 0; i < q->n_images; i++) {
+        *bad = i;
+        iris_err err = {0};
+        snprintf(im[i].label, sizeof im[i].label, "image %d", i + 1);
+        int rc = iris_media_fetch(q->image_urls[i], &s->media, &im[i].data, &im[i].n, &err);
+        if (rc) {
+            free_images(im, i);
+            return iris_oai_fail(e, 400, "invalid_request_error", NULL, "invalid_image", "image %d: %s", i + 1,
+                                 err.msg);
+        }
+    }
+    return 0;
+}
+
+/* The OpenAI param of image i: "messages[m].content[p].image_url". */
+static void image_param(const json_t *messages, int idx, char *out, size_t cap) {
+    size_t mi, pi;
+    json_t *m, *p;
+    int k = 0;
+    snprintf(out, cap, "messages");
+    json_array_foreach(messages, mi, m) {
+        json_t *c = json_object_get(m, "content");
+        if (!json_is_array(c)) continue;
+        json_array_foreach(c, pi, p) {
+            const char *t = json_string_value(json_object_get(p, "type"));
+            if (t && !strcmp(t, "image_url") && k++ == idx) {
+                snprintf(out, cap, "messages[%zu].content[%zu].image_url", mi, pi);
+                return;
+            }
+        }
+    }
+}
+
+/* ---- logprobs ---- */
+
+static void fill_logprob(const iris_tok *tok, const iris_event *ev, iris_oai_logprob *lp) {
+    memset(lp, 0, sizeof *lp);
+    lp->token = iris_tok_token(tok, ev->token, &lp->token_len);
+    lp->logprob = ev->logprob;
+    lp->n_top = ev->n_top < IRIS_OAI_MAX_TOP_LOGPROBS ? ev->n_top : IRIS_OAI_MAX_TOP_LOGPROBS;
+    for (int i = 0; i < lp->n_top; i++) {
+        lp->top_tokens[i] = iris_tok_token(tok, ev->top_ids[i], &lp->top_lens[i]);
+        lp->top_logprobs[i] = ev->top_logprobs[i];
+    }
+}
+
+static json_t *event_logprobs(srv_gen *g, const iris_tok *tok, const iris_event *ev) {
+    iris_oai_logprob lp;
+    fill_logprob(tok, ev, &lp);
+    if (g->kind == IRIS_OAI_CHAT) return json_pack("{s:[o]}", "content", iris_oai_chat_logprob(&lp));
+    json_t *o = iris_oai_completion_logprobs_new();
+    iris_oai_completion_logprob_add(o, &lp, g->text_off);
+    return o;
+}
+
+static const char *finish_name(int reason) {
+    return reason == IRIS_FINISH_REASON_LENGTH ? "length" : "stop";
+}
+
+static void note_token(srv_gen *g) {
+    double now = srv_now();
+    if (g->n_tokens > 0) iris_metrics_inter_token(g->s->metrics, now - g->t_last);
+    g->t_last = now;
+    g->n_tokens++;
+}
+
+static void note_done(srv_gen *g, const iris_event *ev) {
+    iris_metrics_generation(g->s->metrics, ev->usage.prompt_tokens, ev->usage.completion_tokens,
+                            ev->usage.completion_tokens > 0 ? ev->usage.ttft_s : -1, ev->usage.total_s);
+    iris_log(IRIS_LOG_INFO, "serve", "%s %s: prompt %d (cached %d), generated %d, ttft %.3f s, total %.3f s, %s",
+             g->id, g->kind == IRIS_OAI_CHAT ? "chat" : "completion", ev->usage.prompt_tokens,
+             ev->usage.cached_tokens, ev->usage.completion_tokens, ev->usage.ttft_s, ev->usage.total_s,
+             iris_finish_reason_name(ev->finish_reason));
+}
+
+/* ---- streaming ---- */
+
+static int out_put(srv_gen *g, char *sse, size_t n) {
+    if (!sse) return -1;
+    if (g->out_n + n > g->out_cap) {
+        size_t cap = g->out_cap ? g->out_cap : 4096;
+        while (cap < g->out_n + n) cap *= 2;
+        char *q = realloc(g->out, cap);
+        if (!q) {
+            free(sse);
+            return -1;
+        }
+        g->out = q;
+        g->out_cap = cap;
+    }
+    memcpy(g->out + g->out_n, sse, n);
+    g->out_n += n;
+    free(sse);
+    return 0;
+}
+
+static int out_json(srv_gen *g, json_t *j) {
+    size_t n = 0;
+    char *sse = iris_oai_sse(j, &n);
+    return out_put(g, sse, n);
+}
+
+static const char *model_name(srv_gen *g) {
+    return g->s->served;
+}
+
+/* Produce the next SSE bytes into g->out.  Returns 0, or -1 when the
+ * stream must end with an error (client gone, out of memory). */
+static int produce(srv_gen *g) {
+    iris_engine *eng = atomic_load(&g->s->eng);
+    if (g->phase == 0) {
+        g->phase = 1;
+        if (g->kind == IRIS_OAI_CHAT)
+            return out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), "assistant", "", 0, NULL,
+                                              NULL, g->include_usage));
+    }
+    if (g->phase == 2) {
+        g->phase = 3;
+        return out_put(g, strdup("data: [DONE]\n\n"), 14);
+    }
+    iris_event ev;
+    int rc = iris_request_next(g->r, &ev, WAIT_MS);
+    if (rc == IRIS_ELIMIT) {
+        if (client_gone(g->fd)) {
+            iris_request_cancel(g->r);
+            return -1;
+        }
+        return 0;
+    }
+    if (rc) return -1;
+    const iris_tok *tok = iris_engine_tokenizer(eng);
+    if (ev.kind == IRIS_EVENT_DELTA) {
+        note_token(g);
+        if (ev.text_len == 0 && !g->logprobs) return 0;
+        json_t *lp = g->logprobs ? event_logprobs(g, tok, &ev) : NULL;
+        g->text_off += ev.text_len;
+        return out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, ev.text, ev.text_len, NULL,
+                                          lp, g->include_usage));
+    }
+    /* DONE */
+    note_done(g, &ev);
+    g->phase = 2;
+    if (ev.text_len > 0 &&
+        out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, ev.text, ev.text_len, NULL, NULL,
+                                   g->include_usage)))
+        return -1;
+    if (ev.finish_reason == IRIS_FINISH_REASON_ERROR || ev.finish_reason == IRIS_FINISH_REASON_CANCELLED) {
+        iris_oai_err e;
+        if (ev.finish_reason == IRIS_FINISH_REASON_ERROR)
+            iris_oai_fail(&e, 500, "server_error", NULL, NULL, "generation failed: %s", ev.err.msg);
+        else
+            iris_oai_fail(&e, 503, "server_error", NULL, "cancelled", "the request was cancelled (server shutdown)");
+        char *body = iris_oai_error_body(&e);
+        size_t n = body ? strlen(body) : 0;
+        char *sse = body ? malloc(n + 9) : NULL;
+        if (sse) snprintf(sse, n + 9, "data: %s\n\n", body);
+        free(body);
+        return out_put(g, sse, n + 8);
+    }
+    if (out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, g->kind == IRIS_OAI_CHAT ? NULL : "",
+                                   0, finish_name(ev.finish_reason), NULL, g->include_usage)))
+        return -1;
+    if (g->include_usage)
+        return out_json(g, iris_oai_usage_chunk(g->kind, g->id, g->created, model_name(g), ev.usage.prompt_tokens,
+                                                ev.usage.completion_tokens));
+    return 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    srv_gen *g = cls;
+    while (g->out_off == g->out_n) {
+        g->out_n = g->out_off = 0;
+        if (g->phase == 3) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (produce(g)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t k = g->out_n - g->out_off;
+    if (k > max) k = max;
+    memcpy(buf, g->out + g->out_off, k);
+    g->out_off += k;
+    return (ssize_t)k;
+}
+
+static void gen_release(srv_gen *g) {
+    srv_gen_unregister(g->s, g);
+    iris_request_free(g->r); /* cancels it when still running */
+    iris_metrics_inflight(g->s->metrics, -1);
+    free(g->out);
+}
+
+static void stream_free(void *cls) {
+    srv_gen *g = cls;
+    gen_release(g);
+    free(g);
+}
+
+/* ---- the whole answer at once ---- */
+
+static enum MHD_Result collect(struct MHD_Connection *c, srv_conn *cc, srv_gen *g) {
+    iris_engine *eng = atomic_load(&g->s->eng);
+    const iris_tok *tok = iris_engine_tokenizer(eng);
+    char *text = NULL;
+    size_t n = 0, cap = 0;
+    json_t *lps = NULL;
+    if (g->logprobs) lps = g->kind == IRIS_OAI_CHAT ? json_array() : iris_oai_completion_logprobs_new();
+    iris_event ev;
+    int gone = 0;
+    for (;;) {
+        int rc = iris_request_next(g->r, &ev, WAIT_MS);
+        if (rc == IRIS_ELIMIT) {
+            if (!gone && client_gone(g->fd)) {
+                gone = 1;
+                iris_request_cancel(g->r);
+            }
+            continue;
+        }
+        if (rc) {
+            memset(&ev, 0, sizeof ev);
+            ev.finish_reason = IRIS_FINISH_REASON_ERROR;
+            snprintf(ev.err.msg, sizeof ev.err.msg, "the engine's channel failed (%s)", iris_strerror(rc));
+            break;
+        }
+        if (ev.kind == IRIS_EVENT_DELTA) note_token(g);
+        if (ev.kind == IRIS_EVENT_DELTA && g->logprobs) {
+            iris_oai_logprob lp;
+            fill_logprob(tok, &ev, &lp);
+            if (g->kind == IRIS_OAI_CHAT) json_array_append_new(lps, iris_oai_chat_logprob(&lp));
+            else iris_oai_completion_logprob_add(lps, &lp, n);
+        }
+        if (ev.text_len) {
+            if (n + ev.text_len + 1 > cap) {
+                cap = (n + ev.text_len + 1) * 2;
+                char *q = realloc(text, cap);
+                if (!q) {
+                    iris_request_cancel(g->r);
+                    continue;
+                }
+                text = q;
+            }
+            memcpy(text + n, ev.text, ev.text_len);
+            n += ev.text_len;
+        }
+        if (ev.kind == IRIS_EVENT_DONE) break;
+    }
+    if (ev.kind == IRIS_EVENT_DONE) note_done(g, &ev);
+    enum MHD_Result ret;
+    if (gone) {
+        ret = MHD_NO; /* nobody to answer */
+        json_decref(lps);
+    } else if (ev.finish_reason == IRIS_FINISH_REASON_ERROR || ev.finish_reason == IRIS_FINISH_REASON_CANCELLED) {
+        iris_oai_err e;
+        if (ev.finish_reason == IRIS_FINISH_REASON_ERROR)
+            iris_oai_fail(&e, 500, "server_error", NULL, NULL, "generation failed: %s", ev.err.msg);
+        else
+            iris_oai_fail(&e, 503, "server_error", NULL, "cancelled", "the request was cancelled (server shutdown)");
+        json_decref(lps);
+        ret = srv_reply_error(c, cc, &e, 0);
+    } else {
+        json_t *lpo = lps && g->kind == IRIS_OAI_CHAT ? json_pack("{s:o}", "content", lps) : lps;
+        ret = srv_reply_json(c, cc, 200,
+                             iris_oai_response(g->kind, g->id, g->created, model_name(g), text, n,
+                                               finish_name(ev.finish_reason), lpo, ev.usage.prompt_tokens,
+                                               ev.usage.completion_tokens));
+    }
+    free(text);
+    return ret;
+}
+
+/* ---- the handler ---- */
+
+static enum MHD_Result reply(struct MHD_Connection *c, srv_conn *cc, iris_oai_err *e, iris_oai_request *q) {
+    iris_oai_request_free(q);
+    return srv_reply_error(c, cc, e, 0);
+}
+
+enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_kind kind) {
+    iris_server *s = cc->s;
+    iris_engine *eng = atomic_load(&s->eng);
+    iris_oai_request q;
+    iris_oai_err e;
+    if (iris_oai_parse(cc->body, cc->n, kind, &q, &e)) return reply(c, cc, &e, &q);
+    if (q.model && strcmp(q.model, s->served) && !(s->model_arg && !strcmp(q.model, s->model_arg))) {
+        iris_oai_fail(&e, 404, "not_found_error", "model", "model_not_found",
+                      "The model `%.200s` does not exist; this server serves `%.200s`.", q.model, s->served);
+        return reply(c, cc, &e, &q);
+    }
+
+    iris_request_params rp;
+    iris_request_params_default(eng, &rp);
+    apply_params(&q, &rp);
+
+    iris_model_info mi;
+    iris_engine_model_info(eng, &mi);
+    iris_err err = {0};
+    iris_prompt *prompt = NULL;
+    int n_prompt = 0;
+    if (kind == IRIS_OAI_CHAT) {
+        srv_image im[IRIS_OAI_MAX_IMAGES];
+        memset(im, 0, sizeof im);
+        int bad = -1;
+        if (fetch_images(s, &q, im, &bad, &e)) {
+            image_param(q.messages, bad, e.param, sizeof e.param);
+            return reply(c, cc, &e, &q);
+        }
+        prompt = calloc(1, sizeof *prompt);
+        bad = -1;
+        int rc = prompt ? srv_prompt_build(eng, q.messages, im, q.n_images, s->o.max_image_pixels, prompt, &bad, &err)
+                        : iris_err_set(&err, IRIS_ENOMEM, "out of memory");
+        free_images(im, q.n_images);
+        if (rc) {
+            free(prompt);
+            if (bad >= 0) {
+                iris_oai_fail(&e, 400, "invalid_request_error", NULL, "invalid_image", "%s", err.msg);
+                image_param(q.messages, bad, e.param, sizeof e.param);
+            } else {
+                iris_oai_fail(&e, rc == IRIS_ENOMEM ? 500 : 400, rc == IRIS_ENOMEM ? "server_error" : "invalid_request_error",
+                              "messages", NULL, "%s", err.msg);
+            }
+            return reply(c, cc, &e, &q);
+        }
+        n_prompt = (int)prompt->ids.n;
+        rp.prompt = prompt;
+    } else {
+        iris_tok_ids ids = {0};
+        if (iris_tok_encode(iris_engine_tokenizer(eng), q.prompt, strlen(q.prompt), &ids, &err)) {
+            iris_oai_fail(&e, 400, "invalid_request_error", "prompt", NULL, "%s", err.msg);
+            return reply(c, cc, &e, &q);
+        }
+        n_prompt = (int)ids.n;
+        iris_tok_ids_free(&ids);
+        if (n_prompt == 0) {
+            iris_oai_fail(&e, 400, "invalid_request_error", "prompt", NULL, "'prompt' is empty");
+            return reply(c, cc, &e, &q);
+        }
+        rp.prompt_text = q.prompt;
+    }
+    const char *pparam = kind == IRIS_OAI_CHAT ? "messages" : "prompt";
+    if (mi.max_model_len > 0 && (n_prompt >= mi.max_model_len || n_prompt + rp.max_tokens > mi.max_model_len)) {
+        if (rp.max_tokens > 0 && n_prompt < mi.max_model_len)
+            iris_oai_fail(&e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
+                          "This model's maximum context length is %d tokens; the prompt is %d tokens and max_tokens "
+                          "asks for %d more.", mi.max_model_len, n_prompt, rp.max_tokens);
+        else
+            iris_oai_fail(&e, 400, "invalid_request_error", pparam, "context_length_exceeded",
+                          "This model's maximum context length is %d tokens; the prompt is %d tokens.",
+                          mi.max_model_len, n_prompt);
+        if (prompt) iris_prompt_free(prompt);
+        free(prompt);
+        return reply(c, cc, &e, &q);
+    }
+
+    srv_gen local, *g = q.stream ? calloc(1, sizeof *g) : &local;
+    if (!g) {
+        if (prompt) iris_prompt_free(prompt);
+        free(prompt);
+        iris_oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        return reply(c, cc, &e, &q);
+    }
+    memset(g, 0, sizeof *g);
+    g->s = s;
+    g->kind = kind;
+    g->created = (int64_t)time(NULL);
+    uint64_t seq = atomic_fetch_add(&s->next_id, 1);
+    snprintf(g->id, sizeof g->id, "%s%016" PRIx64 "%08" PRIx64, kind == IRIS_OAI_CHAT ? "chatcmpl-" : "cmpl-",
+             s->id_salt, seq);
+    g->logprobs = q.logprobs;
+    g->top_logprobs = q.top_logprobs;
+    g->include_usage = q.include_usage;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    g->fd = ci ? ci->connect_fd : -1;
+    g->t_submit = srv_now();
+
+    int rc = iris_engine_submit(eng, &rp, &g->r, &err);
+    /* The engine takes the prompt's arrays over (zeroing our struct) once it
+     * has accepted the prompt, even if a later check fails; whatever is
+     * still ours is freed here. */
+    if (prompt) iris_prompt_free(prompt);
+    free(prompt);
+    if (rc) {
+        if (g != &local) free(g);
+        if (rc == IRIS_ELIMIT && strstr(err.msg, "queue"))
+            iris_oai_fail(&e, 503, "server_error", NULL, "queue_full", "the server is busy: %s; retry later", err.msg);
+        else if (rc == IRIS_ECANCELLED)
+            iris_oai_fail(&e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+        else if (rc == IRIS_ENOMEM || rc == IRIS_EDEVICE || rc == IRIS_EIO)
+            iris_oai_fail(&e, 500, "server_error", NULL, NULL, "%s", err.msg);
+        else
+            iris_oai_fail(&e, 400, "invalid_request_error", rc == IRIS_ELIMIT ? pparam : NULL, NULL, "%s", err.msg);
+        return reply(c, cc, &e, &q);
+    }
+    iris_metrics_inflight(s->metrics, +1);
+    srv_gen_register(s, g);
+    iris_oai_request_free(&q);
+
+    if (g == &local) {
+        enum MHD_Result ret = collect(c, cc, g);
+        gen_release(g);
+        return ret;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, g, stream_free);
+    if (!resp) {
+        stream_free(g);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    cc->status = 200;
+    enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}

@@ -1,0 +1,424 @@
+/* http.c: the HTTP side of `iris serve` with libmicrohttpd: the daemon, the
+ * routes, bearer authentication, body limits, the non-generating endpoints
+ * (/health, /v1/models, /metrics) and draining on shutdown.
+ *
+ * A request's life in the access handler (called repeatedly by MHD):
+ *   1st call (headers only): route, method, API key, Content-Length against
+ *     --max-body-bytes.  Anything refused here is answered at once (MHD then
+ *     closes the connection instead of reading a body nobody wants).
+ *   upload calls: append to the body; over the limit -> 413, past the body
+ *     deadline (a client trickling bytes) -> 408.
+ *   last call: dispatch (generate.c for the two generation routes).
+ * inflight counts requests from their first call to MHD's completion
+ * notice, so draining waits for streams still being written.
+ *
+ * Not done here: anything model-specific (generate.c, srv_prompt.c) and
+ * JSON schema checks (openai.c).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "log.h"
+#include "server/server_internal.h"
+
+enum { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_METRICS };
+
+double srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void iris_server_opts_default(iris_server_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8000;
+    o->max_body_bytes = 32u << 20;
+    o->allow_remote_images = 1;
+    o->max_image_bytes = 20u << 20;
+    o->image_timeout_ms = 10000;
+    o->body_timeout_s = 30;
+    o->max_connections = 1024;
+}
+
+/* ---- replies ---- */
+
+static enum MHD_Result queue(struct MHD_Connection *c, srv_conn *cc, int status, const char *type, char *body,
+                             size_t n, int close) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (close) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    if (cc) cc->status = status;
+    return ret;
+}
+
+enum MHD_Result srv_reply_error(struct MHD_Connection *c, srv_conn *cc, const iris_oai_err *e, int close) {
+    char *body = iris_oai_error_body(e);
+    if (!body) return MHD_NO;
+    if (e->status >= 500 || e->status == 401)
+        iris_log(IRIS_LOG_INFO, "serve", "%s -> %d %s", cc ? cc->endpoint : "?", e->status, e->message);
+    return queue(c, cc, e->status, "application/json", body, strlen(body), close);
+}
+
+enum MHD_Result srv_reply_json(struct MHD_Connection *c, srv_conn *cc, int status, json_t *j) {
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!body) return MHD_NO;
+    return queue(c, cc, status, "application/json", body, strlen(body), 0);
+}
+
+static enum MHD_Result fail(struct MHD_Connection *c, srv_conn *cc, int status, const char *type, const char *code,
+                            int close, const char *msg) {
+    iris_oai_err e;
+    iris_oai_fail(&e, status, type, NULL, code, "%s", msg);
+    return srv_reply_error(c, cc, &e, close);
+}
+
+/* ---- routes ---- */
+
+static int route_of(const char *url, const char **endpoint) {
+    static const struct {
+        const char *path;
+        int route;
+    } routes[] = {{"/health", R_HEALTH},
+                  {"/v1/models", R_MODELS},
+                  {"/v1/chat/completions", R_CHAT},
+                  {"/v1/completions", R_COMPLETIONS},
+                  {"/metrics", R_METRICS}};
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+        if (!strcmp(url, routes[i].path)) {
+            *endpoint = routes[i].path;
+            return routes[i].route;
+        }
+    if (!strncmp(url, "/v1/models/", 11)) {
+        *endpoint = "/v1/models/{id}";
+        return R_MODEL;
+    }
+    *endpoint = "other";
+    return R_NONE;
+}
+
+static int authorized(iris_server *s, struct MHD_Connection *c) {
+    if (!s->api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    while (*h == ' ') h++;
+    /* Compare every byte whatever the first difference (no timing hint). */
+    size_t a = strlen(h), b = strlen(s->api_key);
+    unsigned diff = (unsigned)(a != b);
+    for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned char)h[i] ^ (unsigned char)s->api_key[i];
+    return diff == 0;
+}
+
+static json_t *model_object(iris_server *s) {
+    iris_engine *e = atomic_load(&s->eng);
+    iris_model_info mi = {0};
+    if (e) iris_engine_model_info(e, &mi);
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", s->served, "object", "model", "created",
+                          (json_int_t)s->started, "owned_by", "iris", "root", e ? mi.dir : s->served);
+    if (m && e) json_object_set_new(m, "max_model_len", json_integer(mi.max_model_len));
+    return m;
+}
+
+static enum MHD_Result metrics_reply(struct MHD_Connection *c, srv_conn *cc) {
+    iris_server *s = cc->s;
+    iris_engine *e = atomic_load(&s->eng);
+    iris_metrics_engine me = {-1, -1, -1, -1, -1, -1, -1, -1};
+    if (e) {
+        iris_engine_stats st;
+        iris_engine_get_stats(e, &st);
+        me.queue_depth = st.n_waiting;
+        me.running = st.n_running;
+        me.kv_blocks_used = st.kv_blocks_used;
+        me.kv_blocks_total = st.kv_blocks_total;
+        me.prefix_cache_hits = (int64_t)st.prefix_hit_tokens / 16;
+        me.prefix_cache_queries = (int64_t)st.prompt_tokens / 16;
+        me.image_cache_hits = (int64_t)st.images_cached;
+        me.image_cache_queries = (int64_t)(st.images_cached + st.images_encoded);
+    }
+    size_t n = 0;
+    char *text = iris_metrics_render(s->metrics, e ? &me : NULL, &n);
+    if (!text) return MHD_NO;
+    return queue(c, cc, 200, "text/plain; version=0.0.4; charset=utf-8", text, n, 0);
+}
+
+static enum MHD_Result dispatch(struct MHD_Connection *c, srv_conn *cc, const char *url) {
+    iris_server *s = cc->s;
+    int ready = atomic_load(&s->eng) != NULL;
+    switch (cc->route) {
+    case R_HEALTH:
+        if (atomic_load(&s->draining))
+            return fail(c, cc, 503, "server_error", "shutting_down", 1, "the server is shutting down");
+        if (!ready) return fail(c, cc, 503, "server_error", "loading", 0, "the model is still loading");
+        return queue(c, cc, 200, "application/json", strdup("{\"status\":\"ok\"}"), 15, 0);
+    case R_METRICS:
+        return metrics_reply(c, cc);
+    case R_MODELS:
+        return srv_reply_json(c, cc, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(s)));
+    case R_MODEL: {
+        const char *id = url + strlen("/v1/models/");
+        if (strcmp(id, s->served) && !(s->model_arg && !strcmp(id, s->model_arg))) {
+            iris_oai_err e;
+            iris_oai_fail(&e, 404, "not_found_error", "model", "model_not_found", "The model `%.200s` does not exist.",
+                          id);
+            return srv_reply_error(c, cc, &e, 0);
+        }
+        return srv_reply_json(c, cc, 200, model_object(s));
+    }
+    case R_CHAT:
+    case R_COMPLETIONS:
+        if (atomic_load(&s->draining))
+            return fail(c, cc, 503, "server_error", "shutting_down", 1, "the server is shutting down");
+        if (!ready) return fail(c, cc, 503, "server_error", "loading", 0, "the model is still loading; retry later");
+        return srv_generate(c, cc, cc->route == R_CHAT ? IRIS_OAI_CHAT : IRIS_OAI_COMPLETION);
+    }
+    return MHD_NO;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
+    iris_server *s = cls;
+    srv_conn *cc = *con_cls;
+    if (!cc) {
+        cc = calloc(1, sizeof *cc);
+        if (!cc) return MHD_NO;
+        cc->s = s;
+        cc->t0 = srv_now();
+        cc->route = route_of(url, &cc->endpoint);
+        *con_cls = cc;
+        pthread_mutex_lock(&s->mu);
+        s->inflight++;
+        pthread_mutex_unlock(&s->mu);
+
+        int post = cc->route == R_CHAT || cc->route == R_COMPLETIONS;
+        if (cc->route == R_NONE) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "no route %s %.200s", method, url);
+            cc->answered = 1;
+            return fail(c, cc, 404, "not_found_error", "not_found", 0, msg);
+        }
+        if (strcmp(method, post ? "POST" : "GET") && !(!post && !strcmp(method, "HEAD"))) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "%s %s: use %s", method, url, post ? "POST" : "GET");
+            cc->answered = 1;
+            return fail(c, cc, 405, "invalid_request_error", "method_not_allowed", 1, msg);
+        }
+        if (!strncmp(url, "/v1/", 4) && !authorized(s, c)) {
+            cc->answered = 1;
+            return fail(c, cc, 401, "authentication_error", "invalid_api_key", 1,
+                        "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the body is %s bytes, over the limit of %zu (--max-body-bytes)", cl,
+                     s->o.max_body_bytes);
+            cc->answered = 1;
+            return fail(c, cc, 413, "invalid_request_error", "request_too_large", 1, msg);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t k = *upload_size;
+        *upload_size = 0;
+        if (cc->answered) return MHD_YES; /* discard the rest of a refused body */
+        if (cc->n + k > s->o.max_body_bytes) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the body is over the limit of %zu bytes (--max-body-bytes)", s->o.max_body_bytes);
+            cc->answered = 1;
+            free(cc->body);
+            cc->body = NULL;
+            return fail(c, cc, 413, "invalid_request_error", "request_too_large", 1, msg);
+        }
+        if (srv_now() - cc->t0 > s->o.body_timeout_s) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the body did not arrive within %.0f s", s->o.body_timeout_s);
+            cc->answered = 1;
+            return fail(c, cc, 408, "invalid_request_error", "request_timeout", 1, msg);
+        }
+        if (cc->n + k + 1 > cc->cap) {
+            size_t cap = cc->cap ? cc->cap : 4096;
+            while (cap < cc->n + k + 1) cap *= 2;
+            char *q = realloc(cc->body, cap);
+            if (!q) return MHD_NO;
+            cc->body = q;
+            cc->cap = cap;
+        }
+        memcpy(cc->body + cc->n, upload_data, k);
+        cc->n += k;
+        return MHD_YES;
+    }
+    if (cc->answered) return MHD_YES;
+    cc->answered = 1;
+    return dispatch(c, cc, url);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    iris_server *s = cls;
+    srv_conn *cc = *con_cls;
+    if (!cc) return;
+    iris_metrics_request(s->metrics, cc->endpoint, cc->status ? cc->status : 499);
+    free(cc->body);
+    free(cc);
+    *con_cls = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->inflight--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n') msg[--n] = 0;
+    iris_log(IRIS_LOG_DEBUG, "http", "%s", msg);
+}
+
+/* ---- life cycle ---- */
+
+static char *dup_or_null(const char *s) {
+    return s ? strdup(s) : NULL;
+}
+
+int iris_server_start(const iris_server_opts *o, iris_server **out, iris_err *err) {
+    *out = NULL;
+    iris_server *s = calloc(1, sizeof *s);
+    if (!s) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    s->o = *o;
+    s->host = dup_or_null(o->host ? o->host : "127.0.0.1");
+    s->api_key = o->api_key && *o->api_key ? strdup(o->api_key) : NULL;
+    s->served = strdup(o->served_model_name ? o->served_model_name : "iris");
+    s->model_arg = dup_or_null(o->model_arg);
+    s->media_dir = dup_or_null(o->local_media_dir);
+    s->metrics = iris_metrics_new();
+    s->started = (int64_t)time(NULL);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (getrandom(&s->id_salt, sizeof s->id_salt, 0) != sizeof s->id_salt) s->id_salt = (uint64_t)time(NULL);
+    s->media = (iris_media_opts){.allow_remote = o->allow_remote_images, .local_dir = s->media_dir,
+                                 .max_bytes = o->max_image_bytes ? o->max_image_bytes : (20u << 20),
+                                 .timeout_ms = o->image_timeout_ms};
+    if (!s->host || !s->served || !s->metrics) {
+        iris_server_stop(s);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST},
+                    *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    if (o->port < 0 || o->port > 65535 || getaddrinfo(s->host, port, &hints, &ai) || !ai) {
+        if (ai) freeaddrinfo(ai);
+        iris_err_set(err, IRIS_EINVAL, "--host %s --port %d: not a numeric address and port", s->host, o->port);
+        iris_server_stop(s);
+        return IRIS_EINVAL;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+                     MHD_USE_ITC | MHD_USE_POLL;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections > 0 ? o->max_connections : 1024),
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->body_timeout_s > 0 ? o->body_timeout_s + 1 : 31),
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
+                            MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                            MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->d) {
+        int e = errno;
+        iris_err_set(err, IRIS_EIO, "cannot listen on %s:%d: %s", s->host, o->port,
+                     e ? strerror(e) : "libmicrohttpd refused to start");
+        iris_server_stop(s);
+        return IRIS_EIO;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    *out = s;
+    return 0;
+}
+
+int iris_server_port(const iris_server *s) {
+    return s ? s->port : -1;
+}
+
+void iris_server_set_engine(iris_server *s, iris_engine *e) {
+    atomic_store(&s->eng, e);
+}
+
+int iris_server_drain(iris_server *s, double timeout_s) {
+    if (!s || !s->d) return 0;
+    atomic_store(&s->draining, 1);
+    MHD_socket fd = MHD_quiesce_daemon(s->d);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+    double deadline = srv_now() + (timeout_s > 0 ? timeout_s : 0);
+    pthread_mutex_lock(&s->mu);
+    while ((s->inflight > 0 || s->gens) && srv_now() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    int left = 0;
+    for (srv_gen *g = s->gens; g; g = g->next) {
+        iris_request_cancel(g->r);
+        left++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return left;
+}
+
+/* The generations with an engine request, so a drain can cancel them. */
+void srv_gen_register(iris_server *s, srv_gen *g) {
+    pthread_mutex_lock(&s->mu);
+    g->prev = NULL;
+    g->next = s->gens;
+    if (s->gens) s->gens->prev = g;
+    s->gens = g;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_gen_unregister(iris_server *s, srv_gen *g) {
+    pthread_mutex_lock(&s->mu);
+    if (g->prev) g->prev->next = g->next;
+    else if (s->gens == g) s->gens = g->next;
+    if (g->next) g->next->prev = g->prev;
+    g->prev = g->next = NULL;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void iris_server_stop(iris_server *s) {
+    if (!s) return;
+    if (s->d) MHD_stop_daemon(s->d);
+    iris_metrics_free(s->metrics);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->host);
+    free(s->api_key);
+    free(s->served);
+    free(s->model_arg);
+    free(s->media_dir);
+    free(s);
+}
