@@ -136,15 +136,7 @@ static int run_common(run_args *a) {
         infer_close(&m);
         return iris_cli_fail(&err);
     }
-    iris_prompt p;
-    iris_vision_out vo;
-    int max_new = a->sp.max_tokens > 0 ? a->sp.max_tokens : 0;
-    int rc = infer_prepare(&m, a->system, a->images, a->n_images, a->prompt, max_new, &p, &vo, &err);
-    if (!rc) {
-        rc = infer_decode(&m, &err);
-        iris_vision_out_free(&vo);
-        iris_prompt_free(&p);
-    }
+    int rc = infer_generate(&m, a->system, a->images, a->n_images, a->prompt, &a->sp, a->device, &err);
     infer_close(&m);
     return rc ? iris_cli_fail(&err) : 0;
 }

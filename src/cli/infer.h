@@ -2,15 +2,15 @@
  * model directory (configs, tokenizer, checkpoint, vision tower) and turning
  * the command line's images and text into a prompt and image embeddings.
  *
- * Owns: everything in infer_model (infer_close).  The text decoder is
- * textmodel's src/model/text.c; until it is in the build, infer_decode
- * reports that clearly instead of producing anything. */
+ * Owns: everything in infer_model (infer_close).  Generation goes through
+ * the engine (include/iris.h), as the server's requests do. */
 #ifndef IRIS_CLI_INFER_H
 #define IRIS_CLI_INFER_H
 
 #include "iris.h"
 #include "model/config.h"
 #include "model/prompt.h"
+#include "model/sampler.h"
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
 #include "model/vision.h"
@@ -35,7 +35,11 @@ void infer_close(infer_model *m);
 int infer_prepare(infer_model *m, const char *system, const char *const *images, int n_images, const char *text,
                   int max_new, iris_prompt *p, iris_vision_out *vo, iris_err *err);
 
-/* The decoder step; IRIS_EUNSUPPORTED until src/model/text.c exists. */
-int infer_decode(infer_model *m, iris_err *err);
+/* Generate the answer to one user turn through the engine (engine.c; it
+ * loads the model again from m->dir, the weights being mmap'd and shared):
+ * the text streams to stdout, a summary line (tokens, time to first token,
+ * tok/s) goes to stderr. */
+int infer_generate(infer_model *m, const char *system, const char *const *images, int n_images, const char *text,
+                   const iris_sampling_params *sp, const char *device, iris_err *err);
 
 #endif
