@@ -1,0 +1,25 @@
+/* cuda_attn.cuh: what the two paged-attention kernels agree on — which
+ * query rows the flash kernel takes (64-row tiles holding at least
+ * FLASH_MIN_ROWS rows, all of one sequence: prefill chunks) and which the
+ * decode kernel takes (every other row: decode steps, tiles that straddle
+ * sequences).  Both kernels evaluate the same predicate, so every row is
+ * computed exactly once, without a host round trip. */
+#ifndef IRIS_CUDA_ATTN_CUH
+#define IRIS_CUDA_ATTN_CUH
+
+#include "cuda_internal.cuh"
+
+#define FLASH_TILE 64
+#define FLASH_MIN_ROWS 8
+
+/* Called by every warp of a block (each evaluates it independently). */
+static __device__ __forceinline__ bool flash_tile_ok(const int32_t *row_seq, int n_rows, int r0, int tile) {
+    int r1 = min(n_rows, r0 + tile);
+    if (r1 - r0 < FLASH_MIN_ROWS) return false;
+    int s0 = row_seq[r0], lane = threadIdx.x & 31;
+    bool same = true;
+    for (int r = r0 + lane; r < r1; r += 32) same = same && row_seq[r] == s0;
+    return __all_sync(0xffffffffu, same);
+}
+
+#endif

@@ -1,0 +1,48 @@
+/* cuda_backend.h: the CUDA backend's C surface beyond backend.h.
+ *
+ * iris_backend_cuda_open (declared in backend.h) takes one device allocation
+ * of arena_bytes at open; every later `alloc`, the cuBLASLt workspace and the
+ * ops' scratch are carved from it, so nothing calls cudaMalloc afterwards.
+ * Included by C code only under #ifdef IRIS_CUDA. */
+#ifndef IRIS_CUDA_BACKEND_H
+#define IRIS_CUDA_BACKEND_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+/* Number of CUDA devices usable now (0 when there is no GPU or no driver). */
+int iris_cuda_device_count(void);
+
+typedef struct iris_cuda_mem {
+    size_t arena_bytes;     /* the one allocation */
+    size_t used_bytes;      /* carved now (scratch included) */
+    size_t peak_bytes;      /* the most carved at once */
+    size_t device_used;     /* whole device: total - free (cudaMemGetInfo), all processes */
+    size_t device_total;
+} iris_cuda_mem;
+
+/* Arena and device memory figures of a CUDA backend. */
+int iris_cuda_mem_info(iris_backend *b, iris_cuda_mem *m);
+
+/* Linear: batches of up to `rows` rows use the W8A16 / W16A16 kernel, larger
+ * ones cuBLASLt (FP8 weights dequantized to BF16 tiles first).  For
+ * measurements; the default comes from the benchmark (see cuda_linear.cu). */
+void iris_cuda_set_gemv_rows(iris_backend *b, int rows);
+
+/* CUDA graphs: ops issued between capture_begin and capture_end are recorded,
+ * not run; replay runs them again with the same pointers (the caller
+ * rewrites the step's metadata in place before each replay).  The graph is
+ * the caller's; free it with iris_cuda_graph_free (NULL is fine). */
+typedef struct iris_cuda_graph iris_cuda_graph;
+int iris_cuda_graph_begin(iris_backend *b);
+int iris_cuda_graph_end(iris_backend *b, iris_cuda_graph **out);
+int iris_cuda_graph_replay(iris_backend *b, iris_cuda_graph *g);
+void iris_cuda_graph_free(iris_cuda_graph *g);
+
+/* Wall time of the stream's work between two marks, in milliseconds (events
+ * on the stream): mark, issue ops, elapsed. */
+int iris_cuda_mark(iris_backend *b);
+double iris_cuda_elapsed_ms(iris_backend *b);
+
+#endif

@@ -1,0 +1,138 @@
+/* cuda_internal.cuh: what the CUDA backend's .cu files share — the backend
+ * context (stream, cuBLASLt handle, arena, scratch), bf16/fp8 helpers and
+ * the launch/error checks.
+ *
+ * Invariants: every op runs on ctx->stream, in order; every buffer an op
+ * uses comes from the arena taken at open (scratch included), so the step
+ * loop never calls cudaMalloc and a decode step can be captured in a graph.
+ * Activations are BF16; every op accumulates in fp32 and rounds once per
+ * tensor boundary (QWEN3VL.md §5, §6). */
+#ifndef IRIS_CUDA_INTERNAL_CUH
+#define IRIS_CUDA_INTERNAL_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "err.h"
+}
+
+#ifndef IRIS_KV_BLOCK
+#define IRIS_KV_BLOCK 16
+#endif
+
+struct cuda_span {          /* one piece of the arena, kept sorted by offset */
+    size_t off, bytes;
+    int used;
+};
+
+struct cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    cudaDeviceProp prop;
+
+    char *arena;            /* the one cudaMalloc */
+    size_t arena_bytes, used_bytes, peak_bytes;
+    cuda_span *spans;
+    int n_spans, cap_spans;
+
+    void *lt_ws;            /* cuBLASLt workspace (from the arena) */
+    size_t lt_ws_bytes;
+    __nv_bfloat16 *dq;      /* dequantized weight rows for the large-batch FP8 path */
+    size_t dq_elems;
+    float *attn_part;       /* split-context partial results of decode attention */
+    size_t attn_part_elems;
+
+    int w8_max_rows;
+    cudaEvent_t ev0, ev1;   /* iris_cuda_mark / iris_cuda_elapsed_ms */        /* linear: rows up to this use the W8A16 / W16A16 kernel */
+};
+
+static inline cuda_ctx *cuda_of(iris_backend *b) { return (cuda_ctx *)b->ctx; }
+
+/* Fill b->err; returns code.  Defined in cuda_mem.cu. */
+int iris_cuda_fail(iris_backend *b, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* After a launch: IRIS_EDEVICE naming `what` if the launch failed. */
+int iris_cuda_check(iris_backend *b, const char *what);
+/* The last error, as a status (for cuda* API calls). */
+int iris_cuda_status(iris_backend *b, cudaError_t e, const char *what);
+
+/* Op entry points (one file per family). */
+int iris_cuda_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y);
+int iris_cuda_rms_norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, float eps, iris_tensor *y);
+int iris_cuda_layer_norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias,
+                         float eps, iris_tensor *y);
+int iris_cuda_add(iris_backend *b, iris_tensor *y, const iris_tensor *x);
+int iris_cuda_silu_mul(iris_backend *b, iris_tensor *g, const iris_tensor *u);
+int iris_cuda_gelu_tanh(iris_backend *b, iris_tensor *x);
+int iris_cuda_gelu_erf(iris_backend *b, iris_tensor *x);
+int iris_cuda_rope(iris_backend *b, iris_tensor *x, int n_heads, int head_dim, const int32_t *pos, int pos_stride,
+                   const int *dim_of, const float *inv_freq);
+int iris_cuda_kv_write(iris_backend *b, iris_kv_layer *kv, const iris_tensor *k, const iris_tensor *v,
+                       const iris_attn_meta *meta);
+int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
+                         int n_q_heads, iris_tensor *o);
+int iris_cuda_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
+                            int n_seg, iris_tensor *o);
+int iris_cuda_embed(iris_backend *b, const iris_tensor *table, const int32_t *ids, int n, iris_tensor *y);
+int iris_cuda_set_rows(iris_backend *b, iris_tensor *y, const int32_t *idx, const iris_tensor *x);
+int iris_cuda_add_rows(iris_backend *b, iris_tensor *y, const int32_t *idx, const iris_tensor *x);
+int iris_cuda_get_rows(iris_backend *b, const iris_tensor *x, const int32_t *idx, int n, iris_tensor *y);
+int iris_cuda_interp4(iris_backend *b, const iris_tensor *table, const int32_t *idx, const float *w, int n,
+                      iris_tensor *y);
+
+/* Flash attention (cuda_attn_flash.cu), used by attn_segments and by the
+ * prefill side of attn_paged. */
+int iris_cuda_flash_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
+                             int n_seg, iris_tensor *o);
+int iris_cuda_flash_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
+                          int n_q_heads, iris_tensor *o);
+
+/* ---- device helpers ---------------------------------------------------------------------- */
+
+typedef __nv_bfloat16 bf16;
+
+static __device__ __forceinline__ float bf2f(bf16 v) { return __bfloat162float(v); }
+static __device__ __forceinline__ bf16 f2bf(float v) { return __float2bfloat16_rn(v); }
+static __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+/* e4m3fn → fp32 (QWEN3VL.md §2): no infinities, S.1111.111 is NaN. */
+static __device__ __forceinline__ float fp8_e4m3_to_f32(uint8_t q) {
+    uint32_t s = (uint32_t)(q >> 7) << 31, e = (q >> 3) & 15, m = q & 7;
+    if (e == 15 && m == 7) return __int_as_float(0x7fc00000);
+    if (e == 0) {
+        float f = (float)m * (1.0f / 512.0f); /* 2^-6 * m/8 */
+        return s ? -f : f;
+    }
+    return __uint_as_float(s | ((e + 120) << 23) | (m << 20));
+}
+
+static __device__ __forceinline__ float f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+/* Element i of a small weight vector (norm weights, biases) of any float dtype, as fp32. */
+static __device__ __forceinline__ float load_vec(const void *p, int dt, int64_t i) {
+    if (dt == IRIS_DT_BF16) return bf2f(((const bf16 *)p)[i]);
+    if (dt == IRIS_DT_F16) return f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+static inline int64_t tld(const iris_tensor *t) { return t->ld ? t->ld : t->cols; }
+static inline int is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+#endif

@@ -1,0 +1,314 @@
+/* cuda_linear.cu: y[n, out] = x[n, in] · Wᵀ (+ bias) for BF16 activations and
+ * BF16, F16, F32 or block-scaled FP8 weights.
+ *
+ * Three paths, chosen per call:
+ *  - small batches (n <= ctx->w8_max_rows; decode) with BF16 or FP8 weights
+ *    whose rows allow 16-byte loads: k_gemv, W16A16 / W8A16.  Memory-bound:
+ *    the weight is read once (n·in activations are L1/L2-resident), so its
+ *    time floor is bytes(W) / bandwidth.  Thread mapping: one warp per output
+ *    row, lanes stride over the row 16 bytes at a time (8 bf16 or 16 fp8
+ *    elements), four loads in flight per lane, fp32 accumulators for up to 8
+ *    tokens, then a warp reduction.  FP8 is dequantized in registers exactly
+ *    as transformers does, bf16(q · scale_inv) (QWEN3VL.md §2).
+ *  - BF16 weights, larger batches: cuBLASLt, BF16 in/out, fp32 accumulation
+ *    (CUBLAS_COMPUTE_32F), bias added in the epilogue before the one rounding.
+ *  - FP8 (and F16/F32) weights, larger batches: the weight is dequantized to
+ *    BF16 in row chunks into the scratch carved at open (ctx->dq), each chunk
+ *    multiplied by cuBLASLt.  Compute-bound for prefill-sized n, where the
+ *    chunk round trip is a few percent.  (FP8 tensor cores with per-token
+ *    activation quantization are not used: they change the numbers, and the
+ *    measurement that would justify them is still to do.)
+ *    F32/F16 weights are rounded to BF16 on the way (the CUDA backend computes
+ *    in bf16, DESIGN.md "Numerics").
+ * cuBLASLt descriptors and the chosen algorithm are cached per shape, so a
+ * repeated shape costs no heuristic query. */
+#include <string.h>
+
+#include <cuda_fp8.h>
+
+#include "cuda_internal.cuh"
+
+#define GEMV_WARPS 4
+#define GEMV_UNROLL 4
+
+/* 16 bytes of fp8 (16 values) → fp32, via the hardware fp8x2 → half2 conversion. */
+static __device__ __forceinline__ void fp8x16_to_f32(uint4 q, float *f) {
+    const __nv_fp8x2_storage_t *p = (const __nv_fp8x2_storage_t *)&q;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(p[k], __NV_E4M3);
+        float2 v = __half22float2(*(__half2 *)&h);
+        f[2 * k] = v.x;
+        f[2 * k + 1] = v.y;
+    }
+}
+
+template <int FP8, int NT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv(const void *__restrict__ W, int64_t ldw, const float *__restrict__ scale, int64_t sc_cols, int b0, int b1,
+           const bf16 *__restrict__ x, int64_t ldx, int n, const void *bias, int bdt, bf16 *y, int64_t ldy, int64_t out,
+           int64_t in) {
+    constexpr int EPL = FP8 ? 16 : 8; /* elements per 16-byte load */
+    int lane = threadIdx.x & 31;
+    int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    if (row >= out) return;
+    const char *wr = (const char *)W + row * ldw * (FP8 ? 1 : 2);
+    const float *srow = FP8 ? scale + (row / b0) * sc_cols : NULL;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0;
+    for (int64_t c0 = (int64_t)lane * EPL; c0 < in; c0 += 32 * EPL * GEMV_UNROLL) {
+        uint4 wv[GEMV_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            int64_t c = c0 + (int64_t)u * 32 * EPL;
+            if (c < in) wv[u] = __ldg((const uint4 *)(wr + c * (FP8 ? 1 : 2)));
+        }
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            int64_t c = c0 + (int64_t)u * 32 * EPL;
+            if (c >= in) break;
+            float wf[EPL];
+            if (FP8) {
+                fp8x16_to_f32(wv[u], wf);
+                float s = srow[c / b1];
+#pragma unroll
+                for (int k = 0; k < EPL; k += 2) {
+                    float2 r = __bfloat1622float2(__floats2bfloat162_rn(wf[k] * s, wf[k + 1] * s));
+                    wf[k] = r.x;
+                    wf[k + 1] = r.y;
+                }
+            } else {
+                const __nv_bfloat162 *p = (const __nv_bfloat162 *)&wv[u];
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    float2 r = __bfloat1622float2(p[k]);
+                    wf[2 * k] = r.x;
+                    wf[2 * k + 1] = r.y;
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const bf16 *xr = x + (int64_t)(t < n ? t : n - 1) * ldx + c;
+#pragma unroll
+                for (int h = 0; h < EPL / 8; h++) {
+                    uint4 xv = *(const uint4 *)(xr + h * 8);
+                    const __nv_bfloat162 *xp = (const __nv_bfloat162 *)&xv;
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        float2 xf = __bfloat1622float2(xp[k]);
+                        acc[t] = fmaf(wf[h * 8 + 2 * k], xf.x, acc[t]);
+                        acc[t] = fmaf(wf[h * 8 + 2 * k + 1], xf.y, acc[t]);
+                    }
+                }
+            }
+        }
+    }
+    float bv = bias ? load_vec(bias, bdt, row) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = warp_sum(acc[t]);
+        if (lane == 0 && t < n) y[(int64_t)t * ldy + row] = f2bf(s + bv);
+    }
+}
+
+/* Rows [r0, r0 + nr) of W as BF16 into dst [nr, in] (ld = in). One thread per element. */
+__global__ void k_dequant(const void *W, int wdt, int64_t ldw, const float *scale, int64_t sc_cols, int b0, int b1,
+                          int64_t r0, int64_t nr, int64_t in, bf16 *dst) {
+    int64_t total = nr * in;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = r0 + i / in, c = i % in;
+        float v;
+        if (wdt == IRIS_DT_F8_E4M3)
+            v = fp8_e4m3_to_f32(((const uint8_t *)W)[r * ldw + c]) * scale[(r / b0) * sc_cols + c / b1];
+        else
+            v = load_vec(W, wdt, r * ldw + c);
+        dst[i] = f2bf(v);
+    }
+}
+
+/* ---- cuBLASLt ----------------------------------------------------------------------------- */
+
+struct lt_plan {
+    int64_t m, n, k, lda, ldb, ldc;
+    int bias_dt; /* -1: no bias */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    int valid;
+};
+
+#define LT_CACHE 48
+static lt_plan g_plans[LT_CACHE]; /* one engine thread owns the GPU (DESIGN.md): no lock */
+static int g_next_plan;
+
+static void plan_drop(lt_plan *p) {
+    if (!p->valid) return;
+    cublasLtMatmulDescDestroy(p->op);
+    cublasLtMatrixLayoutDestroy(p->a);
+    cublasLtMatrixLayoutDestroy(p->b);
+    cublasLtMatrixLayoutDestroy(p->c);
+    p->valid = 0;
+}
+
+static lt_plan *plan_get(cuda_ctx *cx, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                         int bias_dt) {
+    for (int i = 0; i < LT_CACHE; i++) {
+        lt_plan *p = &g_plans[i];
+        if (p->valid && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc &&
+            p->bias_dt == bias_dt)
+            return p;
+    }
+    lt_plan *p = &g_plans[g_next_plan];
+    g_next_plan = (g_next_plan + 1) % LT_CACHE;
+    plan_drop(p);
+    memset(p, 0, sizeof *p);
+    p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->bias_dt = bias_dt;
+    /* Row-major y[n, m] = x[n, k] · W[m, k]ᵀ is column-major yᵀ[m, n] = op(W)[m, k] · xᵀ[k, n]
+     * with W read as a column-major [k, m] matrix, transposed. */
+    cublasOperation_t tr = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return NULL;
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &tr, sizeof tr);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt);
+    if (bias_dt >= 0) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = bias_dt == IRIS_DT_F32 ? CUDA_R_32F : CUDA_R_16BF;
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+    }
+    cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, lda);
+    cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, ldb);
+    cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, (uint64_t)m, (uint64_t)n, ldc);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    uint64_t ws = cx->lt_ws_bytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cx->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p->valid = 1;
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+        plan_drop(p);
+        return NULL;
+    }
+    p->algo = res.algo;
+    return p;
+}
+
+/* y[r][c] += bias[c], for shapes whose bias epilogue cuBLASLt declines. */
+__global__ void k_add_bias(bf16 *y, int64_t ldy, int64_t rows, int64_t cols, const void *bias, int bdt) {
+    int64_t total = rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / cols, c = i % cols;
+        y[r * ldy + c] = f2bf(bf2f(y[r * ldy + c]) + load_vec(bias, bdt, c));
+    }
+}
+
+static int lt_matmul(iris_backend *b, const bf16 *w, int64_t ldw, const bf16 *x, int64_t ldx, bf16 *y, int64_t ldy,
+                     int64_t m, int64_t n, int64_t k, const void *bias, int bias_dt) {
+    cuda_ctx *cx = cuda_of(b);
+    lt_plan *p = plan_get(cx, m, n, k, ldw, ldx, ldy, bias ? bias_dt : -1);
+    if (!p && bias) { /* no algorithm with the bias epilogue: multiply, then add the bias (one more rounding) */
+        int rc = lt_matmul(b, w, ldw, x, ldx, y, ldy, m, n, k, NULL, -1);
+        if (rc) return rc;
+        int64_t blocks = (m * n + 255) / 256;
+        k_add_bias<<<(unsigned)(blocks > 65536 ? 65536 : blocks), 256, 0, cx->stream>>>(y, ldy, n, m, bias, bias_dt);
+        return iris_cuda_check(b, "linear (bias)");
+    }
+    if (!p)
+        return iris_cuda_fail(b, IRIS_EDEVICE, "cuda linear: cuBLASLt has no algorithm for [%lld,%lld]·[%lld,%lld]ᵀ",
+                              (long long)n, (long long)k, (long long)m, (long long)k);
+    if (bias) cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st = cublasLtMatmul(cx->lt, p->op, &one, w, p->a, x, p->b, &zero, y, p->c, y, p->c, &p->algo,
+                                       cx->lt_ws, cx->lt_ws_bytes, cx->stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return iris_cuda_fail(b, IRIS_EDEVICE, "cuda linear: cublasLtMatmul failed (status %d) for [%lld,%lld]·[%lld,%lld]ᵀ",
+                              (int)st, (long long)n, (long long)k, (long long)m, (long long)k);
+    return 0;
+}
+
+/* ---- the op -------------------------------------------------------------------------------- */
+
+static int launch_gemv(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const void *bias, int bdt,
+                       iris_tensor *y) {
+    cuda_ctx *cx = cuda_of(b);
+    int fp8 = w->dtype == IRIS_DT_F8_E4M3;
+    int64_t out = w->rows, in = w->cols, sc_cols = fp8 ? (in + w->block[1] - 1) / w->block[1] : 0;
+    unsigned blocks = (unsigned)((out + GEMV_WARPS - 1) / GEMV_WARPS);
+    for (int64_t t0 = 0; t0 < x->rows; t0 += 8) {
+        int n = (int)(x->rows - t0 < 8 ? x->rows - t0 : 8);
+        const bf16 *xp = (const bf16 *)x->data + t0 * tld(x);
+        bf16 *yp = (bf16 *)y->data + t0 * tld(y);
+#define GEMV(F, T)                                                                                                     \
+    k_gemv<F, T><<<blocks, GEMV_WARPS * 32, 0, cx->stream>>>(w->data, tld(w), w->scale, sc_cols, w->block[0], w->block[1], \
+                                                            xp, tld(x), n, bias, bdt, yp, tld(y), out, in)
+#define GEMV_N(F)                                                                                                      \
+    do {                                                                                                               \
+        if (n == 1) GEMV(F, 1);                                                                                        \
+        else if (n == 2) GEMV(F, 2);                                                                                   \
+        else if (n <= 4) GEMV(F, 4);                                                                                   \
+        else GEMV(F, 8);                                                                                               \
+    } while (0)
+        if (fp8) GEMV_N(1);
+        else GEMV_N(0);
+#undef GEMV_N
+#undef GEMV
+    }
+    return iris_cuda_check(b, "linear (gemv)");
+}
+
+int iris_cuda_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y) {
+    cuda_ctx *cx = cuda_of(b);
+    int64_t n = x->rows, in = w->cols, out = w->rows;
+    if (x->dtype != IRIS_DT_BF16 || y->dtype != IRIS_DT_BF16)
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda linear: activations must be BF16 (x %s, y %s)",
+                              iris_dtype_name(x->dtype), iris_dtype_name(y->dtype));
+    int fp8 = w->dtype == IRIS_DT_F8_E4M3;
+    if (!fp8 && w->dtype != IRIS_DT_BF16 && w->dtype != IRIS_DT_F16 && w->dtype != IRIS_DT_F32)
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda linear: weight dtype %s", iris_dtype_name(w->dtype));
+    if (fp8 && (!w->scale || w->block[0] <= 0 || w->block[1] <= 0))
+        return iris_cuda_fail(b, IRIS_EINVAL, "cuda linear: FP8 weight [%lld,%lld] without its block scales",
+                              (long long)out, (long long)in);
+    if (x->cols != in || y->rows != n || y->cols != out)
+        return iris_cuda_fail(b, IRIS_EINVAL, "cuda linear: x [%lld,%lld] · W[%lld,%lld]ᵀ into y [%lld,%lld]", (long long)n,
+                              (long long)x->cols, (long long)out, (long long)in, (long long)y->rows, (long long)y->cols);
+    if (bias && bias->rows * bias->cols != out)
+        return iris_cuda_fail(b, IRIS_EINVAL, "cuda linear: bias of %lld for %lld outputs",
+                              (long long)(bias->rows * bias->cols), (long long)out);
+    if (bias && bias->dtype != IRIS_DT_BF16 && bias->dtype != IRIS_DT_F32)
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda linear: bias dtype %s", iris_dtype_name(bias->dtype));
+    if (n <= 0 || out <= 0) return 0;
+    const void *bp = bias ? bias->data : NULL;
+    int bdt = bias ? bias->dtype : -1;
+
+    int epl = fp8 ? 16 : 8;
+    int gemv_ok = (fp8 || w->dtype == IRIS_DT_BF16) && in % epl == 0 && tld(w) % epl == 0 && is_aligned16(w->data) &&
+                  tld(x) % 8 == 0 && is_aligned16(x->data) && (!fp8 || w->block[1] % 16 == 0);
+    if (gemv_ok && n <= cx->w8_max_rows) return launch_gemv(b, x, w, bp, bdt, y);
+
+    if (w->dtype == IRIS_DT_BF16)
+        return lt_matmul(b, (const bf16 *)w->data, tld(w), (const bf16 *)x->data, tld(x), (bf16 *)y->data, tld(y), out, n,
+                         in, bp, bdt);
+
+    /* Dequantize row chunks into the scratch, multiply each. */
+    int64_t chunk = (int64_t)cx->dq_elems / in;
+    if (fp8 && chunk > w->block[0]) chunk -= chunk % w->block[0];
+    if (chunk < 1)
+        return iris_cuda_fail(b, IRIS_ELIMIT, "cuda linear: rows of %lld do not fit the %zu-element dequantization scratch",
+                              (long long)in, cx->dq_elems);
+    int64_t sc_cols = fp8 ? (in + w->block[1] - 1) / w->block[1] : 0;
+    for (int64_t r0 = 0; r0 < out; r0 += chunk) {
+        int64_t nr = out - r0 < chunk ? out - r0 : chunk;
+        int64_t total = nr * in, blocks = (total + 255) / 256;
+        k_dequant<<<(unsigned)(blocks > 65536 ? 65536 : blocks), 256, 0, cx->stream>>>(
+            w->data, w->dtype, tld(w), w->scale, sc_cols, w->block[0], w->block[1], r0, nr, in, cx->dq);
+        int rc = iris_cuda_check(b, "linear (dequantize)");
+        if (rc) return rc;
+        const void *bc = bp ? (const char *)bp + r0 * (bdt == IRIS_DT_F32 ? 4 : 2) : NULL;
+        rc = lt_matmul(b, cx->dq, in, (const bf16 *)x->data, tld(x), (bf16 *)y->data + r0, tld(y), nr, n, in, bc, bdt);
+        if (rc) return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,307 @@
+/* cuda_mem.cu: the CUDA backend's open/destroy, its device arena and the op
+ * table.
+ *
+ * Memory policy (DESIGN.md "Memory is planned"): open makes the one
+ * cudaMalloc of arena_bytes; `alloc` carves 256-byte aligned pieces from it
+ * with a first-fit free list (sorted spans, neighbours merged on free), so
+ * the step loop never allocates from the driver.  The cuBLASLt workspace and
+ * the ops' scratch (FP8 dequantization rows, split-attention partials) are
+ * carved at open too.  Owns: the stream, the cuBLASLt handle, the arena.
+ * Does not: decide sizes (the planner does) or move weights (the model code
+ * uploads through `upload`). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.cuh"
+
+#define ARENA_ALIGN 256
+
+int iris_cuda_fail(iris_backend *b, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->err.msg, sizeof b->err.msg, fmt, ap);
+    va_end(ap);
+    b->err.code = code;
+    return code;
+}
+
+int iris_cuda_status(iris_backend *b, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 0;
+    return iris_cuda_fail(b, IRIS_EDEVICE, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+int iris_cuda_check(iris_backend *b, const char *what) { return iris_cuda_status(b, cudaGetLastError(), what); }
+
+extern "C" int iris_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+/* ---- arena ------------------------------------------------------------------------------- */
+
+static int spans_insert(cuda_ctx *c, int at, cuda_span s) {
+    if (c->n_spans == c->cap_spans) {
+        int cap = c->cap_spans ? c->cap_spans * 2 : 64;
+        cuda_span *p = (cuda_span *)realloc(c->spans, sizeof *p * (size_t)cap);
+        if (!p) return -1;
+        c->spans = p;
+        c->cap_spans = cap;
+    }
+    memmove(c->spans + at + 1, c->spans + at, sizeof *c->spans * (size_t)(c->n_spans - at));
+    c->spans[at] = s;
+    c->n_spans++;
+    return 0;
+}
+
+static void spans_remove(cuda_ctx *c, int at) {
+    memmove(c->spans + at, c->spans + at + 1, sizeof *c->spans * (size_t)(c->n_spans - at - 1));
+    c->n_spans--;
+}
+
+static void *arena_alloc(cuda_ctx *c, size_t bytes) {
+    bytes = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    if (!bytes) bytes = ARENA_ALIGN;
+    for (int i = 0; i < c->n_spans; i++) {
+        cuda_span *s = &c->spans[i];
+        if (s->used || s->bytes < bytes) continue;
+        if (s->bytes > bytes) {
+            cuda_span rest = {s->off + bytes, s->bytes - bytes, 0};
+            s->bytes = bytes;
+            if (spans_insert(c, i + 1, rest)) { /* keep the span whole on failure */
+                c->spans[i].bytes += rest.bytes;
+                return NULL;
+            }
+        }
+        c->spans[i].used = 1;
+        c->used_bytes += bytes;
+        if (c->used_bytes > c->peak_bytes) c->peak_bytes = c->used_bytes;
+        return c->arena + c->spans[i].off;
+    }
+    return NULL;
+}
+
+static void arena_free(cuda_ctx *c, void *p) {
+    if (!p) return;
+    size_t off = (size_t)((char *)p - c->arena);
+    int lo = 0, hi = c->n_spans - 1, at = -1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (c->spans[mid].off == off) {
+            at = mid;
+            break;
+        }
+        if (c->spans[mid].off < off) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    if (at < 0 || !c->spans[at].used) return; /* not ours, or freed twice: ignore */
+    c->spans[at].used = 0;
+    c->used_bytes -= c->spans[at].bytes;
+    if (at + 1 < c->n_spans && !c->spans[at + 1].used) {
+        c->spans[at].bytes += c->spans[at + 1].bytes;
+        spans_remove(c, at + 1);
+    }
+    if (at > 0 && !c->spans[at - 1].used) {
+        c->spans[at - 1].bytes += c->spans[at].bytes;
+        spans_remove(c, at);
+    }
+}
+
+static void *cu_alloc(iris_backend *b, size_t bytes) { return arena_alloc(cuda_of(b), bytes); }
+static void cu_free(iris_backend *b, void *p) { arena_free(cuda_of(b), p); }
+
+/* Host → device is asynchronous on the stream; pageable sources are staged by
+ * the driver before the call returns, so `src` may be reused at once (no
+ * pinned memory required: WSL2 limits it, DESIGN.md). */
+static int cu_upload(iris_backend *b, void *dst, const void *src, size_t bytes) {
+    return iris_cuda_status(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_of(b)->stream), "upload");
+}
+
+static int cu_download(iris_backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = cuda_of(b);
+    int rc = iris_cuda_status(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), "download");
+    if (rc) return rc;
+    return iris_cuda_status(b, cudaStreamSynchronize(c->stream), "download");
+}
+
+static int cu_sync(iris_backend *b) { return iris_cuda_status(b, cudaStreamSynchronize(cuda_of(b)->stream), "sync"); }
+
+extern "C" int iris_cuda_mem_info(iris_backend *b, iris_cuda_mem *m) {
+    cuda_ctx *c = cuda_of(b);
+    size_t fr = 0, tot = 0;
+    int rc = iris_cuda_status(b, cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+    if (rc) return rc;
+    m->arena_bytes = c->arena_bytes;
+    m->used_bytes = c->used_bytes;
+    m->peak_bytes = c->peak_bytes;
+    m->device_used = tot - fr;
+    m->device_total = tot;
+    return 0;
+}
+
+extern "C" void iris_cuda_set_gemv_rows(iris_backend *b, int rows) { cuda_of(b)->w8_max_rows = rows; }
+
+struct iris_cuda_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+extern "C" int iris_cuda_graph_begin(iris_backend *b) {
+    return iris_cuda_status(b, cudaStreamBeginCapture(cuda_of(b)->stream, cudaStreamCaptureModeThreadLocal),
+                            "graph capture begin");
+}
+
+extern "C" int iris_cuda_graph_end(iris_backend *b, iris_cuda_graph **out) {
+    *out = NULL;
+    iris_cuda_graph *g = (iris_cuda_graph *)calloc(1, sizeof *g);
+    cudaGraph_t graph = NULL;
+    int rc = iris_cuda_status(b, cudaStreamEndCapture(cuda_of(b)->stream, &graph), "graph capture end");
+    if (!g) {
+        if (graph) cudaGraphDestroy(graph);
+        return rc ? rc : iris_cuda_fail(b, IRIS_ENOMEM, "out of memory");
+    }
+    if (!rc) rc = iris_cuda_status(b, cudaGraphInstantiate(&g->exec, graph, 0), "graph instantiate");
+    g->graph = graph;
+    if (rc) {
+        iris_cuda_graph_free(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+extern "C" int iris_cuda_graph_replay(iris_backend *b, iris_cuda_graph *g) {
+    return iris_cuda_status(b, cudaGraphLaunch(g->exec, cuda_of(b)->stream), "graph launch");
+}
+
+extern "C" void iris_cuda_graph_free(iris_cuda_graph *g) {
+    if (!g) return;
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->graph) cudaGraphDestroy(g->graph);
+    free(g);
+}
+
+extern "C" int iris_cuda_mark(iris_backend *b) {
+    cuda_ctx *c = cuda_of(b);
+    return iris_cuda_status(b, cudaEventRecord(c->ev0, c->stream), "event record");
+}
+
+extern "C" double iris_cuda_elapsed_ms(iris_backend *b) {
+    cuda_ctx *c = cuda_of(b);
+    float ms = -1;
+    if (cudaEventRecord(c->ev1, c->stream) != cudaSuccess || cudaEventSynchronize(c->ev1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, c->ev0, c->ev1) != cudaSuccess)
+        return -1;
+    return ms;
+}
+
+static void cu_destroy(iris_backend *b) {
+    if (!b) return;
+    cuda_ctx *c = cuda_of(b);
+    if (c) {
+        cudaSetDevice(c->device);
+        if (c->stream) cudaStreamSynchronize(c->stream);
+        if (c->lt) cublasLtDestroy(c->lt);
+        if (c->ev0) cudaEventDestroy(c->ev0);
+        if (c->ev1) cudaEventDestroy(c->ev1);
+        if (c->stream) cudaStreamDestroy(c->stream);
+        if (c->arena) cudaFree(c->arena);
+        free(c->spans);
+        free(c);
+    }
+    free(b);
+}
+
+/* Scratch carved at open: cuBLASLt workspace (32 MiB is what Hopper's
+ * heuristics ask for), 8 Mi bf16 of dequantized FP8 rows (the large-batch
+ * linear dequantizes a weight in row chunks of this size), 2 Mi floats of
+ * split-context attention partials. */
+#define LT_WS_BYTES (32u << 20)
+#define DQ_ELEMS (8u << 20)
+#define ATTN_PART_ELEMS (2u << 20)
+
+extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, iris_err *err) {
+    *out = NULL;
+    size_t scratch = LT_WS_BYTES + DQ_ELEMS * 2 + ATTN_PART_ELEMS * 4 + 4 * ARENA_ALIGN;
+    if (arena_bytes < scratch + (16u << 20))
+        return iris_err_set(err, IRIS_EINVAL, "cuda: arena of %zu bytes is too small: the backend's scratch alone takes %zu",
+                            arena_bytes, scratch);
+    int n = iris_cuda_device_count();
+    if (n == 0) return iris_err_set(err, IRIS_EDEVICE, "cuda: no CUDA device found (driver missing or no GPU)");
+    if (device < 0 || device >= n)
+        return iris_err_set(err, IRIS_EINVAL, "cuda: device %d does not exist (%d device%s)", device, n, n == 1 ? "" : "s");
+
+    iris_backend *b = (iris_backend *)calloc(1, sizeof *b);
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    b->ctx = c;
+    c->device = device;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&c->prop, device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreate(&c->ev0);
+    if (e == cudaSuccess) e = cudaEventCreate(&c->ev1);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&c->arena, arena_bytes);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&fr, &tot);
+        iris_err_set(err, IRIS_EDEVICE, "cuda: device %d: %s while taking the %zu-byte arena (free %zu of %zu)", device,
+                     cudaGetErrorString(e), arena_bytes, fr, tot);
+        cu_destroy(b);
+        return err ? err->code : IRIS_EDEVICE;
+    }
+    c->arena_bytes = arena_bytes;
+    cuda_span whole = {0, arena_bytes, 0};
+    if (spans_insert(c, 0, whole)) {
+        cu_destroy(b);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
+        cu_destroy(b);
+        return iris_err_set(err, IRIS_EDEVICE, "cuda: cublasLtCreate failed on device %d", device);
+    }
+    c->lt_ws_bytes = LT_WS_BYTES;
+    c->lt_ws = arena_alloc(c, c->lt_ws_bytes);
+    c->dq_elems = DQ_ELEMS;
+    c->dq = (bf16 *)arena_alloc(c, c->dq_elems * 2);
+    c->attn_part_elems = ATTN_PART_ELEMS;
+    c->attn_part = (float *)arena_alloc(c, c->attn_part_elems * 4);
+    c->w8_max_rows = 16;
+
+    b->name = "cuda";
+    b->act = IRIS_DT_BF16;
+    b->alloc = cu_alloc;
+    b->free = cu_free;
+    b->upload = cu_upload;
+    b->download = cu_download;
+    b->sync = cu_sync;
+    b->linear = iris_cuda_linear;
+    b->embed = iris_cuda_embed;
+    b->rms_norm = iris_cuda_rms_norm;
+    b->layer_norm = iris_cuda_layer_norm;
+    b->add = iris_cuda_add;
+    b->silu_mul = iris_cuda_silu_mul;
+    b->gelu_tanh = iris_cuda_gelu_tanh;
+    b->gelu_erf = iris_cuda_gelu_erf;
+    b->rope = iris_cuda_rope;
+    b->kv_write = iris_cuda_kv_write;
+    b->attn_paged = iris_cuda_attn_paged;
+    b->attn_segments = iris_cuda_attn_segments;
+    b->set_rows = iris_cuda_set_rows;
+    b->add_rows = iris_cuda_add_rows;
+    b->get_rows = iris_cuda_get_rows;
+    b->interp4 = iris_cuda_interp4;
+    b->destroy = cu_destroy;
+    *out = b;
+    return 0;
+}

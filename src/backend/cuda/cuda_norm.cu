@@ -1,0 +1,119 @@
+/* cuda_norm.cu: RMSNorm and LayerNorm over the rows of BF16 views.
+ *
+ * Thread mapping: one warp per row, 8 warps a block; lanes stride over the
+ * row (8 elements a lane per step, 16-byte loads, when the row allows it).
+ * Memory-bound: the row is read twice (RMS) or three times (LayerNorm: mean,
+ * then the centred variance, then the output), the later passes from L1/L2.
+ * Numerics: statistics in fp32 (two-pass variance); RMSNorm rounds like
+ * Qwen3VLTextRMSNorm, w · bf16(x · rsqrt(mean(x²) + eps)) then bf16
+ * (QWEN3VL.md §6.2); LayerNorm rounds once, as F.layer_norm in bf16 (§5). */
+#include "cuda_internal.cuh"
+
+#define NORM_WARPS 8
+
+/* Sum over the row of g(x[i]) for one warp. */
+template <int VEC, typename G>
+static __device__ float row_sum(const bf16 *x, int64_t d, G g) {
+    int lane = threadIdx.x & 31;
+    float s = 0;
+    if (VEC) {
+        for (int64_t i = (int64_t)lane * 8; i < d; i += 256) {
+            uint4 v = *(const uint4 *)(x + i);
+            const bf16 *e = (const bf16 *)&v;
+#pragma unroll
+            for (int k = 0; k < 8; k++) s += g(bf2f(e[k]));
+        }
+    } else {
+        for (int64_t i = lane; i < d; i += 32) s += g(bf2f(x[i]));
+    }
+    return warp_sum(s);
+}
+
+struct id_f {
+    __device__ float operator()(float v) const { return v; }
+};
+struct sq_f {
+    __device__ float operator()(float v) const { return v * v; }
+};
+struct csq_f {
+    float m;
+    __device__ float operator()(float v) const { return (v - m) * (v - m); }
+};
+
+template <int VEC, int LAYER>
+__global__ void k_norm(const bf16 *x, int64_t ldx, bf16 *y, int64_t ldy, int64_t rows, int64_t d, const void *w, int wdt,
+                       const void *bias, int bdt, float eps) {
+    int64_t r = (int64_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32;
+    if (r >= rows) return;
+    int lane = threadIdx.x & 31;
+    const bf16 *xr = x + r * ldx;
+    bf16 *yr = y + r * ldy;
+    float mean = 0, inv;
+    if (LAYER) {
+        mean = row_sum<VEC>(xr, d, id_f()) / (float)d;
+        csq_f g = {mean};
+        inv = rsqrtf(row_sum<VEC>(xr, d, g) / (float)d + eps);
+    } else {
+        inv = rsqrtf(row_sum<VEC>(xr, d, sq_f()) / (float)d + eps);
+    }
+    int64_t step = VEC ? 256 : 32;
+    for (int64_t i = (int64_t)lane * (VEC ? 8 : 1); i < d; i += step) {
+        float v[8];
+        if (VEC) {
+            uint4 u = *(const uint4 *)(xr + i);
+            const bf16 *e = (const bf16 *)&u;
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = bf2f(e[k]);
+        } else {
+            v[0] = bf2f(xr[i]);
+        }
+        bf16 o[8];
+#pragma unroll
+        for (int k = 0; k < (VEC ? 8 : 1); k++) {
+            float wk = load_vec(w, wdt, i + k);
+            if (LAYER) o[k] = f2bf((v[k] - mean) * inv * wk + (bias ? load_vec(bias, bdt, i + k) : 0.0f));
+            else o[k] = f2bf(wk * round_bf16(v[k] * inv));
+        }
+        if (VEC) *(uint4 *)(yr + i) = *(const uint4 *)o;
+        else yr[i] = o[0];
+    }
+}
+
+static int norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, float eps,
+                iris_tensor *y, int layer) {
+    const char *what = layer ? "layer_norm" : "rms_norm";
+    if (x->dtype != IRIS_DT_BF16 || y->dtype != IRIS_DT_BF16)
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda %s: activations must be BF16", what);
+    if (y->rows != x->rows || y->cols != x->cols || w->rows * w->cols != x->cols)
+        return iris_cuda_fail(b, IRIS_EINVAL, "cuda %s: x [%lld,%lld], weight of %lld, y [%lld,%lld] do not match", what,
+                              (long long)x->rows, (long long)x->cols, (long long)(w->rows * w->cols), (long long)y->rows,
+                              (long long)y->cols);
+    if (x->rows <= 0) return 0;
+    int64_t ldx = tld(x), ldy = tld(y);
+    int vec = x->cols % 8 == 0 && ldx % 8 == 0 && ldy % 8 == 0 && is_aligned16(x->data) && is_aligned16(y->data);
+    unsigned blocks = (unsigned)((x->rows + NORM_WARPS - 1) / NORM_WARPS);
+    cudaStream_t s = cuda_of(b)->stream;
+    const void *bp = bias ? bias->data : NULL;
+    int bdt = bias ? bias->dtype : IRIS_DT_F32;
+#define NORM_LAUNCH(V, L)                                                                                              \
+    k_norm<V, L><<<blocks, NORM_WARPS * 32, 0, s>>>((const bf16 *)x->data, ldx, (bf16 *)y->data, ldy, x->rows, x->cols, \
+                                                     w->data, w->dtype, bp, bdt, eps)
+    if (layer) {
+        if (vec) NORM_LAUNCH(1, 1);
+        else NORM_LAUNCH(0, 1);
+    } else {
+        if (vec) NORM_LAUNCH(1, 0);
+        else NORM_LAUNCH(0, 0);
+    }
+#undef NORM_LAUNCH
+    return iris_cuda_check(b, what);
+}
+
+int iris_cuda_rms_norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, float eps, iris_tensor *y) {
+    return norm(b, x, w, NULL, eps, y, 0);
+}
+
+int iris_cuda_layer_norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias,
+                         float eps, iris_tensor *y) {
+    return norm(b, x, w, bias, eps, y, 1);
+}

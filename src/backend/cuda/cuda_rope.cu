@@ -1,0 +1,117 @@
+/* cuda_rope.cu: rotary position embedding in place (text MRoPE and the
+ * vision 2-D rotary), and the paged KV-cache write.
+ *
+ * rope — thread mapping: one thread per (row, head, pair j < head_dim/2),
+ * rotating x[j] and x[j + head_dim/2] (NeoX pairing, QWEN3VL.md §5.3,
+ * §6.4).  Memory-bound (each element read and written once; one sincosf per
+ * thread).  The per-frequency tables (which position row feeds frequency j,
+ * and inv_freq[j]) travel by value in the kernel's parameters: no copy, so
+ * the op can sit in a captured graph.  Numerics: angle = fp32(pos) ·
+ * inv_freq in fp32, accurate sincosf (angles reach 10^5 rad), rotation in
+ * fp32, one bf16 rounding.
+ *
+ * kv_write — one thread per 8 elements (16-byte copies when aligned) of the
+ * n new rows of k and v into their cache slots; memory-bound. */
+#include "cuda_internal.cuh"
+
+#define ROPE_MAX_HALF 128
+
+struct rope_tables {
+    float inv_freq[ROPE_MAX_HALF];
+    uint8_t dim_of[ROPE_MAX_HALF];
+};
+
+__global__ void k_rope(bf16 *x, int64_t ldx, int64_t rows, int n_heads, int half, const int32_t *pos, int pos_stride,
+                       const rope_tables t) {
+    int64_t total = rows * n_heads * half;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int j = (int)(i % half);
+        int64_t rh = i / half;
+        int h = (int)(rh % n_heads);
+        int64_t r = rh / n_heads;
+        float a = (float)pos[(int64_t)t.dim_of[j] * pos_stride + r] * t.inv_freq[j];
+        float sn, cs;
+        sincosf(a, &sn, &cs);
+        bf16 *p = x + r * ldx + (int64_t)h * 2 * half;
+        float x0 = bf2f(p[j]), x1 = bf2f(p[j + half]);
+        p[j] = f2bf(x0 * cs - x1 * sn);
+        p[j + half] = f2bf(x1 * cs + x0 * sn);
+    }
+}
+
+static unsigned grid_for(int64_t total, int threads) {
+    int64_t blocks = (total + threads - 1) / threads;
+    return (unsigned)(blocks > 65536 ? 65536 : blocks < 1 ? 1 : blocks);
+}
+
+int iris_cuda_rope(iris_backend *b, iris_tensor *x, int n_heads, int head_dim, const int32_t *pos, int pos_stride,
+                   const int *dim_of, const float *inv_freq) {
+    if (x->dtype != IRIS_DT_BF16) return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda rope: activations must be BF16");
+    int half = head_dim / 2;
+    if (head_dim <= 0 || head_dim % 2 || half > ROPE_MAX_HALF)
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda rope: head_dim %d (must be even and at most %d)", head_dim,
+                              2 * ROPE_MAX_HALF);
+    if ((int64_t)n_heads * head_dim > x->cols)
+        return iris_cuda_fail(b, IRIS_EINVAL, "cuda rope: %d heads of %d exceed the row of %lld", n_heads, head_dim,
+                              (long long)x->cols);
+    if (x->rows <= 0) return 0;
+    rope_tables t;
+    memset(&t, 0, sizeof t);
+    for (int j = 0; j < half; j++) {
+        if (dim_of[j] < 0 || dim_of[j] > 255)
+            return iris_cuda_fail(b, IRIS_EINVAL, "cuda rope: dim_of[%d] = %d", j, dim_of[j]);
+        t.dim_of[j] = (uint8_t)dim_of[j];
+        t.inv_freq[j] = inv_freq[j];
+    }
+    int64_t total = x->rows * n_heads * half;
+    k_rope<<<grid_for(total, 256), 256, 0, cuda_of(b)->stream>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos,
+                                                                  pos_stride, t);
+    return iris_cuda_check(b, "rope");
+}
+
+/* Rows whose slot is outside the cache are skipped (the caller's block
+ * tables are checked on the host; a device-side error could not be reported
+ * without a sync). */
+template <int VEC>
+__global__ void k_kv_write(bf16 *kc, bf16 *vc, int64_t n_slots, int64_t width, const bf16 *k, int64_t ldk, const bf16 *v,
+                           int64_t ldv, int64_t rows, const int32_t *slot) {
+    int64_t units = width / VEC, total = rows * units;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / units, c = (i % units) * VEC;
+        int64_t s = slot[r];
+        if (s < 0 || s >= n_slots) continue;
+        if (VEC == 8) {
+            *(uint4 *)(kc + s * width + c) = *(const uint4 *)(k + r * ldk + c);
+            *(uint4 *)(vc + s * width + c) = *(const uint4 *)(v + r * ldv + c);
+        } else {
+            kc[s * width + c] = k[r * ldk + c];
+            vc[s * width + c] = v[r * ldv + c];
+        }
+    }
+}
+
+int iris_cuda_kv_write(iris_backend *b, iris_kv_layer *kv, const iris_tensor *k, const iris_tensor *v,
+                       const iris_attn_meta *meta) {
+    int64_t width = (int64_t)kv->n_kv_heads * kv->head_dim;
+    if (kv->dtype != IRIS_DT_BF16 || k->dtype != IRIS_DT_BF16 || v->dtype != IRIS_DT_BF16)
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda kv_write: the cache and k, v must be BF16");
+    if (k->cols != width || v->cols != width || k->rows != v->rows || k->rows != meta->n_rows)
+        return iris_cuda_fail(b, IRIS_EINVAL, "cuda kv_write: k [%lld,%lld], v [%lld,%lld] for %d rows of %lld",
+                              (long long)k->rows, (long long)k->cols, (long long)v->rows, (long long)v->cols,
+                              meta->n_rows, (long long)width);
+    if (k->rows <= 0) return 0;
+    int64_t ldk = tld(k), ldv = tld(v), n_slots = (int64_t)kv->n_blocks * IRIS_KV_BLOCK;
+    int vec = width % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 && is_aligned16(k->data) && is_aligned16(v->data) &&
+              is_aligned16(kv->k) && is_aligned16(kv->v);
+    cudaStream_t s = cuda_of(b)->stream;
+    int64_t total = k->rows * (vec ? width / 8 : width);
+    if (vec)
+        k_kv_write<8><<<grid_for(total, 256), 256, 0, s>>>((bf16 *)kv->k, (bf16 *)kv->v, n_slots, width,
+                                                            (const bf16 *)k->data, ldk, (const bf16 *)v->data, ldv,
+                                                            k->rows, meta->slot);
+    else
+        k_kv_write<1><<<grid_for(total, 256), 256, 0, s>>>((bf16 *)kv->k, (bf16 *)kv->v, n_slots, width,
+                                                            (const bf16 *)k->data, ldk, (const bf16 *)v->data, ldv,
+                                                            k->rows, meta->slot);
+    return iris_cuda_check(b, "kv_write");
+}

@@ -1,0 +1,551 @@
+/* test_ops.c: every CUDA backend op against the CPU backend (the numeric
+ * reference), on random inputs of odd sizes; built as build/iris-test-gpu
+ * (not part of `make test`: CI has no GPU), run by scripts/gpu-check.
+ *
+ * Inputs are drawn as bf16 values, so both backends see the same numbers
+ * (CPU as fp32, CUDA as bf16); outputs are poisoned (NaN) before each op, so
+ * an unwritten element fails.  Tolerances, per op, in units of the output's
+ * own scale: |cuda - cpu| <= rtol·|cpu| + atol·max|cpu|.  The CUDA backend
+ * rounds its output to bf16 (relative 2^-9), RMSNorm twice as transformers
+ * does, attention's P once (flash kernels): rtol 4e-3..1e-2 covers those and
+ * fp32 summation-order noise; anything systematic (an index, a mask, a
+ * scale) is off by the size of the values themselves.
+ * Without a CUDA device every test says so and returns. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "test.h"
+
+#ifdef IRIS_CUDA
+#include "backend/cuda/cuda_backend.h"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd_u32(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 11);
+}
+static float rnd_uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32() & 0xffffff) / 16777216.0f; }
+
+static uint16_t f2bf_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
+    return (uint16_t)u;
+}
+static float bf_bits2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float round_bf(float f) { return bf_bits2f(f2bf_bits(f)); }
+
+/* n random bf16-valued floats in [lo, hi). */
+static float *rnd_vec(int64_t n, float lo, float hi) {
+    float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) v[i] = round_bf(rnd_uniform(lo, hi));
+    return v;
+}
+
+static iris_backend *g_cuda, *g_cpu;
+
+/* The two backends, opened once; NULL (and a note) when there is no GPU. */
+static int backends(void) {
+    if (g_cuda) return 1;
+    if (iris_cuda_device_count() == 0) {
+        fprintf(stderr, "  (no CUDA device: GPU op test not run)\n");
+        return 0;
+    }
+    iris_err err = {0};
+    if (iris_backend_cuda_open(0, (size_t)1 << 30, &g_cuda, &err)) {
+        fprintf(stderr, "  cuda open: %s\n", err.msg);
+        return 0;
+    }
+    if (iris_backend_cpu_open(&g_cpu, &err)) {
+        fprintf(stderr, "  cpu open: %s\n", err.msg);
+        return 0;
+    }
+    return 1;
+}
+
+/* Device bf16 copy of host floats (already bf16-valued). */
+static void *dev_bf16(const float *h, int64_t n) {
+    uint16_t *t = malloc(2 * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) t[i] = f2bf_bits(h[i]);
+    void *d = g_cuda->alloc(g_cuda, 2 * (size_t)(n ? n : 1));
+    if (d) g_cuda->upload(g_cuda, d, t, 2 * (size_t)n);
+    free(t);
+    return d;
+}
+static void *dev_copy(const void *h, size_t bytes) {
+    void *d = g_cuda->alloc(g_cuda, bytes ? bytes : 1);
+    if (d && bytes) g_cuda->upload(g_cuda, d, h, bytes);
+    return d;
+}
+/* A device bf16 buffer of n elements filled with NaN (0x7fc0). */
+static void *dev_poison(int64_t n) {
+    uint16_t *t = malloc(2 * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) t[i] = 0x7fc0;
+    void *d = dev_copy(t, 2 * (size_t)n);
+    free(t);
+    return d;
+}
+static float *dev_read_bf16(const void *d, int64_t n) {
+    uint16_t *t = malloc(2 * (size_t)(n ? n : 1));
+    float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    int rc = g_cuda->sync(g_cuda);
+    if (!rc) rc = g_cuda->download(g_cuda, t, d, 2 * (size_t)n);
+    if (rc) fprintf(stderr, "  cuda: %s\n", g_cuda->err.msg);
+    for (int64_t i = 0; i < n; i++) f[i] = rc ? NAN : bf_bits2f(t[i]);
+    free(t);
+    return f;
+}
+
+static iris_tensor view(void *data, iris_dtype dt, int64_t rows, int64_t cols, int64_t ld) {
+    iris_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dt;
+    t.rows = rows;
+    t.cols = cols;
+    t.ld = ld;
+    return t;
+}
+
+/* Compares rows x cols (with row strides) and reports the worst element. */
+static int compare(const char *what, const float *got, int64_t ldg, const float *ref, int64_t ldr, int64_t rows,
+                   int64_t cols, float rtol, float atol) {
+    double maxref = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) maxref = fmax(maxref, fabs(ref[r * ldr + c]));
+    double worst = 0, max_abs = 0;
+    int64_t wr = -1, wc = -1;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            double g = got[r * ldg + c], f = ref[r * ldr + c], d = fabs(g - f);
+            double lim = rtol * fabs(f) + atol * maxref;
+            double ratio = isnan(d) ? INFINITY : d / (lim > 0 ? lim : 1e-30);
+            if (!isnan(d) && d > max_abs) max_abs = d;
+            if (ratio > worst) worst = ratio, wr = r, wc = c;
+        }
+    printf("    %-44s max|d| %.3g (max|ref| %.3g) worst %.2f of tolerance\n", what, max_abs, maxref, worst);
+    if (worst > 1.0) {
+        iris_test_fail(__FILE__, __LINE__, "%s: [%lld,%lld] cuda %g cpu %g (rtol %g atol %g·%g)", what, (long long)wr,
+                       (long long)wc, got[wr * ldg + wc], ref[wr * ldr + wc], rtol, atol, maxref);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- linear ------------------------------------------------------------------------------- */
+
+static void check_linear(int64_t n, int64_t in, int64_t out, iris_dtype wdt, int bias_dt, int gemv_rows) {
+    float *x = rnd_vec(n * in, -1, 1);
+    float *wf = malloc(sizeof(float) * (size_t)(out * in));
+    uint8_t *w8 = NULL;
+    float *sc = NULL;
+    int64_t sr = (out + 127) / 128, scn = (in + 127) / 128;
+    if (wdt == IRIS_DT_F8_E4M3) {
+        w8 = malloc((size_t)(out * in));
+        for (int64_t i = 0; i < out * in; i++) {
+            uint8_t q = (uint8_t)rnd_u32();
+            if ((q & 0x7f) == 0x7f) q ^= 1; /* no NaN codes */
+            w8[i] = q;
+        }
+        sc = malloc(sizeof(float) * (size_t)(sr * scn));
+        for (int64_t i = 0; i < sr * scn; i++) sc[i] = rnd_uniform(0.5f, 2.0f) / 448.0f;
+    } else {
+        for (int64_t i = 0; i < out * in; i++) wf[i] = round_bf(rnd_uniform(-0.1f, 0.1f));
+    }
+    float *bias = bias_dt >= 0 ? rnd_vec(out, -0.5f, 0.5f) : NULL;
+
+    /* CPU reference. */
+    iris_tensor cx = view(x, IRIS_DT_F32, n, in, 0), cw, cb, cy;
+    float *cyd = malloc(sizeof(float) * (size_t)(n * out));
+    cw = wdt == IRIS_DT_F8_E4M3 ? view(w8, IRIS_DT_F8_E4M3, out, in, 0) : view(wf, IRIS_DT_F32, out, in, 0);
+    if (sc) {
+        cw.scale = sc;
+        cw.block[0] = cw.block[1] = 128;
+    }
+    cb = view(bias, IRIS_DT_F32, 1, out, 0);
+    cy = view(cyd, IRIS_DT_F32, n, out, 0);
+    REQUIRE(g_cpu->linear(g_cpu, &cx, &cw, bias ? &cb : NULL, &cy) == 0);
+
+    /* CUDA: weights in the requested dtype. */
+    void *dw;
+    if (wdt == IRIS_DT_F8_E4M3) dw = dev_copy(w8, (size_t)(out * in));
+    else if (wdt == IRIS_DT_BF16) dw = dev_bf16(wf, out * in);
+    else dw = dev_copy(wf, sizeof(float) * (size_t)(out * in));
+    iris_tensor gw = view(dw, wdt, out, in, 0);
+    if (sc) {
+        gw.scale = dev_copy(sc, sizeof(float) * (size_t)(sr * scn));
+        gw.block[0] = gw.block[1] = 128;
+    }
+    void *db = NULL;
+    if (bias) db = bias_dt == IRIS_DT_BF16 ? dev_bf16(bias, out) : dev_copy(bias, sizeof(float) * (size_t)out);
+    iris_tensor gb = view(db, bias_dt == IRIS_DT_BF16 ? IRIS_DT_BF16 : IRIS_DT_F32, 1, out, 0);
+    void *dx = dev_bf16(x, n * in), *dy = dev_poison(n * out);
+    iris_tensor gx = view(dx, IRIS_DT_BF16, n, in, 0), gy = view(dy, IRIS_DT_BF16, n, out, 0);
+    iris_cuda_set_gemv_rows(g_cuda, gemv_rows);
+    int rc = g_cuda->linear(g_cuda, &gx, &gw, bias ? &gb : NULL, &gy);
+    CHECKF(rc == 0, "cuda linear: %s", g_cuda->err.msg);
+    float *got = dev_read_bf16(dy, n * out);
+    char what[128];
+    snprintf(what, sizeof what, "linear n=%lld %lldx%lld %s%s%s", (long long)n, (long long)out, (long long)in,
+             iris_dtype_name(wdt), bias ? " +bias" : "", gemv_rows >= n ? " (gemv)" : "");
+    compare(what, got, out, cyd, out, n, out, 4e-3f, 2e-3f);
+    iris_cuda_set_gemv_rows(g_cuda, 16);
+    g_cuda->free(g_cuda, dw);
+    g_cuda->free(g_cuda, (void *)gw.scale);
+    g_cuda->free(g_cuda, db);
+    g_cuda->free(g_cuda, dx);
+    g_cuda->free(g_cuda, dy);
+    free(x), free(wf), free(w8), free(sc), free(bias), free(cyd), free(got);
+}
+
+IRIS_TEST(gpu_ops_linear) {
+    if (!backends()) return;
+    /* gemv (W16A16 / W8A16) shapes: in a multiple of 8 / 16. */
+    check_linear(1, 264, 77, IRIS_DT_BF16, -1, 16);
+    check_linear(3, 264, 77, IRIS_DT_BF16, IRIS_DT_BF16, 16);
+    check_linear(13, 520, 131, IRIS_DT_BF16, IRIS_DT_F32, 16);
+    check_linear(1, 384, 200, IRIS_DT_F8_E4M3, -1, 16);
+    check_linear(5, 384, 200, IRIS_DT_F8_E4M3, IRIS_DT_BF16, 16);
+    check_linear(16, 2048, 300, IRIS_DT_F8_E4M3, -1, 16);
+    /* cuBLASLt and dequantize-then-cuBLASLt. */
+    check_linear(37, 264, 77, IRIS_DT_BF16, IRIS_DT_BF16, 16);
+    check_linear(50, 131, 45, IRIS_DT_BF16, -1, 16);
+    check_linear(40, 384, 200, IRIS_DT_F8_E4M3, IRIS_DT_F32, 16);
+    check_linear(3, 200, 130, IRIS_DT_F8_E4M3, -1, 16); /* in not a multiple of 16: dequantize path at n=3 */
+    check_linear(6, 384, 200, IRIS_DT_F8_E4M3, -1, 0);   /* same shape as a gemv case, forced through cuBLASLt */
+    check_linear(9, 96, 33, IRIS_DT_F32, IRIS_DT_BF16, 16);
+    /* Many rows: the dequantization scratch is used in several row chunks. */
+    check_linear(70, 4096, 2304, IRIS_DT_F8_E4M3, -1, 16);
+}
+
+/* ---- norms and elementwise ---------------------------------------------------------------- */
+
+static void check_norm(int64_t rows, int64_t cols, int64_t ld, int layer) {
+    float *x = rnd_vec(rows * ld, -2, 2), *w = rnd_vec(cols, 0.5f, 1.5f), *bias = rnd_vec(cols, -0.3f, 0.3f);
+    float *ref = malloc(sizeof(float) * (size_t)(rows * cols));
+    iris_tensor cx = view(x, IRIS_DT_F32, rows, cols, ld), cw = view(w, IRIS_DT_F32, 1, cols, 0),
+                cb = view(bias, IRIS_DT_F32, 1, cols, 0), cy = view(ref, IRIS_DT_F32, rows, cols, 0);
+    int rc = layer ? g_cpu->layer_norm(g_cpu, &cx, &cw, &cb, 1e-6f, &cy) : g_cpu->rms_norm(g_cpu, &cx, &cw, 1e-6f, &cy);
+    REQUIRE(rc == 0);
+    void *dx = dev_bf16(x, rows * ld), *dw = dev_bf16(w, cols), *db = dev_bf16(bias, cols), *dy = dev_poison(rows * cols);
+    iris_tensor gx = view(dx, IRIS_DT_BF16, rows, cols, ld), gw = view(dw, IRIS_DT_BF16, 1, cols, 0),
+                gb = view(db, IRIS_DT_BF16, 1, cols, 0), gy = view(dy, IRIS_DT_BF16, rows, cols, 0);
+    rc = layer ? g_cuda->layer_norm(g_cuda, &gx, &gw, &gb, 1e-6f, &gy) : g_cuda->rms_norm(g_cuda, &gx, &gw, 1e-6f, &gy);
+    CHECKF(rc == 0, "%s", g_cuda->err.msg);
+    float *got = dev_read_bf16(dy, rows * cols);
+    char what[96];
+    snprintf(what, sizeof what, "%s [%lld,%lld] ld %lld", layer ? "layer_norm" : "rms_norm", (long long)rows,
+             (long long)cols, (long long)ld);
+    compare(what, got, cols, ref, cols, rows, cols, layer ? 4e-3f : 8e-3f, 1e-3f);
+    g_cuda->free(g_cuda, dx), g_cuda->free(g_cuda, dw), g_cuda->free(g_cuda, db), g_cuda->free(g_cuda, dy);
+    free(x), free(w), free(bias), free(ref), free(got);
+}
+
+IRIS_TEST(gpu_ops_norm) {
+    if (!backends()) return;
+    check_norm(37, 136, 136, 0);
+    check_norm(37, 131, 131, 0);
+    check_norm(5 * 16, 128, 128, 0); /* q_norm: one row per head */
+    check_norm(3, 2048, 2048 + 64, 0);
+    check_norm(29, 1024, 1024, 1);
+    check_norm(7, 131, 140, 1);
+    check_norm(4, 4096, 4096, 1);
+}
+
+enum { EW_ADD, EW_SILU_MUL, EW_GELU_TANH, EW_GELU_ERF };
+
+static void check_elementwise(int op, int64_t rows, int64_t cols, int64_t ld) {
+    float *y = rnd_vec(rows * ld, -4, 4), *x = rnd_vec(rows * ld, -4, 4);
+    float *ref = malloc(sizeof(float) * (size_t)(rows * ld));
+    memcpy(ref, y, sizeof(float) * (size_t)(rows * ld));
+    iris_tensor cy = view(ref, IRIS_DT_F32, rows, cols, ld), cx = view(x, IRIS_DT_F32, rows, cols, ld);
+    void *dy = dev_bf16(y, rows * ld), *dx = dev_bf16(x, rows * ld);
+    iris_tensor gy = view(dy, IRIS_DT_BF16, rows, cols, ld), gx = view(dx, IRIS_DT_BF16, rows, cols, ld);
+    const char *name = op == EW_ADD ? "add" : op == EW_SILU_MUL ? "silu_mul" : op == EW_GELU_TANH ? "gelu_tanh" : "gelu_erf";
+    int rc1, rc2;
+    switch (op) {
+    case EW_ADD: rc1 = g_cpu->add(g_cpu, &cy, &cx), rc2 = g_cuda->add(g_cuda, &gy, &gx); break;
+    case EW_SILU_MUL: rc1 = g_cpu->silu_mul(g_cpu, &cy, &cx), rc2 = g_cuda->silu_mul(g_cuda, &gy, &gx); break;
+    case EW_GELU_TANH: rc1 = g_cpu->gelu_tanh(g_cpu, &cy), rc2 = g_cuda->gelu_tanh(g_cuda, &gy); break;
+    default: rc1 = g_cpu->gelu_erf(g_cpu, &cy), rc2 = g_cuda->gelu_erf(g_cuda, &gy); break;
+    }
+    REQUIRE(rc1 == 0);
+    CHECKF(rc2 == 0, "%s", g_cuda->err.msg);
+    float *got = dev_read_bf16(dy, rows * ld);
+    char what[96];
+    snprintf(what, sizeof what, "%s [%lld,%lld] ld %lld", name, (long long)rows, (long long)cols, (long long)ld);
+    /* silu_mul rounds silu(g) to bf16 first (as eager PyTorch): two roundings. */
+    compare(what, got, ld, ref, ld, rows, cols, op == EW_SILU_MUL ? 8e-3f : 4e-3f, 1e-4f);
+    /* The padding between rows is untouched. */
+    int pad_ok = 1;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = cols; c < ld; c++) pad_ok &= got[r * ld + c] == y[r * ld + c];
+    CHECKF(pad_ok, "%s wrote past the row's columns", name);
+    g_cuda->free(g_cuda, dy), g_cuda->free(g_cuda, dx);
+    free(y), free(x), free(ref), free(got);
+}
+
+IRIS_TEST(gpu_ops_elementwise) {
+    if (!backends()) return;
+    for (int op = 0; op < 4; op++) {
+        check_elementwise(op, 19, 264, 264);
+        check_elementwise(op, 7, 131, 131);
+        check_elementwise(op, 5, 64, 80);
+    }
+}
+
+/* ---- rope --------------------------------------------------------------------------------- */
+
+static void check_rope(int64_t rows, int n_heads, int hd, int64_t ld, int n_pos_rows, int max_pos) {
+    int half = hd / 2;
+    float *x = rnd_vec(rows * ld, -2, 2), *ref = malloc(sizeof(float) * (size_t)(rows * ld));
+    memcpy(ref, x, sizeof(float) * (size_t)(rows * ld));
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)(3 * rows));
+    for (int64_t i = 0; i < n_pos_rows * rows; i++) pos[i] = (int32_t)(rnd_u32() % (uint32_t)max_pos);
+    int dim_of[256];
+    float inv[256];
+    for (int j = 0; j < half; j++) {
+        dim_of[j] = n_pos_rows == 3 ? (j % 3 == 1 && j < 60 ? 1 : j % 3 == 2 && j < 60 ? 2 : 0) : (j < half / 2 ? 0 : 1);
+        inv[j] = 1.0f / powf(n_pos_rows == 3 ? 5e6f : 1e4f, (float)(2 * j) / (float)hd);
+    }
+    iris_tensor cx = view(ref, IRIS_DT_F32, rows, (int64_t)n_heads * hd, ld);
+    REQUIRE(g_cpu->rope(g_cpu, &cx, n_heads, hd, pos, (int)rows, dim_of, inv) == 0);
+    void *dx = dev_bf16(x, rows * ld), *dp = dev_copy(pos, sizeof(int32_t) * (size_t)(n_pos_rows * rows));
+    iris_tensor gx = view(dx, IRIS_DT_BF16, rows, (int64_t)n_heads * hd, ld);
+    int rc = g_cuda->rope(g_cuda, &gx, n_heads, hd, dp, (int)rows, dim_of, inv);
+    CHECKF(rc == 0, "%s", g_cuda->err.msg);
+    float *got = dev_read_bf16(dx, rows * ld);
+    char what[96];
+    snprintf(what, sizeof what, "rope [%lld, %d x %d] %d-D pos < %d", (long long)rows, n_heads, hd, n_pos_rows, max_pos);
+    compare(what, got, ld, ref, ld, rows, ld, 4e-3f, 1e-3f);
+    g_cuda->free(g_cuda, dx), g_cuda->free(g_cuda, dp);
+    free(x), free(ref), free(pos), free(got);
+}
+
+IRIS_TEST(gpu_ops_rope) {
+    if (!backends()) return;
+    check_rope(23, 5, 128, 5 * 128, 3, 40000);   /* text MRoPE */
+    check_rope(41, 16, 64, 3 * 16 * 64, 2, 64);  /* vision: q inside the qkv row */
+    check_rope(3, 2, 128, 2 * 128 + 8, 3, 262144);
+}
+
+/* ---- rows, embedding, interp4 ---------------------------------------------------------------- */
+
+IRIS_TEST(gpu_ops_rows) {
+    if (!backends()) return;
+    int64_t tr = 97, cols = 72, n = 41;
+    float *table = rnd_vec(tr * cols, -1, 1), *x = rnd_vec(n * cols, -1, 1);
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)n), *perm = malloc(sizeof(int32_t) * (size_t)tr);
+    for (int64_t i = 0; i < tr; i++) perm[i] = (int32_t)i;
+    for (int64_t i = tr - 1; i > 0; i--) {
+        int64_t j = rnd_u32() % (uint64_t)(i + 1);
+        int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int64_t i = 0; i < n; i++) idx[i] = perm[i]; /* distinct rows, so scatters do not collide */
+    void *dt = dev_bf16(table, tr * cols), *dx = dev_bf16(x, n * cols), *di = dev_copy(idx, sizeof(int32_t) * (size_t)n);
+    float *ref = malloc(sizeof(float) * (size_t)(tr * cols));
+
+    /* get_rows and embed */
+    iris_tensor ct = view(table, IRIS_DT_F32, tr, cols, 0), cy = view(ref, IRIS_DT_F32, n, cols, 0);
+    void *dy = dev_poison(n * cols);
+    iris_tensor gt = view(dt, IRIS_DT_BF16, tr, cols, 0), gy = view(dy, IRIS_DT_BF16, n, cols, 0);
+    REQUIRE(g_cpu->get_rows(g_cpu, &ct, idx, (int)n, &cy) == 0);
+    CHECKF(g_cuda->get_rows(g_cuda, &gt, di, (int)n, &gy) == 0, "%s", g_cuda->err.msg);
+    float *got = dev_read_bf16(dy, n * cols);
+    compare("get_rows", got, cols, ref, cols, n, cols, 0, 0);
+    free(got);
+    REQUIRE(g_cpu->embed(g_cpu, &ct, idx, (int)n, &cy) == 0);
+    CHECKF(g_cuda->embed(g_cuda, &gt, di, (int)n, &gy) == 0, "%s", g_cuda->err.msg);
+    got = dev_read_bf16(dy, n * cols);
+    compare("embed", got, cols, ref, cols, n, cols, 0, 0);
+    free(got);
+
+    /* set_rows, add_rows into a copy of the table */
+    for (int add = 0; add < 2; add++) {
+        memcpy(ref, table, sizeof(float) * (size_t)(tr * cols));
+        void *dtab = dev_bf16(table, tr * cols);
+        iris_tensor cT = view(ref, IRIS_DT_F32, tr, cols, 0), cX = view(x, IRIS_DT_F32, n, cols, 0);
+        iris_tensor gT = view(dtab, IRIS_DT_BF16, tr, cols, 0), gX = view(dx, IRIS_DT_BF16, n, cols, 0);
+        REQUIRE((add ? g_cpu->add_rows(g_cpu, &cT, idx, &cX) : g_cpu->set_rows(g_cpu, &cT, idx, &cX)) == 0);
+        int rc = add ? g_cuda->add_rows(g_cuda, &gT, di, &gX) : g_cuda->set_rows(g_cuda, &gT, di, &gX);
+        CHECKF(rc == 0, "%s", g_cuda->err.msg);
+        got = dev_read_bf16(dtab, tr * cols);
+        compare(add ? "add_rows" : "set_rows", got, cols, ref, cols, tr, cols, add ? 4e-3f : 0, 0);
+        free(got);
+        g_cuda->free(g_cuda, dtab);
+    }
+
+    /* interp4 */
+    int32_t *i4 = malloc(sizeof(int32_t) * (size_t)(4 * n));
+    float *w4 = malloc(sizeof(float) * (size_t)(4 * n));
+    for (int64_t i = 0; i < 4 * n; i++) i4[i] = (int32_t)(rnd_u32() % (uint32_t)tr), w4[i] = rnd_uniform(0, 1);
+    void *di4 = dev_copy(i4, sizeof(int32_t) * (size_t)(4 * n)), *dw4 = dev_copy(w4, sizeof(float) * (size_t)(4 * n));
+    REQUIRE(g_cpu->interp4(g_cpu, &ct, i4, w4, (int)n, &cy) == 0);
+    g_cuda->free(g_cuda, dy);
+    dy = dev_poison(n * cols);
+    gy = view(dy, IRIS_DT_BF16, n, cols, 0);
+    CHECKF(g_cuda->interp4(g_cuda, &gt, di4, dw4, (int)n, &gy) == 0, "%s", g_cuda->err.msg);
+    got = dev_read_bf16(dy, n * cols);
+    compare("interp4", got, cols, ref, cols, n, cols, 4e-3f, 1e-4f);
+    free(got);
+    g_cuda->free(g_cuda, dt), g_cuda->free(g_cuda, dx), g_cuda->free(g_cuda, di), g_cuda->free(g_cuda, dy);
+    g_cuda->free(g_cuda, di4), g_cuda->free(g_cuda, dw4);
+    free(table), free(x), free(idx), free(perm), free(ref), free(i4), free(w4);
+}
+
+/* ---- paged attention ---------------------------------------------------------------------- */
+
+typedef struct {
+    int n_past, n_new;
+} step_seq;
+
+/* One step over sequences that bring n_new rows after n_past cached tokens: the
+ * cache is filled through kv_write (history and new rows alike), then attention
+ * of the new rows is compared. */
+static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd) {
+    int width = nkv * hd, max_blocks = 0, n_hist = 0, n_rows = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int nb = (ss[s].n_past + ss[s].n_new + 15) / 16;
+        if (nb > max_blocks) max_blocks = nb;
+        n_hist += ss[s].n_past + ss[s].n_new;
+        n_rows += ss[s].n_new;
+    }
+    int n_blocks = n_seqs * max_blocks + 3;
+    /* Block tables: a random permutation of the pool, so neighbouring blocks are far apart. */
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)n_blocks), *bt = malloc(sizeof(int32_t) * (size_t)(n_seqs * max_blocks));
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)(rnd_u32() % (uint32_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int i = 0; i < n_seqs * max_blocks; i++) bt[i] = perm[i];
+    /* Every token of every sequence: its slot, K and V. */
+    int32_t *slot_all = malloc(sizeof(int32_t) * (size_t)n_hist);
+    int32_t *row_seq = malloc(sizeof(int32_t) * (size_t)n_rows), *row_ctx = malloc(sizeof(int32_t) * (size_t)n_rows);
+    int32_t *slot_new = malloc(sizeof(int32_t) * (size_t)n_rows);
+    int t = 0, r = 0;
+    for (int s = 0; s < n_seqs; s++)
+        for (int j = 0; j < ss[s].n_past + ss[s].n_new; j++, t++) {
+            slot_all[t] = bt[s * max_blocks + j / 16] * 16 + j % 16;
+            if (j >= ss[s].n_past) {
+                row_seq[r] = s, row_ctx[r] = j + 1, slot_new[r] = slot_all[t];
+                r++;
+            }
+        }
+    float *k = rnd_vec((int64_t)n_hist * width, -1, 1), *v = rnd_vec((int64_t)n_hist * width, -1, 1);
+    float *q = rnd_vec((int64_t)n_rows * nq * hd, -1.5f, 1.5f);
+
+    /* CPU */
+    float *ck = calloc((size_t)n_blocks * 16 * width, sizeof(float)), *cv = calloc((size_t)n_blocks * 16 * width, sizeof(float));
+    iris_kv_layer ckv = {ck, cv, IRIS_DT_F32, n_blocks, nkv, hd};
+    iris_attn_meta hm = {n_hist, NULL, NULL, bt, max_blocks, slot_all};
+    iris_tensor tk = view(k, IRIS_DT_F32, n_hist, width, 0), tv = view(v, IRIS_DT_F32, n_hist, width, 0);
+    REQUIRE(g_cpu->kv_write(g_cpu, &ckv, &tk, &tv, &hm) == 0);
+    float *ref = malloc(sizeof(float) * (size_t)n_rows * nq * hd);
+    iris_attn_meta cm = {n_rows, row_seq, row_ctx, bt, max_blocks, slot_new};
+    iris_tensor cq = view(q, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0), co = view(ref, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0);
+    REQUIRE(g_cpu->attn_paged(g_cpu, &cq, &ckv, &cm, nq, &co) == 0);
+
+    /* CUDA */
+    size_t cache_elems = (size_t)n_blocks * 16 * width;
+    void *gk = dev_poison((int64_t)cache_elems), *gv = dev_poison((int64_t)cache_elems);
+    iris_kv_layer gkv = {gk, gv, IRIS_DT_BF16, n_blocks, nkv, hd};
+    void *d_bt = dev_copy(bt, sizeof(int32_t) * (size_t)(n_seqs * max_blocks));
+    void *d_slot_all = dev_copy(slot_all, sizeof(int32_t) * (size_t)n_hist);
+    void *d_row_seq = dev_copy(row_seq, sizeof(int32_t) * (size_t)n_rows), *d_row_ctx = dev_copy(row_ctx, sizeof(int32_t) * (size_t)n_rows);
+    void *d_slot_new = dev_copy(slot_new, sizeof(int32_t) * (size_t)n_rows);
+    void *dk = dev_bf16(k, (int64_t)n_hist * width), *dv = dev_bf16(v, (int64_t)n_hist * width);
+    iris_attn_meta ghm = {n_hist, NULL, NULL, d_bt, max_blocks, d_slot_all};
+    iris_tensor gtk = view(dk, IRIS_DT_BF16, n_hist, width, 0), gtv = view(dv, IRIS_DT_BF16, n_hist, width, 0);
+    CHECKF(g_cuda->kv_write(g_cuda, &gkv, &gtk, &gtv, &ghm) == 0, "%s", g_cuda->err.msg);
+    void *dq = dev_bf16(q, (int64_t)n_rows * nq * hd), *dout = dev_poison((int64_t)n_rows * nq * hd);
+    iris_attn_meta gm = {n_rows, d_row_seq, d_row_ctx, d_bt, max_blocks, d_slot_new};
+    iris_tensor gq = view(dq, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0), go = view(dout, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0);
+    int rc = g_cuda->attn_paged(g_cuda, &gq, &gkv, &gm, nq, &go);
+    CHECKF(rc == 0, "%s", g_cuda->err.msg);
+    float *got = dev_read_bf16(dout, (int64_t)n_rows * nq * hd);
+    char what[128];
+    int len = snprintf(what, sizeof what, "attn_paged %d/%d x %d:", nq, nkv, hd);
+    for (int s = 0; s < n_seqs && len < (int)sizeof what - 16; s++)
+        len += snprintf(what + len, sizeof what - (size_t)len, " %d+%d", ss[s].n_past, ss[s].n_new);
+    /* P is rounded to bf16 in the flash kernel: 2^-9 of each weight, so at most that of max|v|. */
+    compare(what, got, (int64_t)nq * hd, ref, (int64_t)nq * hd, n_rows, (int64_t)nq * hd, 4e-3f, 4e-3f);
+
+    /* The cache itself holds exactly the written rows. */
+    float *cache_k = dev_read_bf16(gk, (int64_t)cache_elems);
+    int kv_ok = 1;
+    for (int i = 0; i < n_hist && kv_ok; i++)
+        for (int e = 0; e < width; e++)
+            if (cache_k[(size_t)slot_all[i] * width + e] != k[(size_t)i * width + e]) kv_ok = 0;
+    CHECKF(kv_ok, "kv_write: cache rows differ from the written k");
+    free(cache_k);
+
+    void *bufs[] = {gk, gv, d_bt, d_slot_all, d_row_seq, d_row_ctx, d_slot_new, dk, dv, dq, dout};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_cuda->free(g_cuda, bufs[i]);
+    free(perm), free(bt), free(slot_all), free(row_seq), free(row_ctx), free(slot_new), free(k), free(v), free(q);
+    free(ck), free(cv), free(ref), free(got);
+}
+
+IRIS_TEST(gpu_ops_attn_paged) {
+    if (!backends()) return;
+    /* decode rows, one per sequence; a long one (split over the context) */
+    step_seq d1[] = {{0, 1}, {36, 1}, {700, 1}};
+    check_paged(d1, 3, 16, 8, 128);
+    check_paged(d1, 3, 6, 2, 128);
+    step_seq d2[] = {{2999, 1}};
+    check_paged(d2, 1, 32, 8, 128);
+    /* prefill: a chunk after a cached prefix, a decode row, a short prompt, a long one */
+    step_seq p1[] = {{20, 150}, {40, 1}, {0, 9}, {0, 200}};
+    check_paged(p1, 4, 16, 8, 128);
+    check_paged(p1, 4, 6, 2, 128);
+    check_paged(p1, 4, 4, 4, 64);
+    step_seq p2[] = {{0, 5}, {0, 3}};
+    check_paged(p2, 2, 8, 8, 256);
+}
+
+/* ---- segment attention (vision) ------------------------------------------------------------- */
+
+static void check_segments(const int *cu, int n_seg, int nh, int hd) {
+    int64_t n = cu[n_seg], w = (int64_t)nh * hd, ld = 3 * w;
+    float *qkv = rnd_vec(n * ld, -1.5f, 1.5f), *ref = malloc(sizeof(float) * (size_t)(n * w));
+    iris_tensor cqkv = view(qkv, IRIS_DT_F32, n, ld, 0), co = view(ref, IRIS_DT_F32, n, w, 0);
+    REQUIRE(g_cpu->attn_segments(g_cpu, &cqkv, nh, hd, cu, n_seg, &co) == 0);
+    void *dqkv = dev_bf16(qkv, n * ld), *dout = dev_poison(n * w);
+    iris_tensor gqkv = view(dqkv, IRIS_DT_BF16, n, ld, 0), go = view(dout, IRIS_DT_BF16, n, w, 0);
+    CHECKF(g_cuda->attn_segments(g_cuda, &gqkv, nh, hd, cu, n_seg, &go) == 0, "%s", g_cuda->err.msg);
+    float *got = dev_read_bf16(dout, n * w);
+    char what[128];
+    int len = snprintf(what, sizeof what, "attn_segments %d x %d:", nh, hd);
+    for (int s = 0; s < n_seg && len < (int)sizeof what - 8; s++)
+        len += snprintf(what + len, sizeof what - (size_t)len, " %d", cu[s + 1] - cu[s]);
+    compare(what, got, w, ref, w, n, w, 4e-3f, 4e-3f);
+    g_cuda->free(g_cuda, dqkv), g_cuda->free(g_cuda, dout);
+    free(qkv), free(ref), free(got);
+}
+
+IRIS_TEST(gpu_ops_attn_segments) {
+    if (!backends()) return;
+    int a[] = {0, 37, 250, 300};
+    check_segments(a, 3, 3, 64);
+    int b[] = {0, 129};
+    check_segments(b, 1, 2, 128);
+    int c[] = {0, 1, 1025};
+    check_segments(c, 2, 16, 64);
+}
+
+#else
+IRIS_TEST(gpu_ops_not_built) { fprintf(stderr, "  (built without CUDA: GPU op tests not run)\n"); }
+#endif
