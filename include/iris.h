@@ -172,10 +172,14 @@ struct iris_event {
 
 /* Validates the parameters and the prompt (on the caller's thread: chat
  * template, tokenization and image preprocessing happen here) and queues
- * the request.  IRIS_ELIMIT when the waiting queue is full (the server's
- * 503) or the prompt cannot fit the context or the KV cache; IRIS_EINVAL for
- * a bad parameter (named); IRIS_ECANCELLED after shutdown.  On success *out
- * is the caller's handle: free it with iris_request_free. */
+ * the request.  IRIS_ELIMIT only when the waiting queue is full (the
+ * server's 503); IRIS_EINVAL for a bad parameter (named), a prompt that
+ * cannot fit the context or the KV cache, or max_tokens beyond the context
+ * (the server's 400); errors of the prompt's images as the image decoder
+ * reports them; IRIS_ECANCELLED after shutdown.  On success *out is the
+ * caller's handle: free it with iris_request_free.  A prompt given in
+ * params.prompt belongs to the engine once its checks start (the caller's
+ * struct is zeroed; iris_prompt_free on it is then harmless). */
 int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_request **out, iris_err *err);
 /* The next event, blocking up to timeout_ms (< 0: forever).  Returns IRIS_OK
  * with *ev filled, IRIS_ELIMIT on timeout, IRIS_EINVAL when the request uses
