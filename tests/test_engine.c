@@ -450,3 +450,33 @@ IRIS_TEST(engine_greedy_matches_transformers) {
     }
     json_decref(man);
 }
+
+/* `iris run` streams what the engine generates for the same request. */
+IRIS_TEST(engine_cli_run) {
+    job j = {"hi", NULL, 5, 1, 10, {0}, 0, 0, 0, ""};
+    iris_engine *e = open_engine(64, 1, 256, 1, 0);
+    REQUIRE(e);
+    iris_request_params p;
+    iris_request_params_default(e, &p);
+    p.messages_json = messages_for(&j);
+    p.do_sample = 0, p.temperature = 0;
+    p.max_tokens = j.max_tokens;
+    iris_request *r;
+    iris_err err = {0};
+    REQUIRE(iris_engine_submit(e, &p, &r, &err) == 0);
+    collect(r, &j);
+    iris_request_free(r);
+    iris_engine_close(e);
+    CHECK(strlen(j.out) > 0);
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    char cmd[512], out[2048];
+    snprintf(cmd, sizeof cmd, "%s run " TINY_MODEL " --temperature 0 --max-tokens 10 hi 2>/dev/null", bin);
+    FILE *f = popen(cmd, "r");
+    REQUIRE(f);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    CHECK_EQ_INT(pclose(f), 0);
+    REQUIRE(n > 0 && out[n - 1] == '\n');
+    out[n - 1] = 0;
+    CHECK_STR(out, j.out);
+}

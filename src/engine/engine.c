@@ -86,7 +86,22 @@ static void finish(iris_engine *e, iris_request *r, int reason, const iris_err *
     e->requests_finished++;
     iris_req_emit(r, &ev);
     for (int i = 0; r->vout && i < r->prompt.n_images; i++) iris_vision_out_free(&r->vout[i]);
-    iris_req_unref(r);
+    /* The step may still look at r (its batch): let go of it at the end of the step. */
+    if (e->n_done == e->cap_done) {
+        int nc = e->cap_done ? e->cap_done * 2 : 16;
+        iris_request **nd = realloc(e->done, sizeof *nd * (size_t)nc);
+        if (!nd) {
+            iris_log(IRIS_LOG_ERROR, "engine", "out of memory: request %lld is leaked", (long long)r->seq.id);
+            return;
+        }
+        e->done = nd, e->cap_done = nc;
+    }
+    e->done[e->n_done++] = r;
+}
+
+static void release_done(iris_engine *e) {
+    for (int i = 0; i < e->n_done; i++) iris_req_unref(e->done[i]);
+    e->n_done = 0;
 }
 
 static void fail(iris_engine *e, iris_request *r, const iris_err *why) {
@@ -304,6 +319,7 @@ static void *engine_main(void *arg) {
             e->prompt_tokens += (uint64_t)r->seq.n_prompt;
         }
         e->n_inbox = 0;
+        release_done(e);
         pthread_mutex_unlock(&e->mu);
 
         iris_seq **lists[2] = {e->sched.running, e->sched.waiting};
@@ -314,6 +330,7 @@ static void *engine_main(void *arg) {
                 lists[l][i]->cancel = atomic_load(&r->cancel);
             }
         step(e);
+        release_done(e);
 
         pthread_mutex_lock(&e->mu);
         e->n_queued = e->sched.n_waiting + e->n_inbox;
@@ -386,6 +403,7 @@ static void unload(iris_engine *e) {
     iris_tok_free(e->tok);
     free(e->logits);
     free(e->inbox);
+    free(e->done);
 }
 
 int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err) {

@@ -79,6 +79,8 @@ struct iris_engine {
     pthread_cond_t cv;
     iris_request **inbox;
     int n_inbox, cap_inbox;
+    iris_request **done;        /* finished this step; the engine's reference dropped at its end */
+    int n_done, cap_done;
     int n_queued;               /* inbox + waiting in the scheduler (the bounded queue) */
     int stopping;
     int64_t next_id;
