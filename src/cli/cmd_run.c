@@ -12,6 +12,7 @@
 #include "err.h"
 #include "infer.h"
 #include "model/sampler.h"
+#include "pool.h"
 
 #define MAX_IMAGES 64
 
@@ -25,6 +26,9 @@ typedef struct run_args {
     const char *images[MAX_IMAGES];
     int n_images;
     const char *device;
+    const char *stop[IRIS_MAX_STOP];
+    int n_stop;
+    int threads;
     iris_sampling_params sp;
     int have[16];   /* which sampling flags were given, to apply over the defaults */
     float fv[16];
@@ -49,7 +53,10 @@ static void usage(FILE *f, const char *cmd) {
                "  --device cpu|cuda|auto where to run (default auto; cpu only in this build)\n"
                "  --temperature F  --top-k N  --top-p F  --min-p F\n"
                "  --repetition-penalty F  --presence-penalty F  --frequency-penalty F\n"
-               "  --seed N  --max-tokens N   (defaults: the model's generation_config.json)\n");
+               "  --seed N  --max-tokens N   (defaults: the model's generation_config.json;\n"
+               "                         --temperature 0 is greedy)\n"
+               "  --stop TEXT            stop when the answer contains TEXT (repeatable; TEXT is not printed)\n"
+               "  --threads N            CPU threads (default: the machine's cores)\n");
 }
 
 static int parse(int argc, char **argv, run_args *a, int positional_max, const char **pos, int *n_pos) {
@@ -58,7 +65,7 @@ static int parse(int argc, char **argv, run_args *a, int positional_max, const c
         const char *s = argv[i];
         if (!strcmp(s, "--help") || !strcmp(s, "-h")) return 1;
         int takes = !strcmp(s, "--image") || !strcmp(s, "--system") || !strcmp(s, "--model") ||
-                    !strcmp(s, "--device");
+                    !strcmp(s, "--device") || !strcmp(s, "--stop") || !strcmp(s, "--threads");
         int fi = -1;
         for (int k = 0; k < F_N; k++)
             if (!strcmp(s, flag_names[k])) fi = k;
@@ -80,6 +87,20 @@ static int parse(int argc, char **argv, run_args *a, int positional_max, const c
                 a->model = v;
             } else if (!strcmp(s, "--device")) {
                 a->device = v;
+            } else if (!strcmp(s, "--stop")) {
+                if (a->n_stop >= IRIS_MAX_STOP || !*v) {
+                    fprintf(stderr, "iris %s: --stop: at most %d non-empty stop strings\n", argv[0], IRIS_MAX_STOP);
+                    return 2;
+                }
+                a->stop[a->n_stop++] = v;
+            } else if (!strcmp(s, "--threads")) {
+                char *e;
+                long t = strtol(v, &e, 10);
+                if (e == v || *e || t < 1 || t > 1024) {
+                    fprintf(stderr, "iris %s: --threads expects a count from 1 to 1024, got \"%s\"\n", argv[0], v);
+                    return 2;
+                }
+                a->threads = (int)t;
             } else {
                 char *e;
                 if (fi == F_TOPK || fi == F_SEED || fi == F_MAXTOK) a->iv[fi] = strtoll(v, &e, 10);
@@ -128,6 +149,7 @@ static int run_common(run_args *a) {
         iris_err_set(&err, IRIS_EUNSUPPORTED, "--device cuda: this build has no CUDA backend yet; use --device cpu");
         return iris_cli_fail(&err);
     }
+    if (a->threads) iris_pool_set_threads(a->threads);
     infer_model m;
     if (infer_open(a->model, &m, &err)) return iris_cli_fail(&err);
     iris_sampling_params_default(&a->sp, &m.gc);
@@ -136,7 +158,7 @@ static int run_common(run_args *a) {
         infer_close(&m);
         return iris_cli_fail(&err);
     }
-    int rc = infer_generate(&m, a->system, a->images, a->n_images, a->prompt, &a->sp, a->device, &err);
+    int rc = infer_generate(&m, a->system, a->images, a->n_images, a->prompt, &a->sp, a->stop, a->n_stop, a->device, &err);
     infer_close(&m);
     return rc ? iris_cli_fail(&err) : 0;
 }

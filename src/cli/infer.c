@@ -68,7 +68,8 @@ int infer_prepare(infer_model *m, const char *system, const char *const *images,
 }
 
 int infer_generate(infer_model *m, const char *system, const char *const *images, int n_images, const char *text,
-                   const iris_sampling_params *sp, const char *device, iris_err *err) {
+                   const iris_sampling_params *sp, const char *const *stop, int n_stop, const char *device,
+                   iris_err *err) {
     iris_prompt p;
     int rc = build_prompt(m, system, images, n_images, text, sp->max_tokens, &p, err);
     if (rc) return rc;
@@ -98,6 +99,7 @@ int infer_generate(infer_model *m, const char *system, const char *const *images
     rp.frequency_penalty = sp->frequency_penalty;
     rp.seed = sp->seed;
     rp.max_tokens = sp->max_tokens;
+    for (int i = 0; i < n_stop && i < IRIS_MAX_STOP; i++) rp.stop[rp.n_stop++] = stop[i];
     iris_request *r = NULL;
     rc = iris_engine_submit(e, &rp, &r, err);
     iris_prompt_free(&p);  /* the engine's now (zeroed) unless submit failed */

@@ -1,0 +1,53 @@
+/* test_cli_run.c: `iris run` flags that shape the answer: --stop cuts the
+ * streamed text before the stop string and reports finish "stop";
+ * --threads 1 gives the same greedy answer as the default thread count. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#include <unistd.h>
+
+static char *capture(const char *cmd) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    char *out = calloc(1, 65536);
+    size_t n = out ? fread(out, 1, 65535, f) : 0;
+    (void)n;
+    pclose(f);
+    return out;
+}
+
+IRIS_TEST(cli_run_stop_and_threads) {
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    const char *model = "tests/fixtures/tiny/tiny-gqa/model";
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s run %s Hello --temperature 0 --max-tokens 16 2>/dev/null", bin, model);
+    char *full = capture(cmd);
+    REQUIRE(full && strlen(full) > 6);
+    snprintf(cmd, sizeof cmd, "%s run %s Hello --temperature 0 --max-tokens 16 --threads 1 2>/dev/null", bin, model);
+    char *one = capture(cmd);
+    CHECK_STR(one, full);
+    /* stop at the second occurrence-free point: the 3 characters starting at offset 4 */
+    char stop[4];
+    memcpy(stop, full + 4, 3);
+    stop[3] = 0;
+    char *at = strstr(full, stop);
+    REQUIRE(at);
+    snprintf(cmd, sizeof cmd, "%s run %s Hello --temperature 0 --max-tokens 16 --stop '%s' 2>&1 >/tmp/iris-stop-%d.txt",
+             bin, model, stop, (int)getpid());
+    char *err = capture(cmd);
+    CHECK_CONTAINS(err, "(stop)");
+    snprintf(cmd, sizeof cmd, "cat /tmp/iris-stop-%d.txt; rm -f /tmp/iris-stop-%d.txt", (int)getpid(), (int)getpid());
+    char *cut = capture(cmd);
+    REQUIRE(cut);
+    /* the answer is everything before the stop string, then the final newline */
+    CHECK_EQ_INT(strlen(cut), (at - full) + 1);
+    CHECK(strncmp(cut, full, (size_t)(at - full)) == 0);
+    free(full), free(one), free(err), free(cut);
+    snprintf(cmd, sizeof cmd, "%s run %s Hello --threads 0 2>&1", bin, model);
+    char *bad = capture(cmd);
+    CHECK_CONTAINS(bad, "--threads expects");
+    free(bad);
+}
