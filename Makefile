@@ -18,7 +18,8 @@ LDLIBS  += $(PKG_LIBS) -lm -pthread
 LIB_SRC := $(wildcard src/base/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c \
                       src/engine/*.c src/server/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
-TEST_SRC:= $(filter-out tests/test_ops.c,$(wildcard tests/*.c))
+TEST_SRC:= $(filter-out tests/test_ops%,$(wildcard tests/*.c))
+GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,tests/test_main.c tests/tiny_fixture.c $(wildcard tests/test_ops*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ:= $(TEST_SRC:%.c=$(BUILD)/%.o)
@@ -58,8 +59,8 @@ $(BUILD)/iris-test: $(TEST_OBJ) $(BUILD)/libiris.a
 	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libiris.a $(LDLIBS)
 
 # GPU checks (every CUDA op against the CPU backend): run on a GPU machine by scripts/gpu-check, not by `make test`.
-$(BUILD)/iris-test-gpu: $(BUILD)/tests/test_main.o $(BUILD)/tests/test_ops.o $(BUILD)/libiris.a
-	$(CC) $(CFLAGS) -o $@ $(BUILD)/tests/test_main.o $(BUILD)/tests/test_ops.o $(BUILD)/libiris.a $(LDLIBS)
+$(BUILD)/iris-test-gpu: $(GPU_TEST_OBJ) $(BUILD)/libiris.a
+	$(CC) $(CFLAGS) -o $@ $(GPU_TEST_OBJ) $(BUILD)/libiris.a $(LDLIBS)
 
 # Fuzz targets: the library rebuilt with clang's libFuzzer + ASan instrumentation.
 FUZZ_CC    ?= clang
@@ -104,4 +105,4 @@ demo: setup
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/tests/test_ops.d $(CU_OBJ:.o=.d) $(FUZZ_LIBOBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(GPU_TEST_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(FUZZ_LIBOBJ:.o=.d)

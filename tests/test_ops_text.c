@@ -1,0 +1,158 @@
+/* test_ops_text.c: the text decoder (model/text.c) on the CUDA backend, end
+ * to end on the tiny fixtures (tools/make_tiny_models.py), part of
+ * build/iris-test-gpu.
+ *
+ * References: transformers run in fp32 (logits.npy), transformers run in
+ * bf16 (logits_bf16.npy, tiny-gqa), and our CPU backend.  The tolerance comes
+ * from the data: transformers' own bf16 run lies d_ref = max|bf16 - fp32|
+ * from the fp32 logits; ours, also computed in bf16 with fp32 accumulation
+ * but rounding at other places, must lie within 2·d_ref of the fp32 logits
+ * and of the bf16 logits.  Models without a bf16 reference use the largest
+ * d_ref seen on tiny-gqa's scenarios (same sizes and initialisation).
+ * Greedy tokens must equal the reference's wherever its top-2 margin exceeds
+ * 2·(d_ref + our distance), i.e. where no bf16 rounding can swap them. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "model/text.h"
+#include "test.h"
+#include "tiny_fixture.h"
+
+#ifdef IRIS_CUDA
+#include "backend/cuda/cuda_backend.h"
+
+static float max_abs_diff(const float *a, const float *b, int64_t n) {
+    float d = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float e = fabsf(a[i] - b[i]);
+        if (!(e <= d)) d = isnan(e) ? INFINITY : e;
+    }
+    return d;
+}
+
+/* Logits of every position of a scenario, on backend b (weights uploaded there). */
+static int run_scenario(iris_text *t, iris_backend *b, const char *model, const char *s, float *logits, int *n_out) {
+    char p[256];
+    tiny_arr ids, pos, emb = {0}, ds = {0};
+    snprintf(p, sizeof p, "inputs/%s/input_ids.npy", s);
+    if (tiny_load(p, &ids)) return -1;
+    snprintf(p, sizeof p, "inputs/%s/position_ids.npy", s);
+    if (tiny_load(p, &pos)) return -1;
+    snprintf(p, sizeof p, "%s/%s/image_embeds.npy", model, s);
+    if (tiny_exists(p)) {
+        if (tiny_load(p, &emb)) return -1;
+        snprintf(p, sizeof p, "%s/%s/deepstack.npy", model, s);
+        if (tiny_load(p, &ds)) return -1;
+    }
+    int n = (int)ids.n;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n), *pos3 = malloc(sizeof(int32_t) * 3 * (size_t)n), bt[64];
+    for (int i = 0; i < n; i++) tok[i] = (int32_t)ids.i64[i];
+    for (int i = 0; i < 3 * n; i++) pos3[i] = (int32_t)pos.i64[i];
+    for (int i = 0; i < 64; i++) bt[i] = 63 - i; /* blocks in reverse: the paging must be followed */
+    iris_text_seq q = {0};
+    q.n_new = n, q.tokens = tok, q.pos = pos3, q.pos_stride = n, q.block_table = bt, q.logits_from = 0;
+    if (emb.f32) {
+        q.image_embeds = emb.f32;
+        q.n_deepstack = (int)ds.shape[0];
+        for (int d = 0; d < q.n_deepstack; d++) q.deepstack[d] = ds.f32 + (size_t)d * emb.shape[0] * emb.shape[1];
+    }
+    iris_kv_cache kv;
+    iris_err err = {0};
+    int rc = iris_kv_cache_init(&kv, &t->cfg, 64, b, &err);
+    if (!rc) rc = iris_text_forward(t, b, &kv, &q, 1, logits, NULL, NULL, &err);
+    if (rc) fprintf(stderr, "  %s/%s on %s: %s\n", model, s, b->name, err.msg);
+    iris_kv_cache_free(&kv);
+    free(tok), free(pos3);
+    tiny_free(&ids), tiny_free(&pos), tiny_free(&emb), tiny_free(&ds);
+    *n_out = n;
+    return rc;
+}
+
+IRIS_TEST(gpu_text_tiny_fixtures) {
+    if (iris_cuda_device_count() == 0) {
+        fprintf(stderr, "  (no CUDA device: GPU decoder test not run)\n");
+        return;
+    }
+    static const char *models[] = {"tiny-gqa", "tiny-mqa", "tiny-fp8"};
+    static const char *scen[] = {"text", "image", "two_images", "multi_turn"};
+    iris_err err = {0};
+    iris_backend *gpu = NULL, *cpu = NULL;
+    REQUIRE(iris_backend_cuda_open(0, (size_t)512 << 20, &gpu, &err) == 0);
+    REQUIRE(iris_backend_cpu_open(&cpu, &err) == 0);
+    float d_ref_max = 0;
+    for (int mi = 0; mi < 3; mi++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, models[mi]);
+        iris_config cfg;
+        iris_st *st = NULL;
+        iris_text tg, tc;
+        REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
+        REQUIRE(iris_st_open(dir, &st, &err) == 0);
+        REQUIRE(iris_text_load(st, &cfg, &tg, &err) == 0);
+        REQUIRE(iris_text_load(st, &cfg, &tc, &err) == 0);
+        int rc = iris_text_upload(&tg, gpu, &err);
+        CHECKF(rc == 0, "%s: upload: %s", models[mi], err.msg);
+        int V = tg.cfg.vocab_size;
+        for (int si = 0; rc == 0 && si < 4; si++) {
+            char p[256];
+            tiny_arr ref, ref16 = {0};
+            snprintf(p, sizeof p, "%s/%s/logits.npy", models[mi], scen[si]);
+            REQUIRE(tiny_load(p, &ref) == 0);
+            snprintf(p, sizeof p, "%s/%s/logits_bf16.npy", models[mi], scen[si]);
+            int has16 = tiny_exists(p) && tiny_load(p, &ref16) == 0;
+            int n = (int)ref.shape[0] * (ref.ndim == 3 ? (int)ref.shape[1] : 1);
+            if (ref.ndim == 2) n = (int)ref.shape[0];
+            float *lg = malloc(sizeof(float) * (size_t)ref.n), *lc = malloc(sizeof(float) * (size_t)ref.n);
+            int ng = 0, nc = 0;
+            int rg = run_scenario(&tg, gpu, models[mi], scen[si], lg, &ng);
+            int rcpu = run_scenario(&tc, cpu, models[mi], scen[si], lc, &nc);
+            CHECKF(rg == 0 && rcpu == 0, "%s/%s: forward failed", models[mi], scen[si]);
+            if (rg == 0 && rcpu == 0) {
+                n = ng;
+                int64_t cnt = (int64_t)n * V;
+                float d_ref = has16 ? max_abs_diff(ref16.f32, ref.f32, cnt) : d_ref_max;
+                if (has16 && d_ref > d_ref_max) d_ref_max = d_ref;
+                float d32 = max_abs_diff(lg, ref.f32, cnt), dcpu = max_abs_diff(lg, lc, cnt);
+                float d16 = has16 ? max_abs_diff(lg, ref16.f32, cnt) : NAN;
+                /* greedy agreement where the fp32 reference's margin is safe */
+                int safe = 0, agree = 0;
+                for (int r = 0; r < n; r++) {
+                    const float *a = ref.f32 + (size_t)r * V, *g = lg + (size_t)r * V;
+                    int best = 0, gb = 0;
+                    for (int v = 1; v < V; v++) {
+                        if (a[v] > a[best]) best = v;
+                        if (g[v] > g[gb]) gb = v;
+                    }
+                    float second = -INFINITY;
+                    for (int v = 0; v < V; v++)
+                        if (v != best && a[v] > second) second = a[v];
+                    if (a[best] - second > 2 * (d_ref + d32)) {
+                        safe++;
+                        agree += gb == best;
+                    }
+                }
+                printf("  %s/%s: %d tokens; cuda vs fp32 %.3g, vs bf16 %.3g, vs cpu %.3g; transformers bf16 vs fp32 %.3g;"
+                       " greedy %d/%d\n",
+                       models[mi], scen[si], n, d32, d16, dcpu, d_ref, agree, safe);
+                CHECKF(d_ref > 0, "%s/%s: no bf16 reference distance to scale the tolerance", models[mi], scen[si]);
+                CHECKF(d32 <= 2 * d_ref, "%s/%s: cuda vs transformers fp32 %g > 2 x %g", models[mi], scen[si], d32, d_ref);
+                CHECKF(dcpu <= 2 * d_ref + 1e-3f, "%s/%s: cuda vs cpu %g", models[mi], scen[si], dcpu);
+                if (has16) CHECKF(d16 <= 2 * d_ref, "%s/%s: cuda vs transformers bf16 %g > 2 x %g", models[mi], scen[si], d16, d_ref);
+                CHECKF(agree == safe, "%s/%s: greedy token differs at %d of %d safe positions", models[mi], scen[si],
+                       safe - agree, safe);
+            }
+            free(lg), free(lc);
+            tiny_free(&ref), tiny_free(&ref16);
+        }
+        iris_text_free(&tg), iris_text_free(&tc);
+        iris_st_close(st);
+    }
+    gpu->destroy(gpu);
+    cpu->destroy(cpu);
+}
+#endif
