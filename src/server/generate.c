@@ -57,6 +57,7 @@ static void apply_params(const iris_oai_request *q, iris_request_params *rp) {
     for (int i = 0; i < rp->n_stop; i++) rp->stop[i] = q->stop[i];
     rp->logprobs = q->logprobs;
     rp->top_logprobs = q->top_logprobs;
+    rp->ignore_eos = q->ignore_eos;
 }
 
 static void free_images(srv_image *im, int n) {

@@ -7,7 +7,7 @@
  *     --max-body-bytes.  Anything refused here is answered at once (MHD then
  *     closes the connection instead of reading a body nobody wants).
  *   upload calls: append to the body; over the limit -> 413, past the body
- *     deadline (a client trickling bytes) -> 408.
+ *     deadline (a client trickling bytes) -> 408 (fail_midbody).
  *   last call: dispatch (generate.c for the two generation routes).
  * inflight counts requests from their first call to MHD's completion
  * notice, so draining waits for streams still being written.
@@ -88,6 +88,31 @@ static enum MHD_Result fail(struct MHD_Connection *c, srv_conn *cc, int status, 
     iris_oai_err e;
     iris_oai_fail(&e, status, type, NULL, code, "%s", msg);
     return srv_reply_error(c, cc, &e, close);
+}
+
+/* An error while the body is still arriving.  libmicrohttpd (0.9.75)
+ * cannot queue a response before the whole body is read, so the answer is
+ * written to the socket directly and the connection closed (the handler
+ * returns MHD_NO): the trickling or oversized client gets its status
+ * instead of a silent close. */
+static enum MHD_Result fail_midbody(struct MHD_Connection *c, srv_conn *cc, int status, const char *reason,
+                                    const char *code, const char *msg) {
+    iris_oai_err e;
+    iris_oai_fail(&e, status, "invalid_request_error", NULL, code, "%s", msg);
+    char *body = iris_oai_error_body(&e);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (body && ci) {
+        char head[256];
+        int n = snprintf(head, sizeof head,
+                         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                         "Content-Length: %zu\r\n\r\n", status, reason, strlen(body));
+        if (send(ci->connect_fd, head, (size_t)n, MSG_NOSIGNAL) == n)
+            (void)!send(ci->connect_fd, body, strlen(body), MSG_NOSIGNAL);
+    }
+    free(body);
+    cc->status = status;
+    cc->answered = 1;
+    return MHD_NO;
 }
 
 /* ---- routes ---- */
@@ -237,21 +262,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (*upload_size) {
         size_t k = *upload_size;
-        *upload_size = 0;
-        if (cc->answered) return MHD_YES; /* discard the rest of a refused body */
+        if (cc->answered) {
+            *upload_size = 0; /* discard the rest of a refused body */
+            return MHD_YES;
+        }
         if (cc->n + k > s->o.max_body_bytes) {
             char msg[200];
             snprintf(msg, sizeof msg, "the body is over the limit of %zu bytes (--max-body-bytes)", s->o.max_body_bytes);
-            cc->answered = 1;
-            free(cc->body);
-            cc->body = NULL;
-            return fail(c, cc, 413, "invalid_request_error", "request_too_large", 1, msg);
+            return fail_midbody(c, cc, 413, "Content Too Large", "request_too_large", msg);
         }
         if (srv_now() - cc->t0 > s->o.body_timeout_s) {
             char msg[200];
-            snprintf(msg, sizeof msg, "the body did not arrive within %.0f s", s->o.body_timeout_s);
-            cc->answered = 1;
-            return fail(c, cc, 408, "invalid_request_error", "request_timeout", 1, msg);
+            snprintf(msg, sizeof msg, "the body did not arrive within %.0f s (--body-timeout)", s->o.body_timeout_s);
+            return fail_midbody(c, cc, 408, "Request Timeout", "request_timeout", msg);
         }
         if (cc->n + k + 1 > cc->cap) {
             size_t cap = cc->cap ? cc->cap : 4096;
@@ -263,6 +286,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         memcpy(cc->body + cc->n, upload_data, k);
         cc->n += k;
+        *upload_size = 0;
         return MHD_YES;
     }
     if (cc->answered) return MHD_YES;
@@ -335,6 +359,7 @@ int iris_server_start(const iris_server_opts *o, iris_server **out, iris_err *er
                      MHD_USE_ITC | MHD_USE_POLL;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections > 0 ? o->max_connections : 1024),
@@ -342,7 +367,6 @@ int iris_server_start(const iris_server_opts *o, iris_server **out, iris_err *er
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {

@@ -2,7 +2,7 @@
  * bodies, SSE chunks and error bodies (see openai.h).
  *
  * Validation follows OpenAI's API reference and vLLM's extensions (top_k,
- * min_p, repetition_penalty): every rejected value gives a 400 whose param
+ * min_p, repetition_penalty, ignore_eos): every rejected value gives a 400 whose param
  * names it ("messages[1].content[0].image_url", "temperature") and whose
  * message says what is allowed.  JSON null means "not given" for every
  * optional field, as the official clients may send it.  Unknown fields are
@@ -279,6 +279,7 @@ int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_oai_re
         }
     }
 
+    if ((rc = get_bool(o, "ignore_eos", &r->ignore_eos, e)) < 0) goto out;
     if ((rc = get_bool(o, "stream", &r->stream, e)) < 0) goto out;
     json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {
@@ -316,11 +317,7 @@ static json_t *ustr(const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         utf8proc_int32_t cp;
         utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
-        if (k <= 0 || cp == 0) {
-            if (k > 0 && cp == 0) { /* NUL is valid UTF-8 but jansson refuses it in strings */
-                i += (size_t)k;
-                continue;
-            }
+        if (k <= 0) {
             memcpy(buf + o, "\xEF\xBF\xBD", 3);
             o += 3;
             i++;

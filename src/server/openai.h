@@ -61,6 +61,7 @@ typedef struct iris_oai_request {
     int logprobs;            /* chat: bool; completions: the count asked (0 none) */
     int top_logprobs;        /* alternatives per token, 0..20 */
     int stream, include_usage;
+    int ignore_eos;          /* vLLM's extension: end tokens do not stop */
 } iris_oai_request;
 
 /* Parse and validate a body of `len` bytes (need not be NUL-terminated).

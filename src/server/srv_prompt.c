@@ -81,7 +81,7 @@ int srv_prompt_build(iris_engine *eng, const json_t *messages, srv_image *images
             rows += iris_image_prep_rows(&preps[i]);
         }
         int dim = iris_image_row_dim(&popts);
-        out->pixel_values = malloc(sizeof(float) * (size_t)rows * (size_t)dim);
+        out->pixel_values = calloc((size_t)rows * (size_t)dim, sizeof(float));
         if (!out->pixel_values) {
             rc = iris_err_set(err, IRIS_ELIMIT, "the images need %lld pixel rows: out of memory", (long long)rows);
             goto done;
