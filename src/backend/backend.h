@@ -121,6 +121,12 @@ int iris_backend_cpu_open(iris_backend **out, iris_err *err);
 int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, iris_err *err);
 #endif
 
+/* fp32 host values to and from the backend's activation dtype (BF16: round to nearest even). */
+int iris_backend_put_f32(iris_backend *b, void *dst, const float *src, size_t n);
+int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n);
+/* Copies weight w (and its FP8 scales) into b's memory and points w there. */
+int iris_backend_place(iris_backend *b, iris_tensor *w, iris_err *err);
+
 static inline int64_t iris_tensor_ld(const iris_tensor *t) { return t->ld ? t->ld : t->cols; }
 
 #endif

@@ -152,34 +152,19 @@ fail:
     return rc;
 }
 
-static size_t elem_size(iris_dtype dt) { return iris_dtype_size(dt); }
-
 /* One weight into backend memory (with its FP8 scales). */
-static int upload_one(iris_backend *b, iris_tensor *w, iris_err *err) {
-    size_t n = (size_t)(w->rows * iris_tensor_ld(w)) * elem_size(w->dtype);
-    void *d = b->alloc(b, n);
-    if (!d || b->upload(b, d, w->data, n)) return iris_err_set(err, IRIS_ENOMEM, "%s: cannot place a %zu-byte weight: %s", b->name, n, b->err.msg);
-    w->data = d;
-    if (w->dtype == IRIS_DT_F8_E4M3) {
-        size_t sn = (size_t)(((w->rows + w->block[0] - 1) / w->block[0]) * ((w->cols + w->block[1] - 1) / w->block[1])) * 4;
-        float *s = b->alloc(b, sn);
-        if (!s || b->upload(b, s, w->scale, sn)) return iris_err_set(err, IRIS_ENOMEM, "%s: cannot place FP8 scales", b->name);
-        w->scale = s;
-    }
-    return IRIS_OK;
-}
 
 int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err) {
     if (!strcmp(b->name, "cpu")) return IRIS_OK; /* the CPU backend reads the mmap'd views directly */
     int tied = t->lm_head.data == t->embed_tokens.data;
-    int rc = upload_one(b, &t->embed_tokens, err);
-    if (!rc) rc = upload_one(b, &t->norm, err);
-    if (!rc) rc = tied ? (t->lm_head = t->embed_tokens, 0) : upload_one(b, &t->lm_head, err);
+    int rc = iris_backend_place(b, &t->embed_tokens, err);
+    if (!rc) rc = iris_backend_place(b, &t->norm, err);
+    if (!rc) rc = tied ? (t->lm_head = t->embed_tokens, 0) : iris_backend_place(b, &t->lm_head, err);
     for (int il = 0; !rc && il < t->cfg.num_hidden_layers; il++) {
         iris_text_layer *L = &t->layers[il];
         iris_tensor *all[] = {&L->input_layernorm, &L->post_attention_layernorm, &L->q_norm, &L->k_norm, &L->q_proj,
                               &L->k_proj, &L->v_proj, &L->o_proj, &L->gate_proj, &L->up_proj, &L->down_proj};
-        for (size_t i = 0; !rc && i < sizeof all / sizeof all[0]; i++) rc = upload_one(b, all[i], err);
+        for (size_t i = 0; !rc && i < sizeof all / sizeof all[0]; i++) rc = iris_backend_place(b, all[i], err);
     }
     if (!rc) t->on = b;
     return rc;
@@ -199,7 +184,7 @@ int iris_kv_cache_init(iris_kv_cache *kv, const iris_text_config *c, int n_block
     kv->n_blocks = n_blocks;
     kv->layers = calloc((size_t)kv->n_layers, sizeof *kv->layers);
     if (!kv->layers) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    size_t bytes = (size_t)n_blocks * IRIS_KV_BLOCK * (size_t)(c->num_key_value_heads * c->head_dim) * elem_size(b->act);
+    size_t bytes = (size_t)n_blocks * IRIS_KV_BLOCK * (size_t)(c->num_key_value_heads * c->head_dim) * iris_dtype_size(b->act);
     for (int il = 0; il < kv->n_layers; il++) {
         iris_kv_layer *L = &kv->layers[il];
         L->dtype = b->act;
@@ -227,37 +212,6 @@ void iris_kv_cache_free(iris_kv_cache *kv) {
     kv->layers = NULL;
 }
 
-/* ---- host <-> backend activations (fp32 on the host; the backend's dtype there) ------------- */
-
-static uint16_t f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-
-static int put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
-    if (b->act == IRIS_DT_F32) return b->upload(b, dst, src, n * 4);
-    uint16_t *tmp = malloc(n * 2 + 2);
-    if (!tmp) return IRIS_ENOMEM;
-    for (size_t i = 0; i < n; i++) tmp[i] = f32_to_bf16(src[i]);
-    int rc = b->upload(b, dst, tmp, n * 2);
-    free(tmp);
-    return rc;
-}
-
-static int get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
-    if (b->act == IRIS_DT_F32) return b->download(b, dst, src, n * 4);
-    uint16_t *tmp = malloc(n * 2 + 2);
-    if (!tmp) return IRIS_ENOMEM;
-    int rc = b->download(b, tmp, src, n * 2);
-    for (size_t i = 0; !rc && i < n; i++) {
-        uint32_t u = (uint32_t)tmp[i] << 16;
-        memcpy(&dst[i], &u, 4);
-    }
-    free(tmp);
-    return rc;
-}
 
 /* ---- the forward pass --------------------------------------------------------------------------- */
 
@@ -299,7 +253,7 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
     const int H = c->hidden_size, FF = c->intermediate_size, hd = c->head_dim;
     const int nq = c->num_attention_heads, nkv = c->num_key_value_heads, L = c->num_hidden_layers;
     const int V = c->vocab_size;
-    const size_t es = elem_size(b->act);
+    const size_t es = iris_dtype_size(b->act);
 
     /* Validate the step; size the flat batch. */
     int R = 0, n_logits = 0, n_img = 0, max_blocks = 1;
@@ -378,7 +332,7 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
         goto done;
     }
     OP(b->upload(b, d_meta, hm, ints * sizeof(int32_t)));
-    if (n_img) OP(put_f32(b, d_img, himg, (size_t)n_img * H * (1 + n_ds)));
+    if (n_img) OP(iris_backend_put_f32(b, d_img, himg, (size_t)n_img * H * (1 + n_ds)));
     int32_t *d_tok = d_meta, *d_pos = d_tok + R, *d_seq = d_pos + 3 * (size_t)R, *d_ctx = d_seq + R;
     int32_t *d_slot = d_ctx + R, *d_bt = d_slot + R, *d_imgrow = d_bt + (size_t)n_seqs * max_blocks;
     int32_t *d_lrow = d_imgrow + n_img;
@@ -400,7 +354,7 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
     for (int il = 0; il < L; il++) {
         const iris_text_layer *Ly = &t->layers[il];
         if (trace) {
-            OP(get_f32(b, h_trace, d_h, (size_t)R * H));
+            OP(iris_backend_get_f32(b, h_trace, d_h, (size_t)R * H));
             trace(trace_ud, il, h_trace, R, H);
         }
         /* Attention block. */
@@ -430,7 +384,7 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
         }
     }
     if (trace) {
-        OP(get_f32(b, h_trace, d_h, (size_t)R * H));
+        OP(iris_backend_get_f32(b, h_trace, d_h, (size_t)R * H));
         trace(trace_ud, L, h_trace, R, H);
     }
 
@@ -440,7 +394,7 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
         OP(b->get_rows(b, &h, d_lrow, n_logits, &xl));
         OP(b->rms_norm(b, &xl, &t->norm, c->rms_norm_eps, &xl));
         OP(b->linear(b, &xl, &t->lm_head, NULL, &lg));
-        OP(get_f32(b, logits, d_lg, (size_t)n_logits * V));
+        OP(iris_backend_get_f32(b, logits, d_lg, (size_t)n_logits * V));
     }
     OP(b->sync(b));
 

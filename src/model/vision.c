@@ -180,32 +180,24 @@ static void taps(int i, int size, int side, int idx[2], float w[2]) {
 
 /* ---- weights to a backend ------------------------------------------------------------------ */
 
-static int upload_one(iris_backend *b, iris_tensor *w, iris_err *err) {
-    size_t n = (size_t)(w->rows * iris_tensor_ld(w)) * iris_dtype_size(w->dtype);
-    void *d = b->alloc(b, n);
-    if (!d || b->upload(b, d, w->data, n))
-        return iris_err_set(err, IRIS_ENOMEM, "%s: cannot place a %zu-byte vision weight: %s", b->name, n, b->err.msg);
-    w->data = d;
-    return IRIS_OK;
-}
 
 int iris_vision_upload(iris_vision *v, iris_backend *b, iris_err *err) {
     if (!strcmp(b->name, "cpu")) return IRIS_OK;
-    int rc = upload_one(b, &v->patch_w, err);
-    if (!rc) rc = upload_one(b, &v->patch_b, err);
-    if (!rc) rc = upload_one(b, &v->pos_embed, err);
+    int rc = iris_backend_place(b, &v->patch_w, err);
+    if (!rc) rc = iris_backend_place(b, &v->patch_b, err);
+    if (!rc) rc = iris_backend_place(b, &v->pos_embed, err);
     for (int i = 0; i < v->cfg.depth && !rc; i++) {
         iris_vision_block *k = &v->blocks[i];
         iris_tensor *all[] = {&k->norm1.weight, &k->norm1.bias, &k->norm2.weight, &k->norm2.bias, &k->qkv.weight,
                               &k->qkv.bias, &k->proj.weight, &k->proj.bias, &k->fc1.weight, &k->fc1.bias,
                               &k->fc2.weight, &k->fc2.bias};
-        for (size_t j = 0; j < sizeof all / sizeof all[0] && !rc; j++) rc = upload_one(b, all[j], err);
+        for (size_t j = 0; j < sizeof all / sizeof all[0] && !rc; j++) rc = iris_backend_place(b, all[j], err);
     }
     for (int k = -1; k < v->cfg.n_deepstack && !rc; k++) {
         iris_vision_merger *mg = k < 0 ? &v->merger : &v->deepstack[k];
         iris_tensor *all[] = {&mg->norm.weight, &mg->norm.bias, &mg->fc1.weight, &mg->fc1.bias, &mg->fc2.weight,
                               &mg->fc2.bias};
-        for (size_t j = 0; j < sizeof all / sizeof all[0] && !rc; j++) rc = upload_one(b, all[j], err);
+        for (size_t j = 0; j < sizeof all / sizeof all[0] && !rc; j++) rc = iris_backend_place(b, all[j], err);
     }
     if (!rc) v->on = b;
     return rc;
@@ -217,36 +209,6 @@ static iris_tensor act(void *data, iris_dtype dt, int64_t rows, int64_t cols) {
     return (iris_tensor){.data = data, .dtype = dt, .rows = rows, .cols = cols};
 }
 
-static uint16_t f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-
-/* fp32 host rows to the backend's activation dtype, and back. */
-static int put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
-    if (b->act == IRIS_DT_F32) return b->upload(b, dst, src, n * 4);
-    uint16_t *tmp = malloc(n * 2 + 2);
-    if (!tmp) return IRIS_ENOMEM;
-    for (size_t i = 0; i < n; i++) tmp[i] = f32_to_bf16(src[i]);
-    int rc = b->upload(b, dst, tmp, n * 2);
-    free(tmp);
-    return rc;
-}
-
-static int get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
-    if (b->act == IRIS_DT_F32) return b->download(b, dst, src, n * 4);
-    uint16_t *tmp = malloc(n * 2 + 2);
-    if (!tmp) return IRIS_ENOMEM;
-    int rc = b->download(b, tmp, src, n * 2);
-    for (size_t i = 0; !rc && i < n; i++) {
-        uint32_t u = (uint32_t)tmp[i] << 16;
-        memcpy(&dst[i], &u, 4);
-    }
-    free(tmp);
-    return rc;
-}
 
 #define OP(call)                                                               \
     do {                                                                       \
@@ -354,7 +316,7 @@ int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pi
     float *d_w = (float *)(d_idx + (size_t)N * 6);
     OP(b->upload(b, d_tab, h_idx, sizeof(int32_t) * (size_t)N * 6));
     OP(b->upload(b, d_w, h_w, sizeof(float) * (size_t)N * 4));
-    OP(put_f32(b, d_pv, pixel_values, (size_t)N * v->patch_dim));
+    OP(iris_backend_put_f32(b, d_pv, pixel_values, (size_t)N * v->patch_dim));
 
     iris_dtype A = b->act;
     iris_tensor x = act(d_x, A, N, H), y = act(d_y, A, N, H);
@@ -368,7 +330,7 @@ int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pi
     OP(b->linear(b, &pv, &v->patch_w, &v->patch_b, &x));
     OP(b->interp4(b, &v->pos_embed, d_idx, d_w, (int)N, &y));
     OP(b->add(b, &x, &y));
-    if (trace) OP(get_f32(b, trace, d_x, (size_t)N * H));
+    if (trace) OP(iris_backend_get_f32(b, trace, d_x, (size_t)N * H));
 
     /* 3. pre-norm blocks */
     for (int il = 0; il < c->depth; il++) {
@@ -386,12 +348,12 @@ int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pi
         OP(b->gelu_tanh(b, &ff));
         OP(b->linear(b, &ff, &bl->fc2.weight, &bl->fc2.bias, &y));
         OP(b->add(b, &x, &y));
-        if (trace) OP(get_f32(b, trace + (int64_t)(il + 1) * N * H, d_x, (size_t)N * H));
+        if (trace) OP(iris_backend_get_f32(b, trace + (int64_t)(il + 1) * N * H, d_x, (size_t)N * H));
         for (int t = 0; t < c->n_deepstack; t++)
             if (c->deepstack_visual_indexes[t] == il) {
                 iris_tensor o = act(d_out, A, T, OH);
                 if ((rc = merge(b, &v->deepstack[t], 1, &x, d_y, d_big, &o, err))) goto done;
-                OP(get_f32(b, out->deepstack + (int64_t)t * T * OH, d_out, (size_t)(T * OH)));
+                OP(iris_backend_get_f32(b, out->deepstack + (int64_t)t * T * OH, d_out, (size_t)(T * OH)));
             }
     }
 
@@ -399,7 +361,7 @@ int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pi
     {
         iris_tensor o = act(d_out, A, T, OH);
         if ((rc = merge(b, &v->merger, 0, &x, d_y, d_big, &o, err))) goto done;
-        OP(get_f32(b, out->embeds, d_out, (size_t)(T * OH)));
+        OP(iris_backend_get_f32(b, out->embeds, d_out, (size_t)(T * OH)));
         OP(b->sync(b));
     }
 done:

@@ -1,0 +1,56 @@
+/* backend.c: what the model code shares on top of any backend — moving fp32
+ * host rows in and out of the backend's activation dtype, and placing weights
+ * in its memory. */
+#include "backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+static uint16_t f32_to_bf16(float x) { /* round to nearest even; NaN stays NaN */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+int iris_backend_put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
+    if (b->act == IRIS_DT_F32) return b->upload(b, dst, src, n * 4);
+    uint16_t *tmp = malloc(n * 2 + 2);
+    if (!tmp) return IRIS_ENOMEM;
+    for (size_t i = 0; i < n; i++) tmp[i] = f32_to_bf16(src[i]);
+    int rc = b->upload(b, dst, tmp, n * 2);
+    free(tmp);
+    return rc;
+}
+
+int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
+    if (b->act == IRIS_DT_F32) return b->download(b, dst, src, n * 4);
+    uint16_t *tmp = malloc(n * 2 + 2);
+    if (!tmp) return IRIS_ENOMEM;
+    int rc = b->download(b, tmp, src, n * 2);
+    for (size_t i = 0; !rc && i < n; i++) {
+        uint32_t u = (uint32_t)tmp[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+    free(tmp);
+    return rc;
+}
+
+int iris_backend_place(iris_backend *b, iris_tensor *w, iris_err *err) {
+    size_t n = (size_t)(w->rows * iris_tensor_ld(w)) * iris_dtype_size(w->dtype);
+    void *d = b->alloc(b, n);
+    if (!d || b->upload(b, d, w->data, n))
+        return iris_err_set(err, IRIS_ENOMEM, "%s: cannot place a %zu-byte weight: %s", b->name, n, b->err.msg);
+    w->data = d;
+    if (w->dtype == IRIS_DT_F8_E4M3 && w->scale) {
+        size_t sn = (size_t)(((w->rows + w->block[0] - 1) / w->block[0]) * ((w->cols + w->block[1] - 1) / w->block[1])) *
+                    sizeof(float);
+        float *s = b->alloc(b, sn);
+        if (!s || b->upload(b, s, w->scale, sn))
+            return iris_err_set(err, IRIS_ENOMEM, "%s: cannot place %zu bytes of FP8 scales", b->name, sn);
+        w->scale = s;
+    }
+    return IRIS_OK;
+}
