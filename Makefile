@@ -37,7 +37,7 @@ NVFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -Isrc/base $(foreach a,$(CUDA_ARCHS),-
            -Xcompiler -fPIC -MMD -MP
 endif
 
-.PHONY: all test demo setup clean fuzz-smoke bench-tok
+.PHONY: all test demo setup clean fuzz-smoke bench-tok examples
 all: $(BUILD)/iris $(BUILD)/libiris.a
 
 $(BUILD)/%.o: %.c
@@ -89,6 +89,13 @@ fuzz-smoke: $(FUZZ_BIN)
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libiris.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libiris.a $(LDLIBS)
+
+# Examples: examples/NAME.c -> $(BUILD)/examples/NAME, clients of `iris serve` (libcurl + jansson).
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+examples: $(EXAMPLES)
+$(BUILD)/examples/%: examples/%.c examples/iris_client.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 setup:
 	@scripts/setup
