@@ -118,17 +118,19 @@ static iris_tensor weight(int64_t out, int64_t in, int fp8) {
 
 static size_t wbytes(const iris_tensor *w) { return (size_t)(w->rows * w->cols) * (w->dtype == IRIS_DT_F8_E4M3 ? 1 : 2); }
 
-/* Median of `reps` timings (ms) of fn. */
+/* Median of `reps` timings (ms) of fn; each timing covers `inner` back-to-back
+ * calls (divided out), so a small kernel's launch latency is not counted. */
 typedef void (*work_fn)(void *);
-static double time_ms(work_fn fn, void *arg, int reps) {
+static double time_ms_n(work_fn fn, void *arg, int reps, int inner) {
     double t[64];
     if (reps > 64) reps = 64;
     fn(arg);
     OK(B->sync(B));
     for (int i = 0; i < reps; i++) {
+        OK(B->sync(B));
         OK(iris_cuda_mark(B));
-        fn(arg);
-        t[i] = iris_cuda_elapsed_ms(B);
+        for (int k = 0; k < inner; k++) fn(arg);
+        t[i] = iris_cuda_elapsed_ms(B) / inner;
     }
     for (int i = 1; i < reps; i++)
         for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
@@ -137,6 +139,7 @@ static double time_ms(work_fn fn, void *arg, int reps) {
         }
     return t[reps / 2];
 }
+static double time_ms(work_fn fn, void *arg, int reps) { return time_ms_n(fn, arg, reps, 1); }
 
 /* ---- the decoder -------------------------------------------------------------------------- */
 
@@ -296,6 +299,67 @@ static void run_graph(void *arg) {
     OK(iris_cuda_graph_replay(B, g_graph));
 }
 
+/* In-graph cost of one call of fn (ms): `inner` calls captured in one graph, replayed. */
+static double time_in_graph(work_fn fn, void *arg, int inner) {
+    iris_cuda_graph *saved = g_graph;
+    OK(iris_cuda_graph_begin(B));
+    for (int k = 0; k < inner; k++) fn(arg);
+    OK(iris_cuda_graph_end(B, &g_graph));
+    double ms = time_ms(run_graph, NULL, 15) / inner;
+    iris_cuda_graph_free(g_graph);
+    g_graph = saved;
+    return ms;
+}
+
+/* One op of the decode step, for the per-op breakdown. */
+typedef struct {
+    step *st;
+    int op;
+} op_args;
+
+static void run_op(void *p) {
+    op_args *a = p;
+    step *st = a->st;
+    model *m = st->m;
+    shape s = m->s;
+    layer *l = &m->layers[0];
+    int n = st->n;
+    iris_tensor x = tview(st->x, IRIS_DT_BF16, n, s.H), t = tview(st->t, IRIS_DT_BF16, n, s.H);
+    iris_tensor q = tview(st->qb, IRIS_DT_BF16, n, (int64_t)s.nq * s.hd), k = tview(st->kb, IRIS_DT_BF16, n, (int64_t)s.nkv * s.hd);
+    iris_tensor v = tview(st->vb, IRIS_DT_BF16, n, (int64_t)s.nkv * s.hd), o = tview(st->ob, IRIS_DT_BF16, n, (int64_t)s.nq * s.hd);
+    iris_tensor qh = tview(st->qb, IRIS_DT_BF16, (int64_t)n * s.nq, s.hd);
+    iris_tensor g = tview(st->g, IRIS_DT_BF16, n, s.I), u = tview(st->u, IRIS_DT_BF16, n, s.I);
+    switch (a->op) {
+    case 0: OK(B->rms_norm(B, &x, &l->in_norm, 1e-6f, &t)); break;
+    case 1: OK(B->linear(B, &t, &l->q, NULL, &q)); break;
+    case 2: OK(B->linear(B, &t, &l->k, NULL, &k)); break;
+    case 3: OK(B->rms_norm(B, &qh, &l->q_norm, 1e-6f, &qh)); break;
+    case 4: OK(B->rope(B, &q, s.nq, s.hd, st->pos, n, st->dim_of, st->inv)); break;
+    case 5: OK(B->kv_write(B, &l->kv, &k, &v, &st->meta)); break;
+    case 6: OK(B->attn_paged(B, &q, &l->kv, &st->meta, s.nq, &o)); break;
+    case 7: OK(B->linear(B, &o, &l->o, NULL, &t)); break;
+    case 8: OK(B->add(B, &x, &t)); break;
+    case 9: OK(B->linear(B, &t, &l->gate, NULL, &g)); break;
+    case 10: OK(B->silu_mul(B, &g, &u)); break;
+    case 11: OK(B->linear(B, &g, &l->down, NULL, &t)); break;
+    default: {
+        iris_tensor lg = tview(st->logits, IRIS_DT_BF16, n, s.V);
+        OK(B->linear(B, &t, &m->embed, NULL, &lg));
+    }
+    }
+}
+
+static void decode_breakdown(step *st) {
+    static const char *names[] = {"rms_norm", "q_proj", "k_proj", "q_norm", "rope_q", "kv_write", "attn",
+                                  "o_proj", "add", "gate_proj", "silu_mul", "down_proj", "lm_head"};
+    printf("{\"bench\":\"decode_ops_us\",\"batch\":%d", st->n);
+    for (int op = 0; op < 13; op++) {
+        op_args a = {st, op};
+        printf(",\"%s\":%.2f", names[op], time_in_graph(run_op, &a, op == 12 ? 4 : 20) * 1e3);
+    }
+    printf("}\n");
+}
+
 /* ---- micro benchmarks ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -316,7 +380,7 @@ static void bench_linear_shapes(int fp8, shape s) {
                       tview(yb, IRIS_DT_BF16, 1, shapes[i][0])};
         for (int n = 1; n <= 16; n *= 4) {
             a.x.rows = a.y.rows = n;
-            double ms = time_ms(run_linear, &a, 31);
+            double ms = time_ms_n(run_linear, &a, 15, 20);
             printf("{\"bench\":\"gemv\",\"op\":\"%s\",\"dtype\":\"%s\",\"rows\":%d,\"out\":%lld,\"in\":%lld,\"us\":%.2f,"
                    "\"weight_GBps\":%.0f}\n",
                    names[i], is_fp8 ? "fp8" : "bf16", n, (long long)shapes[i][0], (long long)shapes[i][1], ms * 1e3,
@@ -331,9 +395,9 @@ static void bench_linear_shapes(int fp8, shape s) {
     for (int i = 0; i < 10; i++) {
         a.x.rows = a.y.rows = rows[i];
         iris_cuda_set_gemv_rows(B, 1 << 20);
-        double g = time_ms(run_linear, &a, 21);
+        double g = time_ms_n(run_linear, &a, 11, 10);
         iris_cuda_set_gemv_rows(B, 0);
-        double c = time_ms(run_linear, &a, 21);
+        double c = time_ms_n(run_linear, &a, 11, 10);
         printf("{\"bench\":\"linear_switch\",\"dtype\":\"%s\",\"rows\":%d,\"out\":%d,\"in\":%d,\"gemv_us\":%.2f,"
                "\"cublaslt_us\":%.2f}\n",
                fp8 ? "fp8" : "bf16", rows[i], s.I, s.H, g * 1e3, c * 1e3);
@@ -417,13 +481,17 @@ static void bench_vision(void) {
     free(pos);
     for (int j = 0; j < 32; j++) v.dim_of[j] = j < 16 ? 0 : 1, v.inv[j] = 1.0f / powf(1e4f, (float)(2 * (j % 16)) / 32.0f);
     v.cu[0] = 0, v.cu[1] = N;
-    double ms = time_ms(run_vit, &v, 7);
-    seg_args sa = {v.qkv, v.y, {0, N}, 16, 64};
-    double ams = time_ms(run_segments, &sa, 11);
-    double flops = 4.0 * N * (double)N * 64 * 16;
-    printf("{\"bench\":\"vision_1024x1024\",\"patches\":%d,\"blocks_ms\":%.2f,\"attn_ms_per_block\":%.3f,"
-           "\"attn_TFLOPs\":%.1f}\n",
-           N, ms, ams, flops / (ams * 1e-3) / 1e12);
+    for (int impl = 0; impl < 2; impl++) {
+        iris_cuda_set_attn_impl(B, impl);
+        double ms = time_ms(run_vit, &v, 7);
+        seg_args sa = {v.qkv, v.y, {0, N}, 16, 64};
+        double ams = time_ms_n(run_segments, &sa, 11, 5);
+        double flops = 4.0 * N * (double)N * 64 * 16;
+        printf("{\"bench\":\"vision_1024x1024\",\"flash\":\"%s\",\"patches\":%d,\"blocks_ms\":%.2f,"
+               "\"attn_ms_per_block\":%.3f,\"attn_TFLOPs\":%.1f}\n",
+               impl ? "wmma" : "mma", N, ms, ams, flops / (ams * 1e-3) / 1e12);
+    }
+    iris_cuda_set_attn_impl(B, 0);
 }
 
 /* ---- decode attention alone ---------------------------------------------------------------- */
@@ -498,7 +566,8 @@ int main(int argc, char **argv) {
         OK(iris_cuda_graph_end(B, &g_graph));
         double ms = time_ms(run_graph, NULL, 31);
         attn_args aa = {&st, &m.layers[0]};
-        double attn = time_ms(run_attn, &aa, 21);
+        double attn = time_ms_n(run_attn, &aa, 11, 10);
+        if (batches[i] == 1 || batches[i] == 64) decode_breakdown(&st);
         printf("{\"bench\":\"decode\",\"batch\":%d,\"ctx\":%d,\"step_ms\":%.3f,\"eager_step_ms\":%.3f,\"tok_per_s\":%.0f,"
                "\"weight_GBps\":%.0f,\"attn_us_per_layer\":%.1f}\n",
                batches[i], ctx, ms, eager, batches[i] / (ms * 1e-3), m.weight_bytes / (ms * 1e-3) / 1e9, attn * 1e3);
@@ -513,7 +582,7 @@ int main(int argc, char **argv) {
         step st;
         build_step(&st, &m, 1, 1, ctxs[i], 1);
         attn_args aa = {&st, &m.layers[0]};
-        double attn = time_ms(run_attn, &aa, 21);
+        double attn = time_ms_n(run_attn, &aa, 11, 10);
         double bytes = 2.0 * ctxs[i] * s.nkv * s.hd * 2;
         printf("{\"bench\":\"decode_attn\",\"ctx\":%d,\"us\":%.1f,\"kv_GBps\":%.0f}\n", ctxs[i], attn * 1e3,
                bytes / (attn * 1e-3) / 1e9);

@@ -412,6 +412,8 @@ typedef struct {
     int n_past, n_new;
 } step_seq;
 
+static int g_impl; /* flash kernel under test: 0 mma.sync, 1 WMMA */
+
 /* One step over sequences that bring n_new rows after n_past cached tokens: the
  * cache is filled through kv_write (history and new rows alike), then attention
  * of the new rows is compared. */
@@ -478,7 +480,7 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     CHECKF(rc == 0, "%s", g_cuda->err.msg);
     float *got = dev_read_bf16(dout, (int64_t)n_rows * nq * hd);
     char what[128];
-    int len = snprintf(what, sizeof what, "attn_paged %d/%d x %d:", nq, nkv, hd);
+    int len = snprintf(what, sizeof what, "attn_paged%s %d/%d x %d:", g_impl ? " (wmma)" : "", nq, nkv, hd);
     for (int s = 0; s < n_seqs && len < (int)sizeof what - 16; s++)
         len += snprintf(what + len, sizeof what - (size_t)len, " %d+%d", ss[s].n_past, ss[s].n_new);
     /* P is rounded to bf16 in the flash kernel: 2^-9 of each weight, so at most that of max|v|. */
@@ -505,15 +507,23 @@ IRIS_TEST(gpu_ops_attn_paged) {
     step_seq d1[] = {{0, 1}, {36, 1}, {700, 1}};
     check_paged(d1, 3, 16, 8, 128);
     check_paged(d1, 3, 6, 2, 128);
+    check_paged(d1, 3, 4, 1, 16);
     step_seq d2[] = {{2999, 1}};
     check_paged(d2, 1, 32, 8, 128);
     /* prefill: a chunk after a cached prefix, a decode row, a short prompt, a long one */
     step_seq p1[] = {{20, 150}, {40, 1}, {0, 9}, {0, 200}};
-    check_paged(p1, 4, 16, 8, 128);
-    check_paged(p1, 4, 6, 2, 128);
-    check_paged(p1, 4, 4, 4, 64);
     step_seq p2[] = {{0, 5}, {0, 3}};
-    check_paged(p2, 2, 8, 8, 256);
+    for (g_impl = 0; g_impl < 2; g_impl++) {
+        iris_cuda_set_attn_impl(g_cuda, g_impl);
+        check_paged(p1, 4, 16, 8, 128);
+        check_paged(p1, 4, 6, 2, 128);
+        check_paged(p1, 4, 4, 4, 64);
+        check_paged(p1, 4, 8, 2, 32);
+        check_paged(p1, 4, 4, 1, 16);
+        check_paged(p2, 2, 8, 8, 256);
+    }
+    g_impl = 0;
+    iris_cuda_set_attn_impl(g_cuda, 0);
 }
 
 /* ---- segment attention (vision) ------------------------------------------------------------- */
@@ -528,7 +538,7 @@ static void check_segments(const int *cu, int n_seg, int nh, int hd) {
     CHECKF(g_cuda->attn_segments(g_cuda, &gqkv, nh, hd, cu, n_seg, &go) == 0, "%s", g_cuda->err.msg);
     float *got = dev_read_bf16(dout, n * w);
     char what[128];
-    int len = snprintf(what, sizeof what, "attn_segments %d x %d:", nh, hd);
+    int len = snprintf(what, sizeof what, "attn_segments%s %d x %d:", g_impl ? " (wmma)" : "", nh, hd);
     for (int s = 0; s < n_seg && len < (int)sizeof what - 8; s++)
         len += snprintf(what + len, sizeof what - (size_t)len, " %d", cu[s + 1] - cu[s]);
     compare(what, got, w, ref, w, n, w, 4e-3f, 4e-3f);
@@ -539,11 +549,19 @@ static void check_segments(const int *cu, int n_seg, int nh, int hd) {
 IRIS_TEST(gpu_ops_attn_segments) {
     if (!backends()) return;
     int a[] = {0, 37, 250, 300};
-    check_segments(a, 3, 3, 64);
     int b[] = {0, 129};
-    check_segments(b, 1, 2, 128);
     int c[] = {0, 1, 1025};
-    check_segments(c, 2, 16, 64);
+    int d[] = {0, 70, 133};
+    for (g_impl = 0; g_impl < 2; g_impl++) {
+        iris_cuda_set_attn_impl(g_cuda, g_impl);
+        check_segments(a, 3, 3, 64);
+        check_segments(b, 1, 2, 128);
+        check_segments(c, 2, 16, 64);
+        check_segments(d, 2, 4, 32);
+        check_segments(d, 2, 2, 16);
+    }
+    g_impl = 0;
+    iris_cuda_set_attn_impl(g_cuda, 0);
 }
 
 #else

@@ -6,6 +6,7 @@
 #include "cli.h"
 
 int iris_cmd_version(int argc, char **argv);
+int iris_cmd_bench(int argc, char **argv);
 int iris_cmd_run(int argc, char **argv);
 int iris_cmd_caption(int argc, char **argv);
 int iris_cmd_ask(int argc, char **argv);
@@ -39,6 +40,7 @@ static const iris_cli_cmd iris_cli_cmds[] = {
     {"logits", iris_cmd_logits, "write the prompt's logits as .npy (parity checks, debugging)"},
     {"plan", iris_cmd_plan, "what a model needs on a GPU and the context that fits (no GPU needed)"},
     {"serve", iris_cmd_serve, "OpenAI-compatible HTTP server (chat completions with images, streaming)"},
+    {"bench", iris_cmd_bench, "prefill and decode speed of a model's text decoder, as JSON"},
     {NULL, NULL, NULL},
 };
 

@@ -31,6 +31,7 @@ struct decode_args {
     int64_t ldo;
     const int32_t *row_seq, *row_ctx, *block_tables;
     int max_blocks, n_rows, nq, g, chunk, n_splits;
+    int flash;   /* the flash kernel runs too: skip its rows */
     float scale;
     float *part; /* [n_rows, nq, n_splits, HD + 2] when n_splits > 1 */
 };
@@ -39,7 +40,7 @@ template <int HD, int GMAX>
 __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
     constexpr int LPT = HD / 8, TPW = 32 / LPT; /* lanes per key, keys per warp step */
     int row = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-    if (flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
+    if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31, sub = lane / LPT, dl = lane % LPT;
     int seq = a.row_seq[row], ctx = a.row_ctx[row];
     int j_begin = split * a.chunk, j_end = min(ctx, j_begin + a.chunk);
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
 template <int HD>
 __global__ void k_attn_combine(decode_args a) {
     int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-    if (flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
+    if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
     const float *p = a.part + ((int64_t)row * a.nq + h) * a.n_splits * (HD + 2);
     float M = -INFINITY;
     for (int s = 0; s < a.n_splits; s++) M = fmaxf(M, p[s * (HD + 2)]);
@@ -170,8 +171,8 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
     int hd = kv->head_dim, nkv = kv->n_kv_heads;
     if (q->dtype != IRIS_DT_BF16 || o->dtype != IRIS_DT_BF16 || kv->dtype != IRIS_DT_BF16)
         return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_paged: q, o and the cache must be BF16");
-    if (hd != 64 && hd != 128 && hd != 256)
-        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_paged: head_dim %d (64, 128 or 256)", hd);
+    if (hd != 16 && hd != 32 && hd != 64 && hd != 128 && hd != 256)
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_paged: head_dim %d (16, 32, 64, 128 or 256)", hd);
     if (nkv <= 0 || n_q_heads % nkv || n_q_heads / nkv > 8)
         return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_paged: %d query heads over %d kv heads (groups of 1..8)",
                               n_q_heads, nkv);
@@ -217,11 +218,14 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
     a.n_splits = (meta->max_blocks + blocks_per - 1) / blocks_per;
     if (a.n_splits < 1) a.n_splits = 1;
 
-    if (meta->n_rows >= FLASH_MIN_ROWS && (hd == 64 || hd == 128)) {
+    a.flash = meta->n_rows >= FLASH_MIN_ROWS && flash_head_dim_ok(hd);
+    if (a.flash) {
         int rc = iris_cuda_flash_paged(b, q, kv, meta, n_q_heads, o);
         if (rc) return rc;
     }
-    if (hd == 64) launch_decode_g<64>(a, nkv, c->stream);
+    if (hd == 16) launch_decode_g<16>(a, nkv, c->stream);
+    else if (hd == 32) launch_decode_g<32>(a, nkv, c->stream);
+    else if (hd == 64) launch_decode_g<64>(a, nkv, c->stream);
     else if (hd == 128) launch_decode_g<128>(a, nkv, c->stream);
     else launch_decode_g<256>(a, nkv, c->stream);
     return iris_cuda_check(b, "attn_paged");
@@ -231,8 +235,8 @@ int iris_cuda_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads
                             int n_seg, iris_tensor *o) {
     if (qkv->dtype != IRIS_DT_BF16 || o->dtype != IRIS_DT_BF16)
         return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_segments: qkv and o must be BF16");
-    if (head_dim != 64 && head_dim != 128)
-        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_segments: head_dim %d (64 or 128)", head_dim);
+    if (!flash_head_dim_ok(head_dim))
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_segments: head_dim %d (16, 32, 64 or 128)", head_dim);
     int64_t w = (int64_t)n_heads * head_dim;
     if (qkv->cols < 3 * w || o->cols < w || o->rows != qkv->rows || tld(qkv) % 8 || !is_aligned16(qkv->data))
         return iris_cuda_fail(b, IRIS_EINVAL, "cuda attn_segments: qkv [%lld,%lld], o [%lld,%lld] for %d heads of %d",

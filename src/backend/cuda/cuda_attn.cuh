@@ -22,4 +22,22 @@ static __device__ __forceinline__ bool flash_tile_ok(const int32_t *row_seq, int
     return __all_sync(0xffffffffu, same);
 }
 
+/* What both flash kernels take (cuda_attn_flash.cu fills it). */
+struct iris_flash_args {
+    const bf16 *q, *k, *v;
+    int64_t ldq, ldk;   /* ldk: between key rows (segments: the qkv row; paged: n_kv * HD) */
+    bf16 *o;
+    int64_t ldo;
+    int n_rows, n_keys; /* segments: n_keys = n_rows; paged: from row_ctx */
+    int g;              /* query heads per kv head */
+    float scale_log2;   /* 1/sqrt(HD) · log2(e) */
+    const int32_t *row_seq, *row_ctx, *block_tables;
+    int max_blocks;
+};
+
+/* The register-resident kernel (cuda_attn_mma.cu); head_dim 16, 32, 64 or 128. */
+int iris_cuda_flash_mma(iris_backend *b, const iris_flash_args *a, int head_dim, int n_heads, int paged);
+
+static inline int flash_head_dim_ok(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128; }
+
 #endif

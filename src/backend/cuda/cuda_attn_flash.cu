@@ -14,6 +14,9 @@
  * memory (rescaled by the running-max correction before each update).
  * Compute-bound for long segments (4096 patches: 2·N²·HD flops a head).
  *
+ * The default is cuda_attn_mma.cu's kernel; this one stays as its check
+ * and baseline (iris_cuda_set_attn_impl).
+ *
  * Paged prefill: a 64-row tile is handled here only when it holds at least
  * FLASH_MIN_ROWS rows of one sequence (flash_tile_ok, shared with the decode
  * kernel of cuda_attn.cu, which takes every other row), so a tile never
@@ -27,17 +30,7 @@ using namespace nvcuda;
 #define FW 4            /* warps per CTA */
 #define FQ (16 * FW)    /* query rows per CTA */
 
-struct flash_args {
-    const bf16 *q, *k, *v;
-    int64_t ldq, ldk;   /* ldk: between key rows (segments: the qkv row; paged: n_kv * HD) */
-    bf16 *o;
-    int64_t ldo;
-    int n_rows, n_keys; /* segments: n_keys = n_rows; paged: from row_ctx */
-    int g;              /* query heads per kv head */
-    float scale_log2;   /* 1/sqrt(HD) · log2(e) */
-    const int32_t *row_seq, *row_ctx, *block_tables;
-    int max_blocks;
-};
+typedef iris_flash_args flash_args;
 
 template <int HD, int BK>
 struct flash_smem {
@@ -195,6 +188,18 @@ static int launch(iris_backend *b, const flash_args &a, int n_heads) {
     return iris_cuda_check(b, "attention (flash)");
 }
 
+/* The register-resident kernel unless the WMMA one was asked for (iris_cuda_set_attn_impl). */
+static int run(iris_backend *b, const flash_args &a, int hd, int n_heads, int paged) {
+    if (cuda_of(b)->attn_impl == 0) return iris_cuda_flash_mma(b, &a, hd, n_heads, paged);
+    switch (hd) {
+    case 16: return paged ? launch<16, 64, 1>(b, a, n_heads) : launch<16, 64, 0>(b, a, n_heads);
+    case 32: return paged ? launch<32, 64, 1>(b, a, n_heads) : launch<32, 64, 0>(b, a, n_heads);
+    case 64: return paged ? launch<64, 64, 1>(b, a, n_heads) : launch<64, 64, 0>(b, a, n_heads);
+    case 128: return paged ? launch<128, 32, 1>(b, a, n_heads) : launch<128, 32, 0>(b, a, n_heads);
+    default: return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attention: head_dim %d for the flash kernel", hd);
+    }
+}
+
 int iris_cuda_flash_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
                              int n_seg, iris_tensor *o) {
     int64_t ld = tld(qkv), w = (int64_t)n_heads * head_dim;
@@ -213,7 +218,7 @@ int iris_cuda_flash_segments(iris_backend *b, const iris_tensor *qkv, int n_head
         a.n_rows = a.n_keys = len;
         a.g = 1;
         a.scale_log2 = 1.4426950408889634f / sqrtf((float)head_dim);
-        int rc = head_dim == 64 ? launch<64, 64, 0>(b, a, n_heads) : launch<128, 32, 0>(b, a, n_heads);
+        int rc = run(b, a, head_dim, n_heads, 0);
         if (rc) return rc;
     }
     return 0;
@@ -237,5 +242,5 @@ int iris_cuda_flash_paged(iris_backend *b, const iris_tensor *q, const iris_kv_l
     a.row_ctx = meta->row_ctx;
     a.block_tables = meta->block_tables;
     a.max_blocks = meta->max_blocks;
-    return kv->head_dim == 64 ? launch<64, 64, 1>(b, a, n_q_heads) : launch<128, 32, 1>(b, a, n_q_heads);
+    return run(b, a, kv->head_dim, n_q_heads, 1);
 }

@@ -30,6 +30,10 @@ int iris_cuda_mem_info(iris_backend *b, iris_cuda_mem *m);
  * measurements; the default comes from the benchmark (see cuda_linear.cu). */
 void iris_cuda_set_gemv_rows(iris_backend *b, int rows);
 
+/* Flash attention kernel: 0 register-resident mma.sync (default), 1 WMMA with
+ * the output tile in shared memory (kept as the check and the baseline). */
+void iris_cuda_set_attn_impl(iris_backend *b, int impl);
+
 /* CUDA graphs: ops issued between capture_begin and capture_end are recorded,
  * not run; replay runs them again with the same pointers (the caller
  * rewrites the step's metadata in place before each replay).  The graph is

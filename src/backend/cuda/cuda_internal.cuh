@@ -50,6 +50,7 @@ struct cuda_ctx {
     size_t attn_part_elems;
 
     int w8_max_rows;
+    int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu) */
     cudaEvent_t ev0, ev1;   /* iris_cuda_mark / iris_cuda_elapsed_ms */        /* linear: rows up to this use the W8A16 / W16A16 kernel */
 };
 

@@ -145,6 +145,7 @@ extern "C" int iris_cuda_mem_info(iris_backend *b, iris_cuda_mem *m) {
 }
 
 extern "C" void iris_cuda_set_gemv_rows(iris_backend *b, int rows) { cuda_of(b)->w8_max_rows = rows; }
+extern "C" void iris_cuda_set_attn_impl(iris_backend *b, int impl) { cuda_of(b)->attn_impl = impl; }
 
 struct iris_cuda_graph {
     cudaGraph_t graph;

@@ -1,0 +1,247 @@
+/* cmd_bench.c: `iris bench MODEL [--batch 1,8,32,64] [--prompt-tokens N]
+ * [--gen-tokens N] [--device cuda|cpu]`: prefill and decode speed of the text
+ * decoder (model/text.c) through the op table, printed as one JSON object.
+ *
+ * Prefill: one sequence of N random tokens (logits of the last row).  Decode:
+ * for each batch size B, B sequences that share the prompt's cache blocks
+ * (the prompt is rounded to whole blocks so each sequence's new tokens land
+ * in blocks of its own) decode --gen-tokens steps, one token each a step.
+ * Each step goes through iris_text_forward as the engine calls it: host
+ * inputs uploaded, fp32 logits of every row downloaded — no CUDA graphs and
+ * no sampling on the GPU yet, so the figures include those copies.  Memory:
+ * the arena (weights + KV cache + scratch, sized from the checkpoint) and
+ * the device's used memory (cudaMemGetInfo; the whole device).
+ * Figures are reported, never asserted (DESIGN.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "cli.h"
+#include "err.h"
+#include "model/config.h"
+#include "model/resolve.h"
+#include "model/safetensors.h"
+#include "model/text.h"
+#ifdef IRIS_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+#define MAX_BATCHES 16
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: iris bench MODEL [--batch 1,8,32,64] [--prompt-tokens N] [--gen-tokens N] [--device cuda|cpu]\n\n"
+               "Prefill and decode speed of the text decoder, as JSON (tok/s per batch size, memory).\n");
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int parse_batches(const char *s, int *out, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 4096 || *n == MAX_BATCHES) return -1;
+        out[(*n)++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return *n ? 0 : -1;
+}
+
+static long parse_pos(const char *opt, const char *v, long hi) {
+    char *end;
+    long x = v ? strtol(v, &end, 10) : -1;
+    if (!v || *end || x < 1 || x > hi) {
+        fprintf(stderr, "iris bench: %s wants a number in 1..%ld, not \"%s\"\n", opt, hi, v ? v : "");
+        return -1;
+    }
+    return x;
+}
+
+typedef struct {
+    iris_text t;
+    iris_kv_cache kv;
+    iris_backend *b;
+    int P, G, max_batch, prompt_blocks, blocks_per_seq;
+    float *logits;
+    int32_t *tok, *pos, *bt;
+} bench;
+
+/* Step of `n_seqs` sequences after `past` tokens: one new token each. */
+static int decode_step(bench *x, int n_seqs, int past, iris_err *err) {
+    iris_text_seq *q = calloc((size_t)n_seqs, sizeof *q);
+    if (!q) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    for (int s = 0; s < n_seqs; s++) {
+        x->tok[s] = (int32_t)((s * 7919 + past * 31) % x->t.cfg.vocab_size);
+        x->pos[3 * s] = x->pos[3 * s + 1] = x->pos[3 * s + 2] = past;
+        q[s].n_past = past;
+        q[s].n_new = 1;
+        q[s].tokens = &x->tok[s];
+        q[s].pos = &x->pos[3 * s];
+        q[s].pos_stride = 1;
+        q[s].block_table = x->bt + (size_t)s * x->blocks_per_seq;
+        q[s].logits_from = 0;
+    }
+    int rc = iris_text_forward(&x->t, x->b, &x->kv, q, n_seqs, x->logits, NULL, NULL, err);
+    free(q);
+    return rc;
+}
+
+int iris_cmd_bench(int argc, char **argv) {
+    const char *model = NULL, *device = "cuda";
+    int batches[MAX_BATCHES] = {1, 8, 32, 64}, n_batches = 4;
+    long P = 128, G = 32;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--batch")) {
+            if (i + 1 >= argc || parse_batches(argv[++i], batches, &n_batches)) {
+                fprintf(stderr, "iris bench: --batch wants sizes like 1,8,32,64 (each 1..4096, at most %d)\n", MAX_BATCHES);
+                return 2;
+            }
+        } else if (!strcmp(a, "--prompt-tokens")) {
+            if ((P = parse_pos(a, i + 1 < argc ? argv[++i] : NULL, 1 << 20)) < 0) return 2;
+        } else if (!strcmp(a, "--gen-tokens")) {
+            if ((G = parse_pos(a, i + 1 < argc ? argv[++i] : NULL, 1 << 16)) < 0) return 2;
+        } else if (!strcmp(a, "--device")) {
+            device = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(device, "cuda") && strcmp(device, "cpu")) {
+                fprintf(stderr, "iris bench: --device is cuda or cpu, not \"%s\"\n", device);
+                return 2;
+            }
+        } else if (a[0] == '-') {
+            fprintf(stderr, "iris bench: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        } else if (!model) {
+            model = a;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model) {
+        usage(stderr);
+        return 2;
+    }
+
+    iris_err err = {0};
+    char dir[4096];
+    iris_config cfg;
+    iris_st *st = NULL;
+    if (iris_model_resolve(model, dir, sizeof dir, &err) || iris_config_load(dir, &cfg, &err) || iris_st_open(dir, &st, &err))
+        return iris_cli_fail(&err);
+    bench x;
+    memset(&x, 0, sizeof x);
+    int rc = iris_text_load(st, &cfg, &x.t, &err);
+    if (rc) {
+        iris_st_close(st);
+        return iris_cli_fail(&err);
+    }
+    const iris_text_config *c = &x.t.cfg;
+    int max_batch = 0;
+    for (int i = 0; i < n_batches; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
+    x.P = (int)P, x.G = (int)G, x.max_batch = max_batch;
+    /* the prompt's blocks are shared; each sequence owns the blocks of its new tokens */
+    x.prompt_blocks = (int)((P + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK);
+    int past0 = x.prompt_blocks * IRIS_KV_BLOCK;
+    int own = (int)((G + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK);
+    x.blocks_per_seq = x.prompt_blocks + own;
+    int n_blocks = x.prompt_blocks + max_batch * own;
+    size_t kv_bytes = (size_t)n_blocks * IRIS_KV_BLOCK * c->num_key_value_heads * c->head_dim * 2 * 2 * c->num_hidden_layers;
+    size_t w_bytes = 0;
+    for (int i = 0; i < iris_st_count(st); i++) w_bytes += (size_t)iris_st_at(st, i)->n_bytes;
+    size_t act_rows = (size_t)(past0 > max_batch ? past0 : max_batch);
+    size_t act_bytes = act_rows * (size_t)(4 * c->hidden_size + 2 * c->intermediate_size + 2 * c->num_attention_heads * c->head_dim) * 4 +
+                       (size_t)max_batch * c->vocab_size * 4;
+    size_t arena = w_bytes + kv_bytes + act_bytes + ((size_t)256 << 20);
+
+    double t0 = now();
+    if (!strcmp(device, "cpu")) {
+        rc = iris_backend_cpu_open(&x.b, &err);
+    } else {
+#ifdef IRIS_CUDA
+        rc = iris_backend_cuda_open(0, arena, &x.b, &err);
+#else
+        rc = iris_err_set(&err, IRIS_EUNSUPPORTED, "this iris was built without CUDA; use --device cpu");
+#endif
+    }
+    if (!rc) rc = iris_text_upload(&x.t, x.b, &err);
+    if (!rc) rc = iris_kv_cache_init(&x.kv, c, n_blocks, x.b, &err);
+    if (!rc && x.b->sync) rc = x.b->sync(x.b) ? iris_err_set(&err, IRIS_EDEVICE, "%s", x.b->err.msg) : 0;
+    double t_load = now() - t0;
+    x.logits = malloc(sizeof(float) * (size_t)max_batch * c->vocab_size);
+    size_t rows = (size_t)(past0 > max_batch ? past0 : max_batch);
+    x.tok = malloc(sizeof(int32_t) * rows);
+    x.pos = malloc(sizeof(int32_t) * 3 * rows);
+    x.bt = malloc(sizeof(int32_t) * (size_t)max_batch * x.blocks_per_seq);
+    if (!rc && (!x.logits || !x.tok || !x.pos || !x.bt)) rc = iris_err_set(&err, IRIS_ENOMEM, "out of memory");
+    if (rc) goto done;
+    for (int s = 0; s < max_batch; s++)
+        for (int j = 0; j < x.blocks_per_seq; j++)
+            x.bt[(size_t)s * x.blocks_per_seq + j] = j < x.prompt_blocks ? j : x.prompt_blocks + s * own + (j - x.prompt_blocks);
+
+    printf("{\"model\":\"%s\",\"device\":\"%s\",\"layers\":%d,\"hidden\":%d,\"fp8_linears\":%d,\"weights_bytes\":%zu,"
+           "\"load_s\":%.3f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld",
+           dir, device, c->num_hidden_layers, c->hidden_size, x.t.n_fp8, w_bytes, t_load, P, G);
+    fflush(stdout);
+
+    /* Prefill, twice (the first warms up kernels and cuBLASLt's plans); the prompt
+     * is padded with its own tokens to whole blocks so decode starts on a block edge. */
+    double t_pre = 0;
+    for (int rep = 0; rep < 2 && !rc; rep++) {
+        for (int j = 0; j < past0; j++) {
+            x.tok[j] = (int32_t)((j * 2654435761u) % (uint32_t)c->vocab_size);
+            x.pos[j] = x.pos[past0 + j] = x.pos[2 * past0 + j] = j;
+        }
+        iris_text_seq q = {0};
+        q.n_new = past0, q.tokens = x.tok, q.pos = x.pos, q.pos_stride = past0, q.block_table = x.bt;
+        q.logits_from = past0 - 1;
+        double a = now();
+        rc = iris_text_forward(&x.t, x.b, &x.kv, &q, 1, x.logits, NULL, NULL, &err);
+        t_pre = now() - a;
+    }
+    if (rc) goto done;
+    printf(",\"prefill\":{\"tokens\":%d,\"ms\":%.2f,\"tok_per_s\":%.0f}", past0, t_pre * 1e3, past0 / t_pre);
+    printf(",\"decode\":[");
+    for (int bi = 0; bi < n_batches && !rc; bi++) {
+        int B = batches[bi];
+        rc = decode_step(&x, B, past0, &err); /* warm-up: this batch size's shapes */
+        double a = now();
+        for (int g = 0; g < x.G && !rc; g++) rc = decode_step(&x, B, past0 + g, &err);
+        double dt = now() - a;
+        if (!rc)
+            printf("%s{\"batch\":%d,\"step_ms\":%.3f,\"tok_per_s\":%.0f}", bi ? "," : "", B, dt / x.G * 1e3,
+                   (double)B * x.G / dt);
+        fflush(stdout);
+    }
+    printf("]");
+#ifdef IRIS_CUDA
+    if (!rc && !strcmp(device, "cuda")) {
+        iris_cuda_mem mi;
+        if (iris_cuda_mem_info(x.b, &mi) == 0)
+            printf(",\"memory\":{\"arena_bytes\":%zu,\"arena_peak_bytes\":%zu,\"device_used_bytes\":%zu}", mi.arena_bytes,
+                   mi.peak_bytes, mi.device_used);
+    }
+#endif
+    printf("}\n");
+done:
+    if (x.kv.layers) iris_kv_cache_free(&x.kv);
+    iris_text_free(&x.t);
+    if (x.b) x.b->destroy(x.b);
+    iris_st_close(st);
+    free(x.logits), free(x.tok), free(x.pos), free(x.bt);
+    if (rc) {
+        printf("\n");
+        return iris_cli_fail(&err);
+    }
+    return 0;
+}
