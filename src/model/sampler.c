@@ -278,6 +278,11 @@ static float kth_largest(const float *w, int n, int k, float *heap) {
     return m < k ? -INFINITY : heap[0];
 }
 
+static int cmp_int(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    return (i > j) - (i < j);
+}
+
 static int cmp_desc(const void *a, const void *b, void *arg) {
     const float *w = arg;
     int i = *(const int *)a, j = *(const int *)b;
@@ -377,6 +382,12 @@ int iris_sampler_sample(iris_sampler *s, const float *logits, iris_sample_out *o
         int keep;
         double mass;
         warp(s, top, &keep, &mass);
+        /* Walk the kept tokens in id order, not probability order: near-equal
+         * probabilities then cannot swap places when the logits move by a
+         * rounding error (a batch of another size, a prefix-cache hit), so the
+         * same seed gives the same token unless u falls within that error of a
+         * boundary. */
+        qsort(s->cand, (size_t)keep, sizeof *s->cand, cmp_int);
         float m = s->work[top];
         double u = uniform01(s->rng) * mass, acc = 0.0;
         token = s->cand[keep - 1];
