@@ -625,8 +625,12 @@ def iris_eval(edir, model, limit=None, binary="build/demo/bench/demo_eval"):
     secs = time.time() - t
     res = [json.loads(line) for line in out.splitlines() if line.strip()]
     assert len(res) == len(items), (len(res), len(items))
+    gc = json.load(open(os.path.join(model, "generation_config.json")))
+    eos = set(gc["eos_token_id"] if isinstance(gc["eos_token_id"], list) else [gc["eos_token_id"]])
     recs, agree = [], 0
     for x, r in zip(items, res):
+        while r["tokens"] and r["tokens"][-1] in eos:
+            r["tokens"].pop()
         m = D.score(x["task"], scenes[x["image"]], x["truth"], r["text"])
         recs.append(dict(task=x["task"] if x["task"] != "vqa" else "vqa:" + x["type"], metrics=m))
         if x["task"] == "vqa":
