@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "default_model.h"
 #include "err.h"
 #include "infer.h"
 #include "model/sampler.h"
@@ -176,9 +177,10 @@ static int fixed_prompt(int argc, char **argv, const char *prompt, int wants_que
         usage(stderr, argv[0]);
         return 2;
     }
-    if (!a.model) {
-        fprintf(stderr, "iris %s: no default model yet (the demo model is not in this repository): pass --model "
-                        "MODEL, a model directory or a repo id in the Hugging Face cache\n", argv[0]);
+    if (!a.model && !(a.model = iris_default_model_dir())) {
+        fprintf(stderr, "iris %s: no --model and no demo model found (models/demo beside the executable, or "
+                        "$IRIS_DEMO_MODEL): pass --model MODEL, a model directory or a repo id in the Hugging Face "
+                        "cache\n", argv[0]);
         return 2;
     }
     a.images[a.n_images++] = pos[0];
@@ -202,8 +204,8 @@ int iris_cmd_run(int argc, char **argv) {
     if (n_pos == 2 && !a.model) {
         a.model = pos[0];
         a.prompt = pos[1];
-    } else if (n_pos == 1 && a.model) {
-        a.prompt = pos[0];
+    } else if (n_pos == 1 && (a.model || (a.model = iris_default_model_dir()))) {
+        a.prompt = pos[0];   /* iris run [--model M] PROMPT: the demo model by default */
     } else {
         usage(stderr, "run");
         return 2;

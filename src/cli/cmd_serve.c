@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "default_model.h"
 #include "engine/planner.h"
 #include "err.h"
 #include "log.h"
@@ -168,7 +169,7 @@ int iris_cmd_serve(int argc, char **argv) {
         if (bad) return 2;
         i += takes;
     }
-    if (!model) {
+    if (!model && !(model = iris_default_model_dir())) {   /* the demo model by default */
         usage(stderr);
         return 2;
     }
