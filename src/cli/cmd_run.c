@@ -42,12 +42,13 @@ static const char *flag_names[F_N] = {"--temperature", "--top-k", "--top-p", "--
 
 static void usage(FILE *f, const char *cmd) {
     if (!strcmp(cmd, "run"))
-        fprintf(f, "usage: iris run MODEL [--image PATH]... [--system TEXT] [options] PROMPT\n");
+        fprintf(f, "usage: iris run [MODEL] [--image PATH]... [--system TEXT] [options] PROMPT\n");
     else if (!strcmp(cmd, "ask"))
-        fprintf(f, "usage: iris ask --model MODEL [options] IMAGE QUESTION\n");
+        fprintf(f, "usage: iris ask [--model MODEL] [options] IMAGE QUESTION\n");
     else
-        fprintf(f, "usage: iris %s --model MODEL [options] IMAGE\n", cmd);
-    fprintf(f, "\nMODEL is a model directory (Hugging Face layout) or a repo id in the HF cache.\n"
+        fprintf(f, "usage: iris %s [--model MODEL] [options] IMAGE\n", cmd);
+    fprintf(f, "\nMODEL is a model directory (Hugging Face layout) or a repo id in the HF cache;\n"
+               "without it, the demo model (models/demo, or $IRIS_DEMO_MODEL).\n"
                "options:\n"
                "  --image PATH           an image (repeatable; run only)\n"
                "  --system TEXT          a system message\n"
