@@ -11,6 +11,9 @@
 #include "model/hub.h"
 #include "model/resolve.h"
 #include "engine/planner.h"
+#ifdef IRIS_CUDA
+#include "backend/cuda/cuda_info.h"
+#endif
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -21,7 +24,9 @@ static void usage(FILE *f) {
             "  --json            one JSON array instead of the table\n"
             "  --vram SIZE       also plan each supported model for a card of SIZE (e.g. 8GiB)\n"
             "                    with the default settings: does it fit, and the context it gets\n"
-            "  --reserved SIZE   memory the desktop holds on that card (default 0)\n");
+            "  --reserved SIZE   memory the desktop holds on that card (default 0)\n"
+            "On a machine with a GPU (CUDA build) the FITS column is planned for that GPU\n"
+            "as it is now, unless --vram is given.\n");
 }
 
 /* Plans a model for the card; writes "yes, 30336-token context" or "no: ..." to buf. */
@@ -94,6 +99,14 @@ int iris_cmd_ls(int argc, char **argv) {
             return 2;
         }
     }
+#ifdef IRIS_CUDA
+    /* Without --vram: this machine's GPU, as it is now (what others hold counts as reserved). */
+    size_t gfree = 0, gtotal = 0;
+    if (!vram && iris_cuda_device_memory(0, &gfree, &gtotal) == 0 && gtotal > 0) {
+        vram = gtotal;
+        reserved = gtotal - gfree;
+    }
+#endif
     if (reserved && reserved >= vram) {
         fprintf(stderr, "iris ls: --reserved needs a larger --vram\n");
         return 2;

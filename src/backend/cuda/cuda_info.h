@@ -1,0 +1,19 @@
+/* cuda_info.h: the device's memory, for commands that plan without opening a
+ * backend (`iris ls`).  C header; only in CUDA builds (IRIS_CUDA). */
+#ifndef IRIS_CUDA_INFO_H
+#define IRIS_CUDA_INFO_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Free and total memory of `device` now (cudaMemGetInfo); -1 when there is no
+ * such device or no driver.  Creates the primary context on first use. */
+int iris_cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
