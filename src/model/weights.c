@@ -1,0 +1,82 @@
+/* weights.c: opening a Qwen3-VL checkpoint (weights.h).
+ *
+ * The order matters for the messages a user sees: config.json first (its
+ * errors name the key), then the safetensors headers (their errors name the
+ * file and byte offsets), then the decoder and the vision tower, whose
+ * binders name the tensor and both shapes.  Every error is prefixed with the
+ * directory so a message from a server log points at the checkpoint.
+ * Placement on a non-CPU backend happens last, once every view is known to
+ * be well formed, so a bad checkpoint never touches the device. */
+#include "weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+static int is_cpu(const iris_backend *b) { return !b || !strcmp(b->name, "cpu"); }
+
+int iris_model_open(const char *dir, const iris_model_opts *opts, iris_model **out, iris_err *err) {
+    static const iris_model_opts defaults = {0};
+    if (!opts) opts = &defaults;
+    *out = NULL;
+    if (!dir || !*dir) return iris_err_set(err, IRIS_EINVAL, "model: no directory given");
+    iris_model *m = calloc(1, sizeof *m);
+    if (!m) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    if (strlen(dir) >= sizeof m->dir) {
+        free(m);
+        return iris_err_set(err, IRIS_EINVAL, "model directory path is %zu bytes long; the limit is %zu", strlen(dir),
+                            sizeof m->dir - 1);
+    }
+    strcpy(m->dir, dir);
+
+    int rc = iris_config_load(dir, &m->cfg, err);
+    if (!rc) rc = iris_st_open(dir, &m->st, err);
+    if (!rc) rc = iris_text_load(m->st, &m->cfg, &m->text, err);
+    if (!rc) {
+        m->n_fp8 = m->text.n_fp8;
+        m->lm_head_tied = m->text.lm_head.data == m->text.embed_tokens.data;
+        if (m->cfg.quantization_config.fp8 && m->n_fp8 == 0)
+            rc = iris_err_set(err, IRIS_EFORMAT,
+                              "config.json declares fp8 quantization but no decoder linear is F8_E4M3 with a "
+                              "weight_scale_inv; re-quantize with `iris quantize` or drop quantization_config");
+    }
+    if (!rc && !opts->text_only) {
+        rc = iris_vision_load(m->st, &m->cfg.vision_config, &m->vision, err);
+        m->has_vision = rc == 0;
+    }
+    if (!rc && !is_cpu(opts->backend)) {
+        rc = iris_text_upload(&m->text, opts->backend, err);
+        if (!rc && m->has_vision) rc = iris_vision_upload(&m->vision, opts->backend, err);
+        if (!rc) m->on = opts->backend;
+    }
+    if (rc) {
+        iris_err_prefix(err, "model %s", dir);
+        iris_model_close(m);
+        return rc;
+    }
+    *out = m;
+    return IRIS_OK;
+}
+
+void iris_model_close(iris_model *m) {
+    if (!m) return;
+    if (m->has_vision) iris_vision_free(&m->vision);
+    iris_text_free(&m->text);
+    iris_st_close(m->st);
+    free(m);
+}
+
+void iris_model_describe(const iris_model *m, char *buf, size_t n) {
+    const iris_text_config *t = &m->cfg.text_config;
+    const iris_vision_config *v = &m->cfg.vision_config;
+    char vis[160] = "no vision tower";
+    if (m->has_vision)
+        snprintf(vis, sizeof vis, "vision %d blocks x %d, DeepStack %d", v->depth, v->hidden_size, v->n_deepstack);
+    snprintf(buf, n, "%s: %d layers, hidden %d, %d/%d heads x %d, vocab %d; %s; %s; lm_head %s; weights on %s",
+             m->cfg.architecture[0] ? m->cfg.architecture : "Qwen3-VL", t->num_hidden_layers, t->hidden_size,
+             t->num_attention_heads, t->num_key_value_heads, t->head_dim, t->vocab_size, vis,
+             m->n_fp8 ? "FP8 block-scaled linears" : "BF16", m->lm_head_tied ? "tied" : "untied",
+             m->on ? m->on->name : "cpu");
+}

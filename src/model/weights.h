@@ -1,0 +1,56 @@
+/* weights.h: one loaded Qwen3-VL checkpoint, the immutable half of the
+ * model/state split: config.json, the mmap'd safetensors, and the checked
+ * tensor views of the text decoder (text.h) and of the vision tower
+ * (vision.h), optionally placed on a backend.
+ *
+ * Opening a model = config (config.h) + safetensors (safetensors.h) + binding
+ * every tensor named in QWEN3VL.md §3 with its shape derived from the config:
+ * a missing tensor or a wrong shape fails the open with a message naming the
+ * directory, the tensor and both shapes.  FP8 linears are recognised by the
+ * rule of §2 (an F8_E4M3 weight with a sibling weight_scale_inv); lm_head is
+ * tied to the embeddings when the checkpoint has no lm_head.weight and the
+ * config ties it (§8.13).
+ *
+ * Owns: the iris_model (malloc'd), the config copy, the mmap (iris_st), the
+ * layer arrays of the views.  Does not own the backend it placed the weights
+ * on (for CUDA the copies live in that backend's arena and go with it).
+ * All mutable state (KV cache, sequences, scratch) belongs to the caller. */
+#ifndef IRIS_WEIGHTS_H
+#define IRIS_WEIGHTS_H
+
+#include <stdint.h>
+
+#include "iris.h"
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "model/text.h"
+#include "model/vision.h"
+
+typedef struct iris_model_opts {
+    iris_backend *backend;  /* place the weights there (NULL or the CPU backend: host views into the mmap) */
+    int text_only;          /* skip the vision tower (no model.visual.* tensors needed) */
+} iris_model_opts;
+
+typedef struct iris_model {
+    char dir[4096];
+    iris_config cfg;
+    iris_st *st;
+    iris_text text;         /* decoder views (text.h) */
+    iris_vision vision;     /* vision tower views (vision.h); unset when has_vision is 0 */
+    int has_vision;
+    int lm_head_tied;
+    int n_fp8;              /* FP8 block-scaled linears in the decoder */
+    iris_backend *on;       /* where the weights live; NULL: host (CPU) */
+} iris_model;
+
+/* Opens the checkpoint in directory `dir` (opts may be NULL).  On success
+ * *out is the caller's, to close with iris_model_close; on failure *out is
+ * NULL and err says what is wrong, prefixed with the directory. */
+int iris_model_open(const char *dir, const iris_model_opts *opts, iris_model **out, iris_err *err);
+void iris_model_close(iris_model *m);
+
+/* One line for start-up logs: architecture, sizes, weight format, head tying. */
+void iris_model_describe(const iris_model *m, char *buf, size_t n);
+
+#endif
