@@ -1,0 +1,554 @@
+/* test_backend_cpu.c: every CPU backend op against a naive scalar reference
+ * written here (double accumulation, weights decoded by independent code),
+ * on odd sizes, strided rows and poisoned (NaN) outputs so an unwritten
+ * element fails.  The CPU backend is the numeric reference of the project
+ * (test_ops.c checks CUDA against it), so this is where its own arithmetic is
+ * pinned down: the e4m3fn decode on all 256 codes, FP8 products equal to the
+ * product with the dequantized BF16 weight, paged attention over shuffled
+ * blocks equal to contiguous causal attention, vision attention confined to
+ * its segments. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "test.h"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static float unif(void) { return (float)(rnd() & 0xffffff) / 16777216.0f * 2.0f - 1.0f; } /* [-1, 1) */
+
+static float *fvec(size_t n) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = unif();
+    return p;
+}
+static float *poisoned(size_t n) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
+static iris_tensor f32_view(float *d, int64_t rows, int64_t cols, int64_t ld) {
+    return (iris_tensor){.data = d, .dtype = IRIS_DT_F32, .rows = rows, .cols = cols, .ld = ld};
+}
+
+/* Independent decoders: bit patterns built by hand, not the backend's tables. */
+static float ref_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint16_t to_bf16_trunc(float x) { /* any bf16 value will do for inputs */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+static double ref_f16(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return s ? -v : v;
+}
+static float ref_e4m3(uint8_t b) {
+    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    if (e == 15 && m == 7) return NAN;
+    uint32_t u;
+    if (e == 0) { /* subnormal: m · 2^-9, exact in fp32 */
+        float f = (float)m / 512.0f;
+        return s ? -f : f;
+    }
+    u = ((uint32_t)s << 31) | ((uint32_t)(e - 7 + 127) << 23) | ((uint32_t)m << 20);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float ref_round_bf16(float x) { /* nearest even, via the double nearest bf16 neighbours */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+    float flo, fhi;
+    memcpy(&flo, &lo, 4);
+    memcpy(&fhi, &hi, 4);
+    double dlo = fabs((double)x - flo), dhi = fabs((double)fhi - x);
+    if (dlo < dhi) return flo;
+    if (dhi < dlo) return fhi;
+    return (lo >> 16) & 1 ? fhi : flo;
+}
+
+static iris_backend *cpu(void) {
+    static iris_backend *b;
+    iris_err err = {0};
+    if (!b && iris_backend_cpu_open(&b, &err)) return NULL;
+    return b;
+}
+
+/* Largest |got - want| / (|want| + scale) over n; NaN counts as failure. */
+static double rel_err(const float *got, const double *want, int64_t n, double scale) {
+    double w = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - want[i]) / (fabs(want[i]) + scale);
+        if (!(e <= w)) w = isnan(e) ? INFINITY : e;
+    }
+    return w;
+}
+
+/* ---- FP8 ---------------------------------------------------------------------------------- */
+
+IRIS_TEST(backend_cpu_fp8_all_codes) {
+    /* A 512x1 FP8 weight holding every code twice, under scale 1 (rows 0..255) and
+     * 1/3 (rows 256..511, so the bf16 rounding of q · scale matters); x = [1] reads
+     * each dequantized value back through the backend's own decode. */
+    iris_backend *b = cpu();
+    REQUIRE(b);
+    uint8_t codes[512];
+    for (int i = 0; i < 512; i++) codes[i] = (uint8_t)i;
+    float scales[4] = {1.0f, 1.0f, 1.0f / 3.0f, 1.0f / 3.0f}, one = 1.0f, y[512];
+    iris_tensor w = {.data = codes, .dtype = IRIS_DT_F8_E4M3, .rows = 512, .cols = 1, .scale = scales,
+                     .block = {128, 128}};
+    for (int n = 1; n <= 9; n += 8) { /* the decode path and the sgemm path */
+        float x[9];
+        for (int i = 0; i < n; i++) x[i] = one;
+        float *yy = poisoned((size_t)n * 512);
+        iris_tensor xv = f32_view(x, n, 1, 0), yv = f32_view(yy, n, 512, 0);
+        REQUIRE(b->linear(b, &xv, &w, NULL, &yv) == 0);
+        memcpy(y, yy + (n - 1) * 512, sizeof y);
+        free(yy);
+        int bad = 0, nan_ok = 1;
+        for (int r = 0; r < 512; r++) {
+            float want = ref_round_bf16(ref_e4m3((uint8_t)r) * scales[r / 128]);
+            if (isnan(want)) nan_ok &= isnan(y[r]) != 0;
+            else if (y[r] != want && bad++ < 4)
+                iris_test_fail(__FILE__, __LINE__, "row %d (code 0x%02x) decodes to %g, want %g", r, r & 255, y[r], want);
+        }
+        CHECK_EQ_INT(bad, 0);
+        CHECK(nan_ok);
+    }
+    /* the independent decoder itself, on known values */
+    CHECK(ref_e4m3(0x7e) == 448.0f && ref_e4m3(0xfe) == -448.0f && ref_e4m3(0x01) == 0x1p-9f &&
+          ref_e4m3(0x08) == 0x1p-6f && ref_e4m3(0x38) == 1.0f && ref_e4m3(0x80) == 0.0f && isnan(ref_e4m3(0x7f)));
+}
+
+/* ---- linear ------------------------------------------------------------------------------- */
+
+typedef struct {
+    iris_tensor w;
+    void *mem;
+    float *scale;
+    double *deq; /* [rows, cols] the reference's decoded weight */
+} wt;
+
+static wt make_weight(iris_dtype dt, int64_t rows, int64_t cols, int64_t ld) {
+    wt r = {0};
+    r.deq = malloc(sizeof(double) * (size_t)(rows * cols));
+    r.w = (iris_tensor){.dtype = dt, .rows = rows, .cols = cols, .ld = ld};
+    int64_t L = ld ? ld : cols;
+    if (dt == IRIS_DT_F8_E4M3) {
+        int bo = 128, bi = 128;
+        int64_t sr = (rows + bo - 1) / bo, sc = (cols + bi - 1) / bi;
+        uint8_t *q = malloc((size_t)(rows * L));
+        r.scale = malloc(sizeof(float) * (size_t)(sr * sc));
+        for (int64_t i = 0; i < sr * sc; i++) r.scale[i] = 0.001f + 0.01f * (float)(rnd() % 1000) / 1000.0f;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++) {
+                uint8_t c;
+                do c = (uint8_t)rnd(); while ((c & 0x7f) == 0x7f); /* no NaN codes */
+                q[i * L + j] = c;
+                r.deq[i * cols + j] = ref_round_bf16(ref_e4m3(c) * r.scale[(i / bo) * sc + j / bi]);
+            }
+        r.mem = q;
+        r.w.scale = r.scale;
+        r.w.block[0] = bo, r.w.block[1] = bi;
+    } else if (dt == IRIS_DT_BF16 || dt == IRIS_DT_F16) {
+        uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(rows * L));
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++) {
+                float v = unif() * 0.5f;
+                uint16_t bits;
+                if (dt == IRIS_DT_BF16) {
+                    bits = to_bf16_trunc(v);
+                    r.deq[i * cols + j] = ref_bf16(bits);
+                } else {
+                    bits = (uint16_t)((rnd() & 0x8000) | (0x2c00 + rnd() % 0x1000)); /* normal halves near 0.1..0.5 */
+                    r.deq[i * cols + j] = ref_f16(bits);
+                }
+                h[i * L + j] = bits;
+            }
+        r.mem = h;
+    } else {
+        float *f = malloc(sizeof(float) * (size_t)(rows * L));
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++) r.deq[i * cols + j] = f[i * L + j] = unif();
+        r.mem = f;
+    }
+    r.w.data = r.mem;
+    return r;
+}
+static void free_weight(wt *w) { free(w->mem), free(w->scale), free(w->deq); }
+
+IRIS_TEST(backend_cpu_linear_vs_scalar) {
+    iris_backend *b = cpu();
+    REQUIRE(b);
+    const iris_dtype dts[] = {IRIS_DT_F32, IRIS_DT_BF16, IRIS_DT_F16, IRIS_DT_F8_E4M3};
+    const char *dn[] = {"f32", "bf16", "f16", "fp8"};
+    const int ns[] = {1, 3, 8, 9, 37};               /* the dot path (<= 8 rows) and the sgemm path */
+    const int64_t shapes[][2] = {{259, 133}, {1037, 300}}; /* partial FP8 blocks; > one 1024-row tile */
+    for (int di = 0; di < 4; di++)
+        for (int si = 0; si < 2; si++) {
+            int64_t out = shapes[si][0], in = shapes[si][1];
+            wt w = make_weight(dts[di], out, in, si ? in + 3 : 0);
+            float *bias = fvec((size_t)out);
+            for (int ni = 0; ni < 5; ni++) {
+                int n = ns[ni], use_bias = (ni + si) % 2;
+                int64_t ldx = in + 7, ldy = out + 5;
+                float *x = fvec((size_t)(n * ldx)), *y = poisoned((size_t)(n * ldy));
+                double *want = malloc(sizeof(double) * (size_t)(n * out)), *mag = malloc(sizeof(double) * (size_t)(n * out));
+                float *got = malloc(sizeof(float) * (size_t)(n * out));
+                for (int i = 0; i < n; i++)
+                    for (int64_t r = 0; r < out; r++) {
+                        double s = use_bias ? bias[r] : 0, a = fabs(s);
+                        for (int64_t k = 0; k < in; k++) {
+                            s += (double)x[i * ldx + k] * w.deq[r * in + k];
+                            a += fabs((double)x[i * ldx + k] * w.deq[r * in + k]);
+                        }
+                        want[i * out + r] = s, mag[i * out + r] = a;
+                    }
+                iris_tensor xv = f32_view(x, n, in, ldx), yv = f32_view(y, n, out, ldy), bv = f32_view(bias, 1, out, 0);
+                int rc = b->linear(b, &xv, &w.w, use_bias ? &bv : NULL, &yv);
+                CHECKF(rc == 0, "%s: %s", dn[di], b->err.msg);
+                for (int i = 0; i < n; i++) memcpy(got + i * out, y + i * ldy, sizeof(float) * (size_t)out);
+                /* fp32 accumulation: error relative to Σ|x·w| (cancellation makes |y| itself small) */
+                double e = 0;
+                for (int64_t i = 0; i < n * out; i++) {
+                    double d = fabs(got[i] - want[i]) / mag[i];
+                    if (!(d <= e)) e = isnan(d) ? INFINITY : d;
+                }
+                CHECKF(e < 2e-6, "linear %s [%d x %lld] · [%lld x %lld]ᵀ: rel err %g", dn[di], n, (long long)in,
+                       (long long)out, (long long)in, e);
+                /* the padding between strided rows is left alone */
+                CHECKF(isnan(y[ldy - 1]), "linear %s wrote past the row end", dn[di]);
+                free(x), free(y), free(want), free(mag), free(got);
+            }
+            free(bias);
+            free_weight(&w);
+        }
+    /* shape mismatch is an error, not a crash */
+    float x[4], y[4];
+    wt w = make_weight(IRIS_DT_F32, 2, 3, 0);
+    iris_tensor xv = f32_view(x, 1, 4, 0), yv = f32_view(y, 1, 2, 0);
+    CHECK(b->linear(b, &xv, &w.w, NULL, &yv) == IRIS_EINVAL);
+    free_weight(&w);
+}
+
+/* FP8 weights give the product of their dequantized BF16 form (transformers' dequant). */
+IRIS_TEST(backend_cpu_linear_fp8_equals_bf16) {
+    iris_backend *b = cpu();
+    REQUIRE(b);
+    int64_t out = 300, in = 260;
+    wt w8 = make_weight(IRIS_DT_F8_E4M3, out, in, 0);
+    uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(out * in));
+    for (int64_t i = 0; i < out * in; i++) {
+        float f = (float)w8.deq[i]; /* already a bf16 value */
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        CHECK((u & 0xffff) == 0);
+        wb[i] = (uint16_t)(u >> 16);
+    }
+    iris_tensor wbv = {.data = wb, .dtype = IRIS_DT_BF16, .rows = out, .cols = in};
+    for (int n = 1; n <= 17; n += 16) {
+        float *x = fvec((size_t)(n * in)), *y8 = poisoned((size_t)(n * out)), *yb = poisoned((size_t)(n * out));
+        iris_tensor xv = f32_view(x, n, in, 0), y8v = f32_view(y8, n, out, 0), ybv = f32_view(yb, n, out, 0);
+        REQUIRE(b->linear(b, &xv, &w8.w, NULL, &y8v) == 0);
+        REQUIRE(b->linear(b, &xv, &wbv, NULL, &ybv) == 0);
+        float d = 0;
+        for (int64_t i = 0; i < n * out; i++) {
+            float e = fabsf(y8[i] - yb[i]);
+            if (!(e <= d)) d = isnan(e) ? INFINITY : e;
+        }
+        CHECKF(d == 0.0f, "n %d: fp8 and its bf16 dequantization differ by %g", n, d);
+        free(x), free(y8), free(yb);
+    }
+    free(wb);
+    free_weight(&w8);
+}
+
+/* ---- row-wise ops ------------------------------------------------------------------------- */
+
+IRIS_TEST(backend_cpu_norms) {
+    iris_backend *b = cpu();
+    REQUIRE(b);
+    const int rows = 13, d = 77, ld = 80;
+    const float eps = 1e-6f;
+    for (int layer = 0; layer < 2; layer++)
+        for (int alias = 0; alias < 2; alias++) {
+            float *x = fvec((size_t)rows * ld), *y = alias ? x : poisoned((size_t)rows * ld);
+            for (int i = 0; i < rows * ld; i++) x[i] *= 3.0f;
+            double *want = malloc(sizeof(double) * rows * d);
+            wt w = make_weight(IRIS_DT_BF16, 1, d, 0);
+            float *bias = fvec(d);
+            for (int r = 0; r < rows; r++) {
+                double mean = 0, var = 0, ss = 0;
+                for (int i = 0; i < d; i++) mean += x[r * ld + i], ss += (double)x[r * ld + i] * x[r * ld + i];
+                mean /= d;
+                for (int i = 0; i < d; i++) var += (x[r * ld + i] - mean) * (x[r * ld + i] - mean);
+                for (int i = 0; i < d; i++)
+                    want[r * d + i] = layer ? (x[r * ld + i] - mean) / sqrt(var / d + eps) * w.deq[i] + bias[i]
+                                            : x[r * ld + i] / sqrt(ss / d + eps) * w.deq[i];
+            }
+            iris_tensor xv = f32_view(x, rows, d, ld), yv = f32_view(y, rows, d, ld), bv = f32_view(bias, 1, d, 0);
+            int rc = layer ? b->layer_norm(b, &xv, &w.w, &bv, eps, &yv) : b->rms_norm(b, &xv, &w.w, eps, &yv);
+            CHECK(rc == 0);
+            float *got = malloc(sizeof(float) * rows * d);
+            for (int r = 0; r < rows; r++) memcpy(got + r * d, y + r * ld, sizeof(float) * d);
+            double e = rel_err(got, want, rows * d, 1.0);
+            CHECKF(e < 1e-5, "%s (alias %d): rel err %g", layer ? "layer_norm" : "rms_norm", alias, e);
+            free(got), free(want), free(bias), free_weight(&w);
+            if (!alias) free(y);
+            free(x);
+        }
+}
+
+IRIS_TEST(backend_cpu_elementwise) {
+    iris_backend *b = cpu();
+    REQUIRE(b);
+    const int rows = 7, d = 101, ld = 103, n = rows * d;
+    float *x = fvec((size_t)rows * ld), *u = fvec((size_t)rows * ld), *orig = malloc(sizeof(float) * rows * ld);
+    for (int i = 0; i < rows * ld; i++) x[i] *= 6.0f; /* cover the tails of silu and gelu */
+    double *want = malloc(sizeof(double) * n);
+    float *got = malloc(sizeof(float) * n);
+    for (int op = 0; op < 4; op++) {
+        memcpy(orig, x, sizeof(float) * rows * ld);
+        iris_tensor xv = f32_view(x, rows, d, ld), uv = f32_view(u, rows, d, ld);
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < d; i++) {
+                double v = x[r * ld + i], w = u[r * ld + i];
+                want[r * d + i] = op == 0 ? v + w
+                                : op == 1 ? v / (1 + exp(-v)) * w
+                                : op == 2 ? 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))
+                                          : 0.5 * v * (1 + erf(v / sqrt(2.0)));
+            }
+        int rc = op == 0 ? b->add(b, &xv, &uv) : op == 1 ? b->silu_mul(b, &xv, &uv) : op == 2 ? b->gelu_tanh(b, &xv)
+                                                                                              : b->gelu_erf(b, &xv);
+        CHECK(rc == 0);
+        for (int r = 0; r < rows; r++) memcpy(got + r * d, x + r * ld, sizeof(float) * d);
+        double e = rel_err(got, want, n, 1.0); /* fp32 1 + tanh(..) cancels in the far tail: absolute */
+        CHECKF(e < 2e-6, "elementwise op %d: rel err %g", op, e);
+        for (int r = 0; r < rows; r++) /* the stride gap is untouched */
+            CHECK(memcmp(x + r * ld + d, orig + r * ld + d, sizeof(float) * (ld - d)) == 0);
+        memcpy(x, orig, sizeof(float) * rows * ld);
+    }
+    free(x), free(u), free(orig), free(want), free(got);
+}
+
+IRIS_TEST(backend_cpu_rope_mrope) {
+    /* Interleaved MRoPE: slot j takes position component dim_of[j]; NeoX pairing j ↔ j + hd/2. */
+    iris_backend *b = cpu();
+    REQUIRE(b);
+    const int n = 11, nh = 3, hd = 40, half = hd / 2, stride = 14;
+    int dim_of[20];
+    float inv_freq[20];
+    for (int j = 0; j < half; j++) {
+        dim_of[j] = j % 3 == 1 && j < 9 ? 1 : j % 3 == 2 && j < 9 ? 2 : 0;
+        inv_freq[j] = (float)pow(5e5, -2.0 * j / hd);
+    }
+    int32_t pos[3 * 14];
+    for (int i = 0; i < 3 * stride; i++) pos[i] = (int32_t)(rnd() % 300);
+    float *x = fvec((size_t)n * nh * hd);
+    double *want = malloc(sizeof(double) * n * nh * hd);
+    for (int r = 0; r < n; r++)
+        for (int h = 0; h < nh; h++)
+            for (int j = 0; j < half; j++) {
+                double a = (double)pos[dim_of[j] * stride + r] * inv_freq[j];
+                double x1 = x[(r * nh + h) * hd + j], x2 = x[(r * nh + h) * hd + j + half];
+                want[(r * nh + h) * hd + j] = x1 * cos(a) - x2 * sin(a);
+                want[(r * nh + h) * hd + j + half] = x2 * cos(a) + x1 * sin(a);
+            }
+    iris_tensor xv = f32_view(x, n, nh * hd, 0);
+    CHECK(b->rope(b, &xv, nh, hd, pos, stride, dim_of, inv_freq) == 0);
+    double e = rel_err(x, want, n * nh * hd, 1e-2);
+    CHECKF(e < 1e-4, "rope: rel err %g", e); /* fp32 angles up to 300 rad: ~1e-5 */
+    free(x), free(want);
+}
+
+IRIS_TEST(backend_cpu_rows) {
+    iris_backend *b = cpu();
+    REQUIRE(b);
+    const int V = 29, d = 19, n = 6;
+    wt table = make_weight(IRIS_DT_BF16, V, d, 0);
+    int32_t ids[6] = {0, 28, 5, 5, 17, 3};
+    float *y = poisoned(n * d);
+    iris_tensor yv = f32_view(y, n, d, 0);
+    CHECK(b->embed(b, &table.w, ids, n, &yv) == 0);
+    int ok = 1;
+    for (int i = 0; i < n; i++)
+        for (int e = 0; e < d; e++) ok &= y[i * d + e] == (float)table.deq[ids[i] * d + e];
+    CHECK(ok);
+    int32_t bad_id = V;
+    iris_tensor y1 = f32_view(y, 1, d, 0);
+    CHECK(b->embed(b, &table.w, &bad_id, 1, &y1) == IRIS_EINVAL);
+    CHECK_CONTAINS(b->err.msg, "29");
+
+    /* set_rows / add_rows / get_rows on an [8, d] activation */
+    float *act = fvec(8 * d), *src = fvec(3 * d), *ref = malloc(sizeof(float) * 8 * d), *g = poisoned(3 * d);
+    memcpy(ref, act, sizeof(float) * 8 * d);
+    int32_t idx[3] = {6, 0, 3};
+    iris_tensor av = f32_view(act, 8, d, 0), sv = f32_view(src, 3, d, 0), gv = f32_view(g, 3, d, 0);
+    CHECK(b->add_rows(b, &av, idx, &sv) == 0);
+    for (int i = 0; i < 3; i++)
+        for (int e = 0; e < d; e++) ref[idx[i] * d + e] += src[i * d + e];
+    CHECK(memcmp(act, ref, sizeof(float) * 8 * d) == 0);
+    CHECK(b->set_rows(b, &av, idx, &sv) == 0);
+    for (int i = 0; i < 3; i++) memcpy(ref + idx[i] * d, src + i * d, sizeof(float) * d);
+    CHECK(memcmp(act, ref, sizeof(float) * 8 * d) == 0);
+    int32_t gi[3] = {7, 6, 7};
+    CHECK(b->get_rows(b, &av, gi, 3, &gv) == 0);
+    for (int i = 0; i < 3; i++) CHECK(memcmp(g + i * d, ref + gi[i] * d, sizeof(float) * d) == 0);
+
+    /* interp4: 4 weighted taps of a table */
+    int32_t ti[2 * 4] = {0, 1, 2, 3, 28, 27, 0, 14};
+    float tw[2 * 4] = {0.1f, 0.2f, 0.3f, 0.4f, 0.25f, 0.25f, 0.5f, 0.0f};
+    float *iy = poisoned(2 * d);
+    iris_tensor iv = f32_view(iy, 2, d, 0);
+    CHECK(b->interp4(b, &table.w, ti, tw, 2, &iv) == 0);
+    double want[2 * 19];
+    for (int i = 0; i < 2; i++)
+        for (int e = 0; e < d; e++) {
+            want[i * d + e] = 0;
+            for (int k = 0; k < 4; k++) want[i * d + e] += tw[i * 4 + k] * table.deq[ti[i * 4 + k] * d + e];
+        }
+    CHECK(rel_err(iy, want, 2 * d, 1e-3) < 1e-6);
+    free(y), free(act), free(src), free(ref), free(g), free(iy);
+    free_weight(&table);
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+/* Contiguous causal attention of one sequence in double: q [n, nq·hd] for tokens
+ * [past, past + n) over k, v [past + n, nkv·hd]. */
+static void ref_causal(const float *q, const float *k, const float *v, int past, int n, int nq, int nkv, int hd,
+                       double *o) {
+    double *s = malloc(sizeof(double) * (size_t)(past + n));
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < nq; h++) {
+            int kh = h / (nq / nkv), ctx = past + i + 1;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < ctx; j++) {
+                double d = 0;
+                for (int e = 0; e < hd; e++) d += (double)q[(i * nq + h) * hd + e] * k[(j * nkv + kh) * hd + e];
+                s[j] = d / sqrt(hd);
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int j = 0; j < ctx; j++) sum += (s[j] = exp(s[j] - mx));
+            for (int e = 0; e < hd; e++) {
+                double a = 0;
+                for (int j = 0; j < ctx; j++) a += s[j] / sum * v[(j * nkv + kh) * hd + e];
+                o[(i * nq + h) * hd + e] = a;
+            }
+        }
+    free(s);
+}
+
+IRIS_TEST(backend_cpu_paged_attention) {
+    /* Two sequences in one step over shuffled blocks (GQA 6:2, hd 24): one with 21 tokens
+     * cached and 13 new (a prefill chunk), one decoding its 40th token. */
+    iris_backend *b = cpu();
+    REQUIRE(b);
+    enum { NQ = 6, NKV = 2, HD = 24, NB = 12, BLK = 16 };
+    const int past[2] = {21, 39}, nnew[2] = {13, 1}, kd = NKV * HD, qd = NQ * HD;
+    const int32_t tables[2][4] = {{9, 2, 11, -1}, {4, 0, 7, -1}};
+    float *kc = poisoned((size_t)NB * BLK * kd), *vc = poisoned((size_t)NB * BLK * kd);
+    iris_kv_layer kv = {.k = kc, .v = vc, .dtype = IRIS_DT_F32, .n_blocks = NB, .n_kv_heads = NKV, .head_dim = HD};
+    float *K[2], *Vv[2], *Q[2];
+    for (int s = 0; s < 2; s++) {
+        int tot = past[s] + nnew[s];
+        K[s] = fvec((size_t)tot * kd), Vv[s] = fvec((size_t)tot * kd), Q[s] = fvec((size_t)nnew[s] * qd);
+        for (int i = 0; i < tot * kd; i++) K[s][i] *= 2.0f;
+    }
+    /* the cached tokens, written one step earlier */
+    for (int s = 0; s < 2; s++) {
+        int32_t slot[64], seq0[64], ctx0[64];
+        for (int j = 0; j < past[s]; j++) slot[j] = tables[s][j / BLK] * BLK + j % BLK, seq0[j] = 0, ctx0[j] = 1;
+        iris_attn_meta m = {.n_rows = past[s], .row_seq = seq0, .row_ctx = ctx0, .block_tables = tables[s],
+                            .max_blocks = 4, .slot = slot};
+        iris_tensor kv_ = f32_view(K[s], past[s], kd, 0), vv_ = f32_view(Vv[s], past[s], kd, 0);
+        REQUIRE(b->kv_write(b, &kv, &kv_, &vv_, &m) == 0);
+    }
+    /* this step: rows of both sequences, flattened */
+    int R = nnew[0] + nnew[1];
+    float *q = malloc(sizeof(float) * (size_t)R * qd), *k = malloc(sizeof(float) * (size_t)R * kd),
+          *v = malloc(sizeof(float) * (size_t)R * kd), *o = poisoned((size_t)R * qd);
+    int32_t row_seq[14], row_ctx[14], slot[14];
+    for (int s = 0, r = 0; s < 2; s++)
+        for (int i = 0; i < nnew[s]; i++, r++) {
+            int j = past[s] + i;
+            memcpy(q + r * qd, Q[s] + i * qd, sizeof(float) * qd);
+            memcpy(k + r * kd, K[s] + j * kd, sizeof(float) * kd);
+            memcpy(v + r * kd, Vv[s] + j * kd, sizeof(float) * kd);
+            row_seq[r] = s, row_ctx[r] = j + 1, slot[r] = tables[s][j / BLK] * BLK + j % BLK;
+        }
+    iris_attn_meta m = {.n_rows = R, .row_seq = row_seq, .row_ctx = row_ctx, .block_tables = &tables[0][0],
+                        .max_blocks = 4, .slot = slot};
+    iris_tensor kt = f32_view(k, R, kd, 0), vt = f32_view(v, R, kd, 0), qt = f32_view(q, R, qd, 0),
+                ot = f32_view(o, R, qd, 0);
+    REQUIRE(b->kv_write(b, &kv, &kt, &vt, &m) == 0);
+    REQUIRE(b->attn_paged(b, &qt, &kv, &m, NQ, &ot) == 0);
+    for (int s = 0, r0 = 0; s < 2; r0 += nnew[s], s++) {
+        double *want = malloc(sizeof(double) * (size_t)nnew[s] * qd);
+        ref_causal(Q[s], K[s], Vv[s], past[s], nnew[s], NQ, NKV, HD, want);
+        double e = rel_err(o + r0 * qd, want, (int64_t)nnew[s] * qd, 1e-2);
+        CHECKF(e < 1e-5, "paged attention, sequence %d: rel err %g vs contiguous", s, e);
+        free(want);
+    }
+    /* a slot outside the cache and a row seeing more than its table are errors */
+    int32_t bad_slot = NB * BLK;
+    iris_attn_meta mb = m;
+    mb.n_rows = 1, mb.slot = &bad_slot;
+    CHECK(b->kv_write(b, &kv, &kt, &vt, &mb) == IRIS_EINVAL);
+    int32_t big_ctx = 4 * BLK + 1;
+    mb.row_ctx = &big_ctx;
+    CHECK(b->attn_paged(b, &qt, &kv, &mb, NQ, &ot) == IRIS_EINVAL);
+    for (int s = 0; s < 2; s++) free(K[s]), free(Vv[s]), free(Q[s]);
+    free(q), free(k), free(v), free(o), free(kc), free(vc);
+}
+
+IRIS_TEST(backend_cpu_segment_attention) {
+    /* Vision attention: bidirectional, confined to each segment (image). */
+    iris_backend *b = cpu();
+    REQUIRE(b);
+    enum { NH = 3, HD = 10 };
+    const int cu[4] = {0, 5, 22, 23}, N = 23, ld = 3 * NH * HD + 2;
+    float *qkv = fvec((size_t)N * ld), *o = poisoned((size_t)N * NH * HD);
+    double *want = malloc(sizeof(double) * N * NH * HD), s[32];
+    for (int sg = 0; sg < 3; sg++)
+        for (int i = cu[sg]; i < cu[sg + 1]; i++)
+            for (int h = 0; h < NH; h++) {
+                double mx = -INFINITY, sum = 0;
+                for (int j = cu[sg]; j < cu[sg + 1]; j++) {
+                    double d = 0;
+                    for (int e = 0; e < HD; e++) d += (double)qkv[i * ld + h * HD + e] * qkv[j * ld + NH * HD + h * HD + e];
+                    s[j - cu[sg]] = d / sqrt(HD);
+                    mx = s[j - cu[sg]] > mx ? s[j - cu[sg]] : mx;
+                }
+                for (int j = 0; j < cu[sg + 1] - cu[sg]; j++) sum += (s[j] = exp(s[j] - mx));
+                for (int e = 0; e < HD; e++) {
+                    double a = 0;
+                    for (int j = cu[sg]; j < cu[sg + 1]; j++) a += s[j - cu[sg]] / sum * qkv[j * ld + 2 * NH * HD + h * HD + e];
+                    want[(i * NH + h) * HD + e] = a;
+                }
+            }
+    iris_tensor qv = f32_view(qkv, N, 3 * NH * HD, ld), ov = f32_view(o, N, NH * HD, 0);
+    CHECK(b->attn_segments(b, &qv, NH, HD, cu, 3, &ov) == 0);
+    double e = rel_err(o, want, N * NH * HD, 1e-2);
+    CHECKF(e < 1e-5, "segment attention: rel err %g", e);
+    /* a one-token segment attends to itself only: o = v */
+    CHECK(fabsf(o[22 * NH * HD] - qkv[22 * ld + 2 * NH * HD]) < 1e-6f);
+    free(qkv), free(o), free(want);
+}
