@@ -32,6 +32,12 @@ void iris_fp8_table_init(void);
 /* Row r of a weight view as fp32 into dst[cols] (FP8: bf16(q · scale) as transformers). */
 void iris_cpu_widen_row(const iris_tensor *w, int64_t r, float *dst);
 
+/* The AVX2 decode kernel (cpu_dot_avx2.c): y[i·ldy] = x[i] · row r of w for n <= 8 rows
+ * of x; BF16 and FP8 (block[1] % 8 == 0) weights, same numbers as the scalar widening.
+ * Returns -1, writing nothing, for anything else.  Call only when iris_cpu_has_avx2(). */
+int iris_cpu_has_avx2(void);
+int iris_cpu_dot_row_avx2(const iris_tensor *w, int64_t r, const float *x, int n, int64_t ldx, float *y, int64_t ldy);
+
 int iris_cpu_fail(iris_backend *b, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif
