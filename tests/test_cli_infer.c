@@ -60,8 +60,13 @@ IRIS_TEST(cli_infer_usage) {
         CHECK_EQ_INT(iris(a, out, sizeof out), 0);
         CHECK_CONTAINS(out, "usage: iris");
     }
-    CHECK_EQ_INT(iris("caption " IMG, out, sizeof out), 2);
+    CHECK_EQ_INT(iris("caption", out, sizeof out), 2);   /* no image */
     CHECK_CONTAINS(out, "--model");
+    /* no --model: the default model; one that is missing is named */
+    setenv("IRIS_DEMO_MODEL", "/nonexistent-demo-model", 1);
+    CHECK_EQ_INT(iris("caption " IMG, out, sizeof out), 1);
+    unsetenv("IRIS_DEMO_MODEL");
+    CHECK_CONTAINS(out, "/nonexistent-demo-model");
     CHECK_EQ_INT(iris("run " MODEL " --temperature warm hi", out, sizeof out), 2);
     CHECK_CONTAINS(out, "--temperature expects a number");
     CHECK_EQ_INT(iris("logits " MODEL " --prompt hi", out, sizeof out), 2);   /* no --out */
