@@ -526,6 +526,96 @@ IRIS_TEST(gpu_ops_attn_paged) {
     iris_cuda_set_attn_impl(g_cuda, 0);
 }
 
+/* ---- fused ops: CUDA's kernels against the CPU's plain sequence --------------------------------- */
+
+static void check_add_rms(int64_t rows, int64_t cols, int with_d) {
+    float *x = rnd_vec(rows * cols, -2, 2), *d = rnd_vec(rows * cols, -2, 2), *w = rnd_vec(cols, 0.5f, 1.5f);
+    float *rx = malloc(sizeof(float) * (size_t)(rows * cols)), *ry = malloc(sizeof(float) * (size_t)(rows * cols));
+    /* the CPU's residual add is fp32; CUDA rounds it to bf16 (as the plain CUDA add): feed the CPU the rounded sum */
+    for (int64_t i = 0; i < rows * cols; i++) rx[i] = with_d ? round_bf(x[i] + d[i]) : x[i];
+    iris_tensor cx = view(rx, IRIS_DT_F32, rows, cols, 0), cw = view(w, IRIS_DT_F32, 1, cols, 0), cy = view(ry, IRIS_DT_F32, rows, cols, 0);
+    REQUIRE(iris_backend_add_rms_norm(g_cpu, &cx, NULL, &cw, 1e-6f, &cy) == 0);
+    void *dx = dev_bf16(x, rows * cols), *dd = dev_bf16(d, rows * cols), *dw = dev_bf16(w, cols), *dy = dev_poison(rows * cols);
+    iris_tensor gx = view(dx, IRIS_DT_BF16, rows, cols, 0), gd = view(dd, IRIS_DT_BF16, rows, cols, 0),
+                gw = view(dw, IRIS_DT_BF16, 1, cols, 0), gy = view(dy, IRIS_DT_BF16, rows, cols, 0);
+    REQUIRE(g_cuda->add_rms_norm != NULL);
+    CHECKF(iris_backend_add_rms_norm(g_cuda, &gx, with_d ? &gd : NULL, &gw, 1e-6f, &gy) == 0, "%s", g_cuda->err.msg);
+    float *gotx = dev_read_bf16(dx, rows * cols), *goty = dev_read_bf16(dy, rows * cols);
+    char what[96];
+    snprintf(what, sizeof what, "add_rms_norm [%lld,%lld]%s: x", (long long)rows, (long long)cols, with_d ? "" : " (no d)");
+    compare(what, gotx, cols, rx, cols, rows, cols, 0, 0);
+    snprintf(what, sizeof what, "add_rms_norm [%lld,%lld]%s: y", (long long)rows, (long long)cols, with_d ? "" : " (no d)");
+    compare(what, goty, cols, ry, cols, rows, cols, 8e-3f, 1e-3f);
+    g_cuda->free(g_cuda, dx), g_cuda->free(g_cuda, dd), g_cuda->free(g_cuda, dw), g_cuda->free(g_cuda, dy);
+    free(x), free(d), free(w), free(rx), free(ry), free(gotx), free(goty);
+}
+
+static void check_qk_prologue(int n, int nq, int nkv, int hd) {
+    int half = hd / 2, n_blocks = (n + 15) / 16 + 2;
+    int64_t wq = (int64_t)nq * hd, wk = (int64_t)nkv * hd;
+    float *q = rnd_vec(n * wq, -2, 2), *k = rnd_vec(n * wk, -2, 2), *v = rnd_vec(n * wk, -2, 2);
+    float *qw = rnd_vec(hd, 0.5f, 1.5f), *kw = rnd_vec(hd, 0.5f, 1.5f);
+    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)n), *slot = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < 3 * n; i++) pos[i] = (int32_t)(rnd_u32() % 5000);
+    for (int i = 0; i < n; i++) slot[i] = ((n_blocks * 16 - 1 - i * 3) % (n_blocks * 16) + n_blocks * 16) % (n_blocks * 16); /* scattered, distinct */
+    int dim_of[128];
+    float inv[128];
+    for (int j = 0; j < half; j++) {
+        dim_of[j] = j % 3 == 1 && j < 60 ? 1 : j % 3 == 2 && j < 60 ? 2 : 0;
+        inv[j] = 1.0f / powf(5e6f, (float)(2 * j) / (float)hd);
+    }
+    size_t ce = (size_t)n_blocks * 16 * wk;
+    float *rq = malloc(sizeof(float) * (size_t)(n * wq)), *rk = malloc(sizeof(float) * (size_t)(n * wk));
+    memcpy(rq, q, sizeof(float) * (size_t)(n * wq));
+    memcpy(rk, k, sizeof(float) * (size_t)(n * wk));
+    float *ck = calloc(ce, sizeof(float)), *cv = calloc(ce, sizeof(float));
+    iris_kv_layer ckv = {ck, cv, IRIS_DT_F32, n_blocks, nkv, hd};
+    iris_attn_meta cm = {n, NULL, NULL, NULL, 0, slot};
+    iris_tensor cq = view(rq, IRIS_DT_F32, n, wq, 0), ck_ = view(rk, IRIS_DT_F32, n, wk, 0), cv_ = view(v, IRIS_DT_F32, n, wk, 0);
+    iris_tensor cqw = view(qw, IRIS_DT_F32, 1, hd, 0), ckw = view(kw, IRIS_DT_F32, 1, hd, 0);
+    REQUIRE(iris_backend_qk_norm_rope_kv(g_cpu, &cq, &ck_, &cv_, &cqw, &ckw, 1e-6f, nq, pos, n, dim_of, inv, &ckv, &cm) == 0);
+
+    void *dq = dev_bf16(q, n * wq), *dk = dev_bf16(k, n * wk), *dv = dev_bf16(v, n * wk);
+    void *dqw = dev_bf16(qw, hd), *dkw = dev_bf16(kw, hd), *dpos = dev_copy(pos, sizeof(int32_t) * 3 * (size_t)n);
+    void *dslot = dev_copy(slot, sizeof(int32_t) * (size_t)n), *gk = dev_poison((int64_t)ce), *gv = dev_poison((int64_t)ce);
+    iris_kv_layer gkv = {gk, gv, IRIS_DT_BF16, n_blocks, nkv, hd};
+    iris_attn_meta gm = {n, NULL, NULL, NULL, 0, dslot};
+    iris_tensor gq = view(dq, IRIS_DT_BF16, n, wq, 0), gk_ = view(dk, IRIS_DT_BF16, n, wk, 0), gv_ = view(dv, IRIS_DT_BF16, n, wk, 0);
+    iris_tensor gqw = view(dqw, IRIS_DT_BF16, 1, hd, 0), gkw = view(dkw, IRIS_DT_BF16, 1, hd, 0);
+    REQUIRE(g_cuda->qk_norm_rope_kv != NULL);
+    CHECKF(iris_backend_qk_norm_rope_kv(g_cuda, &gq, &gk_, &gv_, &gqw, &gkw, 1e-6f, nq, dpos, n, dim_of, inv, &gkv, &gm) == 0,
+           "%s", g_cuda->err.msg);
+    float *oq = dev_read_bf16(dq, n * wq), *ok = dev_read_bf16(dk, n * wk), *okc = dev_read_bf16(gk, (int64_t)ce),
+          *ovc = dev_read_bf16(gv, (int64_t)ce);
+    char what[96];
+    /* norm output rounded twice, rotary once more: 3 bf16 roundings */
+    snprintf(what, sizeof what, "qk_norm_rope_kv %d/%d x %d: q", nq, nkv, hd);
+    compare(what, oq, wq, rq, wq, n, wq, 1.2e-2f, 2e-3f);
+    snprintf(what, sizeof what, "qk_norm_rope_kv %d/%d x %d: k", nq, nkv, hd);
+    compare(what, ok, wk, rk, wk, n, wk, 1.2e-2f, 2e-3f);
+    int cache_ok = 1;
+    for (int i = 0; i < n; i++)
+        for (int64_t e = 0; e < wk; e++) {
+            cache_ok &= okc[(size_t)slot[i] * wk + e] == ok[(size_t)i * wk + e];
+            cache_ok &= ovc[(size_t)slot[i] * wk + e] == v[(size_t)i * wk + e];
+        }
+    CHECKF(cache_ok, "qk_norm_rope_kv %d/%d x %d: cache rows are not the returned k and the given v", nq, nkv, hd);
+    void *bufs[] = {dq, dk, dv, dqw, dkw, dpos, dslot, gk, gv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_cuda->free(g_cuda, bufs[i]);
+    free(q), free(k), free(v), free(qw), free(kw), free(pos), free(slot), free(rq), free(rk), free(ck), free(cv);
+    free(oq), free(ok), free(okc), free(ovc);
+}
+
+IRIS_TEST(gpu_ops_fused) {
+    if (!backends()) return;
+    check_add_rms(37, 264, 1);
+    check_add_rms(5, 131, 1);
+    check_add_rms(3, 2048, 0);
+    check_qk_prologue(23, 16, 8, 128);
+    check_qk_prologue(9, 6, 2, 32);
+    check_qk_prologue(1, 4, 1, 16);
+}
+
 /* ---- segment attention (vision) ------------------------------------------------------------- */
 
 static void check_segments(const int *cu, int n_seg, int nh, int hd) {

@@ -111,6 +111,18 @@ struct iris_backend {
     int (*interp4)(iris_backend *b, const iris_tensor *table, const int32_t *idx, const float *w, int n, iris_tensor *y);
 
     void (*destroy)(iris_backend *b);
+
+    /* Optional fused ops (NULL where a backend has none; iris_backend_add_rms_norm and
+     * iris_backend_qk_norm_rope_kv below fall back to the plain ops, with the same numbers). */
+    /* x += d (d may be NULL), then y = rms_norm(x) · w: a residual add and the next norm in one pass
+     * (y may be d: each element of d is read before the same element of y is written). */
+    int (*add_rms_norm)(iris_backend *b, iris_tensor *x, const iris_tensor *d, const iris_tensor *w, float eps,
+                        iris_tensor *y);
+    /* Per-head RMSNorm of q [n, nq·hd] and k [n, nkv·hd] (weights qw, kw [hd]), rotary on both (as
+     * rope), then k and v into the cache at meta->slot (as kv_write); nkv and hd from kv. */
+    int (*qk_norm_rope_kv)(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v, const iris_tensor *qw,
+                           const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos, int pos_stride,
+                           const int *dim_of, const float *inv_freq, iris_kv_layer *kv, const iris_attn_meta *meta);
 };
 
 /* The CPU backend (threads from base/pool.h). */
@@ -126,6 +138,14 @@ int iris_backend_put_f32(iris_backend *b, void *dst, const float *src, size_t n)
 int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n);
 /* Copies weight w (and its FP8 scales) into b's memory and points w there. */
 int iris_backend_place(iris_backend *b, iris_tensor *w, iris_err *err);
+
+/* The fused ops above, or their plain sequence where b has none (backend/fused.c). */
+int iris_backend_add_rms_norm(iris_backend *b, iris_tensor *x, const iris_tensor *d, const iris_tensor *w, float eps,
+                              iris_tensor *y);
+int iris_backend_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v,
+                                 const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads,
+                                 const int32_t *pos, int pos_stride, const int *dim_of, const float *inv_freq,
+                                 iris_kv_layer *kv, const iris_attn_meta *meta);
 
 static inline int64_t iris_tensor_ld(const iris_tensor *t) { return t->ld ? t->ld : t->cols; }
 

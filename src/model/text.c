@@ -343,7 +343,6 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
     iris_tensor h = act(d_h, A, R, H), x = act(d_x, A, R, H);                     /* [R, H] */
     iris_tensor q = act(d_q, A, R, (int64_t)nq * hd), o = act(d_o, A, R, (int64_t)nq * hd); /* [R, nq·hd] */
     iris_tensor k = act(d_k, A, R, (int64_t)nkv * hd), v = act(d_v, A, R, (int64_t)nkv * hd); /* [R, nkv·hd] */
-    iris_tensor qh = act(d_q, A, (int64_t)R * nq, hd), kh = act(d_k, A, (int64_t)R * nkv, hd); /* per-head views */
     iris_tensor g = act(d_g, A, R, FF), u = act(d_u, A, R, FF);                   /* [R, FF] */
     iris_tensor img = act(d_img, A, n_img, H);                                    /* [n_img, H] */
 
@@ -351,38 +350,42 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
     OP(b->embed(b, &t->embed_tokens, d_tok, R, &h));
     if (n_img) OP(b->set_rows(b, &h, d_imgrow, &img));
 
+    /* The residual adds go with the next RMSNorm (iris_backend_add_rms_norm: one kernel on CUDA):
+     * `pending` says x holds the MLP's output, not yet added to h. */
+    int pending = 0;
     for (int il = 0; il < L; il++) {
         const iris_text_layer *Ly = &t->layers[il];
         if (trace) {
+            if (pending) OP(b->add(b, &h, &x));
+            pending = 0;
             OP(iris_backend_get_f32(b, h_trace, d_h, (size_t)R * H));
             trace(trace_ud, il, h_trace, R, H);
         }
-        /* Attention block. */
-        OP(b->rms_norm(b, &h, &Ly->input_layernorm, c->rms_norm_eps, &x));
+        /* Attention block: h += x (the last MLP), x = norm(h); q/k norms, rotary and the cache write in one. */
+        OP(iris_backend_add_rms_norm(b, &h, pending ? &x : NULL, &Ly->input_layernorm, c->rms_norm_eps, &x));
         OP(b->linear(b, &x, &Ly->q_proj, NULL, &q));
         OP(b->linear(b, &x, &Ly->k_proj, NULL, &k));
         OP(b->linear(b, &x, &Ly->v_proj, NULL, &v));
-        OP(b->rms_norm(b, &qh, &Ly->q_norm, c->rms_norm_eps, &qh));
-        OP(b->rms_norm(b, &kh, &Ly->k_norm, c->rms_norm_eps, &kh));
-        OP(b->rope(b, &q, nq, hd, d_pos, R, t->dim_of, t->inv_freq));
-        OP(b->rope(b, &k, nkv, hd, d_pos, R, t->dim_of, t->inv_freq));
-        OP(b->kv_write(b, &kv->layers[il], &k, &v, &meta));
+        OP(iris_backend_qk_norm_rope_kv(b, &q, &k, &v, &Ly->q_norm, &Ly->k_norm, c->rms_norm_eps, nq, d_pos, R, t->dim_of,
+                                        t->inv_freq, &kv->layers[il], &meta));
         OP(b->attn_paged(b, &q, &kv->layers[il], &meta, nq, &o));
         OP(b->linear(b, &o, &Ly->o_proj, NULL, &x));
-        OP(b->add(b, &h, &x));
-        /* MLP block. */
-        OP(b->rms_norm(b, &h, &Ly->post_attention_layernorm, c->rms_norm_eps, &x));
+        /* MLP block: h += x (attention), x = norm(h). */
+        OP(iris_backend_add_rms_norm(b, &h, &x, &Ly->post_attention_layernorm, c->rms_norm_eps, &x));
         OP(b->linear(b, &x, &Ly->gate_proj, NULL, &g));
         OP(b->linear(b, &x, &Ly->up_proj, NULL, &u));
         OP(b->silu_mul(b, &g, &u));
         OP(b->linear(b, &g, &Ly->down_proj, NULL, &x));
-        OP(b->add(b, &h, &x));
+        pending = 1;
         /* DeepStack: the vision tower's tap il joins the image rows (prefill only). */
         if (n_img && il < n_ds) {
+            OP(b->add(b, &h, &x));
+            pending = 0;
             iris_tensor ds = act((char *)d_img + (size_t)(1 + il) * n_img * H * es, A, n_img, H);
             OP(b->add_rows(b, &h, d_imgrow, &ds));
         }
     }
+    if (pending) OP(b->add(b, &h, &x));
     if (trace) {
         OP(iris_backend_get_f32(b, h_trace, d_h, (size_t)R * H));
         trace(trace_ud, L, h_trace, R, H);

@@ -13,7 +13,8 @@
  * state (max, sum, 8 dims of the output per head) in registers; the states
  * are merged through shared memory at the end.  Memory-bound: every visible
  * K and V row of the kv head is read once per row.
- * Long contexts with few rows are split into chunks of whole cache blocks,
+ * Contexts are split into chunks of whole cache blocks (at least 64 keys) until
+ * the rows give ~4 CTAs per SM,
  * one CTA each; their partial (max, sum, output) go to the scratch carved at
  * open and k_attn_combine merges them (flash-decoding).
  * Numerics: scores and softmax in fp32 (scale 1/sqrt(HD) folded into q), the
@@ -205,11 +206,11 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
     a.part = c->attn_part;
 
     /* Split long contexts when the rows alone do not fill the GPU: ~2 CTAs per SM. */
-    int max_ctx = meta->max_blocks * IRIS_KV_BLOCK, want = 2 * c->prop.multiProcessorCount;
+    int max_ctx = meta->max_blocks * IRIS_KV_BLOCK, want = 4 * c->prop.multiProcessorCount;
     int splits = 1, ctas = meta->n_rows * nkv;
-    if (ctas < want && max_ctx > 256) {
+    if (ctas < want && max_ctx > 64) {
         splits = (want + ctas - 1) / ctas;
-        int by_len = (max_ctx + 127) / 128; /* at least 128 keys a split */
+        int by_len = (max_ctx + 63) / 64; /* at least 64 keys a split: a warp's walk is a chain of dependent loads */
         if (splits > by_len) splits = by_len;
         while (splits > 1 && (size_t)meta->n_rows * n_q_heads * splits * (hd + 2) > c->attn_part_elems) splits--;
     }

@@ -87,6 +87,9 @@ int iris_cuda_get_rows(iris_backend *b, const iris_tensor *x, const int32_t *idx
 int iris_cuda_interp4(iris_backend *b, const iris_tensor *table, const int32_t *idx, const float *w, int n,
                       iris_tensor *y);
 
+/* Sets the optional fused ops of backend.h (cuda_fused.cu). */
+void iris_cuda_fused_init(iris_backend *b);
+
 /* Flash attention (cuda_attn_flash.cu), used by attn_segments and by the
  * prefill side of attn_paged. */
 int iris_cuda_flash_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
@@ -131,6 +134,17 @@ static __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+/* Sum over a block of `nw` warps (every thread gets it); `red` holds nw floats. */
+static __device__ __forceinline__ float block_sum(float v, float *red, int nw) {
+    v = warp_sum(v);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    float t = 0;
+    for (int i = 0; i < nw; i++) t += red[i];
+    return t;
 }
 
 static inline int64_t tld(const iris_tensor *t) { return t->ld ? t->ld : t->cols; }

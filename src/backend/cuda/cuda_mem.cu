@@ -303,6 +303,7 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     b->get_rows = iris_cuda_get_rows;
     b->interp4 = iris_cuda_interp4;
     b->destroy = cu_destroy;
+    iris_cuda_fused_init(b);
     *out = b;
     return 0;
 }

@@ -1,6 +1,7 @@
 /* cuda_norm.cu: RMSNorm and LayerNorm over the rows of BF16 views.
  *
- * Thread mapping: one warp per row, 8 warps a block; lanes stride over the
+ * Thread mapping: one warp per row, 8 warps a block (or, for a few long rows
+ * as in decode, a block of 256 threads per row); lanes stride over the
  * row (8 elements a lane per step, 16-byte loads, when the row allows it).
  * Memory-bound: the row is read twice (RMS) or three times (LayerNorm: mean,
  * then the centred variance, then the output), the later passes from L1/L2.
@@ -79,6 +80,54 @@ __global__ void k_norm(const bf16 *x, int64_t ldx, bf16 *y, int64_t ldy, int64_t
     }
 }
 
+/* Few rows (decode): one block of 256 threads per row, so a row is not one warp's serial walk. */
+#define NB 256
+template <int VEC, int LAYER>
+__global__ void __launch_bounds__(NB) k_norm_block(const bf16 *x, int64_t ldx, bf16 *y, int64_t ldy, int64_t d,
+                                                   const void *w, int wdt, const void *bias, int bdt, float eps) {
+    __shared__ float red[NB / 32];
+    int64_t r = blockIdx.x;
+    const bf16 *xr = x + r * ldx;
+    bf16 *yr = y + r * ldy;
+    int64_t step = VEC ? NB * 8 : NB, i0 = (int64_t)threadIdx.x * (VEC ? 8 : 1);
+    float s = 0;
+    for (int64_t i = i0; i < d; i += step) {
+        if (VEC) {
+            uint4 u = *(const uint4 *)(xr + i);
+            const bf16 *e = (const bf16 *)&u;
+#pragma unroll
+            for (int k = 0; k < 8; k++) s += LAYER ? bf2f(e[k]) : bf2f(e[k]) * bf2f(e[k]);
+        } else {
+            float v = bf2f(xr[i]);
+            s += LAYER ? v : v * v;
+        }
+    }
+    float mean = 0, inv;
+    if (LAYER) {
+        mean = block_sum(s, red, NB / 32) / (float)d;
+        float c = 0;
+        for (int64_t i = i0; i < d; i += step)
+            for (int k = 0; k < (VEC ? 8 : 1); k++) {
+                float v = bf2f(xr[i + k]) - mean;
+                c += v * v;
+            }
+        inv = rsqrtf(block_sum(c, red, NB / 32) / (float)d + eps);
+    } else {
+        inv = rsqrtf(block_sum(s, red, NB / 32) / (float)d + eps);
+    }
+    for (int64_t i = i0; i < d; i += step) {
+        bf16 o[8];
+#pragma unroll
+        for (int k = 0; k < (VEC ? 8 : 1); k++) {
+            float v = bf2f(xr[i + k]), wk = load_vec(w, wdt, i + k);
+            if (LAYER) o[k] = f2bf((v - mean) * inv * wk + (bias ? load_vec(bias, bdt, i + k) : 0.0f));
+            else o[k] = f2bf(wk * round_bf16(v * inv));
+        }
+        if (VEC) *(uint4 *)(yr + i) = *(const uint4 *)o;
+        else yr[i] = o[0];
+    }
+}
+
 static int norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, float eps,
                 iris_tensor *y, int layer) {
     const char *what = layer ? "layer_norm" : "rms_norm";
@@ -98,7 +147,18 @@ static int norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, con
 #define NORM_LAUNCH(V, L)                                                                                              \
     k_norm<V, L><<<blocks, NORM_WARPS * 32, 0, s>>>((const bf16 *)x->data, ldx, (bf16 *)y->data, ldy, x->rows, x->cols, \
                                                      w->data, w->dtype, bp, bdt, eps)
-    if (layer) {
+#define NORMB_LAUNCH(V, L)                                                                                             \
+    k_norm_block<V, L><<<(unsigned)x->rows, NB, 0, s>>>((const bf16 *)x->data, ldx, (bf16 *)y->data, ldy, x->cols, w->data, \
+                                                        w->dtype, bp, bdt, eps)
+    if (x->rows <= 128 && x->cols >= 1024) {
+        if (layer) {
+            if (vec) NORMB_LAUNCH(1, 1);
+            else NORMB_LAUNCH(0, 1);
+        } else {
+            if (vec) NORMB_LAUNCH(1, 0);
+            else NORMB_LAUNCH(0, 0);
+        }
+    } else if (layer) {
         if (vec) NORM_LAUNCH(1, 1);
         else NORM_LAUNCH(0, 1);
     } else {
@@ -106,6 +166,7 @@ static int norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, con
         else NORM_LAUNCH(0, 0);
     }
 #undef NORM_LAUNCH
+#undef NORMB_LAUNCH
     return iris_cuda_check(b, what);
 }
 

@@ -1,0 +1,239 @@
+/* cuda_fused.cu: the optional fused ops of backend.h — the residual add with
+ * the next RMSNorm, and the attention prologue (q/k per-head RMSNorm, rotary,
+ * K/V cache write) — each one kernel instead of two and five.  They exist for
+ * decode, where a step is a few hundred small kernels and their launch and
+ * drain time, not bytes, sets the speed.  Same roundings as the plain ops
+ * (tests/test_ops.c compares them with the CPU backend's plain sequence).
+ *
+ * add_rms_norm — one warp per row, 8 rows a block: x += d is written back
+ * (rounded to bf16, as the residual add of the plain op), the sum of squares
+ * taken over the rounded values, then y = bf16(w · bf16(x · inv)).
+ * Memory-bound: x and d read once, x re-read from L1.
+ *
+ * qk_norm_rope_kv — one warp per (row, head) over the n_q + n_kv heads of a
+ * row: the head's RMSNorm (rounded as Qwen3's q_norm/k_norm), staged in
+ * shared memory so a lane can pair d with d + hd/2, the rotary (fp32 angles,
+ * accurate sincosf, one rounding), written in place; k heads also go to
+ * their cache slot with the matching v head.  Memory-bound. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.cuh"
+
+#define FW 8
+
+template <int VEC>
+__global__ void k_add_rms(bf16 *x, int64_t ldx, const bf16 *d, int64_t ldd, bf16 *y, int64_t ldy, int64_t rows, int64_t n,
+                          const void *w, int wdt, float eps) {
+    int64_t r = (int64_t)blockIdx.x * FW + threadIdx.x / 32;
+    if (r >= rows) return;
+    int lane = threadIdx.x & 31;
+    bf16 *xr = x + r * ldx;
+    const bf16 *dr = d ? d + r * ldd : NULL;
+    bf16 *yr = y + r * ldy;
+    float ss = 0;
+    int64_t step = VEC ? 256 : 32;
+    for (int64_t i = (int64_t)lane * (VEC ? 8 : 1); i < n; i += step) {
+        if (VEC) {
+            uint4 u = *(const uint4 *)(xr + i);
+            bf16 *e = (bf16 *)&u;
+            if (dr) {
+                uint4 dv = *(const uint4 *)(dr + i);
+                const bf16 *de = (const bf16 *)&dv;
+#pragma unroll
+                for (int k = 0; k < 8; k++) e[k] = f2bf(bf2f(e[k]) + bf2f(de[k]));
+                *(uint4 *)(xr + i) = u;
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) ss += bf2f(e[k]) * bf2f(e[k]);
+        } else {
+            float v = bf2f(xr[i]);
+            if (dr) {
+                v = round_bf16(v + bf2f(dr[i]));
+                xr[i] = f2bf(v);
+            }
+            ss += v * v;
+        }
+    }
+    float inv = rsqrtf(warp_sum(ss) / (float)n + eps);
+    for (int64_t i = (int64_t)lane * (VEC ? 8 : 1); i < n; i += step) {
+        if (VEC) {
+            uint4 u = *(const uint4 *)(xr + i);
+            bf16 *e = (bf16 *)&u;
+#pragma unroll
+            for (int k = 0; k < 8; k++) e[k] = f2bf(load_vec(w, wdt, i + k) * round_bf16(bf2f(e[k]) * inv));
+            *(uint4 *)(yr + i) = u;
+        } else {
+            yr[i] = f2bf(load_vec(w, wdt, i) * round_bf16(bf2f(xr[i]) * inv));
+        }
+    }
+}
+
+/* Few rows (decode): a block of 256 threads per row. */
+template <int VEC>
+__global__ void __launch_bounds__(256) k_add_rms_block(bf16 *x, int64_t ldx, const bf16 *d, int64_t ldd, bf16 *y,
+                                                       int64_t ldy, int64_t n, const void *w, int wdt, float eps) {
+    __shared__ float red[8];
+    int64_t r = blockIdx.x;
+    bf16 *xr = x + r * ldx;
+    const bf16 *dr = d ? d + r * ldd : NULL;
+    bf16 *yr = y + r * ldy;
+    int64_t step = VEC ? 2048 : 256, i0 = (int64_t)threadIdx.x * (VEC ? 8 : 1);
+    float ss = 0;
+    for (int64_t i = i0; i < n; i += step) {
+#pragma unroll
+        for (int k = 0; k < (VEC ? 8 : 1); k++) {
+            float v = bf2f(xr[i + k]);
+            if (dr) {
+                v = round_bf16(v + bf2f(dr[i + k]));
+                xr[i + k] = f2bf(v);
+            }
+            ss += v * v;
+        }
+    }
+    float inv = rsqrtf(block_sum(ss, red, 8) / (float)n + eps);
+    for (int64_t i = i0; i < n; i += step)
+#pragma unroll
+        for (int k = 0; k < (VEC ? 8 : 1); k++) yr[i + k] = f2bf(load_vec(w, wdt, i + k) * round_bf16(bf2f(xr[i + k]) * inv));
+}
+
+static int cu_add_rms_norm(iris_backend *b, iris_tensor *x, const iris_tensor *d, const iris_tensor *w, float eps,
+                           iris_tensor *y) {
+    if (x->dtype != IRIS_DT_BF16 || y->dtype != IRIS_DT_BF16 || (d && d->dtype != IRIS_DT_BF16))
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda add_rms_norm: activations must be BF16");
+    if (y->rows != x->rows || y->cols != x->cols || w->rows * w->cols != x->cols ||
+        (d && (d->rows != x->rows || d->cols != x->cols)))
+        return iris_cuda_fail(b, IRIS_EINVAL, "cuda add_rms_norm: x [%lld,%lld], weight of %lld, y [%lld,%lld] do not match",
+                              (long long)x->rows, (long long)x->cols, (long long)(w->rows * w->cols), (long long)y->rows,
+                              (long long)y->cols);
+    if (x->rows <= 0) return 0;
+    int64_t ldx = tld(x), ldy = tld(y), ldd = d ? tld(d) : 0;
+    int vec = x->cols % 8 == 0 && ldx % 8 == 0 && ldy % 8 == 0 && is_aligned16(x->data) && is_aligned16(y->data) &&
+              (!d || (ldd % 8 == 0 && is_aligned16(d->data)));
+    unsigned blocks = (unsigned)((x->rows + FW - 1) / FW);
+    const bf16 *dp = d ? (const bf16 *)d->data : NULL;
+    if (x->rows <= 128 && x->cols >= 1024) {
+        if (vec)
+            k_add_rms_block<1><<<(unsigned)x->rows, 256, 0, cuda_of(b)->stream>>>((bf16 *)x->data, ldx, dp, ldd,
+                                                                                 (bf16 *)y->data, ldy, x->cols, w->data,
+                                                                                 w->dtype, eps);
+        else
+            k_add_rms_block<0><<<(unsigned)x->rows, 256, 0, cuda_of(b)->stream>>>((bf16 *)x->data, ldx, dp, ldd,
+                                                                                 (bf16 *)y->data, ldy, x->cols, w->data,
+                                                                                 w->dtype, eps);
+    } else if (vec)
+        k_add_rms<1><<<blocks, FW * 32, 0, cuda_of(b)->stream>>>((bf16 *)x->data, ldx, dp, ldd, (bf16 *)y->data, ldy,
+                                                                  x->rows, x->cols, w->data, w->dtype, eps);
+    else
+        k_add_rms<0><<<blocks, FW * 32, 0, cuda_of(b)->stream>>>((bf16 *)x->data, ldx, dp, ldd, (bf16 *)y->data, ldy,
+                                                                  x->rows, x->cols, w->data, w->dtype, eps);
+    return iris_cuda_check(b, "add_rms_norm");
+}
+
+#define QK_MAX_HALF 128
+
+struct qk_args {
+    bf16 *q, *k;
+    const bf16 *v;
+    int64_t ldq, ldk, ldv;
+    const void *qw, *kw;
+    int qwdt, kwdt;
+    float eps;
+    int rows, nq, nkv, hd;
+    const int32_t *pos;
+    int pos_stride;
+    bf16 *kc, *vc;
+    int64_t n_slots;
+    const int32_t *slot;
+    float inv_freq[QK_MAX_HALF];
+    uint8_t dim_of[QK_MAX_HALF];
+};
+
+__global__ void __launch_bounds__(FW * 32) k_qk_norm_rope_kv(const qk_args a) {
+    __shared__ float buf[FW][2 * QK_MAX_HALF];
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    int64_t wi = (int64_t)blockIdx.x * FW + warp, heads = a.nq + a.nkv;
+    if (wi >= (int64_t)a.rows * heads) return;
+    int64_t r = wi / heads;
+    int h = (int)(wi % heads), is_k = h >= a.nq, hh = is_k ? h - a.nq : h, hd = a.hd, half = hd / 2;
+    bf16 *x = is_k ? a.k + r * a.ldk + (int64_t)hh * hd : a.q + r * a.ldq + (int64_t)hh * hd;
+    const void *w = is_k ? a.kw : a.qw;
+    int wdt = is_k ? a.kwdt : a.qwdt;
+    float *s = buf[warp];
+    float ss = 0;
+    for (int e = lane; e < hd; e += 32) {
+        float v = bf2f(x[e]);
+        s[e] = v;
+        ss += v * v;
+    }
+    float inv = rsqrtf(warp_sum(ss) / (float)hd + a.eps);
+    for (int e = lane; e < hd; e += 32) s[e] = round_bf16(load_vec(w, wdt, e) * round_bf16(s[e] * inv));
+    __syncwarp();
+    int64_t sl = is_k ? (int64_t)a.slot[r] : -1;
+    bool to_cache = is_k && sl >= 0 && sl < a.n_slots;
+    int64_t width = (int64_t)a.nkv * hd;
+    for (int j = lane; j < half; j += 32) {
+        float ang = (float)a.pos[(int64_t)a.dim_of[j] * a.pos_stride + r] * a.inv_freq[j];
+        float sn, cs;
+        sincosf(ang, &sn, &cs);
+        float x0 = s[j], x1 = s[j + half];
+        bf16 o0 = f2bf(x0 * cs - x1 * sn), o1 = f2bf(x1 * cs + x0 * sn);
+        x[j] = o0;
+        x[j + half] = o1;
+        if (to_cache) {
+            a.kc[sl * width + (int64_t)hh * hd + j] = o0;
+            a.kc[sl * width + (int64_t)hh * hd + j + half] = o1;
+        }
+    }
+    if (to_cache) {
+        const bf16 *vr = a.v + r * a.ldv + (int64_t)hh * hd;
+        for (int e = lane; e < hd; e += 32) a.vc[sl * width + (int64_t)hh * hd + e] = vr[e];
+    }
+}
+
+static int cu_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v,
+                              const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos,
+                              int pos_stride, const int *dim_of, const float *inv_freq, iris_kv_layer *kv,
+                              const iris_attn_meta *meta) {
+    int hd = kv->head_dim, nkv = kv->n_kv_heads, half = hd / 2;
+    if (q->dtype != IRIS_DT_BF16 || k->dtype != IRIS_DT_BF16 || v->dtype != IRIS_DT_BF16 || kv->dtype != IRIS_DT_BF16)
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda qk_norm_rope_kv: q, k, v and the cache must be BF16");
+    if (hd <= 0 || hd % 2 || half > QK_MAX_HALF)
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda qk_norm_rope_kv: head_dim %d (even, at most %d)", hd,
+                              2 * QK_MAX_HALF);
+    if (q->rows != meta->n_rows || k->rows != meta->n_rows || v->rows != meta->n_rows ||
+        q->cols < (int64_t)n_q_heads * hd || k->cols < (int64_t)nkv * hd || v->cols < (int64_t)nkv * hd ||
+        qw->rows * qw->cols != hd || kw->rows * kw->cols != hd)
+        return iris_cuda_fail(b, IRIS_EINVAL, "cuda qk_norm_rope_kv: q [%lld,%lld], k [%lld,%lld] for %d rows of %d+%d heads of %d",
+                              (long long)q->rows, (long long)q->cols, (long long)k->rows, (long long)k->cols,
+                              meta->n_rows, n_q_heads, nkv, hd);
+    if (meta->n_rows <= 0) return 0;
+    qk_args a;
+    memset(&a, 0, sizeof a);
+    a.q = (bf16 *)q->data, a.k = (bf16 *)k->data, a.v = (const bf16 *)v->data;
+    a.ldq = tld(q), a.ldk = tld(k), a.ldv = tld(v);
+    a.qw = qw->data, a.kw = kw->data, a.qwdt = qw->dtype, a.kwdt = kw->dtype;
+    a.eps = eps;
+    a.rows = meta->n_rows, a.nq = n_q_heads, a.nkv = nkv, a.hd = hd;
+    a.pos = pos, a.pos_stride = pos_stride;
+    a.kc = (bf16 *)kv->k, a.vc = (bf16 *)kv->v, a.n_slots = (int64_t)kv->n_blocks * IRIS_KV_BLOCK;
+    a.slot = meta->slot;
+    for (int j = 0; j < half; j++) {
+        if (dim_of[j] < 0 || dim_of[j] > 255)
+            return iris_cuda_fail(b, IRIS_EINVAL, "cuda qk_norm_rope_kv: dim_of[%d] = %d", j, dim_of[j]);
+        a.dim_of[j] = (uint8_t)dim_of[j];
+        a.inv_freq[j] = inv_freq[j];
+    }
+    int64_t warps = (int64_t)meta->n_rows * (n_q_heads + nkv);
+    k_qk_norm_rope_kv<<<(unsigned)((warps + FW - 1) / FW), FW * 32, 0, cuda_of(b)->stream>>>(a);
+    return iris_cuda_check(b, "qk_norm_rope_kv");
+}
+
+/* IRIS_CUDA_FUSED=0 leaves them out (the plain ops run instead): for measuring them, and as a way
+ * around them should one misbehave on a card they were not tested on. */
+void iris_cuda_fused_init(iris_backend *b) {
+    const char *env = getenv("IRIS_CUDA_FUSED");
+    if (env && !strcmp(env, "0")) return;
+    b->add_rms_norm = cu_add_rms_norm;
+    b->qk_norm_rope_kv = cu_qk_norm_rope_kv;
+}

@@ -1,0 +1,37 @@
+/* fused.c: the optional fused ops of backend.h, called through one helper
+ * each: the backend's fused kernel when it has one (CUDA), else the plain
+ * sequence of ops it stands for (the CPU backend, which is the reference the
+ * fused kernels are tested against in tests/test_ops.c). */
+#include <stdio.h>
+
+#include "backend/backend.h"
+
+int iris_backend_add_rms_norm(iris_backend *b, iris_tensor *x, const iris_tensor *d, const iris_tensor *w, float eps,
+                              iris_tensor *y) {
+    if (b->add_rms_norm) return b->add_rms_norm(b, x, d, w, eps, y);
+    int rc = d ? b->add(b, x, d) : 0;
+    return rc ? rc : b->rms_norm(b, x, w, eps, y);
+}
+
+int iris_backend_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v,
+                                 const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads,
+                                 const int32_t *pos, int pos_stride, const int *dim_of, const float *inv_freq,
+                                 iris_kv_layer *kv, const iris_attn_meta *meta) {
+    if (b->qk_norm_rope_kv)
+        return b->qk_norm_rope_kv(b, q, k, v, qw, kw, eps, n_q_heads, pos, pos_stride, dim_of, inv_freq, kv, meta);
+    int hd = kv->head_dim, nkv = kv->n_kv_heads;
+    /* per-head views: one row per (token, head) */
+    iris_tensor qh = {.data = q->data, .dtype = q->dtype, .rows = q->rows * n_q_heads, .cols = hd};
+    iris_tensor kh = {.data = k->data, .dtype = k->dtype, .rows = k->rows * nkv, .cols = hd};
+    if (iris_tensor_ld(q) != (int64_t)n_q_heads * hd || iris_tensor_ld(k) != (int64_t)nkv * hd) {
+        b->err.code = IRIS_EINVAL;
+        snprintf(b->err.msg, sizeof b->err.msg, "qk_norm_rope_kv: q and k must be contiguous rows of heads");
+        return IRIS_EINVAL;
+    }
+    int rc = b->rms_norm(b, &qh, qw, eps, &qh);
+    if (!rc) rc = b->rms_norm(b, &kh, kw, eps, &kh);
+    if (!rc) rc = b->rope(b, q, n_q_heads, hd, pos, pos_stride, dim_of, inv_freq);
+    if (!rc) rc = b->rope(b, k, nkv, hd, pos, pos_stride, dim_of, inv_freq);
+    if (!rc) rc = b->kv_write(b, kv, k, v, meta);
+    return rc;
+}
