@@ -69,7 +69,7 @@ struct iris_prompt; /* src/model/prompt.h: an already rendered, tokenized and pr
 typedef struct iris_engine_opts {
     const char *model;          /* a model directory or an HF repo id (Org/Name[@rev]) */
     int allow_download;         /* fetch a repo id missing from the HF cache (default 0) */
-    const char *device;         /* "cpu", "cuda" or "auto" (NULL: auto); only cpu in this build */
+    const char *device;         /* "cpu", "cuda" or "auto" (NULL: auto: cuda when this build has it and a GPU is there) */
     int max_num_seqs;           /* sequences running at once (0: 64) */
     int max_batch_tokens;       /* tokens per step, decodes + prefill chunks (0: 2048) */
     int max_model_len;          /* prompt + generated tokens per request (0: the model's max) */
@@ -77,6 +77,12 @@ typedef struct iris_engine_opts {
     int kv_blocks;              /* 16-token KV blocks (0: from kv_cache_bytes) */
     size_t kv_cache_bytes;      /* CPU: host memory for the KV cache when kv_blocks is 0 (0: 1 GiB) */
     int prefix_caching;         /* 1 (default): share full blocks between requests; 0: off */
+    /* CUDA: the memory plan (src/engine/planner.h) sizes the one device allocation from these. */
+    uint64_t gpu_memory_limit;      /* hard cap in bytes (0: unset) */
+    double gpu_memory_utilization;  /* a fraction of the device's memory (0: unset) */
+    uint64_t gpu_memory_margin;     /* kept free when neither is set (0 with margin_set 0: 512 MiB) */
+    int gpu_memory_margin_set;
+    long long max_image_pixels;     /* largest image after resizing (0: 1,048,576); larger ones are resized down */
 } iris_engine_opts;
 
 void iris_engine_opts_default(iris_engine_opts *o);

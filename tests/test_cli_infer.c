@@ -67,6 +67,18 @@ IRIS_TEST(cli_infer_usage) {
     CHECK_EQ_INT(iris("caption " IMG, out, sizeof out), 1);
     unsetenv("IRIS_DEMO_MODEL");
     CHECK_CONTAINS(out, "/nonexistent-demo-model");
+    /* --device cuda: runs where there is a GPU; elsewhere one clear error pointing to --device cpu */
+    int rc = iris("run " MODEL " --device cuda --max-tokens 2 hi", out, sizeof out);
+    if (rc == 0) {
+        CHECK_CONTAINS(out, "on cuda");
+    } else {
+        CHECK_EQ_INT(rc, 1);
+        CHECK_CONTAINS(out, "--device cpu");
+    }
+    CHECK_EQ_INT(iris("run " MODEL " --device tpu hi", out, sizeof out), 2);
+    CHECK_EQ_INT(iris("run " MODEL " --gpu-memory-utilization 1.5 hi", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "--gpu-memory-utilization");
+    CHECK_EQ_INT(iris("run " MODEL " --gpu-memory-limit lots hi", out, sizeof out), 2);
     CHECK_EQ_INT(iris("run " MODEL " --temperature warm hi", out, sizeof out), 2);
     CHECK_CONTAINS(out, "--temperature expects a number");
     CHECK_EQ_INT(iris("logits " MODEL " --prompt hi", out, sizeof out), 2);   /* no --out */

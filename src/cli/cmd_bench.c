@@ -12,18 +12,25 @@
  * the arena (weights + KV cache + scratch, sized from the checkpoint) and
  * the device's used memory (cudaMemGetInfo; the whole device).
  * Figures are reported, never asserted (DESIGN.md). */
-#include <stdio.h>
+#include <stdio.h>   /* before jpeglib.h, which needs FILE and size_t */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <jpeglib.h>
 
 #include "backend/backend.h"
 #include "cli.h"
+#include "engine/engine.h"
 #include "err.h"
 #include "model/config.h"
 #include "model/resolve.h"
 #include "model/safetensors.h"
+#include "model/prompt.h"
 #include "model/text.h"
+#include "model/tokenizer.h"
+#include "model/vision.h"
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -31,8 +38,12 @@
 #define MAX_BATCHES 16
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: iris bench MODEL [--batch 1,8,32,64] [--prompt-tokens N] [--gen-tokens N] [--device cuda|cpu]\n\n"
-               "Prefill and decode speed of the text decoder, as JSON (tok/s per batch size, memory).\n");
+    fprintf(f, "usage: iris bench MODEL [--batch 1,8,32,64] [--prompt-tokens N] [--gen-tokens N] [--device cuda|cpu]\n"
+               "                  [--image WxH|PATH]\n\n"
+               "Prefill and decode speed of the text decoder, as JSON (tok/s per batch size, memory).\n"
+               "--image: also the image path for one image (a WxH test picture, or a file) and a 20-token\n"
+               "question: preprocessing ms, vision encoder ms, and time to first token through the engine\n"
+               "(median of 5, prefix cache off; the model needs its tokenizer.json).\n");
 }
 
 static double now(void) {
@@ -62,6 +73,124 @@ static long parse_pos(const char *opt, const char *v, long hi) {
         return -1;
     }
     return x;
+}
+
+/* A WxH test picture (smooth gradients and stripes) as a JPEG at `path`. */
+static int write_test_jpeg(const char *path, int w, int h) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr jerr;
+    c.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&c);
+    jpeg_stdio_dest(&c, f);
+    c.image_width = (JDIMENSION)w, c.image_height = (JDIMENSION)h, c.input_components = 3, c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 90, TRUE);
+    jpeg_start_compress(&c, TRUE);
+    unsigned char *row = malloc((size_t)w * 3);
+    for (int y = 0; row && y < h; y++) {
+        for (int x = 0; x < w; x++) {
+            row[3 * x] = (unsigned char)(255 * x / (w > 1 ? w - 1 : 1));
+            row[3 * x + 1] = (unsigned char)(255 * y / (h > 1 ? h - 1 : 1));
+            row[3 * x + 2] = (unsigned char)(((x / 32 + y / 32) & 1) ? 200 : 40);
+        }
+        JSAMPROW rp = row;
+        jpeg_write_scanlines(&c, &rp, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    free(row);
+    return fclose(f) || !row ? -1 : 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define IMAGE_QUESTION "Describe the colours, the shapes and where each of them is in this picture, in a few words."
+
+/* The image path: preprocessing, the vision encoder on backend b, and time to
+ * first token through an engine opened after b is gone.  Prints JSON members. */
+static int bench_image(const char *dir, const iris_config *cfg, const iris_st *st, iris_backend **bp, const char *device,
+                       const char *image, long long pixels, iris_err *err) {
+    iris_tok *tok = NULL;
+    iris_preprocessor_config pc;
+    iris_vision vis;
+    memset(&vis, 0, sizeof vis);
+    iris_prompt p;
+    memset(&p, 0, sizeof p);
+    iris_vision_out vo;
+    memset(&vo, 0, sizeof vo);
+    json_t *msgs = iris_prompt_one_turn(NULL, 1, IMAGE_QUESTION);
+    const char *paths[1] = {image};
+    double pre[5], vms[5], ttft[5];
+    int rc = iris_preprocessor_config_load(dir, &pc, err);
+    if (!rc) rc = iris_tok_load(dir, &tok, err);
+    if (!rc && pixels > pc.max_pixels) pc.max_pixels = pixels;
+    for (int i = 0; i < 5 && !rc; i++) {
+        iris_prompt_free(&p);
+        double a = now();
+        rc = iris_prompt_build(tok, cfg, &pc, msgs, paths, 1, &p, err);
+        pre[i] = (now() - a) * 1e3;
+    }
+    if (!rc) rc = iris_vision_load(st, &cfg->vision_config, &vis, err);
+    if (!rc) rc = iris_vision_upload(&vis, *bp, err);
+    for (int i = 0; i < 6 && !rc; i++) {   /* the first warms up */
+        iris_vision_out_free(&vo);
+        double a = now();
+        rc = iris_vision_encode_on(&vis, *bp, p.pixel_values, p.n_rows, p.grid_thw, 1, &vo, NULL, err);
+        if (i) vms[i - 1] = (now() - a) * 1e3;
+    }
+    iris_vision_out_free(&vo);
+    iris_vision_free(&vis);
+    int n_prompt = (int)p.ids.n, g[3] = {p.grid_thw[0], p.grid_thw[1], p.grid_thw[2]};
+    /* The engine takes the device now. */
+    (*bp)->destroy(*bp);
+    *bp = NULL;
+    iris_engine *e = NULL;
+    if (!rc) {
+        iris_engine_opts o;
+        iris_engine_opts_default(&o);
+        o.model = dir;
+        o.device = device;
+        o.max_num_seqs = 1;
+        o.prefix_caching = 0;
+        o.max_image_pixels = pixels > 0 ? pixels : 0;
+        rc = iris_engine_open(&o, &e, err);
+    }
+    for (int i = 0; i < 6 && !rc; i++) {
+        iris_prompt q;
+        rc = iris_prompt_build(tok, cfg, iris_engine_preprocessor_config(e), msgs, paths, 1, &q, err);
+        if (rc) break;
+        iris_request_params rp;
+        iris_request_params_default(e, &rp);
+        rp.prompt = &q;
+        rp.max_tokens = 1;
+        rp.do_sample = 0;
+        iris_request *r = NULL;
+        rc = iris_engine_submit(e, &rp, &r, err);
+        iris_prompt_free(&q);
+        iris_event ev;
+        while (!rc && iris_request_next(r, &ev, -1) == IRIS_OK && ev.kind != IRIS_EVENT_DONE) {}
+        if (!rc && ev.finish_reason == IRIS_FINISH_REASON_ERROR) *err = ev.err, rc = ev.err.code ? ev.err.code : IRIS_EINVAL;
+        if (!rc && i) ttft[i - 1] = ev.usage.ttft_s * 1e3;
+        iris_request_free(r);
+    }
+    iris_engine_close(e);
+    iris_prompt_free(&p);
+    iris_tok_free(tok);
+    json_decref(msgs);
+    if (rc) return rc;
+    qsort(pre, 5, sizeof *pre, cmp_double);
+    qsort(vms, 5, sizeof *vms, cmp_double);
+    qsort(ttft, 5, sizeof *ttft, cmp_double);
+    printf(",\"image\":{\"path\":\"%s\",\"grid_thw\":[%d,%d,%d],\"prompt_tokens\":%d,\"preprocess_ms\":%.2f,"
+           "\"vision_ms\":%.2f,\"ttft_ms\":%.2f,\"ttft_ms_min\":%.2f,\"ttft_with_preprocess_ms\":%.2f,"
+           "\"ttft_note\":\"engine submit to first token (vision encoder, prefill, sampling), median of 5, prefix cache off\"}",
+           image, g[0], g[1], g[2], n_prompt, pre[2], vms[2], ttft[2], ttft[0], pre[2] + ttft[2]);
+    return IRIS_OK;
 }
 
 typedef struct {
@@ -94,7 +223,7 @@ static int decode_step(bench *x, int n_seqs, int past, iris_err *err) {
 }
 
 int iris_cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *device = "cuda";
+    const char *model = NULL, *device = "cuda", *image = NULL;
     int batches[MAX_BATCHES] = {1, 8, 32, 64}, n_batches = 4;
     long P = 128, G = 32;
     for (int i = 1; i < argc; i++) {
@@ -111,6 +240,12 @@ int iris_cmd_bench(int argc, char **argv) {
             if ((P = parse_pos(a, i + 1 < argc ? argv[++i] : NULL, 1 << 20)) < 0) return 2;
         } else if (!strcmp(a, "--gen-tokens")) {
             if ((G = parse_pos(a, i + 1 < argc ? argv[++i] : NULL, 1 << 16)) < 0) return 2;
+        } else if (!strcmp(a, "--image")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "iris bench: --image wants WxH (a test picture) or a file\n");
+                return 2;
+            }
+            image = argv[++i];
         } else if (!strcmp(a, "--device")) {
             device = i + 1 < argc ? argv[++i] : "";
             if (strcmp(device, "cuda") && strcmp(device, "cpu")) {
@@ -232,6 +367,26 @@ int iris_cmd_bench(int argc, char **argv) {
                    mi.peak_bytes, mi.device_used);
     }
 #endif
+    if (!rc && image) {
+        /* WxH: a test picture of that size, not resized (max_pixels raised to it). */
+        int iw = 0, ih = 0;
+        char tmp[64] = "";
+        const char *path = image;
+        long long pixels = 0;
+        if (sscanf(image, "%dx%d", &iw, &ih) == 2 && iw > 0 && ih > 0 && access(image, R_OK) != 0) {
+            snprintf(tmp, sizeof tmp, "/tmp/iris-bench-%dx%d-%d.jpg", iw, ih, (int)getpid());
+            if (write_test_jpeg(tmp, iw, ih)) rc = iris_err_set(&err, IRIS_EIO, "could not write %s", tmp);
+            path = tmp, pixels = (long long)iw * ih;
+        }
+        /* the decoder's cache and weights go first: the backend is closed for the engine */
+        iris_kv_cache_free(&x.kv);
+        memset(&x.kv, 0, sizeof x.kv);
+        iris_text_free(&x.t);
+        memset(&x.t, 0, sizeof x.t);
+        fflush(stdout);
+        if (!rc) rc = bench_image(dir, &cfg, st, &x.b, device, path, pixels, &err);
+        if (tmp[0]) unlink(tmp);
+    }
     printf("}\n");
 done:
     if (x.kv.layers) iris_kv_cache_free(&x.kv);

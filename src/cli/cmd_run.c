@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "default_model.h"
 #include "err.h"
+#include "engine/planner.h"
 #include "infer.h"
 #include "model/sampler.h"
 #include "pool.h"
@@ -27,6 +28,7 @@ typedef struct run_args {
     const char *images[MAX_IMAGES];
     int n_images;
     const char *device;
+    iris_engine_opts eo;   /* the GPU memory settings */
     const char *stop[IRIS_MAX_STOP];
     int n_stop;
     int threads;
@@ -52,7 +54,10 @@ static void usage(FILE *f, const char *cmd) {
                "options:\n"
                "  --image PATH           an image (repeatable; run only)\n"
                "  --system TEXT          a system message\n"
-               "  --device cpu|cuda|auto where to run (default auto; cpu only in this build)\n"
+               "  --device cpu|cuda|auto where to run (default auto: cuda when there is a GPU)\n"
+               "  --gpu-memory-limit SIZE  --gpu-memory-utilization F  --gpu-memory-margin SIZE\n"
+               "                         the GPU memory budget (default: free memory less 512MiB)\n"
+               "  --max-image-pixels N   on a GPU, images are resized to at most N pixels (default 1048576)\n"
                "  --temperature F  --top-k N  --top-p F  --min-p F\n"
                "  --repetition-penalty F  --presence-penalty F  --frequency-penalty F\n"
                "  --seed N  --max-tokens N   (defaults: the model's generation_config.json;\n"
@@ -67,7 +72,9 @@ static int parse(int argc, char **argv, run_args *a, int positional_max, const c
         const char *s = argv[i];
         if (!strcmp(s, "--help") || !strcmp(s, "-h")) return 1;
         int takes = !strcmp(s, "--image") || !strcmp(s, "--system") || !strcmp(s, "--model") ||
-                    !strcmp(s, "--device") || !strcmp(s, "--stop") || !strcmp(s, "--threads");
+                    !strcmp(s, "--device") || !strcmp(s, "--stop") || !strcmp(s, "--threads") ||
+                    !strcmp(s, "--gpu-memory-limit") || !strcmp(s, "--gpu-memory-utilization") ||
+                    !strcmp(s, "--gpu-memory-margin") || !strcmp(s, "--max-image-pixels");
         int fi = -1;
         for (int k = 0; k < F_N; k++)
             if (!strcmp(s, flag_names[k])) fi = k;
@@ -89,6 +96,26 @@ static int parse(int argc, char **argv, run_args *a, int positional_max, const c
                 a->model = v;
             } else if (!strcmp(s, "--device")) {
                 a->device = v;
+            } else if (!strcmp(s, "--gpu-memory-limit") || !strcmp(s, "--gpu-memory-margin")) {
+                iris_err e = {0};
+                uint64_t bytes = 0;
+                if (iris_plan_parse_bytes(v, &bytes, &e)) {
+                    fprintf(stderr, "iris %s: %s: %s\n", argv[0], s, e.msg);
+                    return 2;
+                }
+                if (!strcmp(s, "--gpu-memory-limit")) a->eo.gpu_memory_limit = bytes;
+                else a->eo.gpu_memory_margin = bytes, a->eo.gpu_memory_margin_set = 1;
+            } else if (!strcmp(s, "--gpu-memory-utilization") || !strcmp(s, "--max-image-pixels")) {
+                char *e;
+                double x = strtod(v, &e);
+                int util = !strcmp(s, "--gpu-memory-utilization");
+                if (e == v || *e || !(util ? x > 0 && x <= 1 : x >= 1 && x <= 1e12)) {
+                    fprintf(stderr, "iris %s: %s expects %s, got \"%s\"\n", argv[0], s,
+                            util ? "a fraction in (0, 1]" : "a pixel count", v);
+                    return 2;
+                }
+                if (util) a->eo.gpu_memory_utilization = x;
+                else a->eo.max_image_pixels = (long long)x;
             } else if (!strcmp(s, "--stop")) {
                 if (a->n_stop >= IRIS_MAX_STOP || !*v) {
                     fprintf(stderr, "iris %s: --stop: at most %d non-empty stop strings\n", argv[0], IRIS_MAX_STOP);
@@ -147,10 +174,6 @@ static int run_common(run_args *a) {
         fprintf(stderr, "iris: --device must be cpu, cuda or auto, not \"%s\"\n", a->device);
         return 2;
     }
-    if (a->device && !strcmp(a->device, "cuda")) {
-        iris_err_set(&err, IRIS_EUNSUPPORTED, "--device cuda: this build has no CUDA backend yet; use --device cpu");
-        return iris_cli_fail(&err);
-    }
     if (a->threads) iris_pool_set_threads(a->threads);
     infer_model m;
     if (infer_open(a->model, &m, &err)) return iris_cli_fail(&err);
@@ -160,7 +183,7 @@ static int run_common(run_args *a) {
         infer_close(&m);
         return iris_cli_fail(&err);
     }
-    int rc = infer_generate(&m, a->system, a->images, a->n_images, a->prompt, &a->sp, a->stop, a->n_stop, a->device, &err);
+    int rc = infer_generate(&m, a->system, a->images, a->n_images, a->prompt, &a->sp, a->stop, a->n_stop, a->device, &a->eo, &err);
     infer_close(&m);
     return rc ? iris_cli_fail(&err) : 0;
 }

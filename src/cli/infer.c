@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "engine/engine.h"
 #include "model/hub.h"
 
 int infer_open(const char *model, infer_model *m, iris_err *err) {
@@ -37,11 +38,12 @@ void infer_close(infer_model *m) {
 }
 
 /* The prompt of one user turn, checked against the context. */
-static int build_prompt(infer_model *m, const char *system, const char *const *images, int n_images, const char *text,
-                        int max_new, iris_prompt *p, iris_err *err) {
+static int build_prompt_pc(infer_model *m, const iris_preprocessor_config *pc, const char *system,
+                           const char *const *images, int n_images, const char *text, int max_new, iris_prompt *p,
+                           iris_err *err) {
     json_t *msgs = iris_prompt_one_turn(system, n_images, text);
     if (!msgs) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    int rc = iris_prompt_build(m->tok, &m->cfg, &m->pc, msgs, images, n_images, p, err);
+    int rc = iris_prompt_build(m->tok, &m->cfg, pc, msgs, images, n_images, p, err);
     json_decref(msgs);
     if (rc) return rc;
     int64_t ctx = m->cfg.text_config.max_position_embeddings;
@@ -54,6 +56,11 @@ static int build_prompt(infer_model *m, const char *system, const char *const *i
         iris_prompt_free(p);
     }
     return rc;
+}
+
+static int build_prompt(infer_model *m, const char *system, const char *const *images, int n_images, const char *text,
+                        int max_new, iris_prompt *p, iris_err *err) {
+    return build_prompt_pc(m, &m->pc, system, images, n_images, text, max_new, p, err);
 }
 
 int infer_prepare(infer_model *m, const char *system, const char *const *images, int n_images, const char *text,
@@ -69,7 +76,7 @@ int infer_prepare(infer_model *m, const char *system, const char *const *images,
 
 int infer_generate(infer_model *m, const char *system, const char *const *images, int n_images, const char *text,
                    const iris_sampling_params *sp, const char *const *stop, int n_stop, const char *device,
-                   iris_err *err) {
+                   const iris_engine_opts *gpu, iris_err *err) {
     iris_prompt p;
     int rc = build_prompt(m, system, images, n_images, text, sp->max_tokens, &p, err);
     if (rc) return rc;
@@ -78,6 +85,13 @@ int infer_generate(infer_model *m, const char *system, const char *const *images
     iris_engine_opts_default(&o);
     o.model = m->dir;
     o.device = device;
+    if (gpu) {
+        o.gpu_memory_limit = gpu->gpu_memory_limit;
+        o.gpu_memory_utilization = gpu->gpu_memory_utilization;
+        o.gpu_memory_margin = gpu->gpu_memory_margin;
+        o.gpu_memory_margin_set = gpu->gpu_memory_margin_set;
+        o.max_image_pixels = gpu->max_image_pixels;
+    }
     o.max_num_seqs = 1;
     if (sp->max_tokens > 0) o.max_model_len = (int)p.ids.n + sp->max_tokens;
     iris_engine *e = NULL;
@@ -85,6 +99,16 @@ int infer_generate(infer_model *m, const char *system, const char *const *images
     if (rc) {
         iris_prompt_free(&p);
         return rc;
+    }
+    /* On a GPU the memory plan may cap the image size: prepare the images again as the engine admits them. */
+    const iris_preprocessor_config *epc = iris_engine_preprocessor_config(e);
+    if (n_images > 0 && epc->max_pixels != m->pc.max_pixels) {
+        iris_prompt_free(&p);
+        rc = build_prompt_pc(m, epc, system, images, n_images, text, sp->max_tokens, &p, err);
+        if (rc) {
+            iris_engine_close(e);
+            return rc;
+        }
     }
     iris_request_params rp;
     iris_request_params_default(e, &rp);

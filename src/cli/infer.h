@@ -40,6 +40,7 @@ int infer_prepare(infer_model *m, const char *system, const char *const *images,
  * the text streams to stdout, a summary line (tokens, time to first token,
  * tok/s) goes to stderr. */
 int infer_generate(infer_model *m, const char *system, const char *const *images, int n_images, const char *text,
-                   const iris_sampling_params *sp, const char *const *stop, int n_stop, const char *device, iris_err *err);
+                   const iris_sampling_params *sp, const char *const *stop, int n_stop, const char *device,
+                   const iris_engine_opts *gpu, iris_err *err);
 
 #endif

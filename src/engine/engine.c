@@ -18,8 +18,12 @@
  * finishes, then the thread exits.  A failed step (the backend) fails the
  * requests of that step with finish_reason error; the others go on.
  *
+ * Backends: the CPU, or CUDA (--device cuda, or auto with a GPU), where the
+ * memory plan (planner.c) sizes the one device allocation, the KV cache and
+ * the context before anything is allocated, and caps the image size.
+ *
  * Does not: render chats, tokenize prompts or decode images (callers'
- * threads, engine_req.c), or size device memory (planner.c; CPU only here).
+ * threads, engine_req.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +34,11 @@
 #include "log.h"
 #include "model/hub.h"
 #include "model/positions.h"
+#ifdef IRIS_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_info.h"
+#include "engine/planner.h"
+#endif
 
 #define DEFAULT_KV_BYTES (1ull << 30)
 
@@ -121,7 +130,9 @@ static int encode_images(iris_engine *e, iris_request *r, iris_err *err) {
         int64_t rows = (int64_t)g[0] * g[1] * g[2];
         iris_seq_image *im = &q->images[i];
         if (!im->ready && im->start < hi && im->start + im->n_tokens > lo) {
-            int rc = iris_vision_encode(&e->vis, r->prompt.pixel_values + row0 * pd, rows, g, 1, &r->vout[i], NULL, err);
+            const float *px = r->prompt.pixel_values + row0 * pd;
+            int rc = e->on_gpu ? iris_vision_encode_on(&e->vis, e->be, px, rows, g, 1, &r->vout[i], NULL, err)
+                               : iris_vision_encode(&e->vis, px, rows, g, 1, &r->vout[i], NULL, err);
             if (rc) return rc;
             if (r->vout[i].n_tokens != im->n_tokens)
                 return iris_err_set(err, IRIS_EINVAL, "image %d: the encoder gave %d rows for %d tokens", i + 1,
@@ -343,25 +354,103 @@ static void *engine_main(void *arg) {
 
 /* ---- open / close ------------------------------------------------------------------------- */
 
-static int load(iris_engine *e, iris_err *err) {
+/* Which backend: cpu, cuda, or auto (cuda when this build has it and a GPU is there). */
+static int pick_device(const char *d, int *cuda, iris_err *err) {
+    *cuda = 0;
+    if (d && strcmp(d, "cpu") && strcmp(d, "cuda") && strcmp(d, "auto"))
+        return iris_err_set(err, IRIS_EINVAL, "device \"%s\": use cpu, cuda or auto", d);
+    if (d && !strcmp(d, "cpu")) return IRIS_OK;
+#ifdef IRIS_CUDA
+    int n = iris_cuda_device_count();
+    if (n > 0) {
+        *cuda = 1;
+        return IRIS_OK;
+    }
+    if (d && !strcmp(d, "cuda"))
+        return iris_err_set(err, IRIS_EDEVICE, "device cuda: no CUDA device is usable here (no GPU, or no driver); "
+                                               "use --device cpu");
+#else
+    if (d && !strcmp(d, "cuda"))
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "device cuda: this iris was built without CUDA (nvcc was not "
+                                                    "found at build time); use --device cpu");
+#endif
+    return IRIS_OK;
+}
+
+#ifdef IRIS_CUDA
+/* The memory plan for this device, then the one allocation it sizes, the
+ * weights and the KV cache in it.  The budget is measured with the context
+ * already made (cudaMemGetInfo makes it), so the context's estimate is added
+ * back to the free memory: the carved parts still get exactly what the plan
+ * says, and they fit in what is free now less the margin. */
+static int load_cuda(iris_engine *e, iris_err *err) {
     const iris_engine_opts *o = &e->o;
-    if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "auto"))
-        return iris_err_set(err, strcmp(o->device, "cuda") ? IRIS_EINVAL : IRIS_EUNSUPPORTED,
-                            strcmp(o->device, "cuda") ? "device \"%s\": use cpu, cuda or auto"
-                                                      : "device \"%s\": this build has no CUDA backend yet; use cpu",
-                            o->device);
-    int rc = iris_model_ensure(o->model, e->dir, sizeof e->dir, o->allow_download, err);
-    if (!rc) rc = iris_config_load(e->dir, &e->cfg, err);
-    if (!rc) rc = iris_generation_config_load(e->dir, &e->gc, err);
-    if (!rc) rc = iris_preprocessor_config_load(e->dir, &e->pc, err);
-    if (!rc) rc = iris_tok_load(e->dir, &e->tok, err);
-    if (!rc) rc = iris_st_open(e->dir, &e->st, err);
-    if (!rc) rc = iris_text_load(e->st, &e->cfg, &e->text, err);
-    if (!rc) rc = iris_vision_load(e->st, &e->cfg.vision_config, &e->vis, err);
-    if (!rc) rc = iris_backend_cpu_open(&e->be, err);
+    iris_plan_model pm;
+    int rc = iris_plan_model_init(&e->cfg, e->st, e->dir, &pm, err);
+    if (rc) return rc;
+    size_t fr = 0, tot = 0;
+    if (iris_cuda_device_memory(0, &fr, &tot))
+        return iris_err_set(err, IRIS_EDEVICE, "device cuda: cudaMemGetInfo failed on device 0");
+    iris_plan_budget_opts bo = {.gpu_memory_limit = o->gpu_memory_limit,
+                                .gpu_memory_utilization = o->gpu_memory_utilization,
+                                .gpu_memory_margin = o->gpu_memory_margin,
+                                .margin_set = o->gpu_memory_margin_set};
+    uint64_t budget = 0, free_before = (uint64_t)fr + IRIS_PLAN_CONTEXT_ESTIMATE;
+    char how[256];
+    if (free_before > tot) free_before = tot;
+    rc = iris_plan_budget(&bo, tot, free_before, &budget, how, sizeof how, err);
+    if (rc) return rc;
+    iris_plan_settings ps;
+    iris_plan_settings_default(&ps);
+    ps.max_num_seqs = o->max_num_seqs;
+    ps.max_batch_tokens = o->max_batch_tokens;
+    if (o->max_image_pixels > 0) ps.max_image_pixels = o->max_image_pixels;
+    int64_t max_pos = e->cfg.text_config.max_position_embeddings;
+    int64_t min_ctx = max_pos < IRIS_PLAN_MIN_CONTEXT ? max_pos : IRIS_PLAN_MIN_CONTEXT;
+    if (o->max_model_len > 0) ps.max_model_len = o->max_model_len < min_ctx ? min_ctx
+                                                : o->max_model_len > max_pos ? max_pos : o->max_model_len;
+    iris_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    rc = iris_plan_make(&pm, &ps, budget, how, 0, plan, err);
+    char *text = rc == IRIS_OK || rc == IRIS_ELIMIT ? iris_plan_format(plan) : NULL;
+    if (rc) {
+        /* Every part, the budget and the settings that would fit: the whole message, then the summary. */
+        if (text) fprintf(stderr, "%s\n", text);
+        free(text);
+        free(plan);
+        return rc;
+    }
+    e->plan_text = text;
+    iris_log(IRIS_LOG_INFO, "engine", "memory plan for %s:\n%s", e->dir, text ? text : "");
+    e->max_model_len = (int)plan->context;
+    e->n_blocks = (int)plan->kv_blocks;
+    e->max_image_tokens = (int)plan->image_tokens;
+    /* Images are resized to what the plan admits (smart_resize's max_pixels). */
+    if (e->pc.max_pixels > ps.max_image_pixels) e->pc.max_pixels = ps.max_image_pixels;
+    uint64_t device_bytes = plan->device_bytes;
+    free(plan);
+    rc = iris_backend_cuda_open(0, device_bytes, &e->be, err);
+    if (!rc) rc = iris_text_upload(&e->text, e->be, err);
+    if (!rc) rc = iris_vision_upload(&e->vis, e->be, err);
+    if (!rc) rc = iris_kv_cache_init(&e->kv, &e->cfg.text_config, e->n_blocks, e->be, err);
+    if (!rc && e->be->sync && e->be->sync(e->be)) rc = iris_err_set(err, IRIS_EDEVICE, "%s", e->be->err.msg);
+    if (rc) return rc;
+    iris_cuda_mem mi;
+    if (iris_cuda_mem_info(e->be, &mi) == 0)
+        iris_log(IRIS_LOG_INFO, "engine", "device memory: one allocation of %.1f MiB, %.1f MiB carved after loading "
+                 "(weights, KV cache, workspaces)", mi.arena_bytes / 1048576.0, mi.used_bytes / 1048576.0);
+    e->on_gpu = 1;
+    return IRIS_OK;
+}
+#endif
+
+/* The CPU backend: the KV cache in host memory, sized by kv_blocks or kv_cache_bytes. */
+static int load_cpu(iris_engine *e, iris_err *err) {
+    const iris_engine_opts *o = &e->o;
+    const iris_text_config *tc = &e->cfg.text_config;
+    int rc = iris_backend_cpu_open(&e->be, err);
     if (!rc) rc = iris_text_upload(&e->text, e->be, err);
     if (rc) return rc;
-    const iris_text_config *tc = &e->cfg.text_config;
     e->max_model_len = o->max_model_len > 0 && o->max_model_len < tc->max_position_embeddings
                            ? o->max_model_len : tc->max_position_embeddings;
     size_t block_bytes = (size_t)2 * tc->num_hidden_layers * IRIS_KV_BLOCK * tc->num_key_value_heads * tc->head_dim *
@@ -376,15 +465,41 @@ static int load(iris_engine *e, iris_err *err) {
     if (e->n_blocks < 1)
         return iris_err_set(err, IRIS_ELIMIT, "kv_cache_bytes %zu holds no 16-token block (%zu bytes each)",
                             o->kv_cache_bytes, block_bytes);
-    rc = iris_kv_cache_init(&e->kv, tc, e->n_blocks, e->be, err);
-    if (!rc) rc = iris_kv_pool_init(&e->pool, e->n_blocks, o->prefix_caching, err);
+    return iris_kv_cache_init(&e->kv, tc, e->n_blocks, e->be, err);
+}
+
+static int load(iris_engine *e, iris_err *err) {
+    const iris_engine_opts *o = &e->o;
+    int cuda = 0;
+    int rc = pick_device(o->device, &cuda, err);
+    if (!rc) rc = iris_model_ensure(o->model, e->dir, sizeof e->dir, o->allow_download, err);
+    if (!rc) rc = iris_config_load(e->dir, &e->cfg, err);
+    if (!rc) rc = iris_generation_config_load(e->dir, &e->gc, err);
+    if (!rc) rc = iris_preprocessor_config_load(e->dir, &e->pc, err);
+    if (!rc) rc = iris_tok_load(e->dir, &e->tok, err);
+    if (!rc) rc = iris_st_open(e->dir, &e->st, err);
+    if (!rc) rc = iris_text_load(e->st, &e->cfg, &e->text, err);
+    if (!rc) rc = iris_vision_load(e->st, &e->cfg.vision_config, &e->vis, err);
+    if (rc) return rc;
+    const iris_text_config *tc = &e->cfg.text_config;
+    if (cuda) {
+#ifdef IRIS_CUDA
+        rc = load_cuda(e, err);
+#endif
+    } else {
+        rc = load_cpu(e, err);
+    }
+    if (rc) return rc;
+    size_t block_bytes = (size_t)2 * tc->num_hidden_layers * IRIS_KV_BLOCK * tc->num_key_value_heads * tc->head_dim *
+                         iris_dtype_size(e->be->act);
+    rc = iris_kv_pool_init(&e->pool, e->n_blocks, o->prefix_caching, err);
     iris_sched_opts so = {o->max_num_seqs, o->max_batch_tokens, o->max_waiting + o->max_num_seqs};
     if (!rc) rc = iris_sched_init(&e->sched, &so, e->pool, err);
     if (rc) return rc;
     e->logits = malloc(sizeof(float) * (size_t)o->max_num_seqs * tc->vocab_size);
     if (!e->logits) return iris_err_set(err, IRIS_ENOMEM, "out of memory for the logits");
-    iris_log(IRIS_LOG_INFO, "engine", "%s: %d layers, hidden %d, vocab %d; KV cache %d blocks (%d tokens, %.1f MiB), "
-             "context %d, %d seqs x %d tokens a step, prefix caching %s", e->dir, tc->num_hidden_layers,
+    iris_log(IRIS_LOG_INFO, "engine", "%s on %s: %d layers, hidden %d, vocab %d; KV cache %d blocks (%d tokens, %.1f MiB), "
+             "context %d, %d seqs x %d tokens a step, prefix caching %s", e->dir, e->be->name, tc->num_hidden_layers,
              tc->hidden_size, tc->vocab_size, e->n_blocks, e->n_blocks * IRIS_KV_BLOCK,
              (double)block_bytes * e->n_blocks / (1 << 20), e->max_model_len, o->max_num_seqs, o->max_batch_tokens,
              o->prefix_caching ? "on" : "off");
@@ -401,6 +516,7 @@ static void unload(iris_engine *e) {
     if (e->be) e->be->destroy(e->be);
     iris_st_close(e->st);
     iris_tok_free(e->tok);
+    free(e->plan_text);
     free(e->logits);
     free(e->inbox);
     free(e->done);
@@ -422,6 +538,11 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
     e->o.kv_blocks = o->kv_blocks;
     e->o.kv_cache_bytes = o->kv_cache_bytes;
     e->o.prefix_caching = o->prefix_caching;
+    e->o.gpu_memory_limit = o->gpu_memory_limit;
+    e->o.gpu_memory_utilization = o->gpu_memory_utilization;
+    e->o.gpu_memory_margin = o->gpu_memory_margin;
+    e->o.gpu_memory_margin_set = o->gpu_memory_margin_set;
+    e->o.max_image_pixels = o->max_image_pixels;
     if (e->o.max_batch_tokens < e->o.max_num_seqs) e->o.max_batch_tokens = e->o.max_num_seqs;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);

@@ -71,6 +71,9 @@ struct iris_engine {
     iris_sched sched;
     iris_sched_batch batch;
     int max_model_len, n_blocks;
+    int on_gpu;                 /* the CUDA backend (the plan below sized it) */
+    int max_image_tokens;       /* images over this are refused at submit (0: no limit; CPU) */
+    char *plan_text;            /* the memory plan's table (CUDA), for iris_engine_plan_text */
     float *logits;              /* [max_num_seqs, vocab] */
 
     pthread_t thread;

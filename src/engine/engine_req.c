@@ -178,6 +178,10 @@ static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
         if (k - j != n_tok)
             return iris_err_set(err, IRIS_EINVAL, "image %d: the prompt holds %d image tokens where its grid %dx%dx%d "
                                 "needs %d", i + 1, k - j, g[0], g[1], g[2], n_tok);
+        if (e->max_image_tokens > 0 && n_tok > e->max_image_tokens)
+            return iris_err_set(err, IRIS_ELIMIT, "image %d: %dx%d patches are %d tokens; the memory plan admits %d "
+                                "(--max-image-pixels %lld): resize it, or raise --max-image-pixels", i + 1, g[1], g[2],
+                                n_tok, e->max_image_tokens, (long long)e->pc.max_pixels);
         int64_t rows = (int64_t)g[0] * g[1] * g[2];
         if (row0 + rows > p->n_rows)
             return iris_err_set(err, IRIS_EINVAL, "image %d: pixel_values has %lld rows; the grids need more", i + 1,

@@ -1,0 +1,132 @@
+/* test_ops_engine.c: the engine on the CUDA backend (part of
+ * build/iris-test-gpu): the memory plan sizes the device, the vision encoder
+ * and the decoder run there, and greedy answers agree with the engine on the
+ * CPU (fp32, itself checked against transformers in test_text.c).
+ *
+ * Agreement: the CPU run records each step's top-2 log-probabilities; the
+ * GPU run (bf16) must produce the same tokens up to the first step whose CPU
+ * margin is within 2·d_ref, where d_ref = max|logits_bf16 - logits_fp32| of
+ * transformers' own runs of tiny-gqa's image scenario (a bf16 rounding can
+ * swap such a near-tie; after it the answers may part).  At least 8 tokens
+ * must be compared that way, or the test says so and fails. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "iris.h"
+#include "test.h"
+#include "tiny_fixture.h"
+
+#ifdef IRIS_CUDA
+#include "backend/cuda/cuda_backend.h"
+
+#define GEN 24
+#define MODEL TINY_DIR "/tiny-gqa/model"
+
+typedef struct answer {
+    int n, tok[GEN];
+    float margin[GEN];   /* top-1 minus top-2 logprob */
+    int finish;
+    char err[512];
+} answer;
+
+static int ask(const char *device, const char *image, answer *a, char *plan_err, size_t cap) {
+    memset(a, 0, sizeof *a);
+    iris_engine_opts o;
+    iris_engine_opts_default(&o);
+    o.model = MODEL;
+    o.device = device;
+    o.max_num_seqs = 4;
+    o.gpu_memory_limit = (uint64_t)2 << 30;   /* not the whole card */
+    iris_engine *e = NULL;
+    iris_err err = {0};
+    if (iris_engine_open(&o, &e, &err)) {
+        snprintf(plan_err, cap, "%s", err.msg);
+        return -1;
+    }
+    const char *imgs[1] = {image};
+    iris_request_params rp;
+    iris_request_params_default(e, &rp);
+    rp.messages_json = "[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\",\"text\":\"What is this?\"}]}]";
+    rp.image_paths = imgs;
+    rp.n_images = 1;
+    rp.do_sample = 0;
+    rp.max_tokens = GEN;
+    rp.ignore_eos = 1;
+    rp.logprobs = 1;
+    rp.top_logprobs = 2;
+    iris_request *r = NULL;
+    int rc = iris_engine_submit(e, &rp, &r, &err);
+    iris_event ev;
+    while (!rc && iris_request_next(r, &ev, 60000) == IRIS_OK) {
+        if (ev.kind == IRIS_EVENT_DONE) {
+            a->finish = ev.finish_reason;
+            if (ev.finish_reason == IRIS_FINISH_REASON_ERROR) snprintf(a->err, sizeof a->err, "%s", ev.err.msg);
+            break;
+        }
+        if (a->n < GEN) {
+            a->tok[a->n] = ev.token;
+            a->margin[a->n] = ev.n_top >= 2 ? ev.top_logprobs[0] - ev.top_logprobs[1] : INFINITY;
+            a->n++;
+        }
+    }
+    if (rc) snprintf(a->err, sizeof a->err, "%s", err.msg);
+    iris_request_free(r);
+    iris_engine_close(e);
+    return rc;
+}
+
+IRIS_TEST(gpu_engine_matches_cpu_engine) {
+    if (iris_cuda_device_count() == 0) {
+        fprintf(stderr, "  (no CUDA device: GPU engine test not run)\n");
+        return;
+    }
+    tiny_arr f32, b16;
+    REQUIRE(tiny_load("tiny-gqa/image/logits.npy", &f32) == 0);
+    REQUIRE(tiny_load("tiny-gqa/image/logits_bf16.npy", &b16) == 0);
+    float d_ref = 0;
+    for (int64_t i = 0; i < (int64_t)f32.n; i++) d_ref = fmaxf(d_ref, fabsf(f32.f32[i] - b16.f32[i]));
+    tiny_free(&f32), tiny_free(&b16);
+    static const char *images[] = {"tests/fixtures/images/images/jpg_baseline_640x480.jpg",
+                                   "tests/fixtures/images/images/png_rgb_224x224.png"};
+    char msg[1024];
+    for (int k = 0; k < 2; k++) {
+        answer cpu, gpu;
+        CHECK_EQ_INT(ask("cpu", images[k], &cpu, msg, sizeof msg), 0);
+        int rc = ask("cuda", images[k], &gpu, msg, sizeof msg);
+        CHECK_EQ_INT(rc, 0);
+        if (rc) {
+            fprintf(stderr, "  cuda: %s %s\n", msg, gpu.err);
+            continue;
+        }
+        CHECK_EQ_INT(gpu.finish, IRIS_FINISH_REASON_LENGTH);
+        CHECK_EQ_INT(gpu.n, GEN);
+        int compared = 0;
+        for (int i = 0; i < cpu.n && i < gpu.n; i++) {
+            if (gpu.tok[i] != cpu.tok[i]) {
+                if (cpu.margin[i] > 2 * d_ref)
+                    iris_test_fail(__FILE__, __LINE__, "%s: token %d is %d on cuda, %d on the cpu (cpu margin %g, "
+                                   "2·d_ref %g)", images[k], i, gpu.tok[i], cpu.tok[i], cpu.margin[i], 2 * d_ref);
+                break;
+            }
+            compared++;
+            if (cpu.margin[i] <= 2 * d_ref) break;   /* a near-tie: the answers may part after it */
+        }
+        fprintf(stderr, "  %s: %d greedy tokens equal on cuda and cpu (2·d_ref %.3g)\n", images[k], compared, 2 * d_ref);
+        CHECK(compared >= 8);
+    }
+    /* A budget too small: one message naming the parts and the budget, no crash, no negative numbers. */
+    iris_engine_opts o;
+    iris_engine_opts_default(&o);
+    o.model = MODEL;
+    o.device = "cuda";
+    o.gpu_memory_limit = (uint64_t)64 << 20;
+    iris_engine *e = NULL;
+    iris_err err = {0};
+    CHECK(iris_engine_open(&o, &e, &err) != 0);
+    CHECK(e == NULL);
+    CHECK_CONTAINS(err.msg, "does not fit");
+    for (const char *c = err.msg; *c; c++) CHECK(!(c[0] == '-' && c[1] >= '0' && c[1] <= '9'));  /* no negative number */
+}
+#endif
