@@ -9,6 +9,9 @@
 #include "engine/engine.h"
 #include "model/hub.h"
 
+/* Tokens an answer may take when --max-tokens is not given (a caption or a scene analysis is far shorter). */
+#define INFER_DEFAULT_ROOM 8192
+
 int infer_open(const char *model, infer_model *m, iris_err *err) {
     memset(m, 0, sizeof *m);
     int rc = iris_model_ensure(model, m->dir, sizeof m->dir, 1, err);
@@ -93,7 +96,8 @@ int infer_generate(infer_model *m, const char *system, const char *const *images
         o.max_image_pixels = gpu->max_image_pixels;
     }
     o.max_num_seqs = 1;
-    if (sp->max_tokens > 0) o.max_model_len = (int)p.ids.n + sp->max_tokens;
+    /* One request: the context it can use (the cache is sized to it: on a GPU the rest stays free). */
+    o.max_model_len = (int)p.ids.n + (sp->max_tokens > 0 ? sp->max_tokens : INFER_DEFAULT_ROOM);
     iris_engine *e = NULL;
     rc = iris_engine_open(&o, &e, err);
     if (rc) {

@@ -400,6 +400,12 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     if (free_before > tot) free_before = tot;
     rc = iris_plan_budget(&bo, tot, free_before, &budget, how, sizeof how, err);
     if (rc) return rc;
+    /* The backend's own scratch comes out of the budget first (the plan does not list it). */
+    uint64_t scratch = iris_cuda_scratch_bytes();
+    if (budget <= scratch) return iris_err_set(err, IRIS_ELIMIT, "the GPU memory budget (%s) leaves nothing", how);
+    budget -= scratch;
+    size_t hl = strlen(how);
+    snprintf(how + hl, sizeof how - hl, ", less %.1f MiB of backend scratch", scratch / 1048576.0);
     iris_plan_settings ps;
     iris_plan_settings_default(&ps);
     ps.max_num_seqs = o->max_num_seqs;
@@ -428,8 +434,17 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     /* Images are resized to what the plan admits (smart_resize's max_pixels). */
     if (e->pc.max_pixels > ps.max_image_pixels) e->pc.max_pixels = ps.max_image_pixels;
     uint64_t device_bytes = plan->device_bytes;
+    /* More blocks than every sequence at full length would never be used: give them back. */
+    int64_t need = (int64_t)o->max_num_seqs * ((plan->context + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK);
+    if (need < plan->kv_blocks) {
+        device_bytes -= plan->part_bytes[IRIS_PART_KV_CACHE] - iris_plan_align((uint64_t)need * plan->kv_block_bytes);
+        e->n_blocks = (int)need;
+        iris_log(IRIS_LOG_INFO, "engine", "KV cache: %lld blocks are enough for %d sequences of %lld tokens; the "
+                 "allocation is %.1f MiB smaller than the plan's", (long long)need, o->max_num_seqs,
+                 (long long)plan->context, (plan->kv_blocks - need) * (double)plan->kv_block_bytes / 1048576.0);
+    }
     free(plan);
-    rc = iris_backend_cuda_open(0, device_bytes, &e->be, err);
+    rc = iris_backend_cuda_open(0, device_bytes + scratch, &e->be, err);
     if (!rc) rc = iris_text_upload(&e->text, e->be, err);
     if (!rc) rc = iris_vision_upload(&e->vis, e->be, err);
     if (!rc) rc = iris_kv_cache_init(&e->kv, &e->cfg.text_config, e->n_blocks, e->be, err);
@@ -507,6 +522,12 @@ static int load(iris_engine *e, iris_err *err) {
 }
 
 static void unload(iris_engine *e) {
+#ifdef IRIS_CUDA
+    iris_cuda_mem mi;
+    if (e->on_gpu && e->be && iris_cuda_mem_info(e->be, &mi) == 0)
+        iris_log(IRIS_LOG_INFO, "engine", "device memory: peak %.1f MiB carved of the %.1f MiB allocation (%.1f MiB never used)",
+                 mi.peak_bytes / 1048576.0, mi.arena_bytes / 1048576.0, (mi.arena_bytes - mi.peak_bytes) / 1048576.0);
+#endif
     iris_sched_batch_free(&e->batch);
     iris_sched_free(&e->sched);
     iris_kv_pool_free(e->pool);

@@ -22,6 +22,11 @@ typedef struct iris_cuda_mem {
     size_t device_total;
 } iris_cuda_mem;
 
+/* Bytes the backend carves at open besides the cuBLASLt workspace: FP8
+ * dequantization rows and split-KV attention partials.  The engine adds them
+ * to the memory plan's allocation (and takes them from its budget). */
+size_t iris_cuda_scratch_bytes(void);
+
 /* Arena and device memory figures of a CUDA backend. */
 int iris_cuda_mem_info(iris_backend *b, iris_cuda_mem *m);
 

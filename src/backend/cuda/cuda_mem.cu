@@ -226,6 +226,9 @@ static void cu_destroy(iris_backend *b) {
 #define DQ_ELEMS (8u << 20)
 #define ATTN_PART_ELEMS (2u << 20)
 
+/* The scratch carved at open besides the cuBLASLt workspace (which the memory plan counts). */
+extern "C" size_t iris_cuda_scratch_bytes(void) { return (size_t)DQ_ELEMS * 2 + (size_t)ATTN_PART_ELEMS * 4 + 3 * ARENA_ALIGN; }
+
 extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, iris_err *err) {
     *out = NULL;
     size_t scratch = LT_WS_BYTES + DQ_ELEMS * 2 + ATTN_PART_ELEMS * 4 + 4 * ARENA_ALIGN;
