@@ -1,5 +1,5 @@
 /* cmd_logits.c: `iris logits MODEL [--image PATH]... [--system TEXT] --prompt
- * TEXT --out FILE.npy [--last N] [--hidden-states DIR] [--device cpu]`:
+ * TEXT --out FILE.npy [--last N] [--hidden-states DIR] [--device cpu|cuda]`:
  * renders one user turn (images first, then the text, then the generation
  * prompt), runs the prompt and writes float32 logits [n, vocab] of every
  * position or of the last N; with --hidden-states, every layer's output. */
@@ -10,6 +10,9 @@
 #include "cli.h"
 #include "err.h"
 #include "infer.h"
+#ifdef IRIS_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "model/text.h"
 #include "npy.h"
 
@@ -18,7 +21,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: iris logits MODEL [--image PATH]... [--system TEXT] --prompt TEXT --out FILE.npy\n"
-               "                   [--last N] [--hidden-states DIR] [--device cpu]\n\n"
+               "                   [--last N] [--hidden-states DIR] [--device cpu|cuda]\n\n"
                "Writes the float32 logits of the prompt's positions as a .npy [n, vocab].\n");
 }
 
@@ -39,19 +42,52 @@ static void save_hidden(void *ud, int il, const float *h, int n_rows, int hidden
 }
 
 /* One prefill of the whole prompt; the logits of every position, or of the last `last`. */
-static int run_logits(infer_model *m, const iris_prompt *p, const iris_vision_out *vo, long last, const char *out,
-                      const char *hidden_dir, iris_err *err) {
+static int run_logits(infer_model *m, const iris_prompt *p, const iris_vision_out *vo_cpu, long last, const char *out,
+                      const char *hidden_dir, int cuda, iris_err *err) {
     iris_text text;
     iris_backend *b = NULL;
     int rc = iris_text_load(m->st, &m->cfg, &text, err);
     if (rc) return rc;
-    if ((rc = iris_backend_cpu_open(&b, err))) {
-        iris_text_free(&text);
-        return rc;
-    }
     int n = (int)p->ids.n, V = text.cfg.vocab_size;
     int n_out = last > 0 && last < n ? (int)last : n;
+    const iris_vision_out *vo = vo_cpu;
+    iris_vision_out vo_dev;
+    memset(&vo_dev, 0, sizeof vo_dev);
+    if (cuda) {
+#ifdef IRIS_CUDA
+        /* One allocation: every tensor of the checkpoint, the prompt's KV cache and its step (bf16), the logits. */
+        const iris_text_config *c = &text.cfg;
+        size_t w = 0;
+        for (int i = 0; i < iris_st_count(m->st); i++) w += (size_t)iris_st_at(m->st, i)->n_bytes + 256;
+        size_t kvb = (size_t)(n + IRIS_KV_BLOCK) * c->num_hidden_layers * c->num_key_value_heads * c->head_dim * 2 * 2;
+        size_t act = (size_t)n * (4 * (size_t)c->hidden_size + 2 * (size_t)c->intermediate_size +
+                                  2 * (size_t)c->num_attention_heads * c->head_dim) * 2 +
+                     (size_t)n_out * V * 2 + (size_t)n * c->hidden_size * 4 * 4;
+        size_t vis = p->n_rows * (size_t)(m->vis.patch_dim + 8 * m->cfg.vision_config.hidden_size +
+                                          2 * m->cfg.vision_config.intermediate_size) * 2;
+        rc = iris_backend_cuda_open(0, w + kvb + act + vis + ((size_t)256 << 20), &b, err);
+        if (!rc && p->n_images > 0) {
+            /* the vision encoder on the GPU too: these are the logits of the CUDA path */
+            rc = iris_vision_upload(&m->vis, b, err);
+            if (!rc) rc = iris_vision_encode_on(&m->vis, b, p->pixel_values, p->n_rows, p->grid_thw, p->n_images,
+                                                &vo_dev, NULL, err);
+            if (!rc) vo = &vo_dev;
+        }
+#else
+        rc = iris_err_set(err, IRIS_EUNSUPPORTED, "--device cuda: this iris was built without CUDA; use --device cpu");
+#endif
+    } else {
+        rc = iris_backend_cpu_open(&b, err);
+    }
+    if (!rc) rc = iris_text_upload(&text, b, err);
+    if (rc) {
+        iris_vision_out_free(&vo_dev);
+        iris_text_free(&text);
+        if (b) b->destroy(b);
+        return rc;
+    }
     iris_kv_cache kv;
+    memset(&kv, 0, sizeof kv);
     int32_t *bt = NULL, *tok = NULL;
     float *logits = NULL;
     rc = iris_kv_cache_init(&kv, &text.cfg, (n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, b, err);
@@ -86,7 +122,8 @@ static int run_logits(infer_model *m, const iris_prompt *p, const iris_vision_ou
     if (!rc) fprintf(stderr, "iris logits: %d prompt tokens, %d image(s); wrote [%d, %d] to %s\n", n, p->n_images, n_out, V, out);
 done:
     free(bt), free(tok), free(logits);
-    iris_kv_cache_free(&kv);
+    if (kv.layers) iris_kv_cache_free(&kv);
+    iris_vision_out_free(&vo_dev);
     iris_text_free(&text);
     b->destroy(b);
     return rc;
@@ -137,10 +174,11 @@ int iris_cmd_logits(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (device && strcmp(device, "cpu") && strcmp(device, "auto")) {
-        fprintf(stderr, "iris logits: --device %s: only cpu is available in this build\n", device);
+    if (device && strcmp(device, "cpu") && strcmp(device, "cuda")) {
+        fprintf(stderr, "iris logits: --device %s: use cpu (fp32, the reference) or cuda (bf16)\n", device);
         return 2;
     }
+    int cuda = device && !strcmp(device, "cuda");
     iris_err err = {0};
     infer_model m;
     if (infer_open(model, &m, &err)) return iris_cli_fail(&err);
@@ -148,7 +186,7 @@ int iris_cmd_logits(int argc, char **argv) {
     iris_vision_out vo;
     int rc = infer_prepare(&m, system, images, n_images, prompt, 0, &p, &vo, &err);
     if (!rc) {
-        rc = run_logits(&m, &p, &vo, last, out, hidden, &err);
+        rc = run_logits(&m, &p, &vo, last, out, hidden, cuda, &err);
         iris_vision_out_free(&vo);
         iris_prompt_free(&p);
     }
