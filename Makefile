@@ -23,6 +23,7 @@ GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,tests/test_main.c tests/tiny_fixture
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ:= $(TEST_SRC:%.c=$(BUILD)/%.o)
+TEST_SO := $(patsubst tests/preload/%.c,$(BUILD)/tests/preload/%.so,$(wildcard tests/preload/*.c))
 
 # CUDA: one .cu per op family, C headers in front.
 CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -55,8 +56,13 @@ $(BUILD)/libiris.a: $(LIB_OBJ) $(CU_OBJ)
 $(BUILD)/iris: $(CLI_OBJ) $(BUILD)/libiris.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libiris.a $(LDLIBS)
 
-$(BUILD)/iris-test: $(TEST_OBJ) $(BUILD)/libiris.a
+$(BUILD)/iris-test: $(TEST_OBJ) $(BUILD)/libiris.a | $(TEST_SO)
 	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libiris.a $(LDLIBS)
+
+# Shared libraries the tests load into the iris binary with LD_PRELOAD (tests/preload/; see each file).
+$(BUILD)/tests/preload/%.so: tests/preload/%.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -O2 -shared -fPIC -o $@ $<
 
 # GPU checks (every CUDA op against the CPU backend): run on a GPU machine by scripts/gpu-check, not by `make test`.
 $(BUILD)/iris-test-gpu: $(GPU_TEST_OBJ) $(BUILD)/libiris.a

@@ -1,6 +1,7 @@
-/* server_harness.h: what the `iris serve` tests share: the real binary
- * started on a free loopback port, a libcurl client, and the JSON / SSE readers that turn
- * an answer into its text.
+/* server_harness.h: what the `iris serve` tests share (test_server.c,
+ * test_server_startup.c, test_server_load.c): the real binary started on a
+ * free loopback port, a libcurl client, and the JSON / SSE readers that
+ * turn an answer into its text.
  *
  * The binary is $IRIS_BIN (default build/iris); the model is the tiny
  * fixture (TS_MODEL) unless a test passes its own.  Every string returned is
