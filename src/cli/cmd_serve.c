@@ -93,12 +93,17 @@ static void usage(FILE *f) {
             "  --no-remote-images            refuse http(s) image URLs (data: URLs always work)\n"
             "  --max-image-bytes SIZE        largest image file accepted (default 20MiB)\n"
             "  --image-timeout S             an http(s) image's whole download (default 10)\n"
-            "  --max-image-pixels N          images larger than this are refused before decoding\n"
+            "  --max-image-pixels N          images larger than this are refused before decoding; on a\n"
+            "                                GPU the memory plan is sized for N (without the flag: 1048576,\n"
+            "                                and larger images are resized down to it)\n"
             "  --allowed-local-media-path DIR  allow file:// image URLs inside DIR\n"
             "  --shutdown-timeout S          on SIGTERM/SIGINT, wait S seconds for requests in\n"
             "                                flight before cancelling them (default 30)\n"
             "the engine:\n"
-            "  --device cpu|cuda|auto        (default auto)\n"
+            "  --device cpu|cuda|auto        (default auto: cuda when there is a GPU)\n"
+            "  --gpu-memory-limit SIZE       CUDA: a hard cap on the process's GPU memory\n"
+            "  --gpu-memory-utilization F    CUDA: a fraction of the GPU's memory\n"
+            "  --gpu-memory-margin SIZE      CUDA: else the free memory less SIZE (default 512MiB)\n"
             "  --max-model-len N             prompt + generated tokens per request (default: the model's)\n"
             "  --max-num-seqs N              sequences running at once (default 64)\n"
             "  --max-batch-tokens N          tokens per engine step (default 2048)\n"
@@ -143,6 +148,7 @@ int iris_cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x = 0;
+        size_t gb = 0;
         int bad = 0, takes = 1;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -170,6 +176,7 @@ int iris_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-image-pixels")) {
             bad = num(a, v, 1, 1e12, &x);
             so.max_image_pixels = (long long)x;
+            eo.max_image_pixels = (long long)x;
         } else if (!strcmp(a, "--allowed-local-media-path")) {
             so.local_media_dir = v;
         } else if (!strcmp(a, "--shutdown-timeout")) {
@@ -180,6 +187,14 @@ int iris_cmd_serve(int argc, char **argv) {
                 fprintf(stderr, "iris serve: --device '%s': use cpu, cuda or auto\n", v);
                 bad = 1;
             }
+        } else if (!strcmp(a, "--gpu-memory-limit")) {
+            bad = size(a, v, &gb);
+            eo.gpu_memory_limit = gb;
+        } else if (!strcmp(a, "--gpu-memory-margin")) {
+            bad = size(a, v, &gb);
+            eo.gpu_memory_margin = gb, eo.gpu_memory_margin_set = 1;
+        } else if (!strcmp(a, "--gpu-memory-utilization")) {
+            bad = num(a, v, 0.01, 1, &eo.gpu_memory_utilization);
         } else if (!strcmp(a, "--max-model-len")) {
             bad = num(a, v, 1, 1 << 24, &x);
             eo.max_model_len = (int)x;
