@@ -109,7 +109,7 @@ setup:
 test: setup
 	@$(MAKE) --no-print-directory -j$$(nproc) all $(BUILD)/iris-test
 	@$(MAKE) --no-print-directory -j$$(nproc) fuzz-smoke
-	@IRIS_ROOT=$(CURDIR) $(BUILD)/iris-test
+	@IRIS_ROOT=$(CURDIR) IRIS_BIN=$${IRIS_BIN:-$(BUILD)/iris} $(BUILD)/iris-test
 
 demo: setup
 	@$(MAKE) --no-print-directory -j$$(nproc) all
