@@ -9,6 +9,10 @@
 extern "C" {
 #endif
 
+/* Sets the small per-thread stack limit of the memory plan (planner.h) on the current device,
+ * making the context first; 0 on success. */
+int iris_cuda_small_stack(void);
+
 /* Free and total memory of `device` now (cudaMemGetInfo); -1 when there is no
  * such device or no driver.  Creates the primary context on first use. */
 int iris_cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes);

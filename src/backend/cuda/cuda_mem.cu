@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_info.h"
 #include "cuda_internal.cuh"
 
 #define ARENA_ALIGN 256
@@ -250,6 +251,7 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     b->ctx = c;
     c->device = device;
     cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess && iris_cuda_small_stack() != 0) e = cudaErrorUnknown;
     if (e == cudaSuccess) e = cudaGetDeviceProperties(&c->prop, device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreate(&c->ev0);
