@@ -159,4 +159,95 @@ IRIS_TEST(gpu_text_tiny_fixtures) {
     gpu->destroy(gpu);
     cpu->destroy(cpu);
 }
+/* Decode steps of `ns` sequences (the text scenario's prompt, each sequence in its own blocks,
+ * prefilled once), then `steps` greedy decode steps; the logits of every step into out
+ * [steps][ns][V].  IRIS_CUDA_GRAPHS decides whether the decode steps replay graphs. */
+static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, float *out) {
+    tiny_arr ids, pos;
+    if (tiny_load("inputs/text/input_ids.npy", &ids) || tiny_load("inputs/text/position_ids.npy", &pos)) return -1;
+    int n = (int)ids.n, V = t->cfg.vocab_size, per = (n + steps + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK;
+    iris_kv_cache kv;
+    iris_err err = {0};
+    int rc = iris_kv_cache_init(&kv, &t->cfg, ns * per, b, &err);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(n + steps) * ns), *pos3 = malloc(sizeof(int32_t) * 3 * (size_t)n);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)ns * per), *p1 = malloc(sizeof(int32_t) * 3 * (size_t)ns);
+    float *lg = malloc(sizeof(float) * (size_t)ns * V);
+    iris_text_seq *q = calloc((size_t)ns, sizeof *q);
+    for (int i = 0; i < 3 * n; i++) pos3[i] = (int32_t)pos.i64[i];
+    int maxpos = 0;
+    for (int i = 0; i < 3 * n; i++) maxpos = pos3[i] > maxpos ? pos3[i] : maxpos;
+    for (int s = 0; s < ns; s++) {
+        for (int j = 0; j < per; j++) bt[s * per + j] = (ns - 1 - s) * per + j;   /* sequences in reverse block order */
+        for (int i = 0; i < n; i++) tok[s * (n + steps) + i] = (int32_t)ids.i64[i];
+    }
+    /* prefill every sequence (plain steps), then decode all together */
+    for (int s = 0; !rc && s < ns; s++) {
+        iris_text_seq pq = {.n_new = n, .tokens = tok + s * (n + steps), .pos = pos3, .pos_stride = n,
+                            .block_table = bt + s * per, .logits_from = n - 1};
+        rc = iris_text_forward(t, b, &kv, &pq, 1, lg + (size_t)s * V, NULL, NULL, &err);
+    }
+    for (int g = 0; !rc && g < steps; g++) {
+        for (int s = 0; s < ns; s++) {
+            const float *l = lg + (size_t)s * V;
+            int best = 0;
+            for (int v = 1; v < V; v++) best = l[v] > l[best] ? v : best;
+            tok[s * (n + steps) + n + g] = best + s < V ? best + s : best;   /* the sequences part ways */
+            p1[3 * s] = p1[3 * s + 1] = p1[3 * s + 2] = maxpos + 1 + g;
+            q[s] = (iris_text_seq){.n_past = n + g, .n_new = 1, .tokens = tok + s * (n + steps) + n + g,
+                                   .pos = p1 + 3 * s, .pos_stride = 1, .block_table = bt + s * per, .logits_from = 0};
+        }
+        rc = iris_text_forward(t, b, &kv, q, ns, lg, NULL, NULL, &err);
+        if (!rc) memcpy(out + (size_t)g * ns * V, lg, sizeof(float) * (size_t)ns * V);
+    }
+    if (rc) fprintf(stderr, "  decode_run: %s\n", err.msg);
+    iris_kv_cache_free(&kv);
+    free(tok), free(pos3), free(bt), free(p1), free(lg), free(q);
+    tiny_free(&ids), tiny_free(&pos);
+    return rc;
+}
+
+/* Decode steps replayed from CUDA graphs give the same logits, bit for bit, as the same steps run
+ * op by op (same kernels, same order, same buffers' contents), across block boundaries and with
+ * 1 and 3 sequences; and the graphs are really used (the cache holds them). */
+IRIS_TEST(gpu_text_decode_graphs) {
+    if (iris_cuda_device_count() == 0) {
+        fprintf(stderr, "  (no CUDA device: GPU graph test not run)\n");
+        return;
+    }
+    iris_err err = {0};
+    iris_backend *gpu = NULL;
+    REQUIRE(iris_backend_cuda_open(0, (size_t)512 << 20, &gpu, &err) == 0);
+    static const char *models[] = {"tiny-gqa", "tiny-fp8"};
+    for (int mi = 0; mi < 2; mi++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, models[mi]);
+        iris_config cfg;
+        iris_st *st = NULL;
+        iris_text t;
+        REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
+        REQUIRE(iris_st_open(dir, &st, &err) == 0);
+        REQUIRE(iris_text_load(st, &cfg, &t, &err) == 0);
+        REQUIRE(iris_text_upload(&t, gpu, &err) == 0);
+        int V = t.cfg.vocab_size, steps = 40;
+        for (int ns = 1; ns <= 3; ns += 2) {
+            float *a = malloc(sizeof(float) * (size_t)steps * ns * V), *g = malloc(sizeof(float) * (size_t)steps * ns * V);
+            setenv("IRIS_CUDA_GRAPHS", "0", 1);
+            int ra = decode_run(&t, gpu, ns, steps, a);
+            if (ns == 1) CHECK(t.graphs == NULL);
+            unsetenv("IRIS_CUDA_GRAPHS");
+            int rg = decode_run(&t, gpu, ns, steps, g);
+            CHECKF(ra == 0 && rg == 0, "%s: decode failed", models[mi]);
+            CHECKF(t.graphs != NULL, "%s: no graph was recorded", models[mi]);
+            int64_t diff = 0;
+            for (int64_t i = 0; i < (int64_t)steps * ns * V; i++) diff += a[i] != g[i];
+            printf("  %s, %d sequence(s), %d decode steps: %lld of %lld logits differ with graphs\n", models[mi], ns, steps,
+                   (long long)diff, (long long)steps * ns * V);
+            CHECK(diff == 0);
+            free(a), free(g);
+        }
+        iris_text_free(&t);
+        iris_st_close(st);
+    }
+    gpu->destroy(gpu);
+}
 #endif

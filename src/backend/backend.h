@@ -123,6 +123,13 @@ struct iris_backend {
     int (*qk_norm_rope_kv)(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v, const iris_tensor *qw,
                            const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos, int pos_stride,
                            const int *dim_of, const float *inv_freq, iris_kv_layer *kv, const iris_attn_meta *meta);
+
+    /* Optional: record the ops issued between graph_begin and graph_end (not run), replay them later
+     * with the same pointers and scalars (the device data they read may change).  NULL on the CPU. */
+    int (*graph_begin)(iris_backend *b);
+    int (*graph_end)(iris_backend *b, void **graph);
+    int (*graph_replay)(iris_backend *b, void *graph);
+    void (*graph_free)(void *graph);
 };
 
 /* The CPU backend (threads from base/pool.h). */

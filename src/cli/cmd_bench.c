@@ -7,8 +7,9 @@
  * (the prompt is rounded to whole blocks so each sequence's new tokens land
  * in blocks of its own) decode --gen-tokens steps, one token each a step.
  * Each step goes through iris_text_forward as the engine calls it: host
- * inputs uploaded, fp32 logits of every row downloaded — no CUDA graphs and
- * no sampling on the GPU yet, so the figures include those copies.  Memory:
+ * inputs uploaded, decode steps replayed from CUDA graphs (IRIS_CUDA_GRAPHS=0:
+ * op by op), fp32 logits of every row downloaded — no sampling on the GPU
+ * yet, so the figures include those copies.  Memory:
  * the arena (weights + KV cache + scratch, sized from the checkpoint) and
  * the device's used memory (cudaMemGetInfo; the whole device).
  * Figures are reported, never asserted (DESIGN.md). */
@@ -325,8 +326,9 @@ int iris_cmd_bench(int argc, char **argv) {
             x.bt[(size_t)s * x.blocks_per_seq + j] = j < x.prompt_blocks ? j : x.prompt_blocks + s * own + (j - x.prompt_blocks);
 
     printf("{\"model\":\"%s\",\"device\":\"%s\",\"layers\":%d,\"hidden\":%d,\"fp8_linears\":%d,\"weights_bytes\":%zu,"
-           "\"load_s\":%.3f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld",
-           dir, device, c->num_hidden_layers, c->hidden_size, x.t.n_fp8, w_bytes, t_load, P, G);
+           "\"load_s\":%.3f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"decode_graphs\":%s",
+           dir, device, c->num_hidden_layers, c->hidden_size, x.t.n_fp8, w_bytes, t_load, P, G,
+           x.b->graph_begin && !(getenv("IRIS_CUDA_GRAPHS") && !strcmp(getenv("IRIS_CUDA_GRAPHS"), "0")) ? "true" : "false");
     fflush(stdout);
 
     /* Prefill, twice (the first warms up kernels and cuBLASLt's plans); the prompt

@@ -170,8 +170,12 @@ int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err) {
     return rc;
 }
 
+static void graphs_free(struct iris_text_graphs *g);
+
 void iris_text_free(iris_text *t) {
     if (!t) return;
+    graphs_free(t->graphs);
+    t->graphs = NULL;
     free(t->layers);
     t->layers = NULL;
 }
@@ -239,6 +243,91 @@ static iris_tensor act(void *data, iris_dtype dt, int64_t rows, int64_t cols) {
     return (iris_tensor){.data = data, .dtype = dt, .rows = rows, .cols = cols};
 }
 
+/* ---- decode steps as graphs ------------------------------------------------------------------
+ * A step whose rows are all decode rows (one new token per sequence, no image rows, no trace) on a
+ * backend with graph hooks is recorded once and replayed: the ~13 kernels of each layer then cost
+ * one launch.  What the recorded kernels take by value must be the same at every replay: the row
+ * count (= sequences), the logits rows, the block-table width and the attention split count
+ * derived from it, and every buffer address.  So: one set of step buffers kept for all graphs
+ * (sized for the most rows and the widest tables seen; growing it drops the graphs), the table
+ * width rounded up to GRAPH_BLOCKS blocks (the columns past a sequence's blocks are never read:
+ * the kernels take each row's context from device metadata), and a graph per (sequences, logits
+ * rows, width, cache).  The step's metadata is uploaded into the kept buffer before each replay.
+ * IRIS_CUDA_GRAPHS=0 turns it off. */
+#define GRAPH_SLOTS 16
+#define GRAPH_BLOCKS 8
+
+typedef struct graph_slot {
+    int n_seqs, n_logits, max_blocks;
+    uint64_t kv;               /* hash of the cache's layer buffers: the graph writes into them */
+    void *graph;
+    uint64_t used;
+} graph_slot;
+
+struct iris_text_graphs {
+    iris_backend *b;
+    int rows_cap, blocks_cap;
+    void *buf;                 /* one allocation: meta, h, x, q, k, v, o, g, u, logits */
+    graph_slot slot[GRAPH_SLOTS];
+    uint64_t tick;
+    int broken;                /* a capture failed: plain steps from then on */
+};
+
+static void graphs_drop(struct iris_text_graphs *g) {
+    for (int i = 0; i < GRAPH_SLOTS; i++) {
+        if (g->slot[i].graph) g->b->graph_free(g->slot[i].graph);
+        memset(&g->slot[i], 0, sizeof g->slot[i]);
+    }
+    if (g->buf) g->b->free(g->b, g->buf);
+    g->buf = NULL;
+    g->rows_cap = g->blocks_cap = 0;
+}
+
+static void graphs_free(struct iris_text_graphs *g) {
+    if (!g) return;
+    graphs_drop(g);
+    free(g);
+}
+
+static int graphs_enabled(void) {
+    const char *e = getenv("IRIS_CUDA_GRAPHS");
+    return !(e && !strcmp(e, "0"));
+}
+
+/* Byte offsets of the kept buffers for rows_cap rows and blocks_cap-wide tables. */
+typedef struct graph_layout {
+    size_t meta, h, x, q, k, v, o, g, u, lg, total;
+} graph_layout;
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static uint64_t kv_hash(const iris_kv_cache *kv) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < kv->n_layers; i++) {
+        h = (h ^ (uint64_t)(uintptr_t)kv->layers[i].k) * 1099511628211ull;
+        h = (h ^ (uint64_t)(uintptr_t)kv->layers[i].v) * 1099511628211ull;
+    }
+    return h;
+}
+
+static graph_layout graph_layout_of(const iris_text_config *c, size_t es, int rows, int blocks) {
+    graph_layout L;
+    size_t R = (size_t)rows, o = 0;
+    size_t ints = R * 7 + R * (size_t)blocks + R;   /* + logits rows */
+    L.meta = o, o += align256(ints * 4);
+    L.h = o, o += align256(R * c->hidden_size * es);
+    L.x = o, o += align256(R * c->hidden_size * es);
+    L.q = o, o += align256(R * c->num_attention_heads * c->head_dim * es);
+    L.k = o, o += align256(R * c->num_key_value_heads * c->head_dim * es);
+    L.v = o, o += align256(R * c->num_key_value_heads * c->head_dim * es);
+    L.o = o, o += align256(R * c->num_attention_heads * c->head_dim * es);
+    L.g = o, o += align256(R * c->intermediate_size * es);
+    L.u = o, o += align256(R * c->intermediate_size * es);
+    L.lg = o, o += align256(R * c->vocab_size * es);
+    L.total = o;
+    return L;
+}
+
 #define OP(call)                                                               \
     do {                                                                       \
         if ((rc = (call))) {                                                   \
@@ -278,6 +367,10 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
         n_logits += sq->n_new - sq->logits_from;
     }
     if (R == 0) return IRIS_OK;
+    /* Decode-only steps replay a recorded graph (see above). */
+    int use_graph = b->graph_begin && !trace && n_img == 0 && R == n_seqs && graphs_enabled() &&
+                    !(t->graphs && t->graphs->broken);
+    if (use_graph) max_blocks = (max_blocks + GRAPH_BLOCKS - 1) / GRAPH_BLOCKS * GRAPH_BLOCKS;
 
     /* Host metadata: tokens, positions [3][R], per-row sequence, context and cache slot,
      * block tables, image row indexes, logits rows; image rows (embeds + taps) as fp32. */
@@ -317,14 +410,59 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
     }
 
     step_mem m = {.b = b};
-    int rc = IRIS_OK;
-    int32_t *d_meta = step_alloc(&m, ints * sizeof(int32_t));
-    void *d_img = n_img ? step_alloc(&m, (size_t)n_img * H * (1 + n_ds) * es) : NULL;
-    void *d_h = step_alloc(&m, (size_t)R * H * es), *d_x = step_alloc(&m, (size_t)R * H * es);
-    void *d_q = step_alloc(&m, (size_t)R * nq * hd * es), *d_k = step_alloc(&m, (size_t)R * nkv * hd * es);
-    void *d_v = step_alloc(&m, (size_t)R * nkv * hd * es), *d_o = step_alloc(&m, (size_t)R * nq * hd * es);
-    void *d_g = step_alloc(&m, (size_t)R * FF * es), *d_u = step_alloc(&m, (size_t)R * FF * es);
-    void *d_lg = step_alloc(&m, (size_t)(n_logits ? n_logits : 1) * V * es);
+    int rc = IRIS_OK, capturing = 0;
+    int32_t *d_meta = NULL;
+    void *d_img = NULL, *d_h = NULL, *d_x = NULL, *d_q = NULL, *d_k = NULL, *d_v = NULL, *d_o = NULL, *d_g = NULL,
+         *d_u = NULL, *d_lg = NULL;
+    graph_slot *slot = NULL;
+    struct iris_text_graphs *G = NULL;
+    if (use_graph) {
+        /* The kept buffers (the decoder's one mutable cache: t is const for everything else). */
+        G = t->graphs;
+        if (!G && (G = calloc(1, sizeof *G))) ((iris_text *)t)->graphs = G;
+        if (G && (G->b != b || !G->buf || n_seqs > G->rows_cap || max_blocks > G->blocks_cap)) {
+            int rows = n_seqs > G->rows_cap || G->b != b ? n_seqs : G->rows_cap;
+            int blocks = max_blocks + 4 * GRAPH_BLOCKS > G->blocks_cap || G->b != b ? max_blocks + 4 * GRAPH_BLOCKS
+                                                                                     : G->blocks_cap;
+            if (G->b) graphs_drop(G);
+            G->b = b;
+            graph_layout gl = graph_layout_of(c, es, rows, blocks);
+            if ((G->buf = b->alloc(b, gl.total))) G->rows_cap = rows, G->blocks_cap = blocks;
+        }
+        use_graph = G && G->buf;
+    }
+    if (use_graph) {
+        graph_layout gl = graph_layout_of(c, es, G->rows_cap, G->blocks_cap);
+        char *base = G->buf;
+        d_meta = (int32_t *)(base + gl.meta), d_h = base + gl.h, d_x = base + gl.x, d_q = base + gl.q;
+        d_k = base + gl.k, d_v = base + gl.v, d_o = base + gl.o, d_g = base + gl.g, d_u = base + gl.u;
+        d_lg = base + gl.lg;
+        /* this step's graph, or the least recently used slot for a new one */
+        graph_slot *lru = &G->slot[0];
+        uint64_t kvh = kv_hash(kv);
+        for (int i = 0; i < GRAPH_SLOTS && !slot; i++) {
+            graph_slot *e = &G->slot[i];
+            if (e->graph && e->n_seqs == n_seqs && e->n_logits == n_logits && e->max_blocks == max_blocks && e->kv == kvh)
+                slot = e;
+            else if (e->used < lru->used)
+                lru = e;
+        }
+        if (!slot) {
+            if (lru->graph) b->graph_free(lru->graph);
+            memset(lru, 0, sizeof *lru);
+            lru->n_seqs = n_seqs, lru->n_logits = n_logits, lru->max_blocks = max_blocks, lru->kv = kvh;
+            slot = lru;
+        }
+        slot->used = ++G->tick;
+    } else {
+        d_meta = step_alloc(&m, ints * sizeof(int32_t));
+        d_img = n_img ? step_alloc(&m, (size_t)n_img * H * (1 + n_ds) * es) : NULL;
+        d_h = step_alloc(&m, (size_t)R * H * es), d_x = step_alloc(&m, (size_t)R * H * es);
+        d_q = step_alloc(&m, (size_t)R * nq * hd * es), d_k = step_alloc(&m, (size_t)R * nkv * hd * es);
+        d_v = step_alloc(&m, (size_t)R * nkv * hd * es), d_o = step_alloc(&m, (size_t)R * nq * hd * es);
+        d_g = step_alloc(&m, (size_t)R * FF * es), d_u = step_alloc(&m, (size_t)R * FF * es);
+        d_lg = step_alloc(&m, (size_t)(n_logits ? n_logits : 1) * V * es);
+    }
     float *h_trace = trace ? malloc(sizeof(float) * (size_t)R * H) : NULL;
     if (!d_meta || (n_img && !d_img) || !d_h || !d_x || !d_q || !d_k || !d_v || !d_o || !d_g || !d_u || !d_lg ||
         (trace && !h_trace)) {
@@ -345,6 +483,15 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
     iris_tensor k = act(d_k, A, R, (int64_t)nkv * hd), v = act(d_v, A, R, (int64_t)nkv * hd); /* [R, nkv·hd] */
     iris_tensor g = act(d_g, A, R, FF), u = act(d_u, A, R, FF);                   /* [R, FF] */
     iris_tensor img = act(d_img, A, n_img, H);                                    /* [n_img, H] */
+
+    if (use_graph && slot->graph) {
+        OP(b->graph_replay(b, slot->graph));
+        goto logits_out;
+    }
+    if (use_graph) {
+        OP(b->graph_begin(b));
+        capturing = 1;
+    }
 
     /* Embeddings; image-token rows take the vision tower's rows. */
     OP(b->embed(b, &t->embed_tokens, d_tok, R, &h));
@@ -397,11 +544,24 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
         OP(b->get_rows(b, &h, d_lrow, n_logits, &xl));
         OP(b->rms_norm(b, &xl, &t->norm, c->rms_norm_eps, &xl));
         OP(b->linear(b, &xl, &t->lm_head, NULL, &lg));
-        OP(iris_backend_get_f32(b, logits, d_lg, (size_t)n_logits * V));
     }
+    if (capturing) {
+        capturing = 0;
+        OP(b->graph_end(b, &slot->graph));
+        OP(b->graph_replay(b, slot->graph));
+    }
+logits_out:
+    if (n_logits > 0) OP(iris_backend_get_f32(b, logits, d_lg, (size_t)n_logits * V));
     OP(b->sync(b));
 
 done:
+    if (capturing) {
+        /* an op failed while recording: end the capture, and plain steps from now on */
+        void *gph = NULL;
+        if (b->graph_end(b, &gph) == 0 && gph) b->graph_free(gph);
+        G->broken = 1;
+        memset(slot, 0, sizeof *slot);
+    }
     step_free(&m);
     free(hm), free(himg), free(h_trace);
     return rc;

@@ -48,6 +48,7 @@ typedef struct iris_text {
     float inv_freq[512];                      /* rotary frequencies, head_dim/2 */
     int dim_of[512];                          /* frequency slot -> position component (t, h, w) */
     iris_backend *on;                         /* backend the weights were uploaded to; NULL: host views */
+    struct iris_text_graphs *graphs;          /* decode steps captured as graphs (text.c); NULL until used */
 } iris_text;
 
 /* Binds and checks the decoder tensors ("model.language_model.", "lm_head.")

@@ -188,6 +188,11 @@ extern "C" void iris_cuda_graph_free(iris_cuda_graph *g) {
     free(g);
 }
 
+/* The op table's graph hooks (backend.h). */
+static int cu_graph_end(iris_backend *b, void **g) { return iris_cuda_graph_end(b, (iris_cuda_graph **)g); }
+static int cu_graph_replay(iris_backend *b, void *g) { return iris_cuda_graph_replay(b, (iris_cuda_graph *)g); }
+static void cu_graph_free(void *g) { iris_cuda_graph_free((iris_cuda_graph *)g); }
+
 extern "C" int iris_cuda_mark(iris_backend *b) {
     cuda_ctx *c = cuda_of(b);
     return iris_cuda_status(b, cudaEventRecord(c->ev0, c->stream), "event record");
@@ -309,6 +314,10 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     b->interp4 = iris_cuda_interp4;
     b->destroy = cu_destroy;
     iris_cuda_fused_init(b);
+    b->graph_begin = iris_cuda_graph_begin;
+    b->graph_end = cu_graph_end;
+    b->graph_replay = cu_graph_replay;
+    b->graph_free = cu_graph_free;
     *out = b;
     return 0;
 }
