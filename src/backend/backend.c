@@ -27,6 +27,7 @@ int iris_backend_put_f32(iris_backend *b, void *dst, const float *src, size_t n)
 
 int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
     if (b->act == IRIS_DT_F32) return b->download(b, dst, src, n * 4);
+    if (b->get_f32) return b->get_f32(b, dst, src, n);
     uint16_t *tmp = malloc(n * 2 + 2);
     if (!tmp) return IRIS_ENOMEM;
     int rc = b->download(b, tmp, src, n * 2);

@@ -124,6 +124,9 @@ struct iris_backend {
                            const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos, int pos_stride,
                            const int *dim_of, const float *inv_freq, iris_kv_layer *kv, const iris_attn_meta *meta);
 
+    /* Optional: n activations at src (device) as fp32 into dst (host); iris_backend_get_f32 uses it. */
+    int (*get_f32)(iris_backend *b, float *dst, const void *src, size_t n);
+
     /* Optional: record the ops issued between graph_begin and graph_end (not run), replay them later
      * with the same pointers and scalars (the device data they read may change).  NULL on the CPU. */
     int (*graph_begin)(iris_backend *b);

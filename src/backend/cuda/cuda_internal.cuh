@@ -51,6 +51,8 @@ struct cuda_ctx {
 
     int w8_max_rows;
     int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu) */
+    uint16_t *pinned;       /* page-locked host staging for get_f32 (host memory, grown as needed) */
+    size_t pinned_bytes;
     cudaEvent_t ev0, ev1;   /* iris_cuda_mark / iris_cuda_elapsed_ms */        /* linear: rows up to this use the W8A16 / W16A16 kernel */
 };
 
