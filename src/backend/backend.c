@@ -17,6 +17,7 @@ static uint16_t f32_to_bf16(float x) { /* round to nearest even; NaN stays NaN *
 
 int iris_backend_put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
     if (b->act == IRIS_DT_F32) return b->upload(b, dst, src, n * 4);
+    if (b->put_f32) return b->put_f32(b, dst, src, n);
     uint16_t *tmp = malloc(n * 2 + 2);
     if (!tmp) return IRIS_ENOMEM;
     for (size_t i = 0; i < n; i++) tmp[i] = f32_to_bf16(src[i]);

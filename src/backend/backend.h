@@ -126,6 +126,8 @@ struct iris_backend {
 
     /* Optional: n activations at src (device) as fp32 into dst (host); iris_backend_get_f32 uses it. */
     int (*get_f32)(iris_backend *b, float *dst, const void *src, size_t n);
+    /* Optional: n fp32 host values at src into dst (device) as activations; iris_backend_put_f32 uses it. */
+    int (*put_f32)(iris_backend *b, void *dst, const float *src, size_t n);
 
     /* Optional: record the ops issued between graph_begin and graph_end (not run), replay them later
      * with the same pointers and scalars (the device data they read may change).  NULL on the CPU. */

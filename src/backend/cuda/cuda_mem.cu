@@ -133,19 +133,24 @@ static int cu_download(iris_backend *b, void *dst, const void *src, size_t bytes
 /* bf16 device rows to fp32 host floats through a page-locked staging buffer (a pageable copy of a
  * batch's logits, 19 MB at 64 rows of Qwen's vocabulary, ran at a fraction of the bus and was
  * most of a large decode step). */
+static int pinned_room(iris_backend *b, size_t bytes) {
+    cuda_ctx *c = cuda_of(b);
+    if (bytes <= c->pinned_bytes) return 0;
+    if (c->pinned) cudaFreeHost(c->pinned);
+    c->pinned = NULL, c->pinned_bytes = 0;
+    size_t want = bytes + (bytes >> 2);
+    if (cudaMallocHost((void **)&c->pinned, want) != cudaSuccess) {
+        cudaGetLastError();
+        c->pinned = NULL;
+        return iris_cuda_fail(b, IRIS_ENOMEM, "cuda: %zu bytes of page-locked host memory", want);
+    }
+    c->pinned_bytes = want;
+    return 0;
+}
+
 static int cu_get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
     cuda_ctx *c = cuda_of(b);
-    if (n * 2 > c->pinned_bytes) {
-        if (c->pinned) cudaFreeHost(c->pinned);
-        c->pinned = NULL, c->pinned_bytes = 0;
-        size_t want = n * 2 + (n * 2 >> 2);
-        if (cudaMallocHost((void **)&c->pinned, want) != cudaSuccess) {
-            cudaGetLastError();
-            c->pinned = NULL;
-            return iris_cuda_fail(b, IRIS_ENOMEM, "cuda: %zu bytes of page-locked host memory", want);
-        }
-        c->pinned_bytes = want;
-    }
+    if (pinned_room(b, n * 2)) return b->err.code;
     int rc = iris_cuda_status(b, cudaMemcpyAsync(c->pinned, src, n * 2, cudaMemcpyDeviceToHost, c->stream), "download");
     if (!rc) rc = iris_cuda_status(b, cudaStreamSynchronize(c->stream), "download");
     if (rc) return rc;
@@ -155,6 +160,23 @@ static int cu_get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
         memcpy(&dst[i], &u, 4);
     }
     return 0;
+}
+
+/* fp32 host rows to bf16 device activations (round to nearest even, as iris_backend_put_f32),
+ * converted straight into the page-locked staging buffer; returns once the copy is done. */
+static int cu_put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
+    cuda_ctx *c = cuda_of(b);
+    if (pinned_room(b, n * 2)) return b->err.code;
+    uint16_t *h = c->pinned;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        h[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40)
+                                               : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+    }
+    int rc = iris_cuda_status(b, cudaMemcpyAsync(dst, h, n * 2, cudaMemcpyHostToDevice, c->stream), "upload");
+    if (!rc) rc = iris_cuda_status(b, cudaStreamSynchronize(c->stream), "upload");
+    return rc;
 }
 
 static int cu_sync(iris_backend *b) { return iris_cuda_status(b, cudaStreamSynchronize(cuda_of(b)->stream), "sync"); }
@@ -343,6 +365,7 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     b->destroy = cu_destroy;
     iris_cuda_fused_init(b);
     b->get_f32 = cu_get_f32;
+    b->put_f32 = cu_put_f32;
     b->graph_begin = iris_cuda_graph_begin;
     b->graph_end = cu_graph_end;
     b->graph_replay = cu_graph_replay;
