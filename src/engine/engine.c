@@ -179,6 +179,21 @@ static int prepare(iris_engine *e, iris_request *r, iris_text_seq *ts, seq_buf *
         if (b > a) n_rows += b - a, n_ds = r->vout[i].n_deepstack;
     }
     if (!n_rows) return IRIS_OK;
+    /* One image in the chunk (the usual case): its rows are used where they are, no copy. */
+    int n_touch = 0, only = -1;
+    for (int i = 0; i < q->n_images; i++) {
+        const iris_seq_image *im = &q->images[i];
+        int a = im->start > c0 ? im->start : c0, b = im->start + im->n_tokens < c0 + n ? im->start + im->n_tokens : c0 + n;
+        if (b > a) n_touch++, only = i;
+    }
+    if (n_touch == 1) {
+        const iris_seq_image *im = &q->images[only];
+        size_t off = (size_t)((im->start > c0 ? im->start : c0) - im->start) * H;
+        ts->image_embeds = im->embeds + off;
+        ts->n_deepstack = n_ds;
+        for (int d = 0; d < n_ds; d++) ts->deepstack[d] = im->deepstack + (size_t)d * im->n_tokens * H + off;
+        return IRIS_OK;
+    }
     sb->img = malloc(sizeof *sb->img * (size_t)n_rows * H * (1 + (size_t)n_ds));
     if (!sb->img) return iris_err_set(err, IRIS_ENOMEM, "out of memory for %d image rows", n_rows);
     int at = 0;
