@@ -83,6 +83,7 @@ typedef struct iris_engine_opts {
     uint64_t gpu_memory_margin;     /* kept free when neither is set (0 with margin_set 0: 512 MiB) */
     int gpu_memory_margin_set;
     long long max_image_pixels;     /* largest image after resizing (0: 1,048,576); larger ones are resized down */
+    const char *kv_cache_dtype;     /* "bf16" (NULL: the default) or "fp8": e4m3 codes, half the bytes (CPU and CUDA) */
 } iris_engine_opts;
 
 void iris_engine_opts_default(iris_engine_opts *o);

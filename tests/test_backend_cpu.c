@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "model/quantize.h"
 #include "test.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -610,4 +611,50 @@ IRIS_TEST(backend_cpu_avx2_kernel) {
             }
         }
     free_weight(&b16);
+}
+
+/* An E4M3 cache (--kv-cache-dtype fp8): kv_write stores each value's code (saturating at 448),
+ * and attention over it equals attention over an F32 cache holding the decoded codes. */
+IRIS_TEST(backend_cpu_paged_attention_fp8) {
+    iris_backend *b = cpu();
+    REQUIRE(b);
+    enum { NQ = 4, NKV = 2, HD = 16, NB = 4, BLK = 16, N = 37 };
+    const int kd = NKV * HD, qd = NQ * HD;
+    int32_t table[4] = {2, 0, 3, 1}, slot[N], seq[N], ctx[N];
+    float *k = fvec((size_t)N * kd), *v = fvec((size_t)N * kd), *q = fvec((size_t)N * qd);
+    for (int i = 0; i < N * kd; i++) k[i] *= 3.0f;
+    k[5] = 1000.0f, v[7] = -1e6f; /* saturate */
+    for (int j = 0; j < N; j++) slot[j] = table[j / BLK] * BLK + j % BLK, seq[j] = 0, ctx[j] = j + 1;
+    uint8_t *k8 = calloc((size_t)NB * BLK * kd, 1), *v8 = calloc((size_t)NB * BLK * kd, 1);
+    float *kf = calloc((size_t)NB * BLK * kd, sizeof(float)), *vf = calloc((size_t)NB * BLK * kd, sizeof(float));
+    float *kr = malloc(sizeof(float) * (size_t)N * kd), *vr = malloc(sizeof(float) * (size_t)N * kd);
+    for (int i = 0; i < N * kd; i++)
+        kr[i] = iris_fp8_e4m3_decode(iris_fp8_e4m3_encode(k[i])), vr[i] = iris_fp8_e4m3_decode(iris_fp8_e4m3_encode(v[i]));
+    CHECK(kr[5] == 448.0f && vr[7] == -448.0f);
+    iris_kv_layer c8 = {.k = k8, .v = v8, .dtype = IRIS_DT_F8_E4M3, .n_blocks = NB, .n_kv_heads = NKV, .head_dim = HD};
+    iris_kv_layer c32 = {.k = kf, .v = vf, .dtype = IRIS_DT_F32, .n_blocks = NB, .n_kv_heads = NKV, .head_dim = HD};
+    iris_attn_meta m = {.n_rows = N, .row_seq = seq, .row_ctx = ctx, .block_tables = table, .max_blocks = 4, .slot = slot};
+    iris_tensor kt = f32_view(k, N, kd, 0), vt = f32_view(v, N, kd, 0), krt = f32_view(kr, N, kd, 0),
+                vrt = f32_view(vr, N, kd, 0), qt = f32_view(q, N, qd, 0);
+    REQUIRE(b->kv_write(b, &c8, &kt, &vt, &m) == 0);
+    REQUIRE(b->kv_write(b, &c32, &krt, &vrt, &m) == 0);
+    int codes_ok = 1;
+    for (int j = 0; j < N; j++)
+        for (int e = 0; e < kd; e++)
+            codes_ok &= k8[(size_t)slot[j] * kd + e] == iris_fp8_e4m3_encode(k[j * kd + e]) &&
+                        v8[(size_t)slot[j] * kd + e] == iris_fp8_e4m3_encode(v[j * kd + e]);
+    CHECKF(codes_ok, "fp8 cache: the stored codes are not the values' E4M3 codes");
+    float *o8 = poisoned((size_t)N * qd), *o32 = poisoned((size_t)N * qd);
+    iris_tensor o8t = f32_view(o8, N, qd, 0), o32t = f32_view(o32, N, qd, 0);
+    REQUIRE(b->attn_paged(b, &qt, &c8, &m, NQ, &o8t) == 0);
+    REQUIRE(b->attn_paged(b, &qt, &c32, &m, NQ, &o32t) == 0);
+    float d = 0;
+    for (int i = 0; i < N * qd; i++) d = fabsf(o8[i] - o32[i]) > d ? fabsf(o8[i] - o32[i]) : d;
+    CHECKF(d == 0.0f, "fp8 cache attention differs from F32 over the decoded codes by %g", d);
+    /* a cache of another dtype is refused, not misread */
+    iris_kv_layer cbad = c32;
+    cbad.dtype = IRIS_DT_BF16;
+    CHECK(b->attn_paged(b, &qt, &cbad, &m, NQ, &o8t) == IRIS_EUNSUPPORTED);
+    CHECK(b->kv_write(b, &cbad, &kt, &vt, &m) == IRIS_EUNSUPPORTED);
+    free(k), free(v), free(q), free(k8), free(v8), free(kf), free(vf), free(kr), free(vr), free(o8), free(o32);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "model/quantize.h"
 #include "test.h"
 
 #ifdef IRIS_CUDA
@@ -413,6 +414,16 @@ typedef struct {
 } step_seq;
 
 static int g_impl; /* flash kernel under test: 0 mma.sync, 1 WMMA */
+static int g_kv8;  /* the caches hold E4M3 codes (--kv-cache-dtype fp8) */
+
+/* n bytes of device memory, downloaded. */
+static uint8_t *dev_read_bytes(const void *d, size_t n) {
+    uint8_t *t = malloc(n ? n : 1);
+    int rc = g_cuda->sync(g_cuda);
+    if (!rc) rc = g_cuda->download(g_cuda, t, d, n);
+    if (rc) fprintf(stderr, "  cuda: %s\n", g_cuda->err.msg), memset(t, 0xff, n);
+    return t;
+}
 
 /* One step over sequences that bring n_new rows after n_past cached tokens: the
  * cache is filled through kv_write (history and new rows alike), then attention
@@ -451,8 +462,10 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     float *q = rnd_vec((int64_t)n_rows * nq * hd, -1.5f, 1.5f);
 
     /* CPU */
-    float *ck = calloc((size_t)n_blocks * 16 * width, sizeof(float)), *cv = calloc((size_t)n_blocks * 16 * width, sizeof(float));
-    iris_kv_layer ckv = {ck, cv, IRIS_DT_F32, n_blocks, nkv, hd};
+    /* (k and v are bf16 values: an E4M3 cache gets the same codes on both backends) */
+    size_t ces = g_kv8 ? 1 : sizeof(float);
+    float *ck = calloc((size_t)n_blocks * 16 * width, ces), *cv = calloc((size_t)n_blocks * 16 * width, ces);
+    iris_kv_layer ckv = {ck, cv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_F32, n_blocks, nkv, hd};
     iris_attn_meta hm = {n_hist, NULL, NULL, bt, max_blocks, slot_all};
     iris_tensor tk = view(k, IRIS_DT_F32, n_hist, width, 0), tv = view(v, IRIS_DT_F32, n_hist, width, 0);
     REQUIRE(g_cpu->kv_write(g_cpu, &ckv, &tk, &tv, &hm) == 0);
@@ -464,7 +477,7 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     /* CUDA */
     size_t cache_elems = (size_t)n_blocks * 16 * width;
     void *gk = dev_poison((int64_t)cache_elems), *gv = dev_poison((int64_t)cache_elems);
-    iris_kv_layer gkv = {gk, gv, IRIS_DT_BF16, n_blocks, nkv, hd};
+    iris_kv_layer gkv = {gk, gv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_BF16, n_blocks, nkv, hd};
     void *d_bt = dev_copy(bt, sizeof(int32_t) * (size_t)(n_seqs * max_blocks));
     void *d_slot_all = dev_copy(slot_all, sizeof(int32_t) * (size_t)n_hist);
     void *d_row_seq = dev_copy(row_seq, sizeof(int32_t) * (size_t)n_rows), *d_row_ctx = dev_copy(row_ctx, sizeof(int32_t) * (size_t)n_rows);
@@ -480,20 +493,31 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     CHECKF(rc == 0, "%s", g_cuda->err.msg);
     float *got = dev_read_bf16(dout, (int64_t)n_rows * nq * hd);
     char what[128];
-    int len = snprintf(what, sizeof what, "attn_paged%s %d/%d x %d:", g_impl ? " (wmma)" : "", nq, nkv, hd);
+    int len = snprintf(what, sizeof what, "attn_paged%s%s %d/%d x %d:", g_impl ? " (wmma)" : "", g_kv8 ? " (fp8 cache)" : "",
+                       nq, nkv, hd);
     for (int s = 0; s < n_seqs && len < (int)sizeof what - 16; s++)
         len += snprintf(what + len, sizeof what - (size_t)len, " %d+%d", ss[s].n_past, ss[s].n_new);
     /* P is rounded to bf16 in the flash kernel: 2^-9 of each weight, so at most that of max|v|. */
     compare(what, got, (int64_t)nq * hd, ref, (int64_t)nq * hd, n_rows, (int64_t)nq * hd, 4e-3f, 4e-3f);
 
-    /* The cache itself holds exactly the written rows. */
-    float *cache_k = dev_read_bf16(gk, (int64_t)cache_elems);
+    /* The cache itself holds exactly the written rows (E4M3: the CPU's codes, byte for byte). */
     int kv_ok = 1;
-    for (int i = 0; i < n_hist && kv_ok; i++)
-        for (int e = 0; e < width; e++)
-            if (cache_k[(size_t)slot_all[i] * width + e] != k[(size_t)i * width + e]) kv_ok = 0;
-    CHECKF(kv_ok, "kv_write: cache rows differ from the written k");
-    free(cache_k);
+    if (g_kv8) {
+        uint8_t *gk8 = dev_read_bytes(gk, cache_elems), *gv8 = dev_read_bytes(gv, cache_elems);
+        for (int i = 0; i < n_hist && kv_ok; i++)
+            for (int e = 0; e < width; e++) {
+                size_t at = (size_t)slot_all[i] * width + e;
+                if (gk8[at] != ((uint8_t *)ck)[at] || gv8[at] != ((uint8_t *)cv)[at]) kv_ok = 0;
+            }
+        free(gk8), free(gv8);
+    } else {
+        float *cache_k = dev_read_bf16(gk, (int64_t)cache_elems);
+        for (int i = 0; i < n_hist && kv_ok; i++)
+            for (int e = 0; e < width; e++)
+                if (cache_k[(size_t)slot_all[i] * width + e] != k[(size_t)i * width + e]) kv_ok = 0;
+        free(cache_k);
+    }
+    CHECKF(kv_ok, "kv_write%s: cache rows differ from the written k, v", g_kv8 ? " (fp8)" : "");
 
     void *bufs[] = {gk, gv, d_bt, d_slot_all, d_row_seq, d_row_ctx, d_slot_new, dk, dv, dq, dout};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_cuda->free(g_cuda, bufs[i]);
@@ -523,6 +547,20 @@ IRIS_TEST(gpu_ops_attn_paged) {
         check_paged(p2, 2, 8, 8, 256);
     }
     g_impl = 0;
+    iris_cuda_set_attn_impl(g_cuda, 0);
+    /* an E4M3 cache: decode rows (split and not) and prefill tiles, both flash kernels asked for
+     * (the WMMA one hands an E4M3 cache to the mma kernel) */
+    g_kv8 = 1;
+    check_paged(d1, 3, 16, 8, 128);
+    check_paged(d1, 3, 4, 1, 16);
+    check_paged(d2, 1, 32, 8, 128);
+    for (g_impl = 0; g_impl < 2; g_impl++) {
+        iris_cuda_set_attn_impl(g_cuda, g_impl);
+        check_paged(p1, 4, 16, 8, 128);
+        check_paged(p1, 4, 8, 2, 32);
+        check_paged(p2, 2, 8, 8, 256);
+    }
+    g_kv8 = 0, g_impl = 0;
     iris_cuda_set_attn_impl(g_cuda, 0);
 }
 
@@ -578,15 +616,22 @@ static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     void *dq = dev_bf16(q, n * wq), *dk = dev_bf16(k, n * wk), *dv = dev_bf16(v, n * wk);
     void *dqw = dev_bf16(qw, hd), *dkw = dev_bf16(kw, hd), *dpos = dev_copy(pos, sizeof(int32_t) * 3 * (size_t)n);
     void *dslot = dev_copy(slot, sizeof(int32_t) * (size_t)n), *gk = dev_poison((int64_t)ce), *gv = dev_poison((int64_t)ce);
-    iris_kv_layer gkv = {gk, gv, IRIS_DT_BF16, n_blocks, nkv, hd};
+    iris_kv_layer gkv = {gk, gv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_BF16, n_blocks, nkv, hd};
     iris_attn_meta gm = {n, NULL, NULL, NULL, 0, dslot};
     iris_tensor gq = view(dq, IRIS_DT_BF16, n, wq, 0), gk_ = view(dk, IRIS_DT_BF16, n, wk, 0), gv_ = view(dv, IRIS_DT_BF16, n, wk, 0);
     iris_tensor gqw = view(dqw, IRIS_DT_BF16, 1, hd, 0), gkw = view(dkw, IRIS_DT_BF16, 1, hd, 0);
     REQUIRE(g_cuda->qk_norm_rope_kv != NULL);
     CHECKF(iris_backend_qk_norm_rope_kv(g_cuda, &gq, &gk_, &gv_, &gqw, &gkw, 1e-6f, nq, dpos, n, dim_of, inv, &gkv, &gm) == 0,
            "%s", g_cuda->err.msg);
-    float *oq = dev_read_bf16(dq, n * wq), *ok = dev_read_bf16(dk, n * wk), *okc = dev_read_bf16(gk, (int64_t)ce),
-          *ovc = dev_read_bf16(gv, (int64_t)ce);
+    float *oq = dev_read_bf16(dq, n * wq), *ok = dev_read_bf16(dk, n * wk), *okc, *ovc;
+    if (g_kv8) { /* the codes, widened: E4M3 of the returned k and of the given v */
+        uint8_t *k8 = dev_read_bytes(gk, ce), *v8 = dev_read_bytes(gv, ce);
+        okc = malloc(sizeof(float) * ce), ovc = malloc(sizeof(float) * ce);
+        for (size_t i = 0; i < ce; i++) okc[i] = iris_fp8_e4m3_decode(k8[i]), ovc[i] = iris_fp8_e4m3_decode(v8[i]);
+        free(k8), free(v8);
+    } else {
+        okc = dev_read_bf16(gk, (int64_t)ce), ovc = dev_read_bf16(gv, (int64_t)ce);
+    }
     char what[96];
     /* norm output rounded twice, rotary once more: 3 bf16 roundings; the rotation can cancel, so the
      * absolute part is 3 roundings (2^-9 each, 6e-3) of the largest value, not of the result */
@@ -597,8 +642,12 @@ static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     int cache_ok = 1;
     for (int i = 0; i < n; i++)
         for (int64_t e = 0; e < wk; e++) {
-            cache_ok &= okc[(size_t)slot[i] * wk + e] == ok[(size_t)i * wk + e];
-            cache_ok &= ovc[(size_t)slot[i] * wk + e] == v[(size_t)i * wk + e];
+            float want_k = ok[(size_t)i * wk + e], want_v = v[(size_t)i * wk + e];
+            if (g_kv8)
+                want_k = iris_fp8_e4m3_decode(iris_fp8_e4m3_encode(want_k)),
+                want_v = iris_fp8_e4m3_decode(iris_fp8_e4m3_encode(want_v));
+            cache_ok &= okc[(size_t)slot[i] * wk + e] == want_k;
+            cache_ok &= ovc[(size_t)slot[i] * wk + e] == want_v;
         }
     CHECKF(cache_ok, "qk_norm_rope_kv %d/%d x %d: cache rows are not the returned k and the given v", nq, nkv, hd);
     void *bufs[] = {dq, dk, dv, dqw, dkw, dpos, dslot, gk, gv};
@@ -615,6 +664,10 @@ IRIS_TEST(gpu_ops_fused) {
     check_qk_prologue(23, 16, 8, 128);
     check_qk_prologue(9, 6, 2, 32);
     check_qk_prologue(1, 4, 1, 16);
+    g_kv8 = 1; /* into an E4M3 cache */
+    check_qk_prologue(23, 16, 8, 128);
+    check_qk_prologue(9, 6, 2, 32);
+    g_kv8 = 0;
 }
 
 /* ---- segment attention (vision) ------------------------------------------------------------- */

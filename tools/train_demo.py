@@ -6,7 +6,8 @@
       ByteLevel, NFC, Qwen's 26 special tokens right after the BPE vocabulary) trained on the
       texts of 3,000 scenes, plus tokenizer_config.json, chat_template.json,
       preprocessor_config.json and generation_config.json (greedy).
-  python3 tools/train_demo.py train OUT [--steps N] [--seed 0]
+  python3 tools/train_demo.py train OUT [--steps N] [--seed 0] [--seconds S] [--init MODEL_DIR]
+                                   [--lr F] [--warmup N] [--first-scene I] [--eval-seconds S]
       (GPU machine: torch 2.11, transformers 5.17) builds the model with transformers
       (Qwen3VLForConditionalGeneration: vision tower with DeepStack, Qwen3 decoder with
       interleaved MRoPE), trains it with AdamW under bf16 autocast, loss on the answer tokens only
@@ -14,7 +15,9 @@
       into OUT/demo, then evaluates greedy decoding through transformers (fp32 on the saved bf16
       weights, TF32 off) on 1,000 held-out scenes, and records batch-1 greedy outputs of 20 of them
       as the iris-vs-transformers fixture.  Without --steps the step count is fixed after 20 timed
-      steps so that training ends at TRAIN_SECONDS; the count used is in OUT/eval/eval.json.
+      steps so that training ends after --seconds (default TRAIN_SECONDS);
+      --init goes on from a saved model; scenes are seeds --first-scene and up; the greedy evaluation
+      stops after --eval-seconds with what it has; the count used is in OUT/eval/eval.json.
       Outputs: OUT/demo (model dir), OUT/eval (eval.json, images/), OUT/fixture (greedy.json, images/).
   /usr/bin/python3 tools/train_demo.py iris-eval EVAL_DIR MODEL [--limit N] [--bin build/demo/bench/demo_eval]
       (here) the same held-out items through iris (bench/demo_eval.c, greedy on the CPU):
@@ -50,7 +53,7 @@ BATCH_SCENES = 48               # scenes per step; each gives 5 conversations (c
 N_QUESTIONS = 3
 LR, WARMUP, WD = 2e-3, 150, 0.05
 TRAIN_SECONDS = 285             # wall-clock budget of the training loop when --steps is not given
-MAX_STEPS = 6000
+MAX_STEPS = 40000
 EVAL_SEED0, N_EVAL, N_FIXTURE = 10_000_000, 1000, 20
 MAX_NEW = {"caption": 64, "analysis": 128, "vqa": 16}
 
@@ -178,8 +181,8 @@ def mrope_positions(n_pre, gh, gw, n_after):
 class TrainSet:
     """Scene i (seed i) -> its image as uint8 patches and its conversations (token ids, 3-D positions)."""
 
-    def __init__(self, tok_path, sp, n):
-        self.tok_path, self.sp, self.n, self.tok, self.ip = tok_path, sp, n, None, None
+    def __init__(self, tok_path, sp, n, first=0):
+        self.tok_path, self.sp, self.n, self.first, self.tok, self.ip = tok_path, sp, n, first, None, None
 
     def __len__(self):
         return self.n
@@ -191,6 +194,7 @@ class TrainSet:
             torch.set_num_threads(1)
             self.tok = tokenizers.Tokenizer.from_file(self.tok_path)
             self.ip = hf_image_processor()
+        i += self.first
         sc = D.make_scene(i)
         u8, (gh, gw) = u8_patches(D.render(sc), self.ip)
         n_pad = gh * gw // 4
@@ -289,7 +293,7 @@ class DedupVision:
 # GPU run
 
 
-def run_train(out, steps=None, seed=SEED):
+def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=LR, warmup=WARMUP, first_scene=0, eval_seconds=110):
     t0 = time.time()
     import torch
     import tokenizers
@@ -326,7 +330,7 @@ def run_train(out, steps=None, seed=SEED):
     # --- data workers first (forked before CUDA is used)
     n_workers = max(2, min(14, (os.cpu_count() or 4) - 2))
     total_scenes = (steps or MAX_STEPS) * BATCH_SCENES
-    dl = torch.utils.data.DataLoader(TrainSet(tok_path, sp, total_scenes), batch_size=BATCH_SCENES, shuffle=False,
+    dl = torch.utils.data.DataLoader(TrainSet(tok_path, sp, total_scenes, first_scene), batch_size=BATCH_SCENES, shuffle=False,
                                      num_workers=n_workers, collate_fn=Collate(PAD), prefetch_factor=6,
                                      persistent_workers=False, pin_memory=True)
     it = iter(dl)
@@ -350,7 +354,14 @@ def run_train(out, steps=None, seed=SEED):
     cfg = Qwen3VLConfig(text_config=text_cfg, vision_config=vis_cfg, image_token_id=IMG,
                         video_token_id=sp["<|video_pad|>"], vision_start_token_id=sp["<|vision_start|>"],
                         vision_end_token_id=sp["<|vision_end|>"], tie_word_embeddings=True)
-    model = Qwen3VLForConditionalGeneration(cfg).to(dev).train()
+    if init:          # go on from a saved model (same shapes and tokenizer: checked)
+        model = Qwen3VLForConditionalGeneration.from_pretrained(init, dtype=torch.float32).to(dev).train()
+        for k in ("hidden_size", "num_hidden_layers", "vocab_size"):
+            assert getattr(model.config.text_config, k) == getattr(cfg.text_config, k), k
+        assert model.config.image_token_id == IMG
+        log(f"model: initialised from {init}")
+    else:
+        model = Qwen3VLForConditionalGeneration(cfg).to(dev).train()
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.2f} M parameters")
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -377,8 +388,10 @@ def run_train(out, steps=None, seed=SEED):
         ids = ids.to(dev, non_blocking=True)
         kw = dict(input_ids=ids, attention_mask=att.to(dev, non_blocking=True), pixel_values=torch.cat(pv),
                   image_grid_thw=torch.tensor(g_all, device=dev), mm_token_type_ids=(ids == IMG).long())
-        if use["pos"]:
+        if use["pos"] == "pos4":
             kw["position_ids"] = pos.to(dev, non_blocking=True)
+        elif use["pos"] == "pos3":
+            kw["position_ids"] = pos[1:].to(dev, non_blocking=True)
         return kw, lab.to(dev, non_blocking=True)
 
     def loss_of(inputs, lab):
@@ -391,43 +404,56 @@ def run_train(out, steps=None, seed=SEED):
                                                reduction="none").view_as(m)
         return ((ce * m).sum(1) / m.sum(1).clamp(min=1)).mean(), logits     # every conversation weighs the same
 
-    # --- the speed-ups must not change what the model computes: one batch three ways, fp32, no grad
+    # --- the speed-ups must not change what the model computes: one batch several ways, fp32, no grad,
+    # compared on the real (not padded) tokens, whose logits are all that the loss reads
     first = next(it)
     with torch.no_grad():
         torch.backends.cuda.matmul.allow_tf32 = False
         res = {}
-        for name, d_, p_ in (("plain", False, False), ("dedup", True, False), ("pos", False, True),
-                             ("dedup+pos", True, True)):
+        for name, d_, p_ in (("plain", False, None), ("dedup", True, None), ("pos4", False, "pos4"),
+                             ("pos3", False, "pos3"), ("dedup+pos4", True, "pos4"), ("dedup+pos3", True, "pos3")):
             use["dedup"], use["pos"] = d_, p_
             try:
                 kw, lb = batch_to_inputs(first)
-                lg = model(**kw).logits.float()
-                res[name] = lg
+                res[name] = model(**kw).logits.float()
             except Exception as e:  # noqa
                 log(f"{name}: failed {e!r}")
         base, ok = res["plain"], {}
-        for name in ("dedup", "pos", "dedup+pos"):
-            d = float((res[name] - base).abs().max()) if name in res else float("inf")
-            log(f"check {name} vs plain: max |logit diff| {d:.3g}")
-            ok[name] = d < 1e-3
+        real = first[4].to(dev).bool()
+        for name in [n for n in ("dedup", "pos4", "pos3", "dedup+pos4", "dedup+pos3")]:
+            if name not in res:
+                ok[name] = False
+                continue
+            dr = float((res[name] - base)[real].abs().max())
+            dp = float((res[name] - base)[~real].abs().max()) if bool((~real).any()) else 0.0
+            log(f"check {name} vs plain: max |logit diff| {dr:.3g} on real tokens ({dp:.3g} on padding)")
+            ok[name] = dr < 1e-3
         use["dedup"] = ok["dedup"]
-        use["pos"] = ok["pos"] and (ok["dedup+pos"] or not ok["dedup"])
+        use["pos"] = None
+        for pn in ("pos3", "pos4"):
+            if ok[pn] and (ok["dedup+" + pn] or not ok["dedup"]):
+                use["pos"] = pn
+                break
         del res, base
     log(f"training with dedup={use['dedup']} pos={use['pos']}")
     info_speed = dict(use)
     torch.backends.cuda.matmul.allow_tf32 = True
 
     def lr_at(step, total):
-        if step < WARMUP:
-            return LR * (step + 1) / WARMUP
-        q = min(1.0, (step - WARMUP) / max(1, total - WARMUP))
-        return LR * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * q)))
+        if step < warmup:
+            return lr * (step + 1) / warmup
+        q = min(1.0, (step - warmup) / max(1, total - warmup))
+        return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * q)))
 
     total = steps or MAX_STEPS
     losses, step, t_train0, t_mark = [], 0, time.time(), None
     run_loss, run_n = 0.0, 0
+    wait_data = 0.0
     while step < total:
+        tw = time.time()
         batch = first if step == 0 else next(it)
+        if 20 <= step < 40:
+            wait_data += time.time() - tw
         inputs, lab = batch_to_inputs(batch)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total)
@@ -443,14 +469,14 @@ def run_train(out, steps=None, seed=SEED):
             t_mark = time.time()
         if step == 40 and steps is None:
             per_step = (time.time() - t_mark) / 20
-            left = TRAIN_SECONDS - (time.time() - t_train0)
+            left = seconds - (time.time() - t_train0)
             total = int(min(MAX_STEPS, step + left / per_step))
-            log(f"{per_step * 1000:.1f} ms/step -> {total} steps in {TRAIN_SECONDS} s")
+            log(f"{per_step * 1000:.1f} ms/step (waiting for data {wait_data / 20 * 1000:.1f} ms) -> {total} steps in {seconds} s")
         if step % 50 == 0 or step == total:
             losses.append([step, round(run_loss / run_n, 4), round(time.time() - t_train0, 1)])
             log(f"step {step}/{total} loss {run_loss / run_n:.4f} lr {lr_at(step - 1, total):.2e}")
             run_loss, run_n = 0.0, 0
-        if steps is None and time.time() - t_train0 > TRAIN_SECONDS + 20:
+        if steps is None and time.time() - t_train0 > seconds + 20:
             log(f"training: over the time budget at step {step}, stopping")
             break
     dedup.plan = None
@@ -471,13 +497,13 @@ def run_train(out, steps=None, seed=SEED):
 
     info = dict(torch=torch.__version__, transformers=transformers.__version__, device=torch.cuda.get_device_name(),
                 seed=seed, steps=step, batch_scenes=BATCH_SCENES, conversations_per_scene=2 + N_QUESTIONS,
-                train_seconds=round(train_time, 1), lr=LR, warmup=WARMUP, weight_decay=WD, losses=losses,
+                train_seconds=round(train_time, 1), lr=lr, warmup=warmup, init=init, first_scene=first_scene, weight_decay=WD, losses=losses,
                 n_params=n_params, preprocessing_equals_hf=pre_ok, speedups=info_speed, text=TEXT, vision=VISION,
                 vocab_size=VOCAB_SIZE, bpe_tokens=tok.get_vocab_size() - len(T.SPECIALS))
-    evaluate(out, mdir, tok, sp, ip, info, t0, log)
+    evaluate(out, mdir, tok, sp, ip, info, t0, log, time.time() + eval_seconds)
 
 
-def evaluate(out, mdir, tok, sp, ip, info, t0, log):
+def evaluate(out, mdir, tok, sp, ip, info, t0, log, deadline):
     import torch
     from torchvision.io import decode_image, ImageReadMode
     from transformers import Qwen3VLForConditionalGeneration
@@ -561,7 +587,7 @@ def evaluate(out, mdir, tok, sp, ip, info, t0, log):
         group = [x for x in items if x["task"] == task]
         bs = 250
         for s in range(0, len(group), bs):
-            if time.time() - t0 > 385:
+            if time.time() > deadline:
                 log("eval: out of time, stopping here")
                 break
             b = group[s:s + bs]
@@ -588,7 +614,7 @@ def evaluate(out, mdir, tok, sp, ip, info, t0, log):
         by_img.setdefault(x["image"], []).append(x)
     for i in range(N_FIXTURE):
         name = f"{i:04d}.png"
-        if name not in by_img or time.time() - t0 > 393:
+        if name not in by_img or time.time() > deadline + 8:
             break
         with open(os.path.join(edir, "images", name), "rb") as fsrc, \
                 open(os.path.join(fdir, "images", name), "wb") as fdst:
@@ -658,7 +684,10 @@ def main():
         write_tokenizer(a[1])
     elif len(a) >= 2 and a[0] == "train":
         s = opt("--steps")
-        run_train(a[1], int(s) if s else None, int(opt("--seed", SEED)))
+        run_train(a[1], int(s) if s else None, int(opt("--seed", SEED)), init=opt("--init"),
+                  seconds=float(opt("--seconds", TRAIN_SECONDS)), lr=float(opt("--lr", LR)),
+                  warmup=int(opt("--warmup", WARMUP)), first_scene=int(opt("--first-scene", 0)),
+                  eval_seconds=float(opt("--eval-seconds", 110)))
     elif len(a) >= 3 and a[0] == "iris-eval":
         lim = opt("--limit")
         iris_eval(a[1], a[2], int(lim) if lim else None, opt("--bin", "build/demo/bench/demo_eval"))

@@ -40,7 +40,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: iris bench MODEL [--batch 1,8,32,64] [--prompt-tokens N] [--gen-tokens N] [--device cuda|cpu]\n"
-               "                  [--image WxH|PATH]\n\n"
+               "                  [--image WxH|PATH] [--kv-cache-dtype bf16|fp8]\n\n"
                "Prefill and decode speed of the text decoder, as JSON (tok/s per batch size, memory).\n"
                "--image: also the image path for one image (a WxH test picture, or a file) and a 20-token\n"
                "question: preprocessing ms, vision encoder ms, and time to first token through the engine\n"
@@ -224,7 +224,7 @@ static int decode_step(bench *x, int n_seqs, int past, iris_err *err) {
 }
 
 int iris_cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *device = "cuda", *image = NULL;
+    const char *model = NULL, *device = "cuda", *image = NULL, *kv_dtype = "bf16";
     int batches[MAX_BATCHES] = {1, 8, 32, 64}, n_batches = 4;
     long P = 128, G = 32;
     for (int i = 1; i < argc; i++) {
@@ -247,6 +247,12 @@ int iris_cmd_bench(int argc, char **argv) {
                 return 2;
             }
             image = argv[++i];
+        } else if (!strcmp(a, "--kv-cache-dtype")) {
+            kv_dtype = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(kv_dtype, "bf16") && strcmp(kv_dtype, "fp8")) {
+                fprintf(stderr, "iris bench: --kv-cache-dtype is bf16 or fp8, not \"%s\"\n", kv_dtype);
+                return 2;
+            }
         } else if (!strcmp(a, "--device")) {
             device = i + 1 < argc ? argv[++i] : "";
             if (strcmp(device, "cuda") && strcmp(device, "cpu")) {
@@ -292,7 +298,9 @@ int iris_cmd_bench(int argc, char **argv) {
     int own = (int)((G + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK);
     x.blocks_per_seq = x.prompt_blocks + own;
     int n_blocks = x.prompt_blocks + max_batch * own;
-    size_t kv_bytes = (size_t)n_blocks * IRIS_KV_BLOCK * c->num_key_value_heads * c->head_dim * 2 * 2 * c->num_hidden_layers;
+    int kv8 = !strcmp(kv_dtype, "fp8");
+    size_t kv_bytes = (size_t)n_blocks * IRIS_KV_BLOCK * c->num_key_value_heads * c->head_dim * 2 * (kv8 ? 1 : 2) *
+                      c->num_hidden_layers;
     size_t w_bytes = 0;
     for (int i = 0; i < iris_st_count(st); i++) w_bytes += (size_t)iris_st_at(st, i)->n_bytes;
     size_t act_rows = (size_t)(past0 > max_batch ? past0 : max_batch);
@@ -311,7 +319,7 @@ int iris_cmd_bench(int argc, char **argv) {
 #endif
     }
     if (!rc) rc = iris_text_upload(&x.t, x.b, &err);
-    if (!rc) rc = iris_kv_cache_init(&x.kv, c, n_blocks, x.b, &err);
+    if (!rc) rc = iris_kv_cache_init_dtype(&x.kv, c, n_blocks, kv8 ? IRIS_DT_F8_E4M3 : x.b->act, x.b, &err);
     if (!rc && x.b->sync) rc = x.b->sync(x.b) ? iris_err_set(&err, IRIS_EDEVICE, "%s", x.b->err.msg) : 0;
     double t_load = now() - t0;
     x.logits = malloc(sizeof(float) * (size_t)max_batch * c->vocab_size);
@@ -326,8 +334,8 @@ int iris_cmd_bench(int argc, char **argv) {
             x.bt[(size_t)s * x.blocks_per_seq + j] = j < x.prompt_blocks ? j : x.prompt_blocks + s * own + (j - x.prompt_blocks);
 
     printf("{\"model\":\"%s\",\"device\":\"%s\",\"layers\":%d,\"hidden\":%d,\"fp8_linears\":%d,\"weights_bytes\":%zu,"
-           "\"load_s\":%.3f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"decode_graphs\":%s",
-           dir, device, c->num_hidden_layers, c->hidden_size, x.t.n_fp8, w_bytes, t_load, P, G,
+           "\"load_s\":%.3f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"kv_cache_dtype\":\"%s\",\"decode_graphs\":%s",
+           dir, device, c->num_hidden_layers, c->hidden_size, x.t.n_fp8, w_bytes, t_load, P, G, kv_dtype,
            x.b->graph_begin && !(getenv("IRIS_CUDA_GRAPHS") && !strcmp(getenv("IRIS_CUDA_GRAPHS"), "0")) ? "true" : "false");
     fflush(stdout);
 

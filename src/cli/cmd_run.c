@@ -58,6 +58,7 @@ static void usage(FILE *f, const char *cmd) {
                "  --gpu-memory-limit SIZE  --gpu-memory-utilization F  --gpu-memory-margin SIZE\n"
                "                         the GPU memory budget (default: free memory less 512MiB)\n"
                "  --max-image-pixels N   on a GPU, images are resized to at most N pixels (default 1048576)\n"
+               "  --kv-cache-dtype bf16|fp8  the KV cache's element type (default bf16; fp8 halves it)\n"
                "  --temperature F  --top-k N  --top-p F  --min-p F\n"
                "  --repetition-penalty F  --presence-penalty F  --frequency-penalty F\n"
                "  --seed N  --max-tokens N   (defaults: the model's generation_config.json;\n"
@@ -74,7 +75,8 @@ static int parse(int argc, char **argv, run_args *a, int positional_max, const c
         int takes = !strcmp(s, "--image") || !strcmp(s, "--system") || !strcmp(s, "--model") ||
                     !strcmp(s, "--device") || !strcmp(s, "--stop") || !strcmp(s, "--threads") ||
                     !strcmp(s, "--gpu-memory-limit") || !strcmp(s, "--gpu-memory-utilization") ||
-                    !strcmp(s, "--gpu-memory-margin") || !strcmp(s, "--max-image-pixels");
+                    !strcmp(s, "--gpu-memory-margin") || !strcmp(s, "--max-image-pixels") ||
+                    !strcmp(s, "--kv-cache-dtype");
         int fi = -1;
         for (int k = 0; k < F_N; k++)
             if (!strcmp(s, flag_names[k])) fi = k;
@@ -116,6 +118,12 @@ static int parse(int argc, char **argv, run_args *a, int positional_max, const c
                 }
                 if (util) a->eo.gpu_memory_utilization = x;
                 else a->eo.max_image_pixels = (long long)x;
+            } else if (!strcmp(s, "--kv-cache-dtype")) {
+                if (strcmp(v, "bf16") && strcmp(v, "fp8")) {
+                    fprintf(stderr, "iris %s: --kv-cache-dtype '%s': give bf16 or fp8\n", argv[0], v);
+                    return 2;
+                }
+                a->eo.kv_cache_dtype = v;
             } else if (!strcmp(s, "--stop")) {
                 if (a->n_stop >= IRIS_MAX_STOP || !*v) {
                     fprintf(stderr, "iris %s: --stop: at most %d non-empty stop strings\n", argv[0], IRIS_MAX_STOP);

@@ -96,6 +96,8 @@ static void usage(FILE *f) {
             "  --max-image-pixels N          images larger than this are refused before decoding; on a\n"
             "                                GPU the memory plan is sized for N (without the flag: 1048576,\n"
             "                                and larger images are resized down to it)\n"
+            "  --kv-cache-dtype bf16|fp8     the KV cache's element type (default bf16; fp8 halves it,\n"
+            "                                e4m3 codes with scale 1 as vLLM's uncalibrated fp8 cache)\n"
             "  --allowed-local-media-path DIR  allow file:// image URLs inside DIR\n"
             "  --shutdown-timeout S          on SIGTERM/SIGINT, wait S seconds for requests in\n"
             "                                flight before cancelling them (default 30)\n"
@@ -195,6 +197,12 @@ int iris_cmd_serve(int argc, char **argv) {
             eo.gpu_memory_margin = gb, eo.gpu_memory_margin_set = 1;
         } else if (!strcmp(a, "--gpu-memory-utilization")) {
             bad = num(a, v, 0.01, 1, &eo.gpu_memory_utilization);
+        } else if (!strcmp(a, "--kv-cache-dtype")) {
+            eo.kv_cache_dtype = v;
+            if (v && strcmp(v, "bf16") && strcmp(v, "fp8")) {
+                fprintf(stderr, "iris serve: --kv-cache-dtype '%s': give bf16 or fp8\n", v);
+                bad = 1;
+            }
         } else if (!strcmp(a, "--max-model-len")) {
             bad = num(a, v, 1, 1 << 24, &x);
             eo.max_model_len = (int)x;

@@ -392,6 +392,9 @@ static int pick_device(const char *d, int *cuda, iris_err *err) {
     return IRIS_OK;
 }
 
+/* --kv-cache-dtype fp8: the cache holds e4m3 codes (half of BF16, a quarter of the CPU's F32). */
+static int kv_fp8(const iris_engine_opts *o) { return o->kv_cache_dtype && !strcmp(o->kv_cache_dtype, "fp8"); }
+
 #ifdef IRIS_CUDA
 /* The memory plan for this device, then the one allocation it sizes, the
  * weights and the KV cache in it.  The budget is measured with the context
@@ -425,6 +428,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     iris_plan_settings_default(&ps);
     ps.max_num_seqs = o->max_num_seqs;
     ps.max_batch_tokens = o->max_batch_tokens;
+    if (kv_fp8(o)) ps.kv_cache_dtype = IRIS_KV_FP8;
     if (o->max_image_pixels > 0) ps.max_image_pixels = o->max_image_pixels;
     int64_t max_pos = e->cfg.text_config.max_position_embeddings;
     int64_t min_ctx = max_pos < IRIS_PLAN_MIN_CONTEXT ? max_pos : IRIS_PLAN_MIN_CONTEXT;
@@ -462,7 +466,8 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     rc = iris_backend_cuda_open(0, device_bytes + scratch, &e->be, err);
     if (!rc) rc = iris_text_upload(&e->text, e->be, err);
     if (!rc) rc = iris_vision_upload(&e->vis, e->be, err);
-    if (!rc) rc = iris_kv_cache_init(&e->kv, &e->cfg.text_config, e->n_blocks, e->be, err);
+    if (!rc) rc = iris_kv_cache_init_dtype(&e->kv, &e->cfg.text_config, e->n_blocks,
+                                           kv_fp8(o) ? IRIS_DT_F8_E4M3 : e->be->act, e->be, err);
     if (!rc && e->be->sync && e->be->sync(e->be)) rc = iris_err_set(err, IRIS_EDEVICE, "%s", e->be->err.msg);
     if (rc) return rc;
     iris_cuda_mem mi;
@@ -484,7 +489,7 @@ static int load_cpu(iris_engine *e, iris_err *err) {
     e->max_model_len = o->max_model_len > 0 && o->max_model_len < tc->max_position_embeddings
                            ? o->max_model_len : tc->max_position_embeddings;
     size_t block_bytes = (size_t)2 * tc->num_hidden_layers * IRIS_KV_BLOCK * tc->num_key_value_heads * tc->head_dim *
-                         sizeof(float);
+                         (kv_fp8(o) ? 1 : sizeof(float));
     e->n_blocks = o->kv_blocks;
     if (e->n_blocks <= 0) {
         size_t bytes = o->kv_cache_bytes ? o->kv_cache_bytes : DEFAULT_KV_BYTES;
@@ -495,7 +500,7 @@ static int load_cpu(iris_engine *e, iris_err *err) {
     if (e->n_blocks < 1)
         return iris_err_set(err, IRIS_ELIMIT, "kv_cache_bytes %zu holds no 16-token block (%zu bytes each)",
                             o->kv_cache_bytes, block_bytes);
-    return iris_kv_cache_init(&e->kv, tc, e->n_blocks, e->be, err);
+    return iris_kv_cache_init_dtype(&e->kv, tc, e->n_blocks, kv_fp8(o) ? IRIS_DT_F8_E4M3 : e->be->act, e->be, err);
 }
 
 static int load(iris_engine *e, iris_err *err) {
@@ -520,18 +525,20 @@ static int load(iris_engine *e, iris_err *err) {
         rc = load_cpu(e, err);
     }
     if (rc) return rc;
+    iris_dtype kv_dt = e->kv.layers[0].dtype;
     size_t block_bytes = (size_t)2 * tc->num_hidden_layers * IRIS_KV_BLOCK * tc->num_key_value_heads * tc->head_dim *
-                         iris_dtype_size(e->be->act);
+                         iris_dtype_size(kv_dt);
     rc = iris_kv_pool_init(&e->pool, e->n_blocks, o->prefix_caching, err);
     iris_sched_opts so = {o->max_num_seqs, o->max_batch_tokens, o->max_waiting + o->max_num_seqs};
     if (!rc) rc = iris_sched_init(&e->sched, &so, e->pool, err);
     if (rc) return rc;
     e->logits = malloc(sizeof(float) * (size_t)o->max_num_seqs * tc->vocab_size);
     if (!e->logits) return iris_err_set(err, IRIS_ENOMEM, "out of memory for the logits");
-    iris_log(IRIS_LOG_INFO, "engine", "%s on %s: %d layers, hidden %d, vocab %d; KV cache %d blocks (%d tokens, %.1f MiB), "
+    iris_log(IRIS_LOG_INFO, "engine", "%s on %s: %d layers, hidden %d, vocab %d; KV cache %d blocks (%d tokens, %.1f MiB, %s), "
              "context %d, %d seqs x %d tokens a step, prefix caching %s", e->dir, e->be->name, tc->num_hidden_layers,
              tc->hidden_size, tc->vocab_size, e->n_blocks, e->n_blocks * IRIS_KV_BLOCK,
-             (double)block_bytes * e->n_blocks / (1 << 20), e->max_model_len, o->max_num_seqs, o->max_batch_tokens,
+             (double)block_bytes * e->n_blocks / (1 << 20), kv_dt == IRIS_DT_F8_E4M3 ? "fp8" : iris_dtype_name(kv_dt),
+             e->max_model_len, o->max_num_seqs, o->max_batch_tokens,
              o->prefix_caching ? "on" : "off");
     return IRIS_OK;
 }
@@ -579,6 +586,12 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
     e->o.gpu_memory_margin = o->gpu_memory_margin;
     e->o.gpu_memory_margin_set = o->gpu_memory_margin_set;
     e->o.max_image_pixels = o->max_image_pixels;
+    e->o.kv_cache_dtype = o->kv_cache_dtype;
+    if (e->o.kv_cache_dtype && strcmp(e->o.kv_cache_dtype, "bf16") && strcmp(e->o.kv_cache_dtype, "fp8")) {
+        iris_err_set(err, IRIS_EINVAL, "--kv-cache-dtype '%s': give bf16 or fp8", e->o.kv_cache_dtype);
+        free(e);
+        return IRIS_EINVAL;
+    }
     if (e->o.max_batch_tokens < e->o.max_num_seqs) e->o.max_batch_tokens = e->o.max_num_seqs;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);

@@ -181,17 +181,25 @@ void iris_text_free(iris_text *t) {
 }
 
 int iris_kv_cache_init(iris_kv_cache *kv, const iris_text_config *c, int n_blocks, iris_backend *b, iris_err *err) {
+    return iris_kv_cache_init_dtype(kv, c, n_blocks, b->act, b, err);
+}
+
+int iris_kv_cache_init_dtype(iris_kv_cache *kv, const iris_text_config *c, int n_blocks, iris_dtype dt,
+                             iris_backend *b, iris_err *err) {
     memset(kv, 0, sizeof *kv);
     if (n_blocks <= 0) return iris_err_set(err, IRIS_EINVAL, "KV cache: %d blocks; need at least 1", n_blocks);
+    if (dt != b->act && dt != IRIS_DT_F8_E4M3)
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "KV cache: dtype %s (the backend's %s or F8_E4M3)",
+                            iris_dtype_name(dt), iris_dtype_name(b->act));
     kv->b = b;
     kv->n_layers = c->num_hidden_layers;
     kv->n_blocks = n_blocks;
     kv->layers = calloc((size_t)kv->n_layers, sizeof *kv->layers);
     if (!kv->layers) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    size_t bytes = (size_t)n_blocks * IRIS_KV_BLOCK * (size_t)(c->num_key_value_heads * c->head_dim) * iris_dtype_size(b->act);
+    size_t bytes = (size_t)n_blocks * IRIS_KV_BLOCK * (size_t)(c->num_key_value_heads * c->head_dim) * iris_dtype_size(dt);
     for (int il = 0; il < kv->n_layers; il++) {
         iris_kv_layer *L = &kv->layers[il];
-        L->dtype = b->act;
+        L->dtype = dt;
         L->n_blocks = n_blocks;
         L->n_kv_heads = c->num_key_value_heads;
         L->head_dim = c->head_dim;

@@ -70,6 +70,10 @@ typedef struct iris_kv_cache {
 
 /* KV blocks in backend b's memory, in its activation dtype. */
 int iris_kv_cache_init(iris_kv_cache *kv, const iris_text_config *cfg, int n_blocks, iris_backend *b, iris_err *err);
+/* The same in `dt`: b->act, or IRIS_DT_F8_E4M3 (--kv-cache-dtype fp8: e4m3 codes of the values
+ * themselves, scale 1, saturating at +-448 as vLLM's uncalibrated fp8 cache). */
+int iris_kv_cache_init_dtype(iris_kv_cache *kv, const iris_text_config *cfg, int n_blocks, iris_dtype dt,
+                             iris_backend *b, iris_err *err);
 void iris_kv_cache_free(iris_kv_cache *kv);
 
 typedef struct iris_text_seq {

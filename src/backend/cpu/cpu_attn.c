@@ -1,28 +1,45 @@
 /* cpu_attn.c: attention on the CPU — causal over the paged KV cache (text)
  * and bidirectional within segments (vision).  fp32 scores and softmax; work
- * is split over (row, head) pairs on the pool. */
+ * is split over (row, head) pairs on the pool.  The cache is F32, or F8_E4M3
+ * (--kv-cache-dtype fp8: each value's e4m3 code, scale 1, saturating at
+ * +-448, written by kv_write and widened exactly on read). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "model/quantize.h"
 #include "pool.h"
 
 #define KV_BLOCK 16 /* IRIS_KV_BLOCK; model/text.h */
 
-static float *kv_row(const iris_kv_layer *kv, void *base, const int32_t *bt, int j) {
+/* Head kvh of cache row j (through the block table) as fp32: a pointer into an F32 cache, or
+ * the widened FP8 codes in tmp[hd]. */
+static const float *kv_head(const iris_kv_layer *kv, const void *base, const int32_t *bt, int j, int kvh, float *tmp) {
     size_t row = (size_t)(kv->n_kv_heads * kv->head_dim);
-    return (float *)base + ((size_t)bt[j / KV_BLOCK] * KV_BLOCK + (size_t)(j % KV_BLOCK)) * row;
+    size_t off = ((size_t)bt[j / KV_BLOCK] * KV_BLOCK + (size_t)(j % KV_BLOCK)) * row + (size_t)kvh * kv->head_dim;
+    if (kv->dtype == IRIS_DT_F32) return (const float *)base + off;
+    const uint8_t *q = (const uint8_t *)base + off;
+    for (int e = 0; e < kv->head_dim; e++) tmp[e] = iris_fp8_e4m3_table[q[e]];
+    return tmp;
 }
 
 int iris_cpu_kv_write(iris_backend *b, iris_kv_layer *kv, const iris_tensor *k, const iris_tensor *v,
                       const iris_attn_meta *meta) {
     size_t row = (size_t)(kv->n_kv_heads * kv->head_dim);
+    if (kv->dtype != IRIS_DT_F32 && kv->dtype != IRIS_DT_F8_E4M3)
+        return iris_cpu_fail(b, IRIS_EUNSUPPORTED, "kv_write: cache dtype %s (F32 or F8_E4M3)", iris_dtype_name(kv->dtype));
     for (int r = 0; r < meta->n_rows; r++) {
         int32_t s = meta->slot[r];
         if (s < 0 || s >= kv->n_blocks * KV_BLOCK) return iris_cpu_fail(b, IRIS_EINVAL, "kv_write: slot %d out of range", s);
-        memcpy((float *)kv->k + (size_t)s * row, (const float *)k->data + r * iris_tensor_ld(k), row * sizeof(float));
-        memcpy((float *)kv->v + (size_t)s * row, (const float *)v->data + r * iris_tensor_ld(v), row * sizeof(float));
+        const float *kr = (const float *)k->data + r * iris_tensor_ld(k), *vr = (const float *)v->data + r * iris_tensor_ld(v);
+        if (kv->dtype == IRIS_DT_F32) {
+            memcpy((float *)kv->k + (size_t)s * row, kr, row * sizeof(float));
+            memcpy((float *)kv->v + (size_t)s * row, vr, row * sizeof(float));
+        } else {
+            uint8_t *kq = (uint8_t *)kv->k + (size_t)s * row, *vq = (uint8_t *)kv->v + (size_t)s * row;
+            for (size_t e = 0; e < row; e++) kq[e] = iris_fp8_e4m3_encode(kr[e]), vq[e] = iris_fp8_e4m3_encode(vr[e]);
+        }
     }
     return 0;
 }
@@ -39,8 +56,9 @@ static void paged_run(void *p, int64_t w0, int64_t w1) {
     paged_ctx *c = p;
     int hd = c->kv->head_dim, grp = c->nq / c->kv->n_kv_heads;
     float scale = 1.0f / sqrtf((float)hd);
-    float *sc = malloc(sizeof(float) * (size_t)c->max_ctx);
+    float *sc = malloc(sizeof(float) * ((size_t)c->max_ctx + (size_t)hd));
     if (!sc) return;
+    float *tmp = sc + c->max_ctx;
     for (int64_t w = w0; w < w1; w++) {
         int r = (int)(w / c->nq), h = (int)(w % c->nq), kvh = h / grp;
         const int32_t *bt = c->m->block_tables + (int64_t)c->m->row_seq[r] * c->m->max_blocks;
@@ -48,7 +66,7 @@ static void paged_run(void *p, int64_t w0, int64_t w1) {
         const float *q = (const float *)c->q->data + r * iris_tensor_ld(c->q) + h * hd;
         float mx = -INFINITY;
         for (int j = 0; j < n_ctx; j++) {
-            const float *k = kv_row(c->kv, c->kv->k, bt, j) + kvh * hd;
+            const float *k = kv_head(c->kv, c->kv->k, bt, j, kvh, tmp);
             float d = 0;
             for (int e = 0; e < hd; e++) d += q[e] * k[e];
             sc[j] = d * scale;
@@ -60,7 +78,7 @@ static void paged_run(void *p, int64_t w0, int64_t w1) {
         float *o = (float *)c->o->data + r * iris_tensor_ld(c->o) + h * hd;
         for (int e = 0; e < hd; e++) o[e] = 0;
         for (int j = 0; j < n_ctx; j++) {
-            const float *v = kv_row(c->kv, c->kv->v, bt, j) + kvh * hd;
+            const float *v = kv_head(c->kv, c->kv->v, bt, j, kvh, tmp);
             float pj = sc[j] * inv;
             for (int e = 0; e < hd; e++) o[e] += pj * v[e];
         }
@@ -70,6 +88,8 @@ static void paged_run(void *p, int64_t w0, int64_t w1) {
 
 int iris_cpu_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
                         int n_q_heads, iris_tensor *o) {
+    if (kv->dtype != IRIS_DT_F32 && kv->dtype != IRIS_DT_F8_E4M3)
+        return iris_cpu_fail(b, IRIS_EUNSUPPORTED, "attn_paged: cache dtype %s (F32 or F8_E4M3)", iris_dtype_name(kv->dtype));
     int max_ctx = 1;
     for (int r = 0; r < meta->n_rows; r++) {
         if (meta->row_ctx[r] < 1 || meta->row_ctx[r] > meta->max_blocks * KV_BLOCK)

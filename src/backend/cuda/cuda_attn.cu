@@ -18,7 +18,8 @@
  * one CTA each; their partial (max, sum, output) go to the scratch carved at
  * open and k_attn_combine merges them (flash-decoding).
  * Numerics: scores and softmax in fp32 (scale 1/sqrt(HD) folded into q), the
- * output rounded once to bf16. */
+ * output rounded once to bf16.  The cache is BF16 or E4M3 (kv8, half the bytes
+ * read); both kernels are templates over the element type. */
 #include "cuda_attn.cuh"
 
 #define DW 4 /* warps per decode CTA */
@@ -26,7 +27,7 @@
 struct decode_args {
     const bf16 *q;
     int64_t ldq;
-    const bf16 *kc, *vc;
+    const void *kc, *vc; /* bf16 or kv8 */
     int64_t kvw; /* n_kv * HD */
     bf16 *o;
     int64_t ldo;
@@ -37,7 +38,7 @@ struct decode_args {
     float *part; /* [n_rows, nq, n_splits, HD + 2] when n_splits > 1 */
 };
 
-template <int HD, int GMAX>
+template <int HD, int GMAX, typename KT>
 __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
     constexpr int LPT = HD / 8, TPW = 32 / LPT; /* lanes per key, keys per warp step */
     int row = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
@@ -64,18 +65,14 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
     for (int base = j_begin + warp * TPW; base < j_end; base += DW * TPW) {
         int j = base + sub;
         bool valid = j < j_end;
-        uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+        float kf[8], vf[8];
         if (valid) {
             int64_t slot = (int64_t)bt[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
-            kv = *(const uint4 *)(a.kc + slot * a.kvw + (int64_t)kvh * HD + dl * 8);
-            vv = *(const uint4 *)(a.vc + slot * a.kvw + (int64_t)kvh * HD + dl * 8);
-        }
-        float kf[8], vf[8];
-        const bf16 *ke = (const bf16 *)&kv, *ve = (const bf16 *)&vv;
+            kv_load8((const KT *)a.kc + slot * a.kvw + (int64_t)kvh * HD + dl * 8, kf);
+            kv_load8((const KT *)a.vc + slot * a.kvw + (int64_t)kvh * HD + dl * 8, vf);
+        } else {
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            kf[k] = bf2f(ke[k]);
-            vf[k] = bf2f(ve[k]);
+            for (int k = 0; k < 8; k++) kf[k] = vf[k] = 0;
         }
 #pragma unroll
         for (int i = 0; i < GMAX; i++) {
@@ -151,27 +148,37 @@ __global__ void k_attn_combine(decode_args a) {
     a.o[(int64_t)row * a.ldo + (int64_t)h * HD + d] = f2bf(L > 0 ? A / L : 0.0f);
 }
 
-template <int HD, int GMAX>
+template <int HD, int GMAX, typename KT>
 static void launch_decode(const decode_args &a, int n_kv, cudaStream_t s) {
     dim3 grid((unsigned)a.n_rows, (unsigned)n_kv, (unsigned)a.n_splits);
-    k_attn_decode<HD, GMAX><<<grid, DW * 32, 0, s>>>(a);
+    k_attn_decode<HD, GMAX, KT><<<grid, DW * 32, 0, s>>>(a);
     if (a.n_splits > 1) k_attn_combine<HD><<<dim3((unsigned)a.n_rows, (unsigned)a.nq), HD, 0, s>>>(a);
 }
 
-template <int HD>
+template <int HD, typename KT>
 static void launch_decode_g(const decode_args &a, int n_kv, cudaStream_t s) {
-    if (a.g == 1) launch_decode<HD, 1>(a, n_kv, s);
-    else if (a.g == 2) launch_decode<HD, 2>(a, n_kv, s);
-    else if (a.g <= 4) launch_decode<HD, 4>(a, n_kv, s);
-    else launch_decode<HD, 8>(a, n_kv, s);
+    if (a.g == 1) launch_decode<HD, 1, KT>(a, n_kv, s);
+    else if (a.g == 2) launch_decode<HD, 2, KT>(a, n_kv, s);
+    else if (a.g <= 4) launch_decode<HD, 4, KT>(a, n_kv, s);
+    else launch_decode<HD, 8, KT>(a, n_kv, s);
+}
+
+template <typename KT>
+static void launch_decode_hd(const decode_args &a, int hd, int n_kv, cudaStream_t s) {
+    if (hd == 16) launch_decode_g<16, KT>(a, n_kv, s);
+    else if (hd == 32) launch_decode_g<32, KT>(a, n_kv, s);
+    else if (hd == 64) launch_decode_g<64, KT>(a, n_kv, s);
+    else if (hd == 128) launch_decode_g<128, KT>(a, n_kv, s);
+    else launch_decode_g<256, KT>(a, n_kv, s);
 }
 
 int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
                          int n_q_heads, iris_tensor *o) {
     cuda_ctx *c = cuda_of(b);
     int hd = kv->head_dim, nkv = kv->n_kv_heads;
-    if (q->dtype != IRIS_DT_BF16 || o->dtype != IRIS_DT_BF16 || kv->dtype != IRIS_DT_BF16)
-        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_paged: q, o and the cache must be BF16");
+    if (q->dtype != IRIS_DT_BF16 || o->dtype != IRIS_DT_BF16 ||
+        (kv->dtype != IRIS_DT_BF16 && kv->dtype != IRIS_DT_F8_E4M3))
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_paged: q and o must be BF16, the cache BF16 or F8_E4M3");
     if (hd != 16 && hd != 32 && hd != 64 && hd != 128 && hd != 256)
         return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_paged: head_dim %d (16, 32, 64, 128 or 256)", hd);
     if (nkv <= 0 || n_q_heads % nkv || n_q_heads / nkv > 8)
@@ -190,8 +197,8 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
     memset(&a, 0, sizeof a);
     a.q = (const bf16 *)q->data;
     a.ldq = tld(q);
-    a.kc = (const bf16 *)kv->k;
-    a.vc = (const bf16 *)kv->v;
+    a.kc = kv->k;
+    a.vc = kv->v;
     a.kvw = (int64_t)nkv * hd;
     a.o = (bf16 *)o->data;
     a.ldo = tld(o);
@@ -224,11 +231,8 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
         int rc = iris_cuda_flash_paged(b, q, kv, meta, n_q_heads, o);
         if (rc) return rc;
     }
-    if (hd == 16) launch_decode_g<16>(a, nkv, c->stream);
-    else if (hd == 32) launch_decode_g<32>(a, nkv, c->stream);
-    else if (hd == 64) launch_decode_g<64>(a, nkv, c->stream);
-    else if (hd == 128) launch_decode_g<128>(a, nkv, c->stream);
-    else launch_decode_g<256>(a, nkv, c->stream);
+    if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(a, hd, nkv, c->stream);
+    else launch_decode_hd<bf16>(a, hd, nkv, c->stream);
     return iris_cuda_check(b, "attn_paged");
 }
 

@@ -24,8 +24,9 @@ static __device__ __forceinline__ bool flash_tile_ok(const int32_t *row_seq, int
 
 /* What both flash kernels take (cuda_attn_flash.cu fills it). */
 struct iris_flash_args {
-    const bf16 *q, *k, *v;
+    const bf16 *q, *k, *v; /* k, v: kv8 codes (cast) when kv8 */
     int64_t ldq, ldk;   /* ldk: between key rows (segments: the qkv row; paged: n_kv * HD) */
+    int kv8;            /* paged: the cache holds E4M3 codes (the mma kernel only) */
     bf16 *o;
     int64_t ldo;
     int n_rows, n_keys; /* segments: n_keys = n_rows; paged: from row_ctx */

@@ -190,7 +190,7 @@ static int launch(iris_backend *b, const flash_args &a, int n_heads) {
 
 /* The register-resident kernel unless the WMMA one was asked for (iris_cuda_set_attn_impl). */
 static int run(iris_backend *b, const flash_args &a, int hd, int n_heads, int paged) {
-    if (cuda_of(b)->attn_impl == 0) return iris_cuda_flash_mma(b, &a, hd, n_heads, paged);
+    if (cuda_of(b)->attn_impl == 0 || a.kv8) return iris_cuda_flash_mma(b, &a, hd, n_heads, paged);
     switch (hd) {
     case 16: return paged ? launch<16, 64, 1>(b, a, n_heads) : launch<16, 64, 0>(b, a, n_heads);
     case 32: return paged ? launch<32, 64, 1>(b, a, n_heads) : launch<32, 64, 0>(b, a, n_heads);
@@ -233,6 +233,7 @@ int iris_cuda_flash_paged(iris_backend *b, const iris_tensor *q, const iris_kv_l
     a.k = (const bf16 *)kv->k;
     a.v = (const bf16 *)kv->v;
     a.ldk = (int64_t)kv->n_kv_heads * kv->head_dim;
+    a.kv8 = kv->dtype == IRIS_DT_F8_E4M3;
     a.o = (bf16 *)o->data;
     a.ldo = tld(o);
     a.n_rows = meta->n_rows;

@@ -12,7 +12,8 @@
  * lanes of a row; the sum stays per lane until the end), turns S into P in
  * bf16 directly in the A-fragment layout (no shared-memory round trip) and
  * accumulates O += P·V in registers.  Compute-bound for long segments.
- * Row selection for the paged case is cuda_attn.cuh's flash_tile_ok. */
+ * Row selection for the paged case is cuda_attn.cuh's flash_tile_ok.  An E4M3
+ * cache (kv8) is widened to bf16 (exactly) as the tiles are staged. */
 #include "cuda_attn.cuh"
 
 #define MW 4
@@ -31,7 +32,7 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
-template <int HD, int PAGED>
+template <int HD, int PAGED, typename KT>
 __global__ void __launch_bounds__(MW * 32) k_flash_mma(iris_flash_args a) {
     constexpr int LK = HD + 8, LV = MK + 8;
     __shared__ __align__(16) bf16 Ks[MK * LK];
@@ -89,8 +90,8 @@ __global__ void __launch_bounds__(MW * 32) k_flash_mma(iris_flash_args a) {
                 } else {
                     row = j0 + j;
                 }
-                kv = *(const uint4 *)(a.k + row * a.ldk + (int64_t)kvh * HD + c);
-                vv = *(const uint4 *)(a.v + row * a.ldk + (int64_t)kvh * HD + c);
+                kv = kv_load8_bf16((const KT *)(const void *)a.k + row * a.ldk + (int64_t)kvh * HD + c);
+                vv = kv_load8_bf16((const KT *)(const void *)a.v + row * a.ldk + (int64_t)kvh * HD + c);
             }
             *(uint4 *)(Ks + j * LK + c) = kv;
             const bf16 *ve = (const bf16 *)&vv;
@@ -169,7 +170,8 @@ __global__ void __launch_bounds__(MW * 32) k_flash_mma(iris_flash_args a) {
 template <int HD, int PAGED>
 static int launch(iris_backend *b, const iris_flash_args &a, int n_heads) {
     dim3 grid((unsigned)((a.n_rows + MQ - 1) / MQ), (unsigned)n_heads);
-    k_flash_mma<HD, PAGED><<<grid, MW * 32, 0, cuda_of(b)->stream>>>(a);
+    if (PAGED && a.kv8) k_flash_mma<HD, PAGED, kv8><<<grid, MW * 32, 0, cuda_of(b)->stream>>>(a);
+    else k_flash_mma<HD, PAGED, bf16><<<grid, MW * 32, 0, cuda_of(b)->stream>>>(a);
     return iris_cuda_check(b, "attention (flash, mma)");
 }
 

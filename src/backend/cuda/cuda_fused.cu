@@ -142,7 +142,8 @@ struct qk_args {
     int rows, nq, nkv, hd;
     const int32_t *pos;
     int pos_stride;
-    bf16 *kc, *vc;
+    void *kc, *vc;      /* bf16, or kv8 when kv8 */
+    int kv8;
     int64_t n_slots;
     const int32_t *slot;
     float inv_freq[QK_MAX_HALF];
@@ -181,13 +182,18 @@ __global__ void __launch_bounds__(FW * 32) k_qk_norm_rope_kv(const qk_args a) {
         x[j] = o0;
         x[j + half] = o1;
         if (to_cache) {
-            a.kc[sl * width + (int64_t)hh * hd + j] = o0;
-            a.kc[sl * width + (int64_t)hh * hd + j + half] = o1;
+            int64_t at = sl * width + (int64_t)hh * hd + j;
+            if (a.kv8) kv_store((kv8 *)a.kc + at, o0), kv_store((kv8 *)a.kc + at + half, o1);
+            else kv_store((bf16 *)a.kc + at, o0), kv_store((bf16 *)a.kc + at + half, o1);
         }
     }
     if (to_cache) {
         const bf16 *vr = a.v + r * a.ldv + (int64_t)hh * hd;
-        for (int e = lane; e < hd; e += 32) a.vc[sl * width + (int64_t)hh * hd + e] = vr[e];
+        int64_t at = sl * width + (int64_t)hh * hd;
+        for (int e = lane; e < hd; e += 32) {
+            if (a.kv8) kv_store((kv8 *)a.vc + at + e, vr[e]);
+            else kv_store((bf16 *)a.vc + at + e, vr[e]);
+        }
     }
 }
 
@@ -196,8 +202,10 @@ static int cu_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, c
                               int pos_stride, const int *dim_of, const float *inv_freq, iris_kv_layer *kv,
                               const iris_attn_meta *meta) {
     int hd = kv->head_dim, nkv = kv->n_kv_heads, half = hd / 2;
-    if (q->dtype != IRIS_DT_BF16 || k->dtype != IRIS_DT_BF16 || v->dtype != IRIS_DT_BF16 || kv->dtype != IRIS_DT_BF16)
-        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda qk_norm_rope_kv: q, k, v and the cache must be BF16");
+    if (q->dtype != IRIS_DT_BF16 || k->dtype != IRIS_DT_BF16 || v->dtype != IRIS_DT_BF16 ||
+        (kv->dtype != IRIS_DT_BF16 && kv->dtype != IRIS_DT_F8_E4M3))
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED,
+                              "cuda qk_norm_rope_kv: q, k and v must be BF16, the cache BF16 or F8_E4M3");
     if (hd <= 0 || hd % 2 || half > QK_MAX_HALF)
         return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda qk_norm_rope_kv: head_dim %d (even, at most %d)", hd,
                               2 * QK_MAX_HALF);
@@ -216,7 +224,7 @@ static int cu_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, c
     a.eps = eps;
     a.rows = meta->n_rows, a.nq = n_q_heads, a.nkv = nkv, a.hd = hd;
     a.pos = pos, a.pos_stride = pos_stride;
-    a.kc = (bf16 *)kv->k, a.vc = (bf16 *)kv->v, a.n_slots = (int64_t)kv->n_blocks * IRIS_KV_BLOCK;
+    a.kc = kv->k, a.vc = kv->v, a.kv8 = kv->dtype == IRIS_DT_F8_E4M3, a.n_slots = (int64_t)kv->n_blocks * IRIS_KV_BLOCK;
     a.slot = meta->slot;
     for (int j = 0; j < half; j++) {
         if (dim_of[j] < 0 || dim_of[j] > 255)

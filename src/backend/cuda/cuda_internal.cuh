@@ -13,6 +13,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -119,6 +120,46 @@ static __device__ __forceinline__ float fp8_e4m3_to_f32(uint8_t q) {
 }
 
 static __device__ __forceinline__ float f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+/* ---- KV cache elements: BF16, or E4M3 codes of the values (--kv-cache-dtype fp8, scale 1) ---- */
+
+typedef uint8_t kv8; /* an e4m3 code in the cache */
+
+/* fp32 → e4m3, round to nearest even, saturating at +-448 (iris_fp8_e4m3_encode on the host). */
+static __device__ __forceinline__ kv8 f2kv8(float v) {
+    return (kv8)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+static __device__ __forceinline__ void kv_store(bf16 *p, bf16 v) { *p = v; }
+static __device__ __forceinline__ void kv_store(kv8 *p, bf16 v) { *p = f2kv8(bf2f(v)); }
+
+/* 8 consecutive cache elements as fp32 (16-byte aligned BF16, 8-byte aligned E4M3). */
+static __device__ __forceinline__ void kv_load8(const bf16 *p, float *f) {
+    uint4 v = *(const uint4 *)p;
+    const bf16 *e = (const bf16 *)&v;
+#pragma unroll
+    for (int k = 0; k < 8; k++) f[k] = bf2f(e[k]);
+}
+static __device__ __forceinline__ void kv_load8(const kv8 *p, float *f) {
+    uint2 v = *(const uint2 *)p;
+    const __nv_fp8x2_storage_t *q = (const __nv_fp8x2_storage_t *)&v;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(q[k], __NV_E4M3);
+        f[2 * k] = __half2float(__ushort_as_half(h.x));
+        f[2 * k + 1] = __half2float(__ushort_as_half(h.y));
+    }
+}
+/* 8 consecutive cache elements as 8 BF16 in 16 bytes (exact: e4m3 ⊂ bf16). */
+static __device__ __forceinline__ uint4 kv_load8_bf16(const bf16 *p) { return *(const uint4 *)p; }
+static __device__ __forceinline__ uint4 kv_load8_bf16(const kv8 *p) {
+    float f[8];
+    kv_load8(p, f);
+    uint4 r;
+    bf16 *e = (bf16 *)&r;
+#pragma unroll
+    for (int k = 0; k < 8; k++) e[k] = f2bf(f[k]);
+    return r;
+}
 
 /* Element i of a small weight vector (norm weights, biases) of any float dtype, as fp32. */
 static __device__ __forceinline__ float load_vec(const void *p, int dt, int64_t i) {

@@ -72,29 +72,50 @@ int iris_cuda_rope(iris_backend *b, iris_tensor *x, int n_heads, int head_dim, c
 /* Rows whose slot is outside the cache are skipped (the caller's block
  * tables are checked on the host; a device-side error could not be reported
  * without a sync). */
-template <int VEC>
-__global__ void k_kv_write(bf16 *kc, bf16 *vc, int64_t n_slots, int64_t width, const bf16 *k, int64_t ldk, const bf16 *v,
+/* VEC 8: 16-byte loads of k, v (and 16-byte stores into a BF16 cache). */
+template <int VEC, typename KT>
+__global__ void k_kv_write(KT *kc, KT *vc, int64_t n_slots, int64_t width, const bf16 *k, int64_t ldk, const bf16 *v,
                            int64_t ldv, int64_t rows, const int32_t *slot) {
     int64_t units = width / VEC, total = rows * units;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / units, c = (i % units) * VEC;
         int64_t s = slot[r];
         if (s < 0 || s >= n_slots) continue;
-        if (VEC == 8) {
+        if (VEC == 8 && sizeof(KT) == 2) {
             *(uint4 *)(kc + s * width + c) = *(const uint4 *)(k + r * ldk + c);
             *(uint4 *)(vc + s * width + c) = *(const uint4 *)(v + r * ldv + c);
+        } else if (VEC == 8) {
+            uint4 kk = *(const uint4 *)(k + r * ldk + c), vv = *(const uint4 *)(v + r * ldv + c);
+            const bf16 *ke = (const bf16 *)&kk, *ve = (const bf16 *)&vv;
+#pragma unroll
+            for (int e = 0; e < 8; e++) kv_store(kc + s * width + c + e, ke[e]), kv_store(vc + s * width + c + e, ve[e]);
         } else {
-            kc[s * width + c] = k[r * ldk + c];
-            vc[s * width + c] = v[r * ldv + c];
+            kv_store(kc + s * width + c, k[r * ldk + c]);
+            kv_store(vc + s * width + c, v[r * ldv + c]);
         }
     }
+}
+
+template <typename KT>
+static void kv_write_launch(iris_kv_layer *kv, int vec, int64_t n_slots, int64_t width, const iris_tensor *k,
+                            const iris_tensor *v, const int32_t *slot, cudaStream_t s) {
+    int64_t total = k->rows * (vec ? width / 8 : width);
+    if (vec)
+        k_kv_write<8, KT><<<grid_for(total, 256), 256, 0, s>>>((KT *)kv->k, (KT *)kv->v, n_slots, width,
+                                                                (const bf16 *)k->data, tld(k), (const bf16 *)v->data,
+                                                                tld(v), k->rows, slot);
+    else
+        k_kv_write<1, KT><<<grid_for(total, 256), 256, 0, s>>>((KT *)kv->k, (KT *)kv->v, n_slots, width,
+                                                                (const bf16 *)k->data, tld(k), (const bf16 *)v->data,
+                                                                tld(v), k->rows, slot);
 }
 
 int iris_cuda_kv_write(iris_backend *b, iris_kv_layer *kv, const iris_tensor *k, const iris_tensor *v,
                        const iris_attn_meta *meta) {
     int64_t width = (int64_t)kv->n_kv_heads * kv->head_dim;
-    if (kv->dtype != IRIS_DT_BF16 || k->dtype != IRIS_DT_BF16 || v->dtype != IRIS_DT_BF16)
-        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda kv_write: the cache and k, v must be BF16");
+    if ((kv->dtype != IRIS_DT_BF16 && kv->dtype != IRIS_DT_F8_E4M3) || k->dtype != IRIS_DT_BF16 ||
+        v->dtype != IRIS_DT_BF16)
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda kv_write: k, v must be BF16, the cache BF16 or F8_E4M3");
     if (k->cols != width || v->cols != width || k->rows != v->rows || k->rows != meta->n_rows)
         return iris_cuda_fail(b, IRIS_EINVAL, "cuda kv_write: k [%lld,%lld], v [%lld,%lld] for %d rows of %lld",
                               (long long)k->rows, (long long)k->cols, (long long)v->rows, (long long)v->cols,
@@ -103,15 +124,7 @@ int iris_cuda_kv_write(iris_backend *b, iris_kv_layer *kv, const iris_tensor *k,
     int64_t ldk = tld(k), ldv = tld(v), n_slots = (int64_t)kv->n_blocks * IRIS_KV_BLOCK;
     int vec = width % 8 == 0 && ldk % 8 == 0 && ldv % 8 == 0 && is_aligned16(k->data) && is_aligned16(v->data) &&
               is_aligned16(kv->k) && is_aligned16(kv->v);
-    cudaStream_t s = cuda_of(b)->stream;
-    int64_t total = k->rows * (vec ? width / 8 : width);
-    if (vec)
-        k_kv_write<8><<<grid_for(total, 256), 256, 0, s>>>((bf16 *)kv->k, (bf16 *)kv->v, n_slots, width,
-                                                            (const bf16 *)k->data, ldk, (const bf16 *)v->data, ldv,
-                                                            k->rows, meta->slot);
-    else
-        k_kv_write<1><<<grid_for(total, 256), 256, 0, s>>>((bf16 *)kv->k, (bf16 *)kv->v, n_slots, width,
-                                                            (const bf16 *)k->data, ldk, (const bf16 *)v->data, ldv,
-                                                            k->rows, meta->slot);
+    if (kv->dtype == IRIS_DT_F8_E4M3) kv_write_launch<kv8>(kv, vec, n_slots, width, k, v, meta->slot, cuda_of(b)->stream);
+    else kv_write_launch<bf16>(kv, vec, n_slots, width, k, v, meta->slot, cuda_of(b)->stream);
     return iris_cuda_check(b, "kv_write");
 }
