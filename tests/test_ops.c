@@ -231,6 +231,94 @@ IRIS_TEST(gpu_ops_linear) {
     check_linear(70, 4096, 2304, IRIS_DT_F8_E4M3, -1, 16);
 }
 
+/* ---- fused linears: one launch each, the plain ops' numbers bit for bit -------------------------- */
+
+/* A random device weight [out, in] of dtype wdt (FP8: 128x128 block scales); free with free_weight. */
+static iris_tensor dev_weight(int64_t out, int64_t in, iris_dtype wdt) {
+    iris_tensor w;
+    if (wdt == IRIS_DT_F8_E4M3) {
+        uint8_t *w8 = malloc((size_t)(out * in));
+        for (int64_t i = 0; i < out * in; i++) {
+            uint8_t q = (uint8_t)rnd_u32();
+            w8[i] = (q & 0x7f) == 0x7f ? q ^ 1 : q;
+        }
+        int64_t ns = ((out + 127) / 128) * ((in + 127) / 128);
+        float *sc = malloc(sizeof(float) * (size_t)ns);
+        for (int64_t i = 0; i < ns; i++) sc[i] = rnd_uniform(0.5f, 2.0f) / 448.0f;
+        w = view(dev_copy(w8, (size_t)(out * in)), wdt, out, in, 0);
+        w.scale = dev_copy(sc, sizeof(float) * (size_t)ns);
+        w.block[0] = w.block[1] = 128;
+        free(w8), free(sc);
+    } else {
+        float *wf = rnd_vec(out * in, -0.1f, 0.1f);
+        w = view(dev_bf16(wf, out * in), wdt, out, in, 0);
+        free(wf);
+    }
+    return w;
+}
+static void free_weight(iris_tensor *w) {
+    g_cuda->free(g_cuda, w->data);
+    if (w->scale) g_cuda->free(g_cuda, (void *)w->scale);
+}
+
+static int same_bits(const void *a, const void *b, int64_t n, const char *what) {
+    float *x = dev_read_bf16(a, n), *y = dev_read_bf16(b, n);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += memcmp(&x[i], &y[i], sizeof(float)) != 0;
+    CHECKF(bad == 0, "%s: %lld of %lld values differ from the plain ops", what, (long long)bad, (long long)n);
+    free(x), free(y);
+    return bad == 0;
+}
+
+static void check_fused_linear(int64_t n, int64_t in, const int64_t *outs, iris_dtype wdt) {
+    float *xf = rnd_vec(n * in, -1, 1);
+    void *dx = dev_bf16(xf, n * in);
+    iris_tensor x = view(dx, IRIS_DT_BF16, n, in, 0), w[3], yf[3], yp[3];
+    const iris_tensor *ws[3];
+    iris_tensor *ys[3];
+    char what[128];
+    for (int i = 0; i < 3; i++) {
+        w[i] = dev_weight(outs[i], in, wdt), ws[i] = &w[i];
+        yf[i] = view(dev_poison(n * outs[i]), IRIS_DT_BF16, n, outs[i], 0), ys[i] = &yf[i];
+        yp[i] = view(dev_poison(n * outs[i]), IRIS_DT_BF16, n, outs[i], 0);
+    }
+    REQUIRE(g_cuda->linear_n && g_cuda->linear_swiglu);
+    /* q, k, v: one launch against three linears */
+    CHECKF(iris_backend_linear_n(g_cuda, &x, 3, ws, ys) == 0, "%s", g_cuda->err.msg);
+    for (int i = 0; i < 3; i++) CHECKF(g_cuda->linear(g_cuda, &x, &w[i], NULL, &yp[i]) == 0, "%s", g_cuda->err.msg);
+    for (int i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "linear_n n=%lld %s weight %d [%lld,%lld]", (long long)n, iris_dtype_name(wdt), i,
+                 (long long)outs[i], (long long)in);
+        same_bits(yf[i].data, yp[i].data, n * outs[i], what);
+    }
+    /* gate, up, silu·mul: weights 0 and 1 need the same shape; use weight 0 twice over different data */
+    iris_tensor wu = dev_weight(outs[0], in, wdt);
+    iris_tensor u = view(dev_poison(n * outs[0]), IRIS_DT_BF16, n, outs[0], 0);
+    CHECKF(iris_backend_linear_swiglu(g_cuda, &x, &w[0], &wu, &yf[0], &u) == 0, "%s", g_cuda->err.msg);
+    CHECK(g_cuda->linear(g_cuda, &x, &w[0], NULL, &yp[0]) == 0);
+    CHECK(g_cuda->linear(g_cuda, &x, &wu, NULL, &u) == 0);
+    CHECK(g_cuda->silu_mul(g_cuda, &yp[0], &u) == 0);
+    snprintf(what, sizeof what, "linear_swiglu n=%lld %s [%lld,%lld]", (long long)n, iris_dtype_name(wdt),
+             (long long)outs[0], (long long)in);
+    same_bits(yf[0].data, yp[0].data, n * outs[0], what);
+    for (int i = 0; i < 3; i++) free_weight(&w[i]), g_cuda->free(g_cuda, yf[i].data), g_cuda->free(g_cuda, yp[i].data);
+    free_weight(&wu);
+    g_cuda->free(g_cuda, u.data), g_cuda->free(g_cuda, dx);
+    free(xf);
+}
+
+IRIS_TEST(gpu_ops_fused_linear) {
+    if (!backends()) return;
+    /* the one-launch path (n up to the gemv rows; 9 and 16 take two launches of 8 tokens) and the
+     * fallback (n = 40: cuBLASLt), FP8 and BF16, q/k/v-like shapes (the first is the largest) */
+    const int64_t qkv[3] = {256, 128, 128}, odd[3] = {200, 72, 72};
+    const int ns[] = {1, 3, 8, 9, 16, 40};
+    for (int k = 0; k < 6; k++) {
+        check_fused_linear(ns[k], 384, qkv, IRIS_DT_F8_E4M3);
+        check_fused_linear(ns[k], 264, odd, IRIS_DT_BF16);
+    }
+}
+
 /* ---- norms and elementwise ---------------------------------------------------------------- */
 
 static void check_norm(int64_t rows, int64_t cols, int64_t ld, int layer) {

@@ -8,7 +8,8 @@
  * margin is within 2·d_ref, where d_ref = max|logits_bf16 - logits_fp32| of
  * transformers' own runs of tiny-gqa's image scenario (a bf16 rounding can
  * swap such a near-tie; after it the answers may part).  At least 8 tokens
- * must be compared that way, or the test says so and fails. */
+ * must be compared that way, or the test says so and fails.  The same holds with
+ * --kv-cache-dtype fp8 on both devices. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,7 @@ typedef struct answer {
     char err[512];
 } answer;
 
-static int ask(const char *device, const char *image, answer *a, char *plan_err, size_t cap) {
+static int ask(const char *device, const char *kv_dtype, const char *image, answer *a, char *plan_err, size_t cap) {
     memset(a, 0, sizeof *a);
     iris_engine_opts o;
     iris_engine_opts_default(&o);
@@ -39,6 +40,7 @@ static int ask(const char *device, const char *image, answer *a, char *plan_err,
     o.device = device;
     o.max_num_seqs = 4;
     o.gpu_memory_limit = (uint64_t)2 << 30;   /* not the whole card */
+    o.kv_cache_dtype = kv_dtype;
     iris_engine *e = NULL;
     iris_err err = {0};
     if (iris_engine_open(&o, &e, &err)) {
@@ -91,10 +93,12 @@ IRIS_TEST(gpu_engine_matches_cpu_engine) {
     static const char *images[] = {"tests/fixtures/images/images/jpg_baseline_640x480.jpg",
                                    "tests/fixtures/images/images/png_rgb_224x224.png"};
     char msg[1024];
-    for (int k = 0; k < 2; k++) {
+    /* the BF16 cache on both images; the E4M3 one (--kv-cache-dtype fp8, on both devices) on the first */
+    for (int k = 0; k < 3; k++) {
         answer cpu, gpu;
-        CHECK_EQ_INT(ask("cpu", images[k], &cpu, msg, sizeof msg), 0);
-        int rc = ask("cuda", images[k], &gpu, msg, sizeof msg);
+        const char *kvd = k == 2 ? "fp8" : "bf16", *img = images[k % 2];
+        CHECK_EQ_INT(ask("cpu", kvd, img, &cpu, msg, sizeof msg), 0);
+        int rc = ask("cuda", kvd, img, &gpu, msg, sizeof msg);
         CHECK_EQ_INT(rc, 0);
         if (rc) {
             fprintf(stderr, "  cuda: %s %s\n", msg, gpu.err);
@@ -106,14 +110,15 @@ IRIS_TEST(gpu_engine_matches_cpu_engine) {
         for (int i = 0; i < cpu.n && i < gpu.n; i++) {
             if (gpu.tok[i] != cpu.tok[i]) {
                 if (cpu.margin[i] > 2 * d_ref)
-                    iris_test_fail(__FILE__, __LINE__, "%s: token %d is %d on cuda, %d on the cpu (cpu margin %g, "
-                                   "2·d_ref %g)", images[k], i, gpu.tok[i], cpu.tok[i], cpu.margin[i], 2 * d_ref);
+                    iris_test_fail(__FILE__, __LINE__, "%s (%s cache): token %d is %d on cuda, %d on the cpu (cpu margin "
+                                   "%g, 2·d_ref %g)", img, kvd, i, gpu.tok[i], cpu.tok[i], cpu.margin[i], 2 * d_ref);
                 break;
             }
             compared++;
             if (cpu.margin[i] <= 2 * d_ref) break;   /* a near-tie: the answers may part after it */
         }
-        fprintf(stderr, "  %s: %d greedy tokens equal on cuda and cpu (2·d_ref %.3g)\n", images[k], compared, 2 * d_ref);
+        fprintf(stderr, "  %s (%s cache): %d greedy tokens equal on cuda and cpu (2·d_ref %.3g)\n", img, kvd, compared,
+                2 * d_ref);
         CHECK(compared >= 8);
     }
     /* A budget too small: one message naming the parts and the budget, no crash, no negative numbers. */

@@ -123,6 +123,11 @@ struct iris_backend {
     int (*qk_norm_rope_kv)(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v, const iris_tensor *qw,
                            const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos, int pos_stride,
                            const int *dim_of, const float *inv_freq, iris_kv_layer *kv, const iris_attn_meta *meta);
+    /* ys[i] = x · ws[i]ᵀ for i < m (m <= 3; no bias): the q, k, v projections in one pass over x. */
+    int (*linear_n)(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws, iris_tensor *const *ys);
+    /* g = silu(x · wgᵀ) ⊙ (x · wuᵀ), rounded as linear, linear, silu_mul; u is scratch of g's shape. */
+    int (*linear_swiglu)(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,
+                         iris_tensor *g, iris_tensor *u);
 
     /* Optional: n activations at src (device) as fp32 into dst (host); iris_backend_get_f32 uses it. */
     int (*get_f32)(iris_backend *b, float *dst, const void *src, size_t n);
@@ -158,6 +163,10 @@ int iris_backend_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k
                                  const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads,
                                  const int32_t *pos, int pos_stride, const int *dim_of, const float *inv_freq,
                                  iris_kv_layer *kv, const iris_attn_meta *meta);
+int iris_backend_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws,
+                          iris_tensor *const *ys);
+int iris_backend_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,
+                               iris_tensor *g, iris_tensor *u);
 
 static inline int64_t iris_tensor_ld(const iris_tensor *t) { return t->ld ? t->ld : t->cols; }
 

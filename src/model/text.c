@@ -518,18 +518,18 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
         }
         /* Attention block: h += x (the last MLP), x = norm(h); q/k norms, rotary and the cache write in one. */
         OP(iris_backend_add_rms_norm(b, &h, pending ? &x : NULL, &Ly->input_layernorm, c->rms_norm_eps, &x));
-        OP(b->linear(b, &x, &Ly->q_proj, NULL, &q));
-        OP(b->linear(b, &x, &Ly->k_proj, NULL, &k));
-        OP(b->linear(b, &x, &Ly->v_proj, NULL, &v));
+        {
+            const iris_tensor *ws[3] = {&Ly->q_proj, &Ly->k_proj, &Ly->v_proj};
+            iris_tensor *ys[3] = {&q, &k, &v};
+            OP(iris_backend_linear_n(b, &x, 3, ws, ys));
+        }
         OP(iris_backend_qk_norm_rope_kv(b, &q, &k, &v, &Ly->q_norm, &Ly->k_norm, c->rms_norm_eps, nq, d_pos, R, t->dim_of,
                                         t->inv_freq, &kv->layers[il], &meta));
         OP(b->attn_paged(b, &q, &kv->layers[il], &meta, nq, &o));
         OP(b->linear(b, &o, &Ly->o_proj, NULL, &x));
         /* MLP block: h += x (attention), x = norm(h). */
         OP(iris_backend_add_rms_norm(b, &h, &x, &Ly->post_attention_layernorm, c->rms_norm_eps, &x));
-        OP(b->linear(b, &x, &Ly->gate_proj, NULL, &g));
-        OP(b->linear(b, &x, &Ly->up_proj, NULL, &u));
-        OP(b->silu_mul(b, &g, &u));
+        OP(iris_backend_linear_swiglu(b, &x, &Ly->gate_proj, &Ly->up_proj, &g, &u));
         OP(b->linear(b, &g, &Ly->down_proj, NULL, &x));
         pending = 1;
         /* DeepStack: the vision tower's tap il joins the image rows (prefill only). */

@@ -92,6 +92,7 @@ int iris_cuda_interp4(iris_backend *b, const iris_tensor *table, const int32_t *
 
 /* Sets the optional fused ops of backend.h (cuda_fused.cu). */
 void iris_cuda_fused_init(iris_backend *b);
+void iris_cuda_linear_fused_init(iris_backend *b); /* linear_n, linear_swiglu (cuda_linear.cu) */
 
 /* Flash attention (cuda_attn_flash.cu), used by attn_segments and by the
  * prefill side of attn_paged. */

@@ -22,6 +22,7 @@
  *    in bf16, DESIGN.md "Numerics").
  * cuBLASLt descriptors and the chosen algorithm are cached per shape, so a
  * repeated shape costs no heuristic query. */
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_fp8.h>
@@ -43,20 +44,13 @@ static __device__ __forceinline__ void fp8x16_to_f32(uint4 q, float *f) {
     }
 }
 
+/* One warp's share of one output row: acc[t] += x[t] · W[row] over its lanes' columns (not yet
+ * reduced across the warp).  wr: the row's bytes; srow: its block scales (FP8). */
 template <int FP8, int NT>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-    k_gemv(const void *__restrict__ W, int64_t ldw, const float *__restrict__ scale, int64_t sc_cols, int b0, int b1,
-           const bf16 *__restrict__ x, int64_t ldx, int n, const void *bias, int bdt, bf16 *y, int64_t ldy, int64_t out,
-           int64_t in) {
+static __device__ __forceinline__ void gemv_row(const char *__restrict__ wr, const float *__restrict__ srow, int b1,
+                                                const bf16 *__restrict__ x, int64_t ldx, int n, int64_t in, int lane,
+                                                float *acc) {
     constexpr int EPL = FP8 ? 16 : 8; /* elements per 16-byte load */
-    int lane = threadIdx.x & 31;
-    int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    if (row >= out) return;
-    const char *wr = (const char *)W + row * ldw * (FP8 ? 1 : 2);
-    const float *srow = FP8 ? scale + (row / b0) * sc_cols : NULL;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0;
     for (int64_t c0 = (int64_t)lane * EPL; c0 < in; c0 += 32 * EPL * GEMV_UNROLL) {
         uint4 wv[GEMV_UNROLL];
 #pragma unroll
@@ -104,11 +98,79 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             }
         }
     }
+}
+
+template <int FP8, int NT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv(const void *__restrict__ W, int64_t ldw, const float *__restrict__ scale, int64_t sc_cols, int b0, int b1,
+           const bf16 *__restrict__ x, int64_t ldx, int n, const void *bias, int bdt, bf16 *y, int64_t ldy, int64_t out,
+           int64_t in) {
+    int lane = threadIdx.x & 31;
+    int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    if (row >= out) return;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0;
+    gemv_row<FP8, NT>((const char *)W + row * ldw * (FP8 ? 1 : 2), FP8 ? scale + (row / b0) * sc_cols : NULL, b1, x, ldx,
+                      n, in, lane, acc);
     float bv = bias ? load_vec(bias, bdt, row) : 0.0f;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         float s = warp_sum(acc[t]);
         if (lane == 0 && t < n) y[(int64_t)t * ldy + row] = f2bf(s + bv);
+    }
+}
+
+/* Up to three weights of one dtype and one input width over the same x (q, k, v): the rows of
+ * all of them in one grid, a warp per row as k_gemv. */
+struct gemv_set {
+    const void *W[3];
+    const float *scale[3];
+    bf16 *y[3];
+    int64_t ldw[3], sc_cols[3], ldy[3], out[3];
+    int b0[3], b1[3], m;
+};
+
+template <int FP8, int NT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv_n(const gemv_set p, const bf16 *__restrict__ x, int64_t ldx, int n, int64_t in) {
+    int lane = threadIdx.x & 31;
+    int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    int i = 0;
+    while (i < p.m && row >= p.out[i]) row -= p.out[i++];
+    if (i >= p.m) return;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0;
+    gemv_row<FP8, NT>((const char *)p.W[i] + row * p.ldw[i] * (FP8 ? 1 : 2),
+                      FP8 ? p.scale[i] + (row / p.b0[i]) * p.sc_cols[i] : NULL, p.b1[i], x, ldx, n, in, lane, acc);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = warp_sum(acc[t]);
+        if (lane == 0 && t < n) p.y[i][(int64_t)t * p.ldy[i] + row] = f2bf(s);
+    }
+}
+
+/* g[t][row] = silu(bf16(x·Wg[row])) ⊙ bf16(x·Wu[row]): gate and up rows by the same warp, the
+ * roundings of linear, linear and silu_mul (cuda_elementwise.cu's op_silu_mul). p.W[0] is Wg,
+ * p.W[1] Wu, p.y[0] g. */
+template <int FP8, int NT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv_swiglu(const gemv_set p, const bf16 *__restrict__ x, int64_t ldx, int n, int64_t in) {
+    int lane = threadIdx.x & 31;
+    int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    if (row >= p.out[0]) return;
+    float ag[NT], au[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) ag[t] = au[t] = 0;
+    gemv_row<FP8, NT>((const char *)p.W[0] + row * p.ldw[0] * (FP8 ? 1 : 2),
+                      FP8 ? p.scale[0] + (row / p.b0[0]) * p.sc_cols[0] : NULL, p.b1[0], x, ldx, n, in, lane, ag);
+    gemv_row<FP8, NT>((const char *)p.W[1] + row * p.ldw[1] * (FP8 ? 1 : 2),
+                      FP8 ? p.scale[1] + (row / p.b0[1]) * p.sc_cols[1] : NULL, p.b1[1], x, ldx, n, in, lane, au);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float g = round_bf16(warp_sum(ag[t])), u = round_bf16(warp_sum(au[t]));
+        if (lane == 0 && t < n) p.y[0][(int64_t)t * p.ldy[0] + row] = f2bf(round_bf16(g / (1.0f + expf(-g))) * u);
     }
 }
 
@@ -251,6 +313,98 @@ static int lt_matmul(iris_backend *b, const bf16 *w, int64_t ldw, const bf16 *x,
 
 /* ---- the op -------------------------------------------------------------------------------- */
 
+/* The decode path applies: few rows, BF16 activations of the right shapes, BF16 or FP8 weights
+ * whose rows allow 16-byte loads (iris_cuda_linear checks the rest and reports what is wrong). */
+static int gemv_ok(const cuda_ctx *cx, const iris_tensor *x, const iris_tensor *w, const iris_tensor *y) {
+    int fp8 = w->dtype == IRIS_DT_F8_E4M3, epl = fp8 ? 16 : 8;
+    return x->dtype == IRIS_DT_BF16 && y->dtype == IRIS_DT_BF16 && x->cols == w->cols && y->rows == x->rows &&
+           y->cols == w->rows && x->rows > 0 && x->rows <= cx->w8_max_rows && (fp8 || w->dtype == IRIS_DT_BF16) &&
+           w->cols % epl == 0 && tld(w) % epl == 0 && is_aligned16(w->data) && tld(x) % 8 == 0 &&
+           is_aligned16(x->data) && (!fp8 || (w->scale && w->block[0] > 0 && w->block[1] % 16 == 0));
+}
+
+static void set_add(gemv_set *p, const iris_tensor *w, iris_tensor *y) {
+    int i = p->m++, fp8 = w->dtype == IRIS_DT_F8_E4M3;
+    p->W[i] = w->data, p->scale[i] = w->scale, p->y[i] = (bf16 *)y->data;
+    p->ldw[i] = tld(w), p->ldy[i] = tld(y), p->out[i] = w->rows;
+    p->sc_cols[i] = fp8 ? (w->cols + w->block[1] - 1) / w->block[1] : 0;
+    p->b0[i] = fp8 ? w->block[0] : 1, p->b1[i] = fp8 ? w->block[1] : 1;
+}
+
+/* The set's kernel over x's rows, 8 tokens a launch (swiglu: k_gemv_swiglu, else k_gemv_n). */
+static int launch_set(iris_backend *b, gemv_set p, const iris_tensor *x, int fp8, int swiglu) {
+    cuda_ctx *cx = cuda_of(b);
+    int64_t rows = 0;
+    for (int i = 0; i < (swiglu ? 1 : p.m); i++) rows += p.out[i];
+    unsigned blocks = (unsigned)((rows + GEMV_WARPS - 1) / GEMV_WARPS);
+    gemv_set q = p;
+    for (int64_t t0 = 0; t0 < x->rows; t0 += 8) {
+        int n = (int)(x->rows - t0 < 8 ? x->rows - t0 : 8);
+        const bf16 *xp = (const bf16 *)x->data + t0 * tld(x);
+        for (int i = 0; i < p.m; i++) q.y[i] = p.y[i] + t0 * p.ldy[i];
+#define SET(F, T)                                                                                                      \
+    do {                                                                                                               \
+        if (swiglu) k_gemv_swiglu<F, T><<<blocks, GEMV_WARPS * 32, 0, cx->stream>>>(q, xp, tld(x), n, x->cols);       \
+        else k_gemv_n<F, T><<<blocks, GEMV_WARPS * 32, 0, cx->stream>>>(q, xp, tld(x), n, x->cols);                   \
+    } while (0)
+#define SET_N(F)                                                                                                       \
+    do {                                                                                                               \
+        if (n == 1) SET(F, 1);                                                                                         \
+        else if (n == 2) SET(F, 2);                                                                                    \
+        else if (n <= 4) SET(F, 4);                                                                                    \
+        else SET(F, 8);                                                                                                \
+    } while (0)
+        if (fp8) SET_N(1);
+        else SET_N(0);
+#undef SET_N
+#undef SET
+    }
+    return iris_cuda_check(b, swiglu ? "linear_swiglu (gemv)" : "linear_n (gemv)");
+}
+
+/* linear_n: one launch for the q, k and v projections of a decode step; anything else (prefill
+ * rows, mixed dtypes) goes through iris_cuda_linear one weight at a time. */
+static int cu_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws,
+                       iris_tensor *const *ys) {
+    cuda_ctx *cx = cuda_of(b);
+    int fused = m >= 1 && m <= 3;
+    for (int i = 0; i < m && fused; i++)
+        fused = gemv_ok(cx, x, ws[i], ys[i]) && ws[i]->dtype == ws[0]->dtype;
+    if (!fused) {
+        int rc = 0;
+        for (int i = 0; i < m && !rc; i++) rc = iris_cuda_linear(b, x, ws[i], NULL, ys[i]);
+        return rc;
+    }
+    gemv_set p;
+    memset(&p, 0, sizeof p);
+    for (int i = 0; i < m; i++) set_add(&p, ws[i], ys[i]);
+    return launch_set(b, p, x, ws[0]->dtype == IRIS_DT_F8_E4M3, 0);
+}
+
+/* linear_swiglu: gate, up and silu·mul in one launch for a decode step; else the three ops. */
+static int cu_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,
+                            iris_tensor *g, iris_tensor *u) {
+    cuda_ctx *cx = cuda_of(b);
+    if (!(gemv_ok(cx, x, wg, g) && gemv_ok(cx, x, wu, g) && wg->dtype == wu->dtype)) {
+        int rc = iris_cuda_linear(b, x, wg, NULL, g);
+        if (!rc) rc = iris_cuda_linear(b, x, wu, NULL, u);
+        return rc ? rc : iris_cuda_silu_mul(b, g, u);
+    }
+    gemv_set p;
+    memset(&p, 0, sizeof p);
+    set_add(&p, wg, g);
+    set_add(&p, wu, u); /* (its y is not written) */
+    return launch_set(b, p, x, wg->dtype == IRIS_DT_F8_E4M3, 1);
+}
+
+/* IRIS_CUDA_FUSED=0 leaves them out, as the other fused ops (cuda_fused.cu). */
+void iris_cuda_linear_fused_init(iris_backend *b) {
+    const char *env = getenv("IRIS_CUDA_FUSED");
+    if (env && !strcmp(env, "0")) return;
+    b->linear_n = cu_linear_n;
+    b->linear_swiglu = cu_linear_swiglu;
+}
+
 static int launch_gemv(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const void *bias, int bdt,
                        iris_tensor *y) {
     cuda_ctx *cx = cuda_of(b);
@@ -303,10 +457,7 @@ int iris_cuda_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w
     const void *bp = bias ? bias->data : NULL;
     int bdt = bias ? bias->dtype : -1;
 
-    int epl = fp8 ? 16 : 8;
-    int gemv_ok = (fp8 || w->dtype == IRIS_DT_BF16) && in % epl == 0 && tld(w) % epl == 0 && is_aligned16(w->data) &&
-                  tld(x) % 8 == 0 && is_aligned16(x->data) && (!fp8 || w->block[1] % 16 == 0);
-    if (gemv_ok && n <= cx->w8_max_rows) return launch_gemv(b, x, w, bp, bdt, y);
+    if (gemv_ok(cx, x, w, y)) return launch_gemv(b, x, w, bp, bdt, y);
 
     if (w->dtype == IRIS_DT_BF16)
         return lt_matmul(b, (const bf16 *)w->data, tld(w), (const bf16 *)x->data, tld(x), (bf16 *)y->data, tld(y), out, n,

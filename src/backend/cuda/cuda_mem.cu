@@ -364,6 +364,7 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     b->interp4 = iris_cuda_interp4;
     b->destroy = cu_destroy;
     iris_cuda_fused_init(b);
+    iris_cuda_linear_fused_init(b);
     b->get_f32 = cu_get_f32;
     b->put_f32 = cu_put_f32;
     b->graph_begin = iris_cuda_graph_begin;
