@@ -38,55 +38,63 @@ struct decode_args {
     float *part; /* [n_rows, nq, n_splits, HD + 2] when n_splits > 1 */
 };
 
-template <int HD, int GMAX, typename KT>
+/* EPL cache elements per lane: 8 (BF16: 16 bytes), or 16 for an E4M3 cache with groups of at most 4
+ * (16 bytes again, so as many bytes in flight as for BF16). */
+template <int HD, int GMAX, typename KT, int EPL>
 __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
-    constexpr int LPT = HD / 8, TPW = 32 / LPT; /* lanes per key, keys per warp step */
+    constexpr int LPT = HD / EPL, TPW = 32 / LPT; /* lanes per key, keys per warp step */
     int row = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31, sub = lane / LPT, dl = lane % LPT;
     int seq = a.row_seq[row], ctx = a.row_ctx[row];
     int j_begin = split * a.chunk, j_end = min(ctx, j_begin + a.chunk);
 
-    float qf[GMAX][8], acc[GMAX][8], m[GMAX], l[GMAX];
+    float qf[GMAX][EPL], acc[GMAX][EPL], m[GMAX], l[GMAX];
 #pragma unroll
     for (int i = 0; i < GMAX; i++) {
         m[i] = -INFINITY;
         l[i] = 0;
 #pragma unroll
-        for (int k = 0; k < 8; k++) acc[i][k] = qf[i][k] = 0;
+        for (int k = 0; k < EPL; k++) acc[i][k] = qf[i][k] = 0;
         if (i < a.g) {
-            uint4 v = *(const uint4 *)(a.q + (int64_t)row * a.ldq + (int64_t)(kvh * a.g + i) * HD + dl * 8);
-            const bf16 *e = (const bf16 *)&v;
 #pragma unroll
-            for (int k = 0; k < 8; k++) qf[i][k] = bf2f(e[k]) * a.scale;
+            for (int h = 0; h < EPL / 8; h++) {
+                uint4 v = *(const uint4 *)(a.q + (int64_t)row * a.ldq + (int64_t)(kvh * a.g + i) * HD + dl * EPL + h * 8);
+                const bf16 *e = (const bf16 *)&v;
+#pragma unroll
+                for (int k = 0; k < 8; k++) qf[i][h * 8 + k] = bf2f(e[k]) * a.scale;
+            }
         }
     }
     const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks;
     for (int base = j_begin + warp * TPW; base < j_end; base += DW * TPW) {
         int j = base + sub;
         bool valid = j < j_end;
-        float kf[8], vf[8];
+        float kf[EPL], vf[EPL];
         if (valid) {
             int64_t slot = (int64_t)bt[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
-            kv_load8((const KT *)a.kc + slot * a.kvw + (int64_t)kvh * HD + dl * 8, kf);
-            kv_load8((const KT *)a.vc + slot * a.kvw + (int64_t)kvh * HD + dl * 8, vf);
+#pragma unroll
+            for (int h = 0; h < EPL / 8; h++) {
+                kv_load8((const KT *)a.kc + slot * a.kvw + (int64_t)kvh * HD + dl * EPL + h * 8, kf + h * 8);
+                kv_load8((const KT *)a.vc + slot * a.kvw + (int64_t)kvh * HD + dl * EPL + h * 8, vf + h * 8);
+            }
         } else {
 #pragma unroll
-            for (int k = 0; k < 8; k++) kf[k] = vf[k] = 0;
+            for (int k = 0; k < EPL; k++) kf[k] = vf[k] = 0;
         }
 #pragma unroll
         for (int i = 0; i < GMAX; i++) {
             if (i >= a.g) break;
             float s = 0;
 #pragma unroll
-            for (int k = 0; k < 8; k++) s = fmaf(qf[i][k], kf[k], s);
+            for (int k = 0; k < EPL; k++) s = fmaf(qf[i][k], kf[k], s);
 #pragma unroll
             for (int off = LPT / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
             if (!valid) continue;
             float mn = fmaxf(m[i], s), corr = __expf(m[i] - mn), p = __expf(s - mn);
             l[i] = l[i] * corr + p;
 #pragma unroll
-            for (int k = 0; k < 8; k++) acc[i][k] = acc[i][k] * corr + p * vf[k];
+            for (int k = 0; k < EPL; k++) acc[i][k] = acc[i][k] * corr + p * vf[k];
             m[i] = mn;
         }
     }
@@ -102,7 +110,7 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
             st_l[sid][i] = l[i];
         }
 #pragma unroll
-        for (int k = 0; k < 8; k++) st_acc[sid][i][dl * 8 + k] = acc[i][k];
+        for (int k = 0; k < EPL; k++) st_acc[sid][i][dl * EPL + k] = acc[i][k];
     }
     __syncthreads();
     for (int e = threadIdx.x; e < a.g * HD; e += DW * 32) {
@@ -151,7 +159,8 @@ __global__ void k_attn_combine(decode_args a) {
 template <int HD, int GMAX, typename KT>
 static void launch_decode(const decode_args &a, int n_kv, cudaStream_t s) {
     dim3 grid((unsigned)a.n_rows, (unsigned)n_kv, (unsigned)a.n_splits);
-    k_attn_decode<HD, GMAX, KT><<<grid, DW * 32, 0, s>>>(a);
+    constexpr int EPL = sizeof(KT) == 1 && GMAX <= 4 ? 16 : 8;
+    k_attn_decode<HD, GMAX, KT, EPL><<<grid, DW * 32, 0, s>>>(a);
     if (a.n_splits > 1) k_attn_combine<HD><<<dim3((unsigned)a.n_rows, (unsigned)a.nq), HD, 0, s>>>(a);
 }
 
