@@ -46,6 +46,12 @@ IRIS_TEST(demo_caption_names_objects) {
     CHECK_CONTAINS(out, "blue square");
     CHECK_CONTAINS(out, "gray background");
     CHECK_STR(out, "A blue square on a gray background.");
+    /* the same answer with the KV cache in E4M3 codes (--kv-cache-dtype fp8) */
+    CHECK_EQ_INT(iris_out("caption --kv-cache-dtype fp8 " DEMO_FIX "/images/square.png", out, sizeof out), 0);
+    chomp(out);
+    CHECK_STR(out, "A blue square on a gray background.");
+    /* a cache dtype iris does not have is refused before loading */
+    CHECK_EQ_INT(iris_out("caption --kv-cache-dtype fp16 " DEMO_FIX "/images/square.png", out, sizeof out), 2);
 }
 
 IRIS_TEST(demo_counts_squares) {

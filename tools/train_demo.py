@@ -8,9 +8,10 @@
       preprocessor_config.json and generation_config.json (greedy).
   python3 tools/train_demo.py train OUT [--steps N] [--seed 0] [--seconds S] [--init MODEL_DIR]
                                    [--lr F] [--warmup N] [--first-scene I] [--eval-seconds S]
+                                   [--autocast 1|0] [--batch-scenes N]
       (GPU machine: torch 2.11, transformers 5.17) builds the model with transformers
       (Qwen3VLForConditionalGeneration: vision tower with DeepStack, Qwen3 decoder with
-      interleaved MRoPE), trains it with AdamW under bf16 autocast, loss on the answer tokens only
+      interleaved MRoPE), trains it with AdamW under bf16 autocast (--autocast 0: fp32/TF32), loss on the answer tokens only
       (teacher forcing; every conversation weighs the same), saves it in bf16 with save_pretrained
       into OUT/demo, then evaluates greedy decoding through transformers (fp32 on the saved bf16
       weights, TF32 off) on 1,000 held-out scenes, and records batch-1 greedy outputs of 20 of them
@@ -293,7 +294,7 @@ class DedupVision:
 # GPU run
 
 
-def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=LR, warmup=WARMUP, first_scene=0, eval_seconds=110):
+def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=LR, warmup=WARMUP, first_scene=0, eval_seconds=110, autocast=True, batch_scenes=BATCH_SCENES):
     t0 = time.time()
     import torch
     import tokenizers
@@ -329,8 +330,8 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
 
     # --- data workers first (forked before CUDA is used)
     n_workers = max(2, min(14, (os.cpu_count() or 4) - 2))
-    total_scenes = (steps or MAX_STEPS) * BATCH_SCENES
-    dl = torch.utils.data.DataLoader(TrainSet(tok_path, sp, total_scenes, first_scene), batch_size=BATCH_SCENES, shuffle=False,
+    total_scenes = (steps or MAX_STEPS) * batch_scenes
+    dl = torch.utils.data.DataLoader(TrainSet(tok_path, sp, total_scenes, first_scene), batch_size=batch_scenes, shuffle=False,
                                      num_workers=n_workers, collate_fn=Collate(PAD), prefetch_factor=6,
                                      persistent_workers=False, pin_memory=True)
     it = iter(dl)
@@ -395,7 +396,7 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
         return kw, lab.to(dev, non_blocking=True)
 
     def loss_of(inputs, lab):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
             logits = model(**inputs).logits
         lg = logits[:, :-1].float()
         tgt = inputs["input_ids"][:, 1:]
@@ -448,7 +449,7 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
     total = steps or MAX_STEPS
     losses, step, t_train0, t_mark = [], 0, time.time(), None
     run_loss, run_n = 0.0, 0
-    wait_data = 0.0
+    wait_data, skipped = 0.0, 0
     while step < total:
         tw = time.time()
         batch = first if step == 0 else next(it)
@@ -460,11 +461,18 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
         loss, _ = loss_of(inputs, lab)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         step += 1
-        run_loss += float(loss.detach())
-        run_n += 1
+        lv = float(loss.detach())
+        if math.isfinite(lv) and math.isfinite(float(gnorm)):
+            opt.step()
+            run_loss += lv
+            run_n += 1
+        else:
+            skipped += 1          # a non-finite loss or gradient: this batch leaves the weights alone
+            if skipped > 50:
+                log(f"training: {skipped} non-finite steps by step {step}; stopping with the last finite weights")
+                break
         if step == 20:
             t_mark = time.time()
         if step == 40 and steps is None:
@@ -473,8 +481,9 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
             total = int(min(MAX_STEPS, step + left / per_step))
             log(f"{per_step * 1000:.1f} ms/step (waiting for data {wait_data / 20 * 1000:.1f} ms) -> {total} steps in {seconds} s")
         if step % 50 == 0 or step == total:
-            losses.append([step, round(run_loss / run_n, 4), round(time.time() - t_train0, 1)])
-            log(f"step {step}/{total} loss {run_loss / run_n:.4f} lr {lr_at(step - 1, total):.2e}")
+            losses.append([step, round(run_loss / max(1, run_n), 4), round(time.time() - t_train0, 1)])
+            log(f"step {step}/{total} loss {run_loss / max(1, run_n):.4f} lr {lr_at(step - 1, total):.2e}"
+                f"{f' ({skipped} non-finite steps skipped so far)' if skipped else ''}")
             run_loss, run_n = 0.0, 0
         if steps is None and time.time() - t_train0 > seconds + 20:
             log(f"training: over the time budget at step {step}, stopping")
@@ -496,7 +505,8 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
     torch.cuda.empty_cache()
 
     info = dict(torch=torch.__version__, transformers=transformers.__version__, device=torch.cuda.get_device_name(),
-                seed=seed, steps=step, batch_scenes=BATCH_SCENES, conversations_per_scene=2 + N_QUESTIONS,
+                seed=seed, steps=step, batch_scenes=batch_scenes, conversations_per_scene=2 + N_QUESTIONS,
+                autocast_bf16=autocast, skipped_steps=skipped,
                 train_seconds=round(train_time, 1), lr=lr, warmup=warmup, init=init, first_scene=first_scene, weight_decay=WD, losses=losses,
                 n_params=n_params, preprocessing_equals_hf=pre_ok, speedups=info_speed, text=TEXT, vision=VISION,
                 vocab_size=VOCAB_SIZE, bpe_tokens=tok.get_vocab_size() - len(T.SPECIALS))
@@ -687,7 +697,8 @@ def main():
         run_train(a[1], int(s) if s else None, int(opt("--seed", SEED)), init=opt("--init"),
                   seconds=float(opt("--seconds", TRAIN_SECONDS)), lr=float(opt("--lr", LR)),
                   warmup=int(opt("--warmup", WARMUP)), first_scene=int(opt("--first-scene", 0)),
-                  eval_seconds=float(opt("--eval-seconds", 110)))
+                  eval_seconds=float(opt("--eval-seconds", 110)), autocast=opt("--autocast", "1") != "0",
+                  batch_scenes=int(opt("--batch-scenes", BATCH_SCENES)))
     elif len(a) >= 3 and a[0] == "iris-eval":
         lim = opt("--limit")
         iris_eval(a[1], a[2], int(lim) if lim else None, opt("--bin", "build/demo/bench/demo_eval"))
