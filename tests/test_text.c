@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "test.h"
 #include "tiny_fixture.h"
+#include "err.h"
 #include "npy.h"
 
 #include <unistd.h>
@@ -131,6 +132,21 @@ static float max_abs(const float *a, const float *b, int64_t n) {
     return d;
 }
 
+/* The whole scenario in one prefill, over a fresh cache of dtype kv_dt (blocks 0, 1, ...); the
+ * logits of every row into logits [n, V]. */
+static int forward_all(tmodel *m, const scen *sc, iris_dtype kv_dt, float *logits, trace_buf *tb, iris_err *err) {
+    iris_kv_cache kv;
+    int rc = iris_kv_cache_init_dtype(&kv, &m->t.cfg, (sc->n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, kv_dt, m->b, err);
+    if (rc) return rc;
+    int32_t bt[64];
+    for (int b = 0; b < 64; b++) bt[b] = b;
+    iris_text_seq q = seq_of(sc, 0, sc->n, bt, 1);
+    rc = kv.layers[0].dtype == kv_dt ? iris_text_forward(&m->t, m->b, &kv, &q, 1, logits, tb ? on_hidden : NULL, tb, err)
+                                     : iris_err_set(err, IRIS_EINVAL, "cache dtype not as asked");
+    iris_kv_cache_free(&kv);
+    return rc;
+}
+
 IRIS_TEST(text_logits_parity) {
     for (int mi = 0; mi < 3; mi++) {
         tmodel m;
@@ -140,15 +156,10 @@ IRIS_TEST(text_logits_parity) {
             scen sc;
             REQUIRE(load_scen(models[mi], scenarios[si], &sc) == 0);
             int n = sc.n, H = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
-            iris_kv_cache kv;
             iris_err err = {0};
-            REQUIRE(iris_kv_cache_init(&kv, c, (n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, m.b, &err) == 0);
-            int32_t bt[64];
-            for (int b = 0; b < 64; b++) bt[b] = b;
-            iris_text_seq q = seq_of(&sc, 0, n, bt, 1);
             float *logits = malloc(sizeof(float) * (size_t)n * V);
             trace_buf tb = {malloc(sizeof(float) * (size_t)(L + 1) * n * H), 0};
-            int rc = iris_text_forward(&m.t, m.b, &kv, &q, 1, logits, on_hidden, &tb, &err);
+            int rc = forward_all(&m, &sc, m.b->act, logits, &tb, &err);
             CHECKF(rc == 0, "%s/%s: %s", models[mi], scenarios[si], err.msg);
             if (rc == 0) {
                 float d = max_abs(logits, sc.logits.f32, (int64_t)n * V);
@@ -167,7 +178,6 @@ IRIS_TEST(text_logits_parity) {
             }
             free(logits);
             free(tb.h);
-            iris_kv_cache_free(&kv);
             free_scen(&sc);
         }
         close_model(&m);
@@ -338,15 +348,9 @@ IRIS_TEST(text_fp8_kv_cache) {
             scen sc;
             REQUIRE(load_scen(models[mi], scenarios[si], &sc) == 0);
             int n = sc.n, V = c->vocab_size;
-            iris_kv_cache kv;
             iris_err err = {0};
-            REQUIRE(iris_kv_cache_init_dtype(&kv, c, (n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, IRIS_DT_F8_E4M3, m.b, &err) == 0);
-            CHECK(kv.layers[0].dtype == IRIS_DT_F8_E4M3);
-            int32_t bt[64];
-            for (int b = 0; b < 64; b++) bt[b] = b;
-            iris_text_seq q = seq_of(&sc, 0, n, bt, 1);
             float *logits = malloc(sizeof(float) * (size_t)n * V);
-            int rc = iris_text_forward(&m.t, m.b, &kv, &q, 1, logits, NULL, NULL, &err);
+            int rc = forward_all(&m, &sc, IRIS_DT_F8_E4M3, logits, NULL, &err);
             CHECKF(rc == 0, "%s/%s: %s", models[mi], scenarios[si], err.msg);
             if (rc == 0) {
                 const float *ref = sc.logits.f32;
@@ -370,7 +374,6 @@ IRIS_TEST(text_fp8_kv_cache) {
                        checked - same);
             }
             free(logits);
-            iris_kv_cache_free(&kv);
             free_scen(&sc);
         }
         close_model(&m);
