@@ -32,6 +32,7 @@
 #include "model/text.h"
 #include "model/tokenizer.h"
 #include "model/vision.h"
+#include "engine/planner.h"
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -249,7 +250,7 @@ int iris_cmd_bench(int argc, char **argv) {
             image = argv[++i];
         } else if (!strcmp(a, "--kv-cache-dtype")) {
             kv_dtype = i + 1 < argc ? argv[++i] : "";
-            if (strcmp(kv_dtype, "bf16") && strcmp(kv_dtype, "fp8")) {
+            if (iris_plan_kv_dtype_parse(kv_dtype) < 0) {
                 fprintf(stderr, "iris bench: --kv-cache-dtype is bf16 or fp8, not \"%s\"\n", kv_dtype);
                 return 2;
             }
@@ -298,7 +299,7 @@ int iris_cmd_bench(int argc, char **argv) {
     int own = (int)((G + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK);
     x.blocks_per_seq = x.prompt_blocks + own;
     int n_blocks = x.prompt_blocks + max_batch * own;
-    int kv8 = !strcmp(kv_dtype, "fp8");
+    int kv8 = iris_plan_kv_dtype_parse(kv_dtype) == IRIS_KV_FP8;
     size_t kv_bytes = (size_t)n_blocks * IRIS_KV_BLOCK * c->num_key_value_heads * c->head_dim * 2 * (kv8 ? 1 : 2) *
                       c->num_hidden_layers;
     size_t w_bytes = 0;

@@ -107,8 +107,8 @@ int iris_cmd_plan(int argc, char **argv) {
         } else if (!strcmp(a, "--max-image-pixels")) {
             if (!(bad = parse_int(a, v, 1, 1ll << 34, &n))) s.max_image_pixels = n;
         } else if (!strcmp(a, "--kv-cache-dtype")) {
-            if (v && !strcmp(v, "bf16")) s.kv_cache_dtype = IRIS_KV_BF16;
-            else if (v && !strcmp(v, "fp8")) s.kv_cache_dtype = IRIS_KV_FP8;
+            int kd = iris_plan_kv_dtype_parse(v);
+            if (kd >= 0) s.kv_cache_dtype = kd;
             else {
                 fprintf(stderr, "iris plan: --kv-cache-dtype '%s': give bf16 or fp8\n", v ? v : "");
                 bad = -1;

@@ -119,7 +119,7 @@ static int parse(int argc, char **argv, run_args *a, int positional_max, const c
                 if (util) a->eo.gpu_memory_utilization = x;
                 else a->eo.max_image_pixels = (long long)x;
             } else if (!strcmp(s, "--kv-cache-dtype")) {
-                if (strcmp(v, "bf16") && strcmp(v, "fp8")) {
+                if (iris_plan_kv_dtype_parse(v) < 0) {
                     fprintf(stderr, "iris %s: --kv-cache-dtype '%s': give bf16 or fp8\n", argv[0], v);
                     return 2;
                 }

@@ -199,7 +199,7 @@ int iris_cmd_serve(int argc, char **argv) {
             bad = num(a, v, 0.01, 1, &eo.gpu_memory_utilization);
         } else if (!strcmp(a, "--kv-cache-dtype")) {
             eo.kv_cache_dtype = v;
-            if (v && strcmp(v, "bf16") && strcmp(v, "fp8")) {
+            if (v && iris_plan_kv_dtype_parse(v) < 0) {
                 fprintf(stderr, "iris serve: --kv-cache-dtype '%s': give bf16 or fp8\n", v);
                 bad = 1;
             }

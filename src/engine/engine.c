@@ -33,11 +33,11 @@
 #include "err.h"
 #include "log.h"
 #include "model/hub.h"
+#include "engine/planner.h"
 #include "model/positions.h"
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_info.h"
-#include "engine/planner.h"
 #endif
 
 #define DEFAULT_KV_BYTES (1ull << 30)
@@ -392,8 +392,11 @@ static int pick_device(const char *d, int *cuda, iris_err *err) {
     return IRIS_OK;
 }
 
-/* --kv-cache-dtype fp8: the cache holds e4m3 codes (half of BF16, a quarter of the CPU's F32). */
-static int kv_fp8(const iris_engine_opts *o) { return o->kv_cache_dtype && !strcmp(o->kv_cache_dtype, "fp8"); }
+/* The KV cache's element type on backend b: its activation dtype, or E4M3 codes for
+ * --kv-cache-dtype fp8 (half of BF16, a quarter of the CPU's F32). */
+static iris_dtype kv_dtype_on(const iris_engine *e, const iris_backend *b) {
+    return e->kv_plan_dtype == IRIS_KV_FP8 ? IRIS_DT_F8_E4M3 : b->act;
+}
 
 #ifdef IRIS_CUDA
 /* The memory plan for this device, then the one allocation it sizes, the
@@ -428,7 +431,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     iris_plan_settings_default(&ps);
     ps.max_num_seqs = o->max_num_seqs;
     ps.max_batch_tokens = o->max_batch_tokens;
-    if (kv_fp8(o)) ps.kv_cache_dtype = IRIS_KV_FP8;
+    ps.kv_cache_dtype = e->kv_plan_dtype;
     if (o->max_image_pixels > 0) ps.max_image_pixels = o->max_image_pixels;
     int64_t max_pos = e->cfg.text_config.max_position_embeddings;
     int64_t min_ctx = max_pos < IRIS_PLAN_MIN_CONTEXT ? max_pos : IRIS_PLAN_MIN_CONTEXT;
@@ -466,8 +469,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     rc = iris_backend_cuda_open(0, device_bytes + scratch, &e->be, err);
     if (!rc) rc = iris_text_upload(&e->text, e->be, err);
     if (!rc) rc = iris_vision_upload(&e->vis, e->be, err);
-    if (!rc) rc = iris_kv_cache_init_dtype(&e->kv, &e->cfg.text_config, e->n_blocks,
-                                           kv_fp8(o) ? IRIS_DT_F8_E4M3 : e->be->act, e->be, err);
+    if (!rc) rc = iris_kv_cache_init_dtype(&e->kv, &e->cfg.text_config, e->n_blocks, kv_dtype_on(e, e->be), e->be, err);
     if (!rc && e->be->sync && e->be->sync(e->be)) rc = iris_err_set(err, IRIS_EDEVICE, "%s", e->be->err.msg);
     if (rc) return rc;
     iris_cuda_mem mi;
@@ -489,7 +491,7 @@ static int load_cpu(iris_engine *e, iris_err *err) {
     e->max_model_len = o->max_model_len > 0 && o->max_model_len < tc->max_position_embeddings
                            ? o->max_model_len : tc->max_position_embeddings;
     size_t block_bytes = (size_t)2 * tc->num_hidden_layers * IRIS_KV_BLOCK * tc->num_key_value_heads * tc->head_dim *
-                         (kv_fp8(o) ? 1 : sizeof(float));
+                         iris_dtype_size(kv_dtype_on(e, e->be));
     e->n_blocks = o->kv_blocks;
     if (e->n_blocks <= 0) {
         size_t bytes = o->kv_cache_bytes ? o->kv_cache_bytes : DEFAULT_KV_BYTES;
@@ -500,7 +502,7 @@ static int load_cpu(iris_engine *e, iris_err *err) {
     if (e->n_blocks < 1)
         return iris_err_set(err, IRIS_ELIMIT, "kv_cache_bytes %zu holds no 16-token block (%zu bytes each)",
                             o->kv_cache_bytes, block_bytes);
-    return iris_kv_cache_init_dtype(&e->kv, tc, e->n_blocks, kv_fp8(o) ? IRIS_DT_F8_E4M3 : e->be->act, e->be, err);
+    return iris_kv_cache_init_dtype(&e->kv, tc, e->n_blocks, kv_dtype_on(e, e->be), e->be, err);
 }
 
 static int load(iris_engine *e, iris_err *err) {
@@ -587,8 +589,9 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
     e->o.gpu_memory_margin_set = o->gpu_memory_margin_set;
     e->o.max_image_pixels = o->max_image_pixels;
     e->o.kv_cache_dtype = o->kv_cache_dtype;
-    if (e->o.kv_cache_dtype && strcmp(e->o.kv_cache_dtype, "bf16") && strcmp(e->o.kv_cache_dtype, "fp8")) {
-        iris_err_set(err, IRIS_EINVAL, "--kv-cache-dtype '%s': give bf16 or fp8", e->o.kv_cache_dtype);
+    e->kv_plan_dtype = o->kv_cache_dtype ? iris_plan_kv_dtype_parse(o->kv_cache_dtype) : IRIS_KV_BF16;
+    if (e->kv_plan_dtype < 0) {
+        iris_err_set(err, IRIS_EINVAL, "--kv-cache-dtype '%s': give bf16 or fp8", o->kv_cache_dtype);
         free(e);
         return IRIS_EINVAL;
     }

@@ -71,6 +71,7 @@ struct iris_engine {
     iris_sched sched;
     iris_sched_batch batch;
     int max_model_len, n_blocks;
+    int kv_plan_dtype;          /* IRIS_KV_BF16 or IRIS_KV_FP8 (--kv-cache-dtype, parsed at open) */
     int on_gpu;                 /* the CUDA backend (the plan below sized it) */
     int max_image_tokens;       /* images over this are refused at submit (0: no limit; CPU) */
     char *plan_text;            /* the memory plan's table (CUDA), for iris_engine_plan_text */

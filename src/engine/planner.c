@@ -29,6 +29,12 @@ uint64_t iris_plan_align(uint64_t n) { return (n + (IRIS_PLAN_ALIGN - 1)) & ~(ui
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
+int iris_plan_kv_dtype_parse(const char *s) {
+    return !s ? -1 : !strcmp(s, "bf16") ? IRIS_KV_BF16 : !strcmp(s, "fp8") ? IRIS_KV_FP8 : -1;
+}
+
+const char *iris_plan_kv_dtype_name(int kv_dtype) { return kv_dtype == IRIS_KV_FP8 ? "fp8" : "bf16"; }
+
 uint64_t iris_plan_kv_bytes_per_token(const iris_text_config *t, int kv_dtype) {
     uint64_t elem = kv_dtype == IRIS_KV_FP8 ? 1 : BF16;
     return 2ull * (uint64_t)t->num_hidden_layers * (uint64_t)t->num_key_value_heads * (uint64_t)t->head_dim * elem;

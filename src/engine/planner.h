@@ -192,6 +192,9 @@ typedef struct iris_plan {
 
 /* ---- the formulas (used by the plan and by the backend that carves it) ---- */
 uint64_t iris_plan_align(uint64_t n_bytes);
+/* --kv-cache-dtype: "bf16" or "fp8" -> IRIS_KV_*, anything else (NULL too) -> -1; and back. */
+int iris_plan_kv_dtype_parse(const char *s);
+const char *iris_plan_kv_dtype_name(int kv_dtype);
 /* K and V of every layer: 2 * num_hidden_layers * num_key_value_heads * head_dim * (2 bf16 | 1 fp8). */
 uint64_t iris_plan_kv_bytes_per_token(const iris_text_config *t, int kv_dtype);
 /* IRIS_KV_BLOCK_TOKENS * iris_plan_kv_bytes_per_token. */

@@ -66,7 +66,6 @@ static const char *grouped(uint64_t v, char buf[32]) {
     return buf;
 }
 
-static const char *kv_name(int dt) { return dt == IRIS_KV_FP8 ? "fp8" : "bf16"; }
 
 /* What the part's bytes are made of, in words and numbers. */
 static void part_how(const iris_plan *p, int part, char *out, size_t size) {
@@ -84,7 +83,7 @@ static void part_how(const iris_plan *p, int part, char *out, size_t size) {
     }
     case IRIS_PART_KV_CACHE:
         snprintf(out, size, "%s blocks x %d tokens x %s B/token (%s)%s", grouped((uint64_t)p->kv_blocks, a),
-                 IRIS_KV_BLOCK_TOKENS, grouped(p->kv_bytes_per_token, b), kv_name(s->kv_cache_dtype),
+                 IRIS_KV_BLOCK_TOKENS, grouped(p->kv_bytes_per_token, b), iris_plan_kv_dtype_name(s->kv_cache_dtype),
                  p->fits ? "" : ", the least the context needs");
         break;
     case IRIS_PART_ACTIVATIONS: {
@@ -251,7 +250,7 @@ char *iris_plan_json(const iris_plan *p) {
                                  "max_num_seqs", p->settings.max_num_seqs, "max_batch_tokens",
                                  p->settings.max_batch_tokens, "max_image_pixels",
                                  (json_int_t)p->settings.max_image_pixels, "kv_cache_dtype",
-                                 kv_name(p->settings.kv_cache_dtype));
+                                 iris_plan_kv_dtype_name(p->settings.kv_cache_dtype));
     json_object_set_new(o, "model", json_string(p->label));
     json_object_set_new(o, "fits", json_boolean(p->fits));
     if (!p->fits) json_object_set_new(o, "why", json_string(p->why));

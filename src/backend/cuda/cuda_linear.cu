@@ -3,7 +3,8 @@
  *
  * Three paths, chosen per call:
  *  - small batches (n <= ctx->w8_max_rows; decode) with BF16 or FP8 weights
- *    whose rows allow 16-byte loads: k_gemv, W16A16 / W8A16.  Memory-bound:
+ *    whose rows allow 16-byte loads: k_gemv_n, W16A16 / W8A16 (also the q, k, v
+ *    projections in one launch; k_gemv_swiglu: gate, up and SiLU·mul in one).  Memory-bound:
  *    the weight is read once (n·in activations are L1/L2-resident), so its
  *    time floor is bytes(W) / bandwidth.  Thread mapping: one warp per output
  *    row, lanes stride over the row 16 bytes at a time (8 bf16 or 16 fp8
@@ -100,35 +101,15 @@ static __device__ __forceinline__ void gemv_row(const char *__restrict__ wr, con
     }
 }
 
-template <int FP8, int NT>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-    k_gemv(const void *__restrict__ W, int64_t ldw, const float *__restrict__ scale, int64_t sc_cols, int b0, int b1,
-           const bf16 *__restrict__ x, int64_t ldx, int n, const void *bias, int bdt, bf16 *y, int64_t ldy, int64_t out,
-           int64_t in) {
-    int lane = threadIdx.x & 31;
-    int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    if (row >= out) return;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0;
-    gemv_row<FP8, NT>((const char *)W + row * ldw * (FP8 ? 1 : 2), FP8 ? scale + (row / b0) * sc_cols : NULL, b1, x, ldx,
-                      n, in, lane, acc);
-    float bv = bias ? load_vec(bias, bdt, row) : 0.0f;
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float s = warp_sum(acc[t]);
-        if (lane == 0 && t < n) y[(int64_t)t * ldy + row] = f2bf(s + bv);
-    }
-}
-
-/* Up to three weights of one dtype and one input width over the same x (q, k, v): the rows of
- * all of them in one grid, a warp per row as k_gemv. */
+/* Up to three weights of one dtype and one input width over the same x (one linear, or the q, k,
+ * v projections): the rows of all of them in one grid, a warp per output row. */
 struct gemv_set {
     const void *W[3];
     const float *scale[3];
+    const void *bias[3]; /* NULL or [out] of dtype bdt */
     bf16 *y[3];
     int64_t ldw[3], sc_cols[3], ldy[3], out[3];
-    int b0[3], b1[3], m;
+    int b0[3], b1[3], bdt[3], m;
 };
 
 template <int FP8, int NT>
@@ -144,10 +125,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     for (int t = 0; t < NT; t++) acc[t] = 0;
     gemv_row<FP8, NT>((const char *)p.W[i] + row * p.ldw[i] * (FP8 ? 1 : 2),
                       FP8 ? p.scale[i] + (row / p.b0[i]) * p.sc_cols[i] : NULL, p.b1[i], x, ldx, n, in, lane, acc);
+    float bv = p.bias[i] ? load_vec(p.bias[i], p.bdt[i], row) : 0.0f;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         float s = warp_sum(acc[t]);
-        if (lane == 0 && t < n) p.y[i][(int64_t)t * p.ldy[i] + row] = f2bf(s);
+        if (lane == 0 && t < n) p.y[i][(int64_t)t * p.ldy[i] + row] = f2bf(s + bv);
     }
 }
 
@@ -323,9 +305,10 @@ static int gemv_ok(const cuda_ctx *cx, const iris_tensor *x, const iris_tensor *
            is_aligned16(x->data) && (!fp8 || (w->scale && w->block[0] > 0 && w->block[1] % 16 == 0));
 }
 
-static void set_add(gemv_set *p, const iris_tensor *w, iris_tensor *y) {
+static void set_add(gemv_set *p, const iris_tensor *w, const void *bias, int bdt, iris_tensor *y) {
     int i = p->m++, fp8 = w->dtype == IRIS_DT_F8_E4M3;
     p->W[i] = w->data, p->scale[i] = w->scale, p->y[i] = (bf16 *)y->data;
+    p->bias[i] = bias, p->bdt[i] = bdt;
     p->ldw[i] = tld(w), p->ldy[i] = tld(y), p->out[i] = w->rows;
     p->sc_cols[i] = fp8 ? (w->cols + w->block[1] - 1) / w->block[1] : 0;
     p->b0[i] = fp8 ? w->block[0] : 1, p->b1[i] = fp8 ? w->block[1] : 1;
@@ -359,7 +342,7 @@ static int launch_set(iris_backend *b, gemv_set p, const iris_tensor *x, int fp8
 #undef SET_N
 #undef SET
     }
-    return iris_cuda_check(b, swiglu ? "linear_swiglu (gemv)" : "linear_n (gemv)");
+    return iris_cuda_check(b, swiglu ? "linear_swiglu (gemv)" : "linear (gemv)");
 }
 
 /* linear_n: one launch for the q, k and v projections of a decode step; anything else (prefill
@@ -377,7 +360,7 @@ static int cu_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_
     }
     gemv_set p;
     memset(&p, 0, sizeof p);
-    for (int i = 0; i < m; i++) set_add(&p, ws[i], ys[i]);
+    for (int i = 0; i < m; i++) set_add(&p, ws[i], NULL, -1, ys[i]);
     return launch_set(b, p, x, ws[0]->dtype == IRIS_DT_F8_E4M3, 0);
 }
 
@@ -392,8 +375,8 @@ static int cu_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_te
     }
     gemv_set p;
     memset(&p, 0, sizeof p);
-    set_add(&p, wg, g);
-    set_add(&p, wu, u); /* (its y is not written) */
+    set_add(&p, wg, NULL, -1, g);
+    set_add(&p, wu, NULL, -1, u); /* (its y is not written) */
     return launch_set(b, p, x, wg->dtype == IRIS_DT_F8_E4M3, 1);
 }
 
@@ -403,34 +386,6 @@ void iris_cuda_linear_fused_init(iris_backend *b) {
     if (env && !strcmp(env, "0")) return;
     b->linear_n = cu_linear_n;
     b->linear_swiglu = cu_linear_swiglu;
-}
-
-static int launch_gemv(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const void *bias, int bdt,
-                       iris_tensor *y) {
-    cuda_ctx *cx = cuda_of(b);
-    int fp8 = w->dtype == IRIS_DT_F8_E4M3;
-    int64_t out = w->rows, in = w->cols, sc_cols = fp8 ? (in + w->block[1] - 1) / w->block[1] : 0;
-    unsigned blocks = (unsigned)((out + GEMV_WARPS - 1) / GEMV_WARPS);
-    for (int64_t t0 = 0; t0 < x->rows; t0 += 8) {
-        int n = (int)(x->rows - t0 < 8 ? x->rows - t0 : 8);
-        const bf16 *xp = (const bf16 *)x->data + t0 * tld(x);
-        bf16 *yp = (bf16 *)y->data + t0 * tld(y);
-#define GEMV(F, T)                                                                                                     \
-    k_gemv<F, T><<<blocks, GEMV_WARPS * 32, 0, cx->stream>>>(w->data, tld(w), w->scale, sc_cols, w->block[0], w->block[1], \
-                                                            xp, tld(x), n, bias, bdt, yp, tld(y), out, in)
-#define GEMV_N(F)                                                                                                      \
-    do {                                                                                                               \
-        if (n == 1) GEMV(F, 1);                                                                                        \
-        else if (n == 2) GEMV(F, 2);                                                                                   \
-        else if (n <= 4) GEMV(F, 4);                                                                                   \
-        else GEMV(F, 8);                                                                                               \
-    } while (0)
-        if (fp8) GEMV_N(1);
-        else GEMV_N(0);
-#undef GEMV_N
-#undef GEMV
-    }
-    return iris_cuda_check(b, "linear (gemv)");
 }
 
 int iris_cuda_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y) {
@@ -457,7 +412,12 @@ int iris_cuda_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w
     const void *bp = bias ? bias->data : NULL;
     int bdt = bias ? bias->dtype : -1;
 
-    if (gemv_ok(cx, x, w, y)) return launch_gemv(b, x, w, bp, bdt, y);
+    if (gemv_ok(cx, x, w, y)) {
+        gemv_set p;
+        memset(&p, 0, sizeof p);
+        set_add(&p, w, bp, bdt, y);
+        return launch_set(b, p, x, fp8, 0);
+    }
 
     if (w->dtype == IRIS_DT_BF16)
         return lt_matmul(b, (const bf16 *)w->data, tld(w), (const bf16 *)x->data, tld(x), (bf16 *)y->data, tld(y), out, n,
