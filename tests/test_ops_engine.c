@@ -32,7 +32,10 @@ typedef struct answer {
     char err[512];
 } answer;
 
-static int ask(const char *device, const char *kv_dtype, const char *image, answer *a, char *plan_err, size_t cap) {
+/* sample: 0 greedy, else seeded top-k/top-p sampling; logprobs 0 leaves the GPU free to sample from
+ * each row's most likely tokens (get_topk), 1 makes it download whole rows. */
+static int ask_with(const char *device, const char *kv_dtype, const char *image, int sample, int logprobs, answer *a,
+                    char *plan_err, size_t cap) {
     memset(a, 0, sizeof *a);
     iris_engine_opts o;
     iris_engine_opts_default(&o);
@@ -53,11 +56,12 @@ static int ask(const char *device, const char *kv_dtype, const char *image, answ
     rp.messages_json = "[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\",\"text\":\"What is this?\"}]}]";
     rp.image_paths = imgs;
     rp.n_images = 1;
-    rp.do_sample = 0;
+    rp.do_sample = sample;
+    if (sample) rp.temperature = 0.9f, rp.top_k = 20, rp.top_p = 0.9f, rp.seed = 1234;
     rp.max_tokens = GEN;
     rp.ignore_eos = 1;
-    rp.logprobs = 1;
-    rp.top_logprobs = 2;
+    rp.logprobs = logprobs;
+    rp.top_logprobs = logprobs ? 2 : 0;
     iris_request *r = NULL;
     int rc = iris_engine_submit(e, &rp, &r, &err);
     iris_event ev;
@@ -77,6 +81,10 @@ static int ask(const char *device, const char *kv_dtype, const char *image, answ
     iris_request_free(r);
     iris_engine_close(e);
     return rc;
+}
+
+static int ask(const char *device, const char *kv_dtype, const char *image, answer *a, char *plan_err, size_t cap) {
+    return ask_with(device, kv_dtype, image, 0, 1, a, plan_err, cap);
 }
 
 IRIS_TEST(gpu_engine_matches_cpu_engine) {
@@ -133,5 +141,30 @@ IRIS_TEST(gpu_engine_matches_cpu_engine) {
     CHECK(e == NULL);
     CHECK_CONTAINS(err.msg, "does not fit");
     for (const char *c = err.msg; *c; c++) CHECK(!(c[0] == '-' && c[1] >= '0' && c[1] <= '9'));  /* no negative number */
+}
+
+/* Sampling on the GPU (each row's most likely tokens, backend get_topk + iris_sampler_sample_top)
+ * gives the tokens that sampling from the whole downloaded row gives (a request with logprobs
+ * takes whole rows), greedy and seeded top-k/top-p, on the same device logits. */
+IRIS_TEST(gpu_engine_top_sampling_equals_whole_rows) {
+    if (iris_cuda_device_count() == 0) {
+        fprintf(stderr, "  (no CUDA device: GPU engine test not run)\n");
+        return;
+    }
+    const char *img = "tests/fixtures/images/images/png_rgb_224x224.png";
+    char msg[1024];
+    for (int sample = 0; sample < 2; sample++) {
+        answer whole, top;
+        CHECK_EQ_INT(ask_with("cuda", "bf16", img, sample, 1, &whole, msg, sizeof msg), 0);
+        CHECK_EQ_INT(ask_with("cuda", "bf16", img, sample, 0, &top, msg, sizeof msg), 0);
+        CHECK_EQ_INT(whole.n, GEN);
+        CHECK_EQ_INT(top.n, GEN);
+        int same = 0;
+        while (same < GEN && whole.tok[same] == top.tok[same]) same++;
+        CHECKF(same == GEN, "%s: tokens part at %d (%d whole-row, %d top-k)", sample ? "sampled" : "greedy", same,
+               same < GEN ? whole.tok[same] : -1, same < GEN ? top.tok[same] : -1);
+        fprintf(stderr, "  %s: %d of %d tokens equal, top-k path vs whole rows\n", sample ? "seeded top-k/top-p" : "greedy",
+                same, GEN);
+    }
 }
 #endif

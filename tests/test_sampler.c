@@ -2,7 +2,9 @@
  * sampled distribution), finish reasons and stop strings. */
 #include "test.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "err.h"
 #include "model/sampler.h"
@@ -510,4 +512,102 @@ IRIS_TEST(sampler_seeded_draws_stable_under_rounding) {
     CHECKF(same >= DRAWS * 9 / 10, "only %d of %d seeded draws agree after a 3e-7 perturbation", same, DRAWS);
     iris_sampler_free(sa);
     iris_sampler_free(sb);
+}
+
+/* The k most likely (value desc, id asc) of a row, as a backend's get_topk gives them. */
+static void top_of(const float *row, int V, int n, int32_t *ids, float *vals) {
+    for (int j = 0; j < n; j++) {
+        int best = -1;
+        for (int i = 0; i < V; i++) {
+            float v = isnan(row[i]) ? -INFINITY : row[i];
+            int taken = 0;
+            for (int q = 0; q < j && !taken; q++) taken = ids[q] == i;
+            if (taken) continue;
+            float bv = best < 0 ? 0 : (isnan(row[best]) ? -INFINITY : row[best]);
+            if (best < 0 || v > bv) best = i;
+        }
+        ids[j] = best;
+        vals[j] = isnan(row[best]) ? -INFINITY : row[best];
+    }
+}
+
+static float bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The GPU path (the most likely tokens only) picks the token the whole row picks, draw for draw
+ * with the same seed, on bf16 rows full of ties, for greedy and every warper; a tie that runs past
+ * the candidates is reported (IRIS_ELIMIT), never guessed. */
+IRIS_TEST(sampler_top_candidates_equal_whole_row) {
+    enum { V = 700, ROWS = 150 };
+    static float row[V];
+    struct { int do_sample; float t; int k; float top_p, min_p; } cfg[] = {
+        {0, 0.7f, 20, 0.8f, 0.0f}, {1, 0.7f, 20, 0.8f, 0.0f}, {1, 1.0f, 5, 1.0f, 0.0f}, {1, 1.3f, 40, 0.95f, 0.05f},
+        {1, 0.5f, 1, 1.0f, 0.0f},  {1, 2.0f, 64, 0.5f, 0.2f}, {1, 0.0f, 20, 0.8f, 0.0f},
+    };
+    unsigned x = 99;
+    int compared = 0, limited = 0;
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        iris_sampling_params p = plain();
+        p.do_sample = cfg[c].do_sample, p.temperature = cfg[c].t, p.top_k = cfg[c].k;
+        p.top_p = cfg[c].top_p, p.min_p = cfg[c].min_p, p.seed = 7 + (int)c;
+        iris_err err = {0};
+        iris_sampler *full = NULL, *top = NULL;
+        REQUIRE(iris_sampler_init(&full, &p, V, &err) == 0);
+        REQUIRE(iris_sampler_init(&top, &p, V, &err) == 0);
+        int need = iris_sampler_top_need(top);
+        CHECK_EQ_INT(need, cfg[c].do_sample && cfg[c].t > 0 ? cfg[c].k : 1);
+        for (int r = 0; r < ROWS; r++) {
+            /* logits on a coarse bf16 grid (many equal values; every third row spread wide, for
+             * min-p and top-p to cut), some -inf and NaN, a few rows with fewer finite values than k */
+            int sparse = r % 25 == 3;
+            for (int i = 0; i < V; i++) {
+                x = x * 1103515245u + 12345u;
+                float v = bf16_round(8.0f + (float)((x >> 16) % 2048) / (r % 3 ? 256.0f : 8.0f));
+                if (r % 7 == 0 && i % 13 == 0) v = -INFINITY;
+                if (r % 11 == 0 && i % 17 == 0) v = NAN;
+                if (sparse && i % 50) v = -INFINITY;
+                row[i] = v;
+            }
+            int n = need + 8 > V ? V : need + 8;
+            int32_t ids[IRIS_SAMPLER_MAX_TOP];
+            float vals[IRIS_SAMPLER_MAX_TOP];
+            top_of(row, V, n, ids, vals);
+            int t_top = iris_sampler_sample_top(top, ids, vals, n, NULL, &err);
+            if (t_top == IRIS_ELIMIT) {
+                /* the caller's fallback: the whole row (which also keeps the PRNGs in step) */
+                limited++;
+                t_top = iris_sampler_sample(top, row, NULL, &err);
+            }
+            int t_full = iris_sampler_sample(full, row, NULL, &err);
+            CHECKF(t_top == t_full, "config %zu row %d: %d from the top %d, %d from the whole row", c, r, t_top, n,
+                   t_full);
+            compared++;
+        }
+        /* requests that need the whole row say so */
+        iris_sampler_free(full);
+        iris_sampler_free(top);
+    }
+    CHECK(compared == ROWS * 7);
+    CHECKF(limited < compared / 4, "%d of %d rows fell back to the whole row", limited, compared);
+    iris_sampling_params p = plain();
+    p.do_sample = 1, p.temperature = 0.7f, p.top_k = 20;
+    p.repetition_penalty = 1.1f;
+    iris_sampler *s = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    CHECK_EQ_INT(iris_sampler_top_need(s), 0);
+    iris_sampler_free(s);
+    p.repetition_penalty = 1.0f, p.n_logprobs = 2;
+    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    CHECK_EQ_INT(iris_sampler_top_need(s), 0);
+    iris_sampler_free(s);
+    p.n_logprobs = 0, p.top_k = 0;
+    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    CHECK_EQ_INT(iris_sampler_top_need(s), 0);
+    iris_sampler_free(s);
 }

@@ -131,6 +131,11 @@ struct iris_backend {
 
     /* Optional: n activations at src (device) as fp32 into dst (host); iris_backend_get_f32 uses it. */
     int (*get_f32)(iris_backend *b, float *dst, const void *src, size_t n);
+    /* Optional: the k largest values of each row of x (activations, backend memory) with their
+     * columns, into host memory ids and vals [x->rows, k]: value-descending, the lowest column first
+     * among equal values, NaN counted as -inf; 1 <= k <= 64.  Sampling on the GPU: the host sampler
+     * then reads k candidates a row (model/sampler.h iris_sampler_sample_top), not the vocabulary. */
+    int (*get_topk)(iris_backend *b, const iris_tensor *x, int k, int32_t *ids, float *vals);
     /* Optional: n fp32 host values at src into dst (device) as activations; iris_backend_put_f32 uses it. */
     int (*put_f32)(iris_backend *b, void *dst, const float *src, size_t n);
 

@@ -6,10 +6,12 @@
  * for each batch size B, B sequences that share the prompt's cache blocks
  * (the prompt is rounded to whole blocks so each sequence's new tokens land
  * in blocks of its own) decode --gen-tokens steps, one token each a step.
- * Each step goes through iris_text_forward as the engine calls it: host
- * inputs uploaded, decode steps replayed from CUDA graphs (IRIS_CUDA_GRAPHS=0:
- * op by op), fp32 logits of every row downloaded — no sampling on the GPU
- * yet, so the figures include those copies.  Memory:
+ * Each step goes through the text decoder as the engine calls it for greedy
+ * requests: host inputs uploaded, decode steps replayed from CUDA graphs
+ * (IRIS_CUDA_GRAPHS=0: op by op), and each row's most likely tokens taken on
+ * the GPU (text.h iris_text_forward_top, a few past the one greedy needs, as
+ * the engine asks) and downloaded; --host-sampling downloads every row's fp32
+ * logits instead (the path of requests with penalties or logprobs).  Memory:
  * the arena (weights + KV cache + scratch, sized from the checkpoint) and
  * the device's used memory (cudaMemGetInfo; the whole device).
  * Figures are reported, never asserted (DESIGN.md). */
@@ -41,11 +43,13 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: iris bench MODEL [--batch 1,8,32,64] [--prompt-tokens N] [--gen-tokens N] [--device cuda|cpu]\n"
-               "                  [--image WxH|PATH] [--kv-cache-dtype bf16|fp8]\n\n"
+               "                  [--image WxH|PATH] [--kv-cache-dtype bf16|fp8] [--host-sampling]\n\n"
                "Prefill and decode speed of the text decoder, as JSON (tok/s per batch size, memory).\n"
                "--image: also the image path for one image (a WxH test picture, or a file) and a 20-token\n"
                "question: preprocessing ms, vision encoder ms, and time to first token through the engine\n"
-               "(median of 5, prefix cache off; the model needs its tokenizer.json).\n");
+               "(median of 5, prefix cache off; the model needs its tokenizer.json).\n"
+               "--host-sampling: decode steps download every row's fp32 logits (as requests with penalties or\n"
+               "logprobs do) instead of each row's most likely tokens picked on the GPU.\n");
 }
 
 static double now(void) {
@@ -202,6 +206,8 @@ typedef struct {
     int P, G, max_batch, prompt_blocks, blocks_per_seq;
     float *logits;
     int32_t *tok, *pos, *bt;
+    int host_sampling;
+    iris_text_top top;              /* greedy's candidates a row, as the engine asks */
 } bench;
 
 /* Step of `n_seqs` sequences after `past` tokens: one new token each. */
@@ -219,13 +225,15 @@ static int decode_step(bench *x, int n_seqs, int past, iris_err *err) {
         q[s].block_table = x->bt + (size_t)s * x->blocks_per_seq;
         q[s].logits_from = 0;
     }
-    int rc = iris_text_forward(&x->t, x->b, &x->kv, q, n_seqs, x->logits, NULL, NULL, err);
+    int rc = x->host_sampling ? iris_text_forward(&x->t, x->b, &x->kv, q, n_seqs, x->logits, NULL, NULL, err)
+                              : iris_text_forward_top(&x->t, x->b, &x->kv, q, n_seqs, x->logits, &x->top, err);
     free(q);
     return rc;
 }
 
 int iris_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *device = "cuda", *image = NULL, *kv_dtype = "bf16";
+    int host_sampling = 0;
     int batches[MAX_BATCHES] = {1, 8, 32, 64}, n_batches = 4;
     long P = 128, G = 32;
     for (int i = 1; i < argc; i++) {
@@ -248,6 +256,8 @@ int iris_cmd_bench(int argc, char **argv) {
                 return 2;
             }
             image = argv[++i];
+        } else if (!strcmp(a, "--host-sampling")) {
+            host_sampling = 1;
         } else if (!strcmp(a, "--kv-cache-dtype")) {
             kv_dtype = i + 1 < argc ? argv[++i] : "";
             if (iris_plan_kv_dtype_parse(kv_dtype) < 0) {
@@ -328,15 +338,25 @@ int iris_cmd_bench(int argc, char **argv) {
     x.tok = malloc(sizeof(int32_t) * rows);
     x.pos = malloc(sizeof(int32_t) * 3 * rows);
     x.bt = malloc(sizeof(int32_t) * (size_t)max_batch * x.blocks_per_seq);
-    if (!rc && (!x.logits || !x.tok || !x.pos || !x.bt)) rc = iris_err_set(&err, IRIS_ENOMEM, "out of memory");
+    /* greedy rows: the top 1 and 8 more for ties (engine.c TOP_TIE_MARGIN) */
+    x.host_sampling = host_sampling;
+    x.top.k = 9 < c->vocab_size ? 9 : c->vocab_size;
+    int *need = malloc(sizeof(int) * 2 * (size_t)max_batch);
+    x.top.need = need, x.top.whole = need ? need + max_batch : NULL;
+    x.top.ids = malloc(sizeof(int32_t) * (size_t)max_batch * x.top.k);
+    x.top.vals = malloc(sizeof(float) * (size_t)max_batch * x.top.k);
+    for (int s = 0; need && s < max_batch; s++) need[s] = 1;
+    if (!rc && (!x.logits || !x.tok || !x.pos || !x.bt || !need || !x.top.ids || !x.top.vals))
+        rc = iris_err_set(&err, IRIS_ENOMEM, "out of memory");
     if (rc) goto done;
     for (int s = 0; s < max_batch; s++)
         for (int j = 0; j < x.blocks_per_seq; j++)
             x.bt[(size_t)s * x.blocks_per_seq + j] = j < x.prompt_blocks ? j : x.prompt_blocks + s * own + (j - x.prompt_blocks);
 
     printf("{\"model\":\"%s\",\"device\":\"%s\",\"layers\":%d,\"hidden\":%d,\"fp8_linears\":%d,\"weights_bytes\":%zu,"
-           "\"load_s\":%.3f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"kv_cache_dtype\":\"%s\",\"decode_graphs\":%s",
+           "\"load_s\":%.3f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"kv_cache_dtype\":\"%s\",\"sampling\":\"%s\",\"decode_graphs\":%s",
            dir, device, c->num_hidden_layers, c->hidden_size, x.t.n_fp8, w_bytes, t_load, P, G, kv_dtype,
+           host_sampling || !x.b->get_topk ? "host, fp32 rows" : "top-k on the device",
            x.b->graph_begin && !(getenv("IRIS_CUDA_GRAPHS") && !strcmp(getenv("IRIS_CUDA_GRAPHS"), "0")) ? "true" : "false");
     fflush(stdout);
 
@@ -405,6 +425,7 @@ done:
     if (x.b) x.b->destroy(x.b);
     iris_st_close(st);
     free(x.logits), free(x.tok), free(x.pos), free(x.bt);
+    free(need), free(x.top.ids), free(x.top.vals);
     if (rc) {
         printf("\n");
         return iris_cli_fail(&err);

@@ -147,6 +147,10 @@ static int encode_images(iris_engine *e, iris_request *r, iris_err *err) {
     return IRIS_OK;
 }
 
+/* Candidates a row brings past what its request needs: ties at the boundary within this many
+ * are resolved on the host; a longer tie brings the whole row (text.c). */
+#define TOP_TIE_MARGIN 8
+
 /* Host buffers of one sequence's step: positions and its image rows. */
 typedef struct seq_buf {
     int32_t *pos;       /* [3][n_new] */
@@ -214,11 +218,14 @@ static int prepare(iris_engine *e, iris_request *r, iris_text_seq *ts, seq_buf *
     return IRIS_OK;
 }
 
-/* A sampled token: stream it, and finish the request when it ends. */
-static void emit_token(iris_engine *e, iris_request *r, const float *logits) {
+/* A sampled token: stream it, and finish the request when it ends.  The token comes from the
+ * whole row of logits, or (logits NULL) from the row's k most likely tokens ids/vals. */
+static void emit_token(iris_engine *e, iris_request *r, const float *logits, const int32_t *ids, const float *vals,
+                       int k) {
     iris_err err = {0};
     iris_sample_out so;
-    int tok = iris_sampler_sample(r->sampler, logits, &so, &err);
+    int tok = logits ? iris_sampler_sample(r->sampler, logits, &so, &err)
+                     : iris_sampler_sample_top(r->sampler, ids, vals, k, &so, &err);
     if (tok < 0 || iris_seq_append(&r->seq, tok, &err)) {
         fail(e, r, &err);
         return;
@@ -274,12 +281,35 @@ static void step(iris_engine *e) {
     iris_text_seq *ts = calloc((size_t)n, sizeof *ts);
     seq_buf *sb = calloc((size_t)n, sizeof *sb);
     if (!ts || !sb) rc = iris_err_set(&err, IRIS_ENOMEM, "out of memory for a step of %d sequences", n);
+    double t0 = iris_engine_now(), t_vis = 0;
     for (int i = 0; !rc && i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
+        double a = iris_engine_now();
         rc = encode_images(e, r, &err);
+        t_vis += iris_engine_now() - a;
         if (!rc) rc = prepare(e, r, &ts[i], &sb[i], &err);
     }
-    if (!rc) rc = iris_text_forward(&e->text, e->be, &e->kv, ts, n, e->logits, NULL, NULL, &err);
+    double t1 = iris_engine_now();
+    /* Sampling on the GPU where the backend can and the requests allow: each logits row then
+     * brings its most likely tokens (a few past what its request needs, for ties), not the
+     * vocabulary's fp32 logits. */
+    iris_text_top top = {.need = e->top_need, .whole = e->top_whole, .ids = e->top_ids, .vals = e->top_vals};
+    int n_lg = 0, max_need = 0;
+    for (int i = 0; !rc && e->be->get_topk && i < n; i++) {
+        iris_request *r = b->seqs[i]->ud;
+        if (!r->seq.want_logits) continue;
+        int need = r->logprobs ? 0 : iris_sampler_top_need(r->sampler);   /* logprobs: the whole row */
+        if (need > IRIS_TEXT_TOP_MAX - TOP_TIE_MARGIN) need = 0;
+        e->top_need[n_lg++] = need;
+        if (need > max_need) max_need = need;
+    }
+    top.k = max_need + TOP_TIE_MARGIN;
+    if (!rc)
+        rc = max_need > 0 ? iris_text_forward_top(&e->text, e->be, &e->kv, ts, n, e->logits, &top, &err)
+                          : iris_text_forward(&e->text, e->be, &e->kv, ts, n, e->logits, NULL, NULL, &err);
+    double t2 = iris_engine_now();
+    int n_rows = 0;
+    for (int i = 0; ts && i < n; i++) n_rows += ts[i].n_new;
     for (int i = 0; sb && i < n; i++) free(sb[i].pos), free(sb[i].img);
     free(ts), free(sb);
     if (rc) {
@@ -293,8 +323,15 @@ static void step(iris_engine *e) {
     for (int i = 0; i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
         if (!r->seq.want_logits) continue;
-        emit_token(e, r, e->logits + (size_t)row++ * V);
+        if (max_need > 0 && !e->top_whole[row])
+            emit_token(e, r, NULL, e->top_ids + (size_t)row * top.k, e->top_vals + (size_t)row * top.k, top.k);
+        else
+            emit_token(e, r, e->logits + (size_t)row * V, NULL, NULL, 0);
+        row++;
     }
+    iris_log(IRIS_LOG_DEBUG, "engine", "step: %d seqs, %d rows: vision %.2f ms, inputs %.2f ms, decoder %.2f ms, "
+             "sampling %.2f ms (%s)", n, n_rows, t_vis * 1e3, (t1 - t0 - t_vis) * 1e3, (t2 - t1) * 1e3,
+             (iris_engine_now() - t2) * 1e3, max_need > 0 ? "top-k rows" : "whole rows");
     /* Drop the embeddings of images whose tokens are all in the cache. */
     for (int i = 0; i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
@@ -535,7 +572,12 @@ static int load(iris_engine *e, iris_err *err) {
     if (!rc) rc = iris_sched_init(&e->sched, &so, e->pool, err);
     if (rc) return rc;
     e->logits = malloc(sizeof(float) * (size_t)o->max_num_seqs * tc->vocab_size);
-    if (!e->logits) return iris_err_set(err, IRIS_ENOMEM, "out of memory for the logits");
+    size_t S = (size_t)o->max_num_seqs;
+    e->top_need = malloc(S * (2 * sizeof(int) + IRIS_TEXT_TOP_MAX * (sizeof(int32_t) + sizeof(float))));
+    if (!e->logits || !e->top_need) return iris_err_set(err, IRIS_ENOMEM, "out of memory for the logits");
+    e->top_whole = e->top_need + S;
+    e->top_ids = (int32_t *)(e->top_whole + S);
+    e->top_vals = (float *)(e->top_ids + S * IRIS_TEXT_TOP_MAX);
     iris_log(IRIS_LOG_INFO, "engine", "%s on %s: %d layers, hidden %d, vocab %d; KV cache %d blocks (%d tokens, %.1f MiB, %s), "
              "context %d, %d seqs x %d tokens a step, prefix caching %s", e->dir, e->be->name, tc->num_hidden_layers,
              tc->hidden_size, tc->vocab_size, e->n_blocks, e->n_blocks * IRIS_KV_BLOCK,
@@ -563,6 +605,7 @@ static void unload(iris_engine *e) {
     iris_tok_free(e->tok);
     free(e->plan_text);
     free(e->logits);
+    free(e->top_need);
     free(e->inbox);
     free(e->done);
 }

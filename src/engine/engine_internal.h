@@ -76,6 +76,11 @@ struct iris_engine {
     int max_image_tokens;       /* images over this are refused at submit (0: no limit; CPU) */
     char *plan_text;            /* the memory plan's table (CUDA), for iris_engine_plan_text */
     float *logits;              /* [max_num_seqs, vocab] */
+    /* Sampling on the GPU (text.h iris_text_top): per logits row what it needs, whether it came
+     * whole, and its candidates; one allocation. */
+    int *top_need, *top_whole;  /* [max_num_seqs] */
+    int32_t *top_ids;           /* [max_num_seqs, IRIS_TEXT_TOP_MAX] */
+    float *top_vals;            /* [max_num_seqs, IRIS_TEXT_TOP_MAX] */
 
     pthread_t thread;
     int thread_started, joined;

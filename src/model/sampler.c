@@ -407,6 +407,102 @@ int iris_sampler_sample(iris_sampler *s, const float *logits, iris_sample_out *o
     return token;
 }
 
+/* ---- sampling from the most likely tokens ---- */
+
+int iris_sampler_top_need(const iris_sampler *s) {
+    const iris_sampling_params *p = &s->p;
+    if (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f ||
+        p->n_logprobs > 0)
+        return 0;
+    if (greedy(s)) return 1;
+    return p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
+}
+
+/* Positions 0..n of (w, id) pairs in the order key: 0 = id ascending, 1 = w descending then id. */
+static void order_top(const float *w, const int *id, int *pos, int n, int by_value) {
+    for (int i = 0; i < n; i++) pos[i] = i;
+    for (int i = 1; i < n; i++)         /* insertion sort: n is small */
+        for (int j = i; j > 0; j--) {
+            int a = pos[j - 1], c = pos[j];
+            int after = by_value ? (w[a] < w[c] || (w[a] == w[c] && id[a] > id[c])) : id[a] > id[c];
+            if (!after) break;
+            pos[j - 1] = c, pos[j] = a;
+        }
+}
+
+/* Steps 3-7 of sampler.h over the n most likely tokens, in the order and arithmetic of warp and
+ * iris_sampler_sample (the sums that run in id order there run in id order here too). */
+int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *vals, int n, iris_sample_out *out,
+                            iris_err *err) {
+    const iris_sampling_params *p = &s->p;
+    int need = iris_sampler_top_need(s);
+    if (need <= 0 || n < need || n > IRIS_SAMPLER_MAX_TOP || n > s->n_vocab)
+        return iris_err_set(err, IRIS_EINVAL, "sampling: %d candidates for a request that needs %d (0: the whole row)",
+                            n, need);
+    float w[IRIS_SAMPLER_MAX_TOP];
+    int id[IRIS_SAMPLER_MAX_TOP], pos[IRIS_SAMPLER_MAX_TOP], nf = 0;
+    for (int i = 0; i < n; i++) {
+        float v = isnan(vals[i]) ? -INFINITY : vals[i];
+        if (!(v > -INFINITY)) break;                /* sorted: the rest is -inf too */
+        if (ids[i] < 0 || ids[i] >= s->n_vocab || (i > 0 && !(v <= w[i - 1])))
+            return iris_err_set(err, IRIS_EINVAL, "sampling: candidate %d (id %d) out of order or range", i, ids[i]);
+        w[i] = v, id[i] = ids[i], nf++;
+    }
+    if (nf == 0) return iris_err_set(err, IRIS_EINVAL, "sampling: all %d logits are NaN or -inf", s->n_vocab);
+    int token = id[0];                              /* greedy: the maximum, lowest id on ties */
+    if (!greedy(s)) {
+        int k = p->top_k;
+        if (p->temperature != 1.0f)
+            for (int i = 0; i < nf; i++) w[i] = w[i] / p->temperature;
+        float m = w[0];
+        /* Fewer finite values than k in the row (the list ends in -inf): all of them are kept. */
+        float thr = nf < k ? -INFINITY : w[k - 1];
+        int kept = 0;
+        while (kept < nf && w[kept] >= thr) kept++;
+        if (kept == n)                              /* the tie at the k-th value may go on past the list */
+            return iris_err_set(err, IRIS_ELIMIT, "sampling: the top-%d boundary is tied past %d candidates", k, n);
+        /* warp: the normalizer over the top-k set (summed in id order), then min-p. */
+        double z_ref = 0.0, minp_cut = p->min_p > 0.0f ? log((double)p->min_p) : -INFINITY;
+        order_top(w, id, pos, kept, 0);
+        for (int i = 0; i < kept; i++) z_ref += exp((double)w[pos[i]] - m);
+        int nc = 0;
+        for (int i = 0; i < kept; i++)
+            if ((double)w[i] - m >= minp_cut) w[nc] = w[i], id[nc] = id[i], nc++;
+        order_top(w, id, pos, nc, 1);              /* warp's qsort: w descending, then id */
+        int keep = nc;
+        if (p->top_p < 1.0f) {
+            double above = 0.0;
+            for (keep = 0; keep < nc; keep++) {
+                if (keep > 0 && above >= (double)p->top_p) break;
+                above += exp((double)w[pos[keep]] - m) / z_ref;
+            }
+        }
+        double mass = 0.0;
+        float kw[IRIS_SAMPLER_MAX_TOP];
+        int kid[IRIS_SAMPLER_MAX_TOP];
+        for (int i = 0; i < keep; i++) {
+            mass += exp((double)w[pos[i]] - m);
+            kw[i] = w[pos[i]], kid[i] = id[pos[i]];
+        }
+        /* The draw walks the kept tokens in id order, as iris_sampler_sample. */
+        order_top(kw, kid, pos, keep, 0);
+        double u = uniform01(s->rng) * mass, acc = 0.0;
+        token = kid[pos[keep - 1]];
+        for (int i = 0; i < keep; i++) {
+            acc += exp((double)kw[pos[i]] - m);
+            if (u < acc) {
+                token = kid[pos[i]];
+                break;
+            }
+        }
+    }
+    if (out) {
+        memset(out, 0, sizeof *out);
+        out->token = token;
+    }
+    return token;
+}
+
 int iris_sampler_probs(iris_sampler *s, const float *logits, float *probs, iris_err *err) {
     int top = penalize(s, logits);
     if (top < 0)

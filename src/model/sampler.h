@@ -37,6 +37,7 @@
 
 #define IRIS_SAMPLER_MAX_STOP_IDS 16
 #define IRIS_SAMPLER_MAX_LOGPROBS 20
+#define IRIS_SAMPLER_MAX_TOP 256     /* most candidates iris_sampler_sample_top takes */
 
 typedef enum iris_finish {
     IRIS_FINISH_NONE = 0,   /* keep going */
@@ -93,6 +94,23 @@ int iris_sampler_sample(iris_sampler *s, const float *logits, iris_sample_out *o
  * IRIS_FINISH_LENGTH when max_tokens tokens have been generated, else NONE. */
 iris_finish iris_sampler_accept(iris_sampler *s, int token);
 int iris_sampler_n_generated(const iris_sampler *s);
+
+/* ---- sampling from a row's most likely tokens (the GPU path) ----
+ * A backend that can return the k largest logits of a row (backend.h get_topk) saves
+ * downloading and scanning the whole vocabulary.  For a request without penalties or
+ * logprobs, greedy needs the top 1 and top-k sampling the top top_k (ties at the k-th value
+ * included): on those the steps of this file give exactly the token the whole row would.
+ * iris_sampler_top_need says how many a request needs (0: it needs the whole row). */
+int iris_sampler_top_need(const iris_sampler *s);
+/* Pick the next token from the n most likely tokens of the row: ids and vals (the logits,
+ * NaN as -inf) in value-descending order, lowest id first among equal values, with
+ * iris_sampler_top_need(s) <= n <= IRIS_SAMPLER_MAX_TOP (give a few more than needed: ties).
+ * The same token as iris_sampler_sample over the whole row and the same PRNG draw, or
+ * IRIS_ELIMIT when the n given are not enough (the k-th value is tied up to the n-th: the
+ * caller samples from the whole row instead).  out->logprob and the top logprobs are not
+ * filled (requests that want them need the whole row). */
+int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *vals, int n, iris_sample_out *out,
+                            iris_err *err);
 
 /* The distribution step 7 draws from, written to probs [n_vocab] (zeros for
  * removed tokens; sums to 1).  Greedy gives a one-hot.  For tests and for

@@ -344,8 +344,36 @@ static graph_layout graph_layout_of(const iris_text_config *c, size_t es, int ro
         }                                                                      \
     } while (0)
 
-int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const iris_text_seq *seqs, int n_seqs,
-                      float *logits, iris_text_trace_fn trace, void *trace_ud, iris_err *err) {
+/* The requested rows' candidates (top) or whole rows (logits), once the logits are on the device. */
+static int logits_out(iris_backend *b, const void *d_lg, int n_logits, int V, float *logits, iris_text_top *top) {
+    size_t es = iris_dtype_size(b->act);
+    if (!top || !b->get_topk) {
+        if (top)
+            for (int i = 0; i < n_logits; i++) top->whole[i] = 1;
+        return iris_backend_get_f32(b, logits, d_lg, (size_t)n_logits * V);
+    }
+    int any_top = 0, k = top->k;
+    for (int i = 0; i < n_logits; i++) any_top |= top->need[i] > 0;
+    if (any_top) {
+        iris_tensor lg = act((void *)d_lg, b->act, n_logits, V);
+        int rc = b->get_topk(b, &lg, k, top->ids, top->vals);
+        if (rc) return rc;
+    }
+    for (int i = 0; i < n_logits; i++) {
+        int need = top->need[i];
+        /* whole: asked for, or the tie at the need-th value runs to the k-th (more may follow) */
+        const float *v = top->vals + (size_t)i * k;
+        top->whole[i] = need <= 0 || need > k || !(v[need - 1] > v[k - 1]);
+        if (top->whole[i]) {
+            int rc = iris_backend_get_f32(b, logits + (size_t)i * V, (const char *)d_lg + (size_t)i * V * es, (size_t)V);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const iris_text_seq *seqs, int n_seqs,
+                   float *logits, iris_text_top *top, iris_text_trace_fn trace, void *trace_ud, iris_err *err) {
     const iris_text_config *c = &t->cfg;
     const int H = c->hidden_size, FF = c->intermediate_size, hd = c->head_dim;
     const int nq = c->num_attention_heads, nkv = c->num_key_value_heads, L = c->num_hidden_layers;
@@ -559,7 +587,7 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
         OP(b->graph_replay(b, slot->graph));
     }
 logits_out:
-    if (n_logits > 0) OP(iris_backend_get_f32(b, logits, d_lg, (size_t)n_logits * V));
+    if (n_logits > 0) OP(logits_out(b, d_lg, n_logits, V, logits, top));
     OP(b->sync(b));
 
 done:
@@ -573,4 +601,16 @@ done:
     step_free(&m);
     free(hm), free(himg), free(h_trace);
     return rc;
+}
+
+int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const iris_text_seq *seqs, int n_seqs,
+                      float *logits, iris_text_trace_fn trace, void *trace_ud, iris_err *err) {
+    return forward(t, b, kv, seqs, n_seqs, logits, NULL, trace, trace_ud, err);
+}
+
+int iris_text_forward_top(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const iris_text_seq *seqs,
+                          int n_seqs, float *logits, iris_text_top *top, iris_err *err) {
+    if (top && (top->k < 1 || top->k > IRIS_TEXT_TOP_MAX))
+        return iris_err_set(err, IRIS_EINVAL, "text step: %d candidates a row (1..%d)", top->k, IRIS_TEXT_TOP_MAX);
+    return forward(t, b, kv, seqs, n_seqs, logits, top, NULL, NULL, err);
 }

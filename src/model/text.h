@@ -102,4 +102,24 @@ typedef void (*iris_text_trace_fn)(void *ud, int il, const float *h, int n_rows,
 int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const iris_text_seq *seqs, int n_seqs,
                       float *logits, iris_text_trace_fn trace, void *trace_ud, iris_err *err);
 
+/* Sampling on the GPU: a step can return, for each logits row, only its `k` most likely tokens
+ * (the backend's get_topk), which is all a request without penalties or logprobs needs
+ * (model/sampler.h iris_sampler_top_need); rows that need more come whole.  need[i] is what
+ * row i needs (0: the whole row); the step sets whole[i] where row i went to logits whole
+ * (asked for, the backend has no get_topk, or the tie at its need-th value runs to the k-th, so
+ * the k given might not be enough).  ids/vals [rows, k] hold the candidates of the other rows,
+ * value-descending, lowest id first among equals. */
+#define IRIS_TEXT_TOP_MAX 64
+typedef struct iris_text_top {
+    int k;                  /* 1..IRIS_TEXT_TOP_MAX */
+    const int *need;        /* [rows] */
+    int *whole;             /* [rows], out */
+    int32_t *ids;           /* [rows, k], out */
+    float *vals;            /* [rows, k], out */
+} iris_text_top;
+
+/* iris_text_forward (no trace) returning candidates as `top` says; whole rows into logits. */
+int iris_text_forward_top(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const iris_text_seq *seqs,
+                          int n_seqs, float *logits, iris_text_top *top, iris_err *err);
+
 #endif

@@ -35,6 +35,12 @@ int iris_cuda_mem_info(iris_backend *b, iris_cuda_mem *m);
  * measurements; the default comes from the benchmark (see cuda_linear.cu). */
 void iris_cuda_set_gemv_rows(iris_backend *b, int rows);
 
+/* FP8 weights, larger batches: 1 multiplies on FP8 tensor cores with the activations quantized
+ * per token and 128 columns (W8A8, sm_90 only; cuda_linear.cu), 0 (default) dequantizes the
+ * weight to BF16 tiles for cuBLASLt (W8A16, transformers' numbers).  Default from
+ * $IRIS_CUDA_FP8_MMA at open.  Returns 1 where the device has it (sm_90), else 0 (and it stays off). */
+int iris_cuda_set_fp8_mma(iris_backend *b, int on);
+
 /* Flash attention kernel: 0 register-resident mma.sync (default), 1 WMMA with
  * the output tile in shared memory (kept as the check and the baseline). */
 void iris_cuda_set_attn_impl(iris_backend *b, int impl);

@@ -51,6 +51,8 @@ struct cuda_ctx {
     size_t attn_part_elems;
 
     int w8_max_rows;
+    int fp8_mma_noted;      /* said once that cuBLASLt had no block-scaled FP8 algorithm */
+    int fp8_mma;            /* FP8 linears of larger batches on FP8 tensor cores (W8A8), iris_cuda_set_fp8_mma */
     int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu) */
     uint16_t *pinned;       /* page-locked host staging for get_f32 (host memory, grown as needed) */
     size_t pinned_bytes;
@@ -89,6 +91,8 @@ int iris_cuda_add_rows(iris_backend *b, iris_tensor *y, const int32_t *idx, cons
 int iris_cuda_get_rows(iris_backend *b, const iris_tensor *x, const int32_t *idx, int n, iris_tensor *y);
 int iris_cuda_interp4(iris_backend *b, const iris_tensor *table, const int32_t *idx, const float *w, int n,
                       iris_tensor *y);
+
+int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, int32_t *ids, float *vals); /* cuda_sample.cu */
 
 /* Sets the optional fused ops of backend.h (cuda_fused.cu). */
 void iris_cuda_fused_init(iris_backend *b);

@@ -16,13 +16,13 @@
  *  - FP8 (and F16/F32) weights, larger batches: the weight is dequantized to
  *    BF16 in row chunks into the scratch carved at open (ctx->dq), each chunk
  *    multiplied by cuBLASLt.  Compute-bound for prefill-sized n, where the
- *    chunk round trip is a few percent.  (FP8 tensor cores with per-token
- *    activation quantization are not used: they change the numbers, and the
- *    measurement that would justify them is still to do.)
+ *    chunk round trip is a few percent.  FP8 tensor cores with per-token-group
+ *    activation quantization (W8A8, below) are opt-in: they change the numbers.
  *    F32/F16 weights are rounded to BF16 on the way (the CUDA backend computes
  *    in bf16, DESIGN.md "Numerics").
  * cuBLASLt descriptors and the chosen algorithm are cached per shape, so a
  * repeated shape costs no heuristic query. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,6 +293,175 @@ static int lt_matmul(iris_backend *b, const bf16 *w, int64_t ldw, const bf16 *x,
     return 0;
 }
 
+/* ---- W8A8: FP8 tensor cores with per-token-group activation scales (sm_90, opt-in) ----------
+ * x is quantized per row and per 128 columns to e4m3 with scale amax / 448 (vLLM's and DeepSeek's
+ * dynamic 1x128 activation quantization), and cuBLASLt multiplies the codes with the weight's
+ * 128x128 block scales (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F for W, VEC128_32F for x).
+ * Scale layouts (as torch's _scaled_mm hands them to cuBLASLt): W's [out/128, in/128] row-major,
+ * as stored; x's [in/128, n], the token index contiguous (outer-dimension major).
+ * It changes the numbers (x is rounded to 3 mantissa bits before the product), so it is used
+ * only when asked for (iris_cuda_set_fp8_mma, IRIS_CUDA_FP8_MMA=1; the measurement of speed and
+ * error against the dequantizing path is in DESIGN.md). */
+
+/* One warp per (row, 128-column group): 4 values a lane.  Rows n_real..n-1 are padding (zeros,
+ * scale 1): cuBLASLt's VEC128 scales want the row count a multiple of 4. */
+__global__ void k_quant_act_128(const bf16 *x, int64_t ldx, int64_t n, int64_t n_real, int64_t in, uint8_t *xq,
+                                float *xs) {
+    int64_t groups = in / 128, w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x & 31;
+    if (w >= n * groups) return;
+    int64_t r = w / groups, g = w % groups;
+    float v[4] = {0, 0, 0, 0}, amax = 0.0f;
+    if (r < n_real) {
+        const bf16 *xr = x + r * ldx + g * 128 + lane * 4;
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] = bf2f(xr[i]), amax = fmaxf(amax, fabsf(v[i]));
+    }
+    amax = warp_max(amax);
+    float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+    uint32_t q = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) q |= (uint32_t)__nv_cvt_float_to_fp8(v[i] / sc, __NV_SATFINITE, __NV_E4M3) << (8 * i);
+    *(uint32_t *)(xq + r * in + g * 128 + lane * 4) = q;
+    if (lane == 0) xs[g * n + r] = sc;
+}
+
+struct lt_plan8 {
+    int64_t m, n, k, lda, ldc;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    int valid, failed;
+};
+static lt_plan8 g_plans8[LT_CACHE];
+static int g_next_plan8, g_plan8_status; /* the last heuristic query's status and count, for the message */
+
+static lt_plan8 *plan8_get(cuda_ctx *cx, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldc, const void *sa,
+                           const void *sb) {
+    for (int i = 0; i < LT_CACHE; i++) {
+        lt_plan8 *p = &g_plans8[i];
+        if ((p->valid || p->failed) && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldc == ldc)
+            return p->valid ? p : NULL;
+    }
+    lt_plan8 *p = &g_plans8[g_next_plan8];
+    g_next_plan8 = (g_next_plan8 + 1) % LT_CACHE;
+    if (p->valid) {
+        cublasLtMatmulDescDestroy(p->op);
+        cublasLtMatrixLayoutDestroy(p->a);
+        cublasLtMatrixLayoutDestroy(p->b);
+        cublasLtMatrixLayoutDestroy(p->c);
+    }
+    memset(p, 0, sizeof *p);
+    p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldc = ldc;
+    cublasOperation_t tr = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+    int32_t blk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    p->failed = 1;
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return NULL;
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &tr, sizeof tr);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &blk, sizeof blk);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec);
+    /* the heuristic may look at the scale pointers: this call's (set again before each matmul) */
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
+    cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)m, lda);
+    cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)n, k);
+    cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, (uint64_t)m, (uint64_t)n, ldc);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    uint64_t ws = cx->lt_ws_bytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cx->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    g_plan8_status = st != CUBLAS_STATUS_SUCCESS ? (int)st : -found;
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+        cublasLtMatmulDescDestroy(p->op);
+        cublasLtMatrixLayoutDestroy(p->a);
+        cublasLtMatrixLayoutDestroy(p->b);
+        cublasLtMatrixLayoutDestroy(p->c);
+        return NULL;   /* remembered as failed: the dequantizing path from then on for this shape */
+    }
+    p->failed = 0, p->valid = 1;
+    p->algo = res.algo;
+    return p;
+}
+
+/* One block-scaled FP8 product of n rows (a multiple of 4; rows past n_real are padding) of x into
+ * y; xq/xs/the plan from the dequantization scratch.  1: done; 0: cuBLASLt has no algorithm. */
+static int w8a8_rows(iris_backend *b, const bf16 *x, int64_t ldx, int64_t n, int64_t n_real, const iris_tensor *w,
+                     bf16 *y, int64_t ldy) {
+    cuda_ctx *cx = cuda_of(b);
+    int64_t in = w->cols, out = w->rows;
+    uint8_t *xq = (uint8_t *)cx->dq;
+    float *xs = (float *)(((uintptr_t)(xq + (size_t)n * in) + 255) & ~(uintptr_t)255);
+    lt_plan8 *p = plan8_get(cx, out, n, in, tld(w), ldy, w->scale, xs);
+    if (!p) {
+        if (!cx->fp8_mma_noted)
+            fprintf(stderr, "iris: cuBLASLt offers no block-scaled FP8 algorithm for [%lld,%lld]·[%lld,%lld]ᵀ "
+                    "(status %d): dequantizing instead\n", (long long)n, (long long)in, (long long)out, (long long)in,
+                    g_plan8_status);
+        cx->fp8_mma_noted = 1;
+        return 0;
+    }
+    int64_t warps = n * (in / 128), blocks = (warps * 32 + 255) / 256;
+    k_quant_act_128<<<(unsigned)blocks, 256, 0, cx->stream>>>(x, ldx, n, n_real, in, xq, xs);
+    int rc = iris_cuda_check(b, "linear (quantize activations)");
+    if (rc) return rc;
+    const void *sa = w->scale, *sb = xs;
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
+    float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st = cublasLtMatmul(cx->lt, p->op, &one, w->data, p->a, xq, p->b, &zero, y, p->c, y, p->c, &p->algo,
+                                       cx->lt_ws, cx->lt_ws_bytes, cx->stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return iris_cuda_fail(b, IRIS_EDEVICE, "cuda linear: FP8 cublasLtMatmul failed (status %d) for [%lld,%lld]·"
+                              "[%lld,%lld]ᵀ", (int)st, (long long)n, (long long)in, (long long)out, (long long)in);
+    return 1;
+}
+
+/* 1: done; 0: not applicable here (the caller dequantizes); < 0: an error.  Rows go in chunks of a
+ * multiple of 4 straight into y; the last 1-3 rows are padded to 4 and go through a small
+ * product into the scratch, then copied. */
+static int linear_w8a8(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const void *bias, int bdt,
+                       iris_tensor *y) {
+    cuda_ctx *cx = cuda_of(b);
+    int64_t n = x->rows, in = w->cols, out = w->rows;
+    if (!cx->fp8_mma || cx->prop.major != 9 || w->block[0] != 128 || w->block[1] != 128 || in % 128 ||
+        out % 16 || tld(y) % 8 || !is_aligned16(w->data) || tld(w) % 16)
+        return 0;
+    size_t scratch = cx->dq_elems * sizeof(bf16), per_row = (size_t)in + (size_t)in / 128 * sizeof(float);
+    int64_t chunk = (int64_t)((scratch - 512) / per_row) & ~(int64_t)3;
+    size_t tail_bytes = 4 * per_row + 512 + 4 * (size_t)out * sizeof(bf16);
+    if (chunk < 4 || tail_bytes > scratch) return 0;
+    const bf16 *xd = (const bf16 *)x->data;
+    bf16 *yd = (bf16 *)y->data;
+    int64_t main_rows = n & ~(int64_t)3;
+    /* 0 from a product (no algorithm for that shape): the caller's dequantizing path redoes every row */
+    for (int64_t r0 = 0; r0 < main_rows; r0 += chunk) {
+        int64_t nr = main_rows - r0 < chunk ? main_rows - r0 : chunk;
+        int rc = w8a8_rows(b, xd + r0 * tld(x), tld(x), nr, nr, w, yd + r0 * tld(y), tld(y));
+        if (rc != 1) return rc;
+    }
+    if (n > main_rows) {    /* the last n % 4 rows */
+        int64_t nr = n - main_rows;
+        bf16 *ypad = (bf16 *)((char *)cx->dq + ((4 * per_row + 511) & ~(size_t)255));
+        int rc = w8a8_rows(b, xd + main_rows * tld(x), tld(x), 4, nr, w, ypad, out);
+        if (rc != 1) return rc;
+        if (cudaMemcpy2DAsync(yd + main_rows * tld(y), tld(y) * sizeof(bf16), ypad, out * sizeof(bf16),
+                              out * sizeof(bf16), nr, cudaMemcpyDeviceToDevice, cx->stream) != cudaSuccess)
+            return iris_cuda_status(b, cudaGetLastError(), "linear (W8A8 tail rows)");
+    }
+    if (bias) {
+        int64_t bl = (n * out + 255) / 256;
+        k_add_bias<<<(unsigned)(bl > 65536 ? 65536 : bl), 256, 0, cx->stream>>>(yd, tld(y), n, out, bias, bdt);
+        int rc = iris_cuda_check(b, "linear (bias)");
+        if (rc) return rc;
+    }
+    return 1;
+}
+
 /* ---- the op -------------------------------------------------------------------------------- */
 
 /* The decode path applies: few rows, BF16 activations of the right shapes, BF16 or FP8 weights
@@ -423,6 +592,10 @@ int iris_cuda_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w
         return lt_matmul(b, (const bf16 *)w->data, tld(w), (const bf16 *)x->data, tld(x), (bf16 *)y->data, tld(y), out, n,
                          in, bp, bdt);
 
+    if (fp8) {
+        int rc = linear_w8a8(b, x, w, bp, bdt, y);
+        if (rc) return rc < 0 ? rc : 0;
+    }
     /* Dequantize row chunks into the scratch, multiply each. */
     int64_t chunk = (int64_t)cx->dq_elems / in;
     if (fp8 && chunk > w->block[0]) chunk -= chunk % w->block[0];

@@ -196,6 +196,12 @@ extern "C" int iris_cuda_mem_info(iris_backend *b, iris_cuda_mem *m) {
 
 extern "C" void iris_cuda_set_gemv_rows(iris_backend *b, int rows) { cuda_of(b)->w8_max_rows = rows; }
 extern "C" void iris_cuda_set_attn_impl(iris_backend *b, int impl) { cuda_of(b)->attn_impl = impl; }
+extern "C" int iris_cuda_set_fp8_mma(iris_backend *b, int on) {
+    cuda_ctx *c = cuda_of(b);
+    int has = c->prop.major == 9;
+    c->fp8_mma = has && on;
+    return has;
+}
 
 struct iris_cuda_graph {
     cudaGraph_t graph;
@@ -338,6 +344,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->attn_part_elems = ATTN_PART_ELEMS;
     c->attn_part = (float *)arena_alloc(c, c->attn_part_elems * 4);
     c->w8_max_rows = 16;
+    const char *mma = getenv("IRIS_CUDA_FP8_MMA");
+    c->fp8_mma = mma && !strcmp(mma, "1") && c->prop.major == 9;
 
     b->name = "cuda";
     b->act = IRIS_DT_BF16;
@@ -367,6 +375,7 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     iris_cuda_linear_fused_init(b);
     b->get_f32 = cu_get_f32;
     b->put_f32 = cu_put_f32;
+    b->get_topk = iris_cuda_get_topk;
     b->graph_begin = iris_cuda_graph_begin;
     b->graph_end = cu_graph_end;
     b->graph_replay = cu_graph_replay;
