@@ -28,6 +28,12 @@
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_backend.h"
 
+static uint16_t to_bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
 static float max_abs_diff(const float *a, const float *b, int64_t n) {
     float d = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -38,7 +44,10 @@ static float max_abs_diff(const float *a, const float *b, int64_t n) {
 }
 
 /* Logits of every position of a scenario, on backend b (weights uploaded there). */
-static int run_scenario(iris_text *t, iris_backend *b, const char *model, const char *s, float *logits, int *n_out) {
+/* bf16: the image rows go in as bf16 bits (image_embeds16, rounded to nearest even as the backend's
+ * put_f32 rounds fp32 rows), the engine's form on the GPU. */
+static int run_scenario(iris_text *t, iris_backend *b, const char *model, const char *s, float *logits, int *n_out,
+                        int bf16) {
     char p[256];
     tiny_arr ids, pos, emb = {0}, ds = {0};
     snprintf(p, sizeof p, "inputs/%s/input_ids.npy", s);
@@ -58,10 +67,19 @@ static int run_scenario(iris_text *t, iris_backend *b, const char *model, const 
     for (int i = 0; i < 64; i++) bt[i] = 63 - i; /* blocks in reverse: the paging must be followed */
     iris_text_seq q = {0};
     q.n_new = n, q.tokens = tok, q.pos = pos3, q.pos_stride = n, q.block_table = bt, q.logits_from = 0;
+    uint16_t *e16 = NULL, *d16 = NULL;
     if (emb.f32) {
         q.image_embeds = emb.f32;
         q.n_deepstack = (int)ds.shape[0];
         for (int d = 0; d < q.n_deepstack; d++) q.deepstack[d] = ds.f32 + (size_t)d * emb.shape[0] * emb.shape[1];
+        if (bf16) {
+            e16 = malloc(sizeof(uint16_t) * emb.n), d16 = malloc(sizeof(uint16_t) * (ds.n ? ds.n : 1));
+            for (int64_t i = 0; i < (int64_t)emb.n; i++) e16[i] = to_bf16_bits(emb.f32[i]);
+            for (int64_t i = 0; i < (int64_t)ds.n; i++) d16[i] = to_bf16_bits(ds.f32[i]);
+            q.image_embeds = NULL, q.image_embeds16 = e16;
+            for (int d = 0; d < q.n_deepstack; d++)
+                q.deepstack[d] = NULL, q.deepstack16[d] = d16 + (size_t)d * emb.shape[0] * emb.shape[1];
+        }
     }
     iris_kv_cache kv;
     iris_err err = {0};
@@ -69,7 +87,7 @@ static int run_scenario(iris_text *t, iris_backend *b, const char *model, const 
     if (!rc) rc = iris_text_forward(t, b, &kv, &q, 1, logits, NULL, NULL, &err);
     if (rc) fprintf(stderr, "  %s/%s on %s: %s\n", model, s, b->name, err.msg);
     iris_kv_cache_free(&kv);
-    free(tok), free(pos3);
+    free(tok), free(pos3), free(e16), free(d16);
     tiny_free(&ids), tiny_free(&pos), tiny_free(&emb), tiny_free(&ds);
     *n_out = n;
     return rc;
@@ -111,8 +129,17 @@ IRIS_TEST(gpu_text_tiny_fixtures) {
             if (ref.ndim == 2) n = (int)ref.shape[0];
             float *lg = malloc(sizeof(float) * (size_t)ref.n), *lc = malloc(sizeof(float) * (size_t)ref.n);
             int ng = 0, nc = 0;
-            int rg = run_scenario(&tg, gpu, models[mi], scen[si], lg, &ng);
-            int rcpu = run_scenario(&tc, cpu, models[mi], scen[si], lc, &nc);
+            int rg = run_scenario(&tg, gpu, models[mi], scen[si], lg, &ng, 0);
+            int rcpu = run_scenario(&tc, cpu, models[mi], scen[si], lc, &nc, 0);
+            if (rg == 0) {
+                /* image rows as bf16 bits (uploaded as they are): the same logits, bit for bit */
+                float *l16 = malloc(sizeof(float) * (size_t)ref.n);
+                int n16 = 0;
+                CHECK(run_scenario(&tg, gpu, models[mi], scen[si], l16, &n16, 1) == 0);
+                CHECKF(n16 == ng && max_abs_diff(l16, lg, (int64_t)ng * tg.cfg.vocab_size) == 0,
+                       "%s/%s: bf16 image rows give other logits", models[mi], scen[si]);
+                free(l16);
+            }
             CHECKF(rg == 0 && rcpu == 0, "%s/%s: forward failed", models[mi], scen[si]);
             if (rg == 0 && rcpu == 0) {
                 n = ng;

@@ -131,7 +131,8 @@ static int encode_images(iris_engine *e, iris_request *r, iris_err *err) {
         iris_seq_image *im = &q->images[i];
         if (!im->ready && im->start < hi && im->start + im->n_tokens > lo) {
             const float *px = r->prompt.pixel_values + row0 * pd;
-            int rc = e->on_gpu ? iris_vision_encode_on(&e->vis, e->be, px, rows, g, 1, &r->vout[i], NULL, err)
+            /* on the GPU the rows stay bf16 on their way to the decoder (no fp32 round trip) */
+            int rc = e->on_gpu ? iris_vision_encode_bf16(&e->vis, e->be, px, rows, g, 1, &r->vout[i], err)
                                : iris_vision_encode(&e->vis, px, rows, g, 1, &r->vout[i], NULL, err);
             if (rc) return rc;
             if (r->vout[i].n_tokens != im->n_tokens)
@@ -154,7 +155,7 @@ static int encode_images(iris_engine *e, iris_request *r, iris_err *err) {
 /* Host buffers of one sequence's step: positions and its image rows. */
 typedef struct seq_buf {
     int32_t *pos;       /* [3][n_new] */
-    float *img;         /* [(1 + n_ds) * n_img_rows, hidden] */
+    void *img;          /* [(1 + n_ds) * n_img_rows, hidden], fp32 or bf16 as the encoder's rows */
 } seq_buf;
 
 static int prepare(iris_engine *e, iris_request *r, iris_text_seq *ts, seq_buf *sb, iris_err *err) {
@@ -190,31 +191,47 @@ static int prepare(iris_engine *e, iris_request *r, iris_text_seq *ts, seq_buf *
         int a = im->start > c0 ? im->start : c0, b = im->start + im->n_tokens < c0 + n ? im->start + im->n_tokens : c0 + n;
         if (b > a) n_touch++, only = i;
     }
+    /* Rows are fp32 (CPU) or bf16 bits (GPU: iris_vision_encode_bf16), as the encoder left them. */
+    int b16 = r->vout[only].embeds16 != NULL;
+    size_t es = b16 ? sizeof(uint16_t) : sizeof(float);
+#define ROWS(i, d) ((const char *)((d) < 0 ? (b16 ? (const void *)r->vout[i].embeds16 : (const void *)r->vout[i].embeds) \
+                                            : (b16 ? (const void *)r->vout[i].deepstack16 : (const void *)r->vout[i].deepstack)))
+    const char *emb = NULL, *ds[IRIS_MAX_DEEPSTACK] = {0};
     if (n_touch == 1) {
         const iris_seq_image *im = &q->images[only];
-        size_t off = (size_t)((im->start > c0 ? im->start : c0) - im->start) * H;
-        ts->image_embeds = im->embeds + off;
-        ts->n_deepstack = n_ds;
-        for (int d = 0; d < n_ds; d++) ts->deepstack[d] = im->deepstack + (size_t)d * im->n_tokens * H + off;
-        return IRIS_OK;
+        size_t off = (size_t)((im->start > c0 ? im->start : c0) - im->start) * H * es;
+        emb = ROWS(only, -1) + off;
+        for (int d = 0; d < n_ds; d++) ds[d] = ROWS(only, d) + (size_t)d * im->n_tokens * H * es + off;
+    } else {
+        sb->img = malloc(es * (size_t)n_rows * H * (1 + (size_t)n_ds));
+        if (!sb->img) return iris_err_set(err, IRIS_ENOMEM, "out of memory for %d image rows", n_rows);
+        char *img = sb->img;
+        int at = 0;
+        for (int i = 0; i < q->n_images; i++) {
+            const iris_seq_image *im = &q->images[i];
+            int a = im->start > c0 ? im->start : c0, b = im->start + im->n_tokens < c0 + n ? im->start + im->n_tokens : c0 + n;
+            if (b <= a) continue;
+            if ((r->vout[i].embeds16 != NULL) != b16)
+                return iris_err_set(err, IRIS_EINVAL, "image %d: rows of another type than the others", i + 1);
+            size_t off = (size_t)(a - im->start) * H * es, len = (size_t)(b - a) * H * es;
+            memcpy(img + (size_t)at * H * es, ROWS(i, -1) + off, len);
+            for (int d = 0; d < n_ds; d++)
+                memcpy(img + ((size_t)(1 + d) * n_rows + at) * H * es, ROWS(i, d) + (size_t)d * im->n_tokens * H * es + off,
+                       len);
+            at += b - a;
+        }
+        emb = img;
+        for (int d = 0; d < n_ds; d++) ds[d] = img + (size_t)(1 + d) * n_rows * H * es;
     }
-    sb->img = malloc(sizeof *sb->img * (size_t)n_rows * H * (1 + (size_t)n_ds));
-    if (!sb->img) return iris_err_set(err, IRIS_ENOMEM, "out of memory for %d image rows", n_rows);
-    int at = 0;
-    for (int i = 0; i < q->n_images; i++) {
-        const iris_seq_image *im = &q->images[i];
-        int a = im->start > c0 ? im->start : c0, b = im->start + im->n_tokens < c0 + n ? im->start + im->n_tokens : c0 + n;
-        if (b <= a) continue;
-        size_t off = (size_t)(a - im->start) * H, len = (size_t)(b - a) * H;
-        memcpy(sb->img + (size_t)at * H, im->embeds + off, len * sizeof(float));
-        for (int d = 0; d < n_ds; d++)
-            memcpy(sb->img + ((size_t)(1 + d) * n_rows + at) * H,
-                   im->deepstack + (size_t)d * im->n_tokens * H + off, len * sizeof(float));
-        at += b - a;
-    }
-    ts->image_embeds = sb->img;
+#undef ROWS
     ts->n_deepstack = n_ds;
-    for (int d = 0; d < n_ds; d++) ts->deepstack[d] = sb->img + (size_t)(1 + d) * n_rows * H;
+    if (b16) {
+        ts->image_embeds16 = (const uint16_t *)emb;
+        for (int d = 0; d < n_ds; d++) ts->deepstack16[d] = (const uint16_t *)ds[d];
+    } else {
+        ts->image_embeds = (const float *)emb;
+        for (int d = 0; d < n_ds; d++) ts->deepstack[d] = (const float *)ds[d];
+    }
     return IRIS_OK;
 }
 

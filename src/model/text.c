@@ -344,6 +344,14 @@ static graph_layout graph_layout_of(const iris_text_config *c, size_t es, int ro
         }                                                                      \
     } while (0)
 
+/* n bf16 bit patterns as fp32 (exact). */
+static void widen_bf16(float *dst, const uint16_t *src, int n) {
+    for (int i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, sizeof u);
+    }
+}
+
 /* The requested rows' candidates (top) or whole rows (logits), once the logits are on the device. */
 static int logits_out(iris_backend *b, const void *d_lg, int n_logits, int V, float *logits, iris_text_top *top) {
     size_t es = iris_dtype_size(b->act);
@@ -396,7 +404,7 @@ static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const
             int tok = sq->tokens[i];
             if (tok < 0 || tok >= V)
                 return iris_err_set(err, IRIS_EINVAL, "token id %d is outside the vocabulary (%d)", tok, V);
-            n_img += sq->image_embeds && (tok == t->image_token_id || tok == t->video_token_id);
+            n_img += (sq->image_embeds || sq->image_embeds16) && (tok == t->image_token_id || tok == t->video_token_id);
         }
         max_blocks = nb > max_blocks ? nb : max_blocks;
         R += sq->n_new;
@@ -412,11 +420,20 @@ static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const
      * block tables, image row indexes, logits rows; image rows (embeds + taps) as fp32. */
     int n_ds = 0;
     for (int s = 0; s < n_seqs; s++) n_ds = seqs[s].n_deepstack > n_ds ? seqs[s].n_deepstack : n_ds;
+    /* BF16 image rows for a BF16 backend go up as they are, one copy per sequence and tap (raw);
+     * otherwise every row is gathered as fp32 (bf16 rows widened) and converted on the way. */
+    int raw = n_img && b->act == IRIS_DT_BF16;
+    for (int s = 0; s < n_seqs && raw; s++) {
+        const iris_text_seq *sq = &seqs[s];
+        if (sq->image_embeds) raw = 0;
+        for (int d = 0; d < n_ds && raw && sq->image_embeds16; d++) raw = d < sq->n_deepstack && sq->deepstack16[d];
+    }
     size_t ints = (size_t)R * 7 + (size_t)n_seqs * max_blocks + (size_t)n_img + (size_t)n_logits;
     int32_t *hm = malloc(ints * sizeof(int32_t));
-    float *himg = n_img ? calloc((size_t)n_img * H * (1 + (size_t)n_ds), sizeof(float)) : NULL;
-    if (!hm || (n_img && !himg)) {
-        free(hm), free(himg);
+    float *himg = n_img && !raw ? calloc((size_t)n_img * H * (1 + (size_t)n_ds), sizeof(float)) : NULL;
+    int *run0 = raw ? calloc((size_t)n_seqs, sizeof(int)) : NULL; /* raw: each sequence's first row in d_img */
+    if (!hm || (n_img && !raw && !himg) || (raw && !run0)) {
+        free(hm), free(himg), free(run0);
         return iris_err_set(err, IRIS_ENOMEM, "out of memory for a %d-token step", R);
     }
     int32_t *h_tok = hm, *h_pos = h_tok + R, *h_seq = h_pos + 3 * (size_t)R, *h_ctx = h_seq + R, *h_slot = h_ctx + R;
@@ -434,11 +451,21 @@ static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const
             h_ctx[r] = j + 1;
             h_slot[r] = sq->block_table[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
             if (i >= sq->logits_from) h_lrow[li++] = r;
-            if (sq->image_embeds && (sq->tokens[i] == t->image_token_id || sq->tokens[i] == t->video_token_id)) {
-                memcpy(himg + (size_t)ii * H, sq->image_embeds + (size_t)si * H, sizeof(float) * H);
-                for (int d = 0; d < n_ds; d++)
-                    if (d < sq->n_deepstack && sq->deepstack[d])
-                        memcpy(himg + ((size_t)(1 + d) * n_img + ii) * H, sq->deepstack[d] + (size_t)si * H, sizeof(float) * H);
+            if ((sq->image_embeds || sq->image_embeds16) &&
+                (sq->tokens[i] == t->image_token_id || sq->tokens[i] == t->video_token_id)) {
+                if (raw && si == 0) run0[s] = ii;
+                if (!raw && sq->image_embeds) {
+                    memcpy(himg + (size_t)ii * H, sq->image_embeds + (size_t)si * H, sizeof(float) * H);
+                    for (int d = 0; d < n_ds; d++)
+                        if (d < sq->n_deepstack && sq->deepstack[d])
+                            memcpy(himg + ((size_t)(1 + d) * n_img + ii) * H, sq->deepstack[d] + (size_t)si * H,
+                                   sizeof(float) * H);
+                } else if (!raw) {
+                    widen_bf16(himg + (size_t)ii * H, sq->image_embeds16 + (size_t)si * H, H);
+                    for (int d = 0; d < n_ds; d++)
+                        if (d < sq->n_deepstack && sq->deepstack16[d])
+                            widen_bf16(himg + ((size_t)(1 + d) * n_img + ii) * H, sq->deepstack16[d] + (size_t)si * H, H);
+                }
                 h_img[ii++] = r;
                 si++;
             }
@@ -506,7 +533,19 @@ static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const
         goto done;
     }
     OP(b->upload(b, d_meta, hm, ints * sizeof(int32_t)));
-    if (n_img) OP(iris_backend_put_f32(b, d_img, himg, (size_t)n_img * H * (1 + n_ds)));
+    if (n_img && !raw) OP(iris_backend_put_f32(b, d_img, himg, (size_t)n_img * H * (1 + n_ds)));
+    for (int s = 0; raw && s < n_seqs; s++) {
+        /* a sequence's image rows are consecutive in d_img (and in its own rows, from 0) */
+        const iris_text_seq *sq = &seqs[s];
+        if (!sq->image_embeds16) continue;
+        int cnt = 0;
+        for (int i = 0; i < sq->n_new; i++) cnt += sq->tokens[i] == t->image_token_id || sq->tokens[i] == t->video_token_id;
+        if (!cnt) continue;
+        size_t bytes = (size_t)cnt * H * es;
+        OP(b->upload(b, (char *)d_img + (size_t)run0[s] * H * es, sq->image_embeds16, bytes));
+        for (int d = 0; d < n_ds; d++)
+            OP(b->upload(b, (char *)d_img + ((size_t)(1 + d) * n_img + run0[s]) * H * es, sq->deepstack16[d], bytes));
+    }
     int32_t *d_tok = d_meta, *d_pos = d_tok + R, *d_seq = d_pos + 3 * (size_t)R, *d_ctx = d_seq + R;
     int32_t *d_slot = d_ctx + R, *d_bt = d_slot + R, *d_imgrow = d_bt + (size_t)n_seqs * max_blocks;
     int32_t *d_lrow = d_imgrow + n_img;
@@ -599,7 +638,7 @@ done:
         memset(slot, 0, sizeof *slot);
     }
     step_free(&m);
-    free(hm), free(himg), free(h_trace);
+    free(hm), free(himg), free(run0), free(h_trace);
     return rc;
 }
 

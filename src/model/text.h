@@ -86,6 +86,10 @@ typedef struct iris_text_seq {
     const float *image_embeds;    /* rows for this step's image tokens, in order; NULL if none */
     const float *deepstack[IRIS_MAX_DEEPSTACK]; /* same rows, per DeepStack tap */
     int n_deepstack;              /* 0 on decode steps (DeepStack is prefill-only) */
+    /* Or the same rows as bf16 bits (iris_vision_encode_bf16; image_embeds NULL): a BF16 backend
+     * uploads them as they are. */
+    const uint16_t *image_embeds16;
+    const uint16_t *deepstack16[IRIS_MAX_DEEPSTACK];
     int logits_from;              /* logits for new rows [logits_from, n_new); n_new: none */
 } iris_text_seq;
 

@@ -151,6 +151,8 @@ void iris_vision_out_free(iris_vision_out *o) {
     if (!o) return;
     free(o->embeds);
     free(o->deepstack);
+    free(o->embeds16);
+    free(o->deepstack16);
     memset(o, 0, sizeof *o);
 }
 
@@ -235,8 +237,28 @@ done:
     return rc;
 }
 
+static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
+                     const int *grid_thw, int n_images, iris_vision_out *out, float *trace, int bf16, iris_err *err);
+
 int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
                           const int *grid_thw, int n_images, iris_vision_out *out, float *trace, iris_err *err) {
+    return encode_on(v, b, pixel_values, n_rows, grid_thw, n_images, out, trace, 0, err);
+}
+
+int iris_vision_encode_bf16(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
+                            const int *grid_thw, int n_images, iris_vision_out *out, iris_err *err) {
+    if (b->act != IRIS_DT_BF16)
+        return iris_err_set(err, IRIS_EINVAL, "vision: bf16 rows asked of a %s backend", b->name);
+    return encode_on(v, b, pixel_values, n_rows, grid_thw, n_images, out, NULL, 1, err);
+}
+
+/* The output rows d [n] (activations) into the host at element off: fp32, or (bf16) the bits as they are. */
+static int rows_out(iris_backend *b, int bf16, float *f, uint16_t *h, size_t off, const void *d, size_t n) {
+    return bf16 ? b->download(b, h + off, d, n * sizeof(uint16_t)) : iris_backend_get_f32(b, f + off, d, n);
+}
+
+static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
+                     const int *grid_thw, int n_images, iris_vision_out *out, float *trace, int bf16, iris_err *err) {
     memset(out, 0, sizeof *out);
     const iris_vision_config *c = &v->cfg;
     int H = c->hidden_size, m = c->spatial_merge_size, nh = c->num_heads, hd = H / nh, S = v->grid_side;
@@ -268,13 +290,20 @@ int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pi
     out->n_tokens = (int)T;
     out->out_hidden = (int)OH;
     out->n_deepstack = c->n_deepstack;
-    out->embeds = malloc(sizeof(float) * (size_t)(T * OH));
-    out->deepstack = malloc(sizeof(float) * (size_t)((c->n_deepstack ? c->n_deepstack : 1) * T * OH));
+    size_t n_ds_rows = (size_t)((c->n_deepstack ? c->n_deepstack : 1) * T * OH);
+    if (bf16) {
+        out->embeds16 = malloc(sizeof(uint16_t) * (size_t)(T * OH));
+        out->deepstack16 = malloc(sizeof(uint16_t) * n_ds_rows);
+    } else {
+        out->embeds = malloc(sizeof(float) * (size_t)(T * OH));
+        out->deepstack = malloc(sizeof(float) * n_ds_rows);
+    }
+    int out_ok = bf16 ? out->embeds16 && out->deepstack16 : out->embeds && out->deepstack;
     void *d_x = b->alloc(b, (size_t)N * H * es), *d_y = b->alloc(b, (size_t)N * H * es);
     void *d_big = b->alloc(b, (size_t)N * wide * es), *d_pv = b->alloc(b, (size_t)N * v->patch_dim * es);
     void *d_tab = b->alloc(b, sizeof(int32_t) * (size_t)N * 6 + sizeof(float) * (size_t)N * 4);
     void *d_out = b->alloc(b, (size_t)T * OH * es);
-    if (!h_idx || !h_w || !cu || !out->embeds || !out->deepstack || !d_x || !d_y || !d_big || !d_pv || !d_tab ||
+    if (!h_idx || !h_w || !cu || !out_ok || !d_x || !d_y || !d_big || !d_pv || !d_tab ||
         !d_out || half > 512) {
         rc = iris_err_set(err, IRIS_ENOMEM, "vision: out of memory for %lld patches", (long long)N);
         goto done;
@@ -353,7 +382,7 @@ int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pi
             if (c->deepstack_visual_indexes[t] == il) {
                 iris_tensor o = act(d_out, A, T, OH);
                 if ((rc = merge(b, &v->deepstack[t], 1, &x, d_y, d_big, &o, err))) goto done;
-                OP(iris_backend_get_f32(b, out->deepstack + (int64_t)t * T * OH, d_out, (size_t)(T * OH)));
+                OP(rows_out(b, bf16, out->deepstack, out->deepstack16, (size_t)(t * T * OH), d_out, (size_t)(T * OH)));
             }
     }
 
@@ -361,7 +390,7 @@ int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pi
     {
         iris_tensor o = act(d_out, A, T, OH);
         if ((rc = merge(b, &v->merger, 0, &x, d_y, d_big, &o, err))) goto done;
-        OP(iris_backend_get_f32(b, out->embeds, d_out, (size_t)(T * OH)));
+        OP(rows_out(b, bf16, out->embeds, out->embeds16, 0, d_out, (size_t)(T * OH)));
         OP(b->sync(b));
     }
 done:

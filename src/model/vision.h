@@ -65,6 +65,9 @@ typedef struct iris_vision_out {
     float *embeds;       /* [n_tokens, out_hidden] */
     int n_deepstack;
     float *deepstack;    /* [n_deepstack, n_tokens, out_hidden] */
+    /* iris_vision_encode_bf16 instead: the same rows as the backend's bf16 bits (embeds and
+     * deepstack NULL), for a GPU decoder that takes them as they are. */
+    uint16_t *embeds16, *deepstack16;
 } iris_vision_out;
 
 /* Binds and checks the vision tensors of checkpoint `st` (prefix
@@ -85,6 +88,10 @@ void iris_vision_out_free(iris_vision_out *o);
  * iris_vision_upload unless b is the CPU backend); out stays fp32 host memory. */
 int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
                           const int *grid_thw, int n_images, iris_vision_out *out, float *trace, iris_err *err);
+/* iris_vision_encode_on on a backend with BF16 activations, out's rows left as BF16 (embeds16,
+ * deepstack16): no fp32 conversion on the way to a BF16 decoder (the engine on CUDA). */
+int iris_vision_encode_bf16(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
+                            const int *grid_thw, int n_images, iris_vision_out *out, iris_err *err);
 /* Copies the weights into backend b's memory; a no-op for the CPU backend. */
 int iris_vision_upload(iris_vision *v, iris_backend *b, iris_err *err);
 
