@@ -15,8 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "err.h"
+#include "log.h"
 
 #define LN_EPS 1e-6f
 
@@ -345,7 +347,10 @@ static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_v
     float *d_w = (float *)(d_idx + (size_t)N * 6);
     OP(b->upload(b, d_tab, h_idx, sizeof(int32_t) * (size_t)N * 6));
     OP(b->upload(b, d_w, h_w, sizeof(float) * (size_t)N * 4));
+    struct timespec t0, t1, t2;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     OP(iris_backend_put_f32(b, d_pv, pixel_values, (size_t)N * v->patch_dim));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
 
     iris_dtype A = b->act;
     iris_tensor x = act(d_x, A, N, H), y = act(d_y, A, N, H);
@@ -392,6 +397,10 @@ static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_v
         if ((rc = merge(b, &v->merger, 0, &x, d_y, d_big, &o, err))) goto done;
         OP(rows_out(b, bf16, out->embeds, out->embeds16, 0, d_out, (size_t)(T * OH)));
         OP(b->sync(b));
+        clock_gettime(CLOCK_MONOTONIC, &t2);
+        iris_log(IRIS_LOG_DEBUG, "vision", "%lld patches on %s: pixel upload %.2f ms, encoder and rows out %.2f ms",
+                 (long long)N, b->name, (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6,
+                 (t2.tv_sec - t1.tv_sec) * 1e3 + (t2.tv_nsec - t1.tv_nsec) * 1e-6);
     }
 done:
     free(h_idx), free(h_w), free(cu);
