@@ -215,6 +215,24 @@ static void plan_drop(lt_plan *p) {
     p->valid = 0;
 }
 
+/* cuBLASLt's first choice for op over a, b and c (c also D) within our workspace: 0, or the query's
+ * status (a positive number; -1 when it offered nothing). */
+static int lt_best(cuda_ctx *cx, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                   cublasLtMatrixLayout_t c, cublasLtMatmulAlgo_t *algo) {
+    cublasLtMatmulPreference_t pref;
+    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return -1;
+    uint64_t ws = cx->lt_ws_bytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cx->lt, op, a, b, c, c, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
+    if (found == 0) return -1;
+    *algo = res.algo;
+    return 0;
+}
+
 static lt_plan *plan_get(cuda_ctx *cx, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                          int bias_dt) {
     for (int i = 0; i < LT_CACHE; i++) {
@@ -243,20 +261,11 @@ static lt_plan *plan_get(cuda_ctx *cx, int64_t m, int64_t n, int64_t k, int64_t 
     cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, lda);
     cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, ldb);
     cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, (uint64_t)m, (uint64_t)n, ldc);
-    cublasLtMatmulPreference_t pref;
-    cublasLtMatmulPreferenceCreate(&pref);
-    uint64_t ws = cx->lt_ws_bytes;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cx->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
     p->valid = 1;
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    if (lt_best(cx, p->op, p->a, p->b, p->c, &p->algo) != 0) {
         plan_drop(p);
         return NULL;
     }
-    p->algo = res.algo;
     return p;
 }
 
@@ -334,7 +343,7 @@ struct lt_plan8 {
     int valid, failed;
 };
 static lt_plan8 g_plans8[LT_CACHE];
-static int g_next_plan8, g_plan8_status; /* the last heuristic query's status and count, for the message */
+static int g_next_plan8, g_plan8_status; /* the last heuristic query's result (lt_best), for the message */
 
 static lt_plan8 *plan8_get(cuda_ctx *cx, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldc, const void *sa,
                            const void *sb) {
@@ -367,16 +376,8 @@ static lt_plan8 *plan8_get(cuda_ctx *cx, int64_t m, int64_t n, int64_t k, int64_
     cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)m, lda);
     cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, (uint64_t)k, (uint64_t)n, k);
     cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, (uint64_t)m, (uint64_t)n, ldc);
-    cublasLtMatmulPreference_t pref;
-    cublasLtMatmulPreferenceCreate(&pref);
-    uint64_t ws = cx->lt_ws_bytes;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cx->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    g_plan8_status = st != CUBLAS_STATUS_SUCCESS ? (int)st : -found;
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    g_plan8_status = lt_best(cx, p->op, p->a, p->b, p->c, &p->algo);
+    if (g_plan8_status != 0) {
         cublasLtMatmulDescDestroy(p->op);
         cublasLtMatrixLayoutDestroy(p->a);
         cublasLtMatrixLayoutDestroy(p->b);
@@ -384,7 +385,6 @@ static lt_plan8 *plan8_get(cuda_ctx *cx, int64_t m, int64_t n, int64_t k, int64_
         return NULL;   /* remembered as failed: the dequantizing path from then on for this shape */
     }
     p->failed = 0, p->valid = 1;
-    p->algo = res.algo;
     return p;
 }
 

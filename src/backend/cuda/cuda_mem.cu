@@ -19,6 +19,10 @@
 #include "cuda_info.h"
 #include "cuda_internal.cuh"
 
+extern "C" {
+#include "pool.h"
+}
+
 #define ARENA_ALIGN 256
 
 int iris_cuda_fail(iris_backend *b, int code, const char *fmt, ...) {
@@ -150,59 +154,39 @@ static int pinned_room(iris_backend *b, size_t bytes) {
     return 0;
 }
 
-/* fp32 <-> bf16 on the host, split over threads for large arrays (the 25 MB of a 1024x1024 image's
- * pixel values took ~6 ms on one core, part of the time to first token). */
+/* fp32 <-> bf16 on the host, on the thread pool (base/pool.h) for large arrays (the 25 MB of a
+ * 1024x1024 image's pixel values took ~6 ms on one core, part of the time to first token). */
 typedef struct conv_job {
     int widen;                  /* 1: bf16 -> fp32; 0: fp32 -> bf16, round to nearest even (NaN kept) */
     const void *src;
     void *dst;
-    size_t a, b;
 } conv_job;
 
-static void *conv_run(void *arg) {
-    conv_job *j = (conv_job *)arg;
+static void conv_range(void *ctx, int64_t a, int64_t e) {
+    const conv_job *j = (const conv_job *)ctx;
     if (j->widen) {
         const uint16_t *h = (const uint16_t *)j->src;
         float *f = (float *)j->dst;
-        for (size_t i = j->a; i < j->b; i++) {   /* bf16 is the top half of the float */
+        for (int64_t i = a; i < e; i++) {   /* bf16 is the top half of the float */
             uint32_t u = (uint32_t)h[i] << 16;
             memcpy(&f[i], &u, 4);
         }
     } else {
         const float *f = (const float *)j->src;
         uint16_t *h = (uint16_t *)j->dst;
-        for (size_t i = j->a; i < j->b; i++) {
+        for (int64_t i = a; i < e; i++) {
             uint32_t u;
             memcpy(&u, &f[i], 4);
             h[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40)
                                                    : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
         }
     }
-    return NULL;
 }
 
-#define CONV_THREADS 8
-#define CONV_MIN_PER_THREAD ((size_t)1 << 19)
 static void convert(int widen, void *dst, const void *src, size_t n) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int nt = (int)(n / CONV_MIN_PER_THREAD);
-    if (nt > CONV_THREADS) nt = CONV_THREADS;
-    if (cpus > 0 && nt > cpus) nt = (int)cpus;
-    if (nt < 1) nt = 1;
-    conv_job job[CONV_THREADS];
-    pthread_t th[CONV_THREADS];
-    int started[CONV_THREADS] = {0};
-    size_t per = (n + nt - 1) / nt;
-    for (int i = 0; i < nt; i++) {
-        size_t a = (size_t)i * per < n ? (size_t)i * per : n, e = a + per < n ? a + per : n;
-        job[i] = (conv_job){widen, src, dst, a, e};
-        if (i > 0) started[i] = pthread_create(&th[i], NULL, conv_run, &job[i]) == 0;
-    }
-    conv_run(&job[0]);
-    for (int i = 1; i < nt; i++) {
-        if (started[i]) pthread_join(th[i], NULL);
-        else conv_run(&job[i]);   /* a thread that could not start: done here */
-    }
+    conv_job j = {widen, src, dst};
+    if (n < ((size_t)1 << 20)) conv_range(&j, 0, (int64_t)n);   /* a logits row: not worth the wake-up */
+    else iris_pool_for((int64_t)n, conv_range, &j);
 }
 
 static int cu_get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
