@@ -32,7 +32,7 @@ typedef struct answer {
     char err[512];
 } answer;
 
-/* sample: 0 greedy, else seeded top-k/top-p sampling; logprobs 0 leaves the GPU free to sample from
+/* sample: 0 greedy, 1 seeded top-k/top-p sampling, 2 the same with presence and repetition penalties; logprobs 0 leaves the GPU free to sample from
  * each row's most likely tokens (get_topk), 1 makes it download whole rows. */
 static int ask_with(const char *device, const char *kv_dtype, const char *image, int sample, int logprobs, answer *a,
                     char *plan_err, size_t cap) {
@@ -58,6 +58,7 @@ static int ask_with(const char *device, const char *kv_dtype, const char *image,
     rp.n_images = 1;
     rp.do_sample = sample;
     if (sample) rp.temperature = 0.9f, rp.top_k = 20, rp.top_p = 0.9f, rp.seed = 1234;
+    if (sample == 2) rp.do_sample = 1, rp.presence_penalty = 1.5f, rp.repetition_penalty = 1.05f;
     rp.max_tokens = GEN;
     rp.ignore_eos = 1;
     rp.logprobs = logprobs;
@@ -145,7 +146,7 @@ IRIS_TEST(gpu_engine_matches_cpu_engine) {
 
 /* Sampling on the GPU (each row's most likely tokens, backend get_topk + iris_sampler_sample_top)
  * gives the tokens that sampling from the whole downloaded row gives (a request with logprobs
- * takes whole rows), greedy and seeded top-k/top-p, on the same device logits. */
+ * takes whole rows), greedy, seeded top-k/top-p and with penalties, on the same device logits. */
 IRIS_TEST(gpu_engine_top_sampling_equals_whole_rows) {
     if (iris_cuda_device_count() == 0) {
         fprintf(stderr, "  (no CUDA device: GPU engine test not run)\n");
@@ -153,18 +154,19 @@ IRIS_TEST(gpu_engine_top_sampling_equals_whole_rows) {
     }
     const char *img = "tests/fixtures/images/images/png_rgb_224x224.png";
     char msg[1024];
-    for (int sample = 0; sample < 2; sample++) {
+    static const char *what[] = {"greedy", "seeded top-k/top-p", "seeded, presence 1.5 + repetition 1.05"};
+    for (int sample = 0; sample < 3; sample++) {
         answer whole, top;
+        if (sample == 2) setenv("IRIS_GPU_PENALTIES", "1", 1);   /* opt-in until this test has run on a GPU */
         CHECK_EQ_INT(ask_with("cuda", "bf16", img, sample, 1, &whole, msg, sizeof msg), 0);
         CHECK_EQ_INT(ask_with("cuda", "bf16", img, sample, 0, &top, msg, sizeof msg), 0);
         CHECK_EQ_INT(whole.n, GEN);
         CHECK_EQ_INT(top.n, GEN);
         int same = 0;
         while (same < GEN && whole.tok[same] == top.tok[same]) same++;
-        CHECKF(same == GEN, "%s: tokens part at %d (%d whole-row, %d top-k)", sample ? "sampled" : "greedy", same,
+        CHECKF(same == GEN, "%s: tokens part at %d (%d whole-row, %d top-k)", what[sample], same,
                same < GEN ? whole.tok[same] : -1, same < GEN ? top.tok[same] : -1);
-        fprintf(stderr, "  %s: %d of %d tokens equal, top-k path vs whole rows\n", sample ? "seeded top-k/top-p" : "greedy",
-                same, GEN);
+        fprintf(stderr, "  %s: %d of %d tokens equal, top-k path vs whole rows\n", what[sample], same, GEN);
     }
 }
 #endif

@@ -596,17 +596,83 @@ IRIS_TEST(sampler_top_candidates_equal_whole_row) {
     CHECKF(limited < compared / 4, "%d of %d rows fell back to the whole row", limited, compared);
     iris_sampling_params p = plain();
     p.do_sample = 1, p.temperature = 0.7f, p.top_k = 20;
-    p.repetition_penalty = 1.1f;
+    p.repetition_penalty = 1.1f;   /* lowering penalties: the candidates do (the test below) */
     iris_sampler *s = NULL;
     iris_err err = {0};
     REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
-    CHECK_EQ_INT(iris_sampler_top_need(s), 0);
+    CHECK_EQ_INT(iris_sampler_top_need(s), 20);
     iris_sampler_free(s);
     p.repetition_penalty = 1.0f, p.n_logprobs = 2;
     REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
     CHECK_EQ_INT(iris_sampler_top_need(s), 0);
     iris_sampler_free(s);
     p.n_logprobs = 0, p.top_k = 0;
+    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    CHECK_EQ_INT(iris_sampler_top_need(s), 0);
+    iris_sampler_free(s);
+}
+
+/* With penalties that lower logits (repetition >= 1, presence/frequency >= 0) the candidates still
+ * give the whole row's token, draw for draw, as the history grows; a row whose untouched
+ * candidates run out is reported (IRIS_ELIMIT) for the caller to take the whole row; penalties
+ * that raise logits need the whole row (top_need 0). */
+IRIS_TEST(sampler_top_candidates_with_penalties) {
+    enum { V = 700, ROWS = 200, K = 64 };
+    static float row[V];
+    struct { int do_sample; float t; int k; float top_p, rp, pres, freq; } cfg[] = {
+        {0, 0.7f, 20, 0.8f, 1.3f, 0.0f, 0.0f}, {1, 0.7f, 20, 0.8f, 1.05f, 1.5f, 0.0f}, {1, 1.0f, 40, 0.95f, 1.0f, 0.0f, 0.7f},
+        {1, 0.9f, 8, 1.0f, 1.2f, 0.5f, 0.3f},  {0, 1.0f, 20, 1.0f, 1.0f, 1.5f, 0.0f},
+    };
+    unsigned x = 4242;
+    int compared = 0, limited = 0;
+    int prompt[300];
+    for (int i = 0; i < 300; i++) prompt[i] = (i * 7) % V;
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        iris_sampling_params p = plain();
+        p.do_sample = cfg[c].do_sample, p.temperature = cfg[c].t, p.top_k = cfg[c].k, p.top_p = cfg[c].top_p;
+        p.repetition_penalty = cfg[c].rp, p.presence_penalty = cfg[c].pres, p.frequency_penalty = cfg[c].freq;
+        p.seed = 99 + (int)c;
+        iris_err err = {0};
+        iris_sampler *full = NULL, *top = NULL;
+        REQUIRE(iris_sampler_init(&full, &p, V, &err) == 0);
+        REQUIRE(iris_sampler_init(&top, &p, V, &err) == 0);
+        REQUIRE(iris_sampler_add_prompt(full, prompt, 300, &err) == 0);
+        REQUIRE(iris_sampler_add_prompt(top, prompt, 300, &err) == 0);
+        int need = iris_sampler_top_need(top);
+        CHECK_EQ_INT(need, cfg[c].do_sample ? cfg[c].k : 1);
+        CHECK_EQ_INT(iris_sampler_has_penalties(top), 1);
+        for (int r = 0; r < ROWS; r++) {
+            for (int i = 0; i < V; i++) {
+                x = x * 1103515245u + 12345u;
+                row[i] = bf16_round(4.0f + (float)((x >> 16) % 2048) / (r % 2 ? 64.0f : 512.0f));
+                if (r % 9 == 0 && i % 11 == 0) row[i] = -row[i];     /* negative logits: rp multiplies */
+            }
+            int32_t ids[K];
+            float vals[K];
+            top_of(row, V, K, ids, vals);
+            int t_top = iris_sampler_sample_top(top, ids, vals, K, NULL, &err);
+            if (t_top == IRIS_ELIMIT) limited++, t_top = iris_sampler_sample(top, row, NULL, &err);
+            int t_full = iris_sampler_sample(full, row, NULL, &err);
+            CHECKF(t_top == t_full, "config %zu row %d: %d from the top %d, %d from the whole row", c, r, t_top, K,
+                   t_full);
+            iris_sampler_accept(top, t_top);
+            iris_sampler_accept(full, t_full);
+            compared++;
+        }
+        iris_sampler_free(full);
+        iris_sampler_free(top);
+    }
+    fprintf(stderr, "  %d rows compared, %d fell back to the whole row\n", compared, limited);
+    CHECK(compared == ROWS * 5);
+    CHECKF(limited < compared / 2, "%d of %d rows fell back to the whole row", limited, compared);
+    iris_sampling_params p = plain();
+    p.do_sample = 1, p.top_k = 20, p.repetition_penalty = 0.9f; /* raises repeated logits */
+    iris_sampler *s = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    CHECK_EQ_INT(iris_sampler_top_need(s), 0);
+    iris_sampler_free(s);
+    p.repetition_penalty = 1.0f, p.presence_penalty = -0.5f;
     REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
     CHECK_EQ_INT(iris_sampler_top_need(s), 0);
     iris_sampler_free(s);

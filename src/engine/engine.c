@@ -152,6 +152,12 @@ static int encode_images(iris_engine *e, iris_request *r, iris_err *err) {
  * are resolved on the host; a longer tie brings the whole row (text.c). */
 #define TOP_TIE_MARGIN 8
 
+/* iris_text_top.penalizes: does the request of logits row `row` penalize token id? */
+static int row_penalizes(void *ud, int row, int32_t id) {
+    iris_engine *e = ud;
+    return iris_sampler_penalizes(e->top_req[row]->sampler, id);
+}
+
 /* Host buffers of one sequence's step: positions and its image rows. */
 typedef struct seq_buf {
     int32_t *pos;       /* [3][n_new] */
@@ -311,16 +317,23 @@ static void step(iris_engine *e) {
      * brings its most likely tokens (a few past what its request needs, for ties), not the
      * vocabulary's fp32 logits. */
     iris_text_top top = {.need = e->top_need, .whole = e->top_whole, .ids = e->top_ids, .vals = e->top_vals};
-    int n_lg = 0, max_need = 0;
+    int n_lg = 0, max_need = 0, any_pen = 0;
     for (int i = 0; !rc && e->be->get_topk && i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
         if (!r->seq.want_logits) continue;
         int need = r->logprobs ? 0 : iris_sampler_top_need(r->sampler);   /* logprobs: the whole row */
         if (need > IRIS_TEXT_TOP_MAX - TOP_TIE_MARGIN) need = 0;
+        if (need > 0 && iris_sampler_has_penalties(r->sampler)) {
+            if (e->top_penalties) any_pen = 1;
+            else need = 0;   /* penalties on the candidates: not yet run on a GPU, so opt-in */
+        }
+        e->top_req[n_lg] = r;
         e->top_need[n_lg++] = need;
         if (need > max_need) max_need = need;
     }
-    top.k = max_need + TOP_TIE_MARGIN;
+    /* penalized requests: as many candidates as there may be (penalties push some of them down) */
+    top.k = any_pen ? IRIS_TEXT_TOP_MAX : max_need + TOP_TIE_MARGIN;
+    if (any_pen) top.penalizes = row_penalizes, top.pen_ud = e;
     if (!rc)
         rc = max_need > 0 ? iris_text_forward_top(&e->text, e->be, &e->kv, ts, n, e->logits, &top, &err)
                           : iris_text_forward(&e->text, e->be, &e->kv, ts, n, e->logits, NULL, NULL, &err);
@@ -591,7 +604,10 @@ static int load(iris_engine *e, iris_err *err) {
     e->logits = malloc(sizeof(float) * (size_t)o->max_num_seqs * tc->vocab_size);
     size_t S = (size_t)o->max_num_seqs;
     e->top_need = malloc(S * (2 * sizeof(int) + IRIS_TEXT_TOP_MAX * (sizeof(int32_t) + sizeof(float))));
-    if (!e->logits || !e->top_need) return iris_err_set(err, IRIS_ENOMEM, "out of memory for the logits");
+    e->top_req = malloc(S * sizeof *e->top_req);
+    const char *tp = getenv("IRIS_GPU_PENALTIES");
+    e->top_penalties = tp && !strcmp(tp, "1");
+    if (!e->logits || !e->top_need || !e->top_req) return iris_err_set(err, IRIS_ENOMEM, "out of memory for the logits");
     e->top_whole = e->top_need + S;
     e->top_ids = (int32_t *)(e->top_whole + S);
     e->top_vals = (float *)(e->top_ids + S * IRIS_TEXT_TOP_MAX);
@@ -623,6 +639,7 @@ static void unload(iris_engine *e) {
     free(e->plan_text);
     free(e->logits);
     free(e->top_need);
+    free(e->top_req);
     free(e->inbox);
     free(e->done);
 }

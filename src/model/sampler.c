@@ -409,13 +409,36 @@ int iris_sampler_sample(iris_sampler *s, const float *logits, iris_sample_out *o
 
 /* ---- sampling from the most likely tokens ---- */
 
+/* Penalties that can only lower a logit (repetition >= 1, presence and frequency >= 0): a token
+ * outside the candidates then stays at or below the last candidate's logit. */
+static int lowering_penalties(const iris_sampling_params *p) {
+    return p->repetition_penalty >= 1.0f && p->presence_penalty >= 0.0f && p->frequency_penalty >= 0.0f;
+}
+
 int iris_sampler_top_need(const iris_sampler *s) {
     const iris_sampling_params *p = &s->p;
-    if (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f ||
-        p->n_logprobs > 0)
-        return 0;
+    if (p->n_logprobs > 0 || !lowering_penalties(p)) return 0;
     if (greedy(s)) return 1;
     return p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
+}
+
+int iris_sampler_has_penalties(const iris_sampler *s) {
+    return s->p.repetition_penalty != 1.0f || s->gen_count != NULL;
+}
+
+int iris_sampler_penalizes(const iris_sampler *s, int token) {
+    if (token < 0 || token >= s->n_vocab) return 0;
+    if (s->seen && (s->seen[token >> 3] & (1u << (token & 7)))) return 1;
+    return s->gen_count && s->gen_count[token] > 0;
+}
+
+/* penalize()'s arithmetic on one logit of `token` (already NaN -> -inf). */
+static float penalized(const iris_sampler *s, int token, float x) {
+    float rp = s->p.repetition_penalty;
+    if (rp != 1.0f && s->seen && (s->seen[token >> 3] & (1u << (token & 7)))) x = x < 0.0f ? x * rp : x / rp;
+    if (s->gen_count && s->gen_count[token] > 0)
+        x -= s->p.frequency_penalty * (float)s->gen_count[token] + s->p.presence_penalty;
+    return x;
 }
 
 /* Positions 0..n of (w, id) pairs in the order key: 0 = id ascending, 1 = w descending then id. */
@@ -443,12 +466,49 @@ int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *va
     int id[IRIS_SAMPLER_MAX_TOP], pos[IRIS_SAMPLER_MAX_TOP], nf = 0;
     for (int i = 0; i < n; i++) {
         float v = isnan(vals[i]) ? -INFINITY : vals[i];
+        if (i > 0 && !(v <= (isnan(vals[i - 1]) ? -INFINITY : vals[i - 1])))
+            return iris_err_set(err, IRIS_EINVAL, "sampling: candidate %d (id %d) out of order", i, ids[i]);
         if (!(v > -INFINITY)) break;                /* sorted: the rest is -inf too */
-        if (ids[i] < 0 || ids[i] >= s->n_vocab || (i > 0 && !(v <= w[i - 1])))
-            return iris_err_set(err, IRIS_EINVAL, "sampling: candidate %d (id %d) out of order or range", i, ids[i]);
+        if (ids[i] < 0 || ids[i] >= s->n_vocab)
+            return iris_err_set(err, IRIS_EINVAL, "sampling: candidate %d has id %d", i, ids[i]);
         w[i] = v, id[i] = ids[i], nf++;
     }
     if (nf == 0) return iris_err_set(err, IRIS_EINVAL, "sampling: all %d logits are NaN or -inf", s->n_vocab);
+    /* Penalties (they only lower logits here): the candidates' own values change; any other token
+     * stays at or below m, the last candidate's logit, so only what ends above m is known to be the
+     * row's top, and it is complete when `need` tokens that no penalty touched are above m (the
+     * need-th largest is then above m). */
+    int complete = 0;
+    if (iris_sampler_has_penalties(s) && nf == n) {
+        float m = w[n - 1];
+        int untouched = 0, k = 0;
+        for (int i = 0; i < nf; i++) {
+            int pen = iris_sampler_penalizes(s, id[i]);
+            float x = pen ? penalized(s, id[i], w[i]) : w[i];
+            if (!pen && w[i] > m) untouched++;
+            if (x > m) w[k] = x, id[k] = id[i], k++;
+        }
+        if (untouched < need)
+            return iris_err_set(err, IRIS_ELIMIT, "sampling: %d candidates fall short once penalized", n);
+        order_top(w, id, pos, k, 1);
+        float tw[IRIS_SAMPLER_MAX_TOP];
+        int tid[IRIS_SAMPLER_MAX_TOP];
+        for (int i = 0; i < k; i++) tw[i] = w[pos[i]], tid[i] = id[pos[i]];
+        memcpy(w, tw, sizeof(float) * (size_t)k), memcpy(id, tid, sizeof(int) * (size_t)k);
+        nf = k, complete = 1;
+    } else if (iris_sampler_has_penalties(s)) {
+        /* fewer finite logits than candidates: every finite token is here */
+        for (int i = 0; i < nf; i++)
+            if (iris_sampler_penalizes(s, id[i])) w[i] = penalized(s, id[i], w[i]);
+        order_top(w, id, pos, nf, 1);
+        float tw[IRIS_SAMPLER_MAX_TOP];
+        int tid[IRIS_SAMPLER_MAX_TOP];
+        for (int i = 0; i < nf; i++) tw[i] = w[pos[i]], tid[i] = id[pos[i]];
+        memcpy(w, tw, sizeof(float) * (size_t)nf), memcpy(id, tid, sizeof(int) * (size_t)nf);
+        while (nf > 0 && !(w[nf - 1] > -INFINITY)) nf--;
+        if (nf == 0) return iris_err_set(err, IRIS_EINVAL, "sampling: all %d logits are NaN or -inf", s->n_vocab);
+        complete = 1;
+    }
     int token = id[0];                              /* greedy: the maximum, lowest id on ties */
     if (!greedy(s)) {
         int k = p->top_k;
@@ -459,7 +519,7 @@ int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *va
         float thr = nf < k ? -INFINITY : w[k - 1];
         int kept = 0;
         while (kept < nf && w[kept] >= thr) kept++;
-        if (kept == n)                              /* the tie at the k-th value may go on past the list */
+        if (kept == n && !complete)                 /* the tie at the k-th value may go on past the list */
             return iris_err_set(err, IRIS_ELIMIT, "sampling: the top-%d boundary is tied past %d candidates", k, n);
         /* warp: the normalizer over the top-k set (summed in id order), then min-p. */
         double z_ref = 0.0, minp_cut = p->min_p > 0.0f ? log((double)p->min_p) : -INFINITY;

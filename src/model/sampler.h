@@ -97,17 +97,23 @@ int iris_sampler_n_generated(const iris_sampler *s);
 
 /* ---- sampling from a row's most likely tokens (the GPU path) ----
  * A backend that can return the k largest logits of a row (backend.h get_topk) saves
- * downloading and scanning the whole vocabulary.  For a request without penalties or
- * logprobs, greedy needs the top 1 and top-k sampling the top top_k (ties at the k-th value
- * included): on those the steps of this file give exactly the token the whole row would.
- * iris_sampler_top_need says how many a request needs (0: it needs the whole row). */
+ * downloading and scanning the whole vocabulary.  For a request without logprobs whose
+ * penalties can only lower logits (repetition >= 1, presence and frequency >= 0), greedy
+ * needs the top 1 and top-k sampling the top top_k (ties at the k-th value included): on
+ * those the steps of this file give exactly the token the whole row would.
+ * iris_sampler_top_need says how many a request needs (0: it needs the whole row).  With
+ * penalties, the candidates are enough when `need` of them that no penalty touches
+ * (iris_sampler_penalizes) lie above the last candidate's logit. */
 int iris_sampler_top_need(const iris_sampler *s);
+int iris_sampler_has_penalties(const iris_sampler *s);
+/* 1 when a penalty applies to token now (in the prompt or generated text, as configured). */
+int iris_sampler_penalizes(const iris_sampler *s, int token);
 /* Pick the next token from the n most likely tokens of the row: ids and vals (the logits,
  * NaN as -inf) in value-descending order, lowest id first among equal values, with
  * iris_sampler_top_need(s) <= n <= IRIS_SAMPLER_MAX_TOP (give a few more than needed: ties).
  * The same token as iris_sampler_sample over the whole row and the same PRNG draw, or
- * IRIS_ELIMIT when the n given are not enough (the k-th value is tied up to the n-th: the
- * caller samples from the whole row instead).  out->logprob and the top logprobs are not
+ * IRIS_ELIMIT when the n given are not enough (the k-th value is tied up to the n-th, or
+ * penalties pushed too many of them down: the caller samples from the whole row instead).  out->logprob and the top logprobs are not
  * filled (requests that want them need the whole row). */
 int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *vals, int n, iris_sample_out *out,
                             iris_err *err);

@@ -369,9 +369,17 @@ static int logits_out(iris_backend *b, const void *d_lg, int n_logits, int V, fl
     }
     for (int i = 0; i < n_logits; i++) {
         int need = top->need[i];
-        /* whole: asked for, or the tie at the need-th value runs to the k-th (more may follow) */
+        /* whole: asked for, or the tie at the need-th value runs to the k-th (more may follow), or
+         * (penalties) fewer than need untouched tokens above the last candidate */
         const float *v = top->vals + (size_t)i * k;
-        top->whole[i] = need <= 0 || need > k || !(v[need - 1] > v[k - 1]);
+        const int32_t *id = top->ids + (size_t)i * k;
+        int short_list = need <= 0 || need > k || !(v[need - 1] > v[k - 1]);
+        if (!short_list && top->penalizes) {
+            int untouched = 0;
+            for (int j = 0; j < k; j++) untouched += v[j] > v[k - 1] && !top->penalizes(top->pen_ud, i, id[j]);
+            short_list = untouched < need;
+        }
+        top->whole[i] = short_list;
         if (top->whole[i]) {
             int rc = iris_backend_get_f32(b, logits + (size_t)i * V, (const char *)d_lg + (size_t)i * V * es, (size_t)V);
             if (rc) return rc;

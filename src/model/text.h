@@ -120,6 +120,11 @@ typedef struct iris_text_top {
     int *whole;             /* [rows], out */
     int32_t *ids;           /* [rows, k], out */
     float *vals;            /* [rows, k], out */
+    /* Rows whose request has (lowering) penalties: penalizes(ud, row, id) says whether one applies
+     * to a token; such a row's candidates are enough when need[row] of the tokens no penalty
+     * touches lie above its last candidate (sampler.h), else the row comes whole.  NULL: none. */
+    int (*penalizes)(void *ud, int row, int32_t id);
+    void *pen_ud;
 } iris_text_top;
 
 /* iris_text_forward (no trace) returning candidates as `top` says; whole rows into logits. */
