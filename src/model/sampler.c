@@ -453,6 +453,15 @@ static void order_top(const float *w, const int *id, int *pos, int n, int by_val
         }
 }
 
+/* (w, id) pairs into order_top's value order, in place (n <= IRIS_SAMPLER_MAX_TOP). */
+static void sort_top(float *w, int *id, int n) {
+    int pos[IRIS_SAMPLER_MAX_TOP], tid[IRIS_SAMPLER_MAX_TOP];
+    float tw[IRIS_SAMPLER_MAX_TOP];
+    order_top(w, id, pos, n, 1);
+    for (int i = 0; i < n; i++) tw[i] = w[pos[i]], tid[i] = id[pos[i]];
+    memcpy(w, tw, sizeof(float) * (size_t)n), memcpy(id, tid, sizeof(int) * (size_t)n);
+}
+
 /* Steps 3-7 of sampler.h over the n most likely tokens, in the order and arithmetic of warp and
  * iris_sampler_sample (the sums that run in id order there run in id order here too). */
 int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *vals, int n, iris_sample_out *out,
@@ -490,21 +499,13 @@ int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *va
         }
         if (untouched < need)
             return iris_err_set(err, IRIS_ELIMIT, "sampling: %d candidates fall short once penalized", n);
-        order_top(w, id, pos, k, 1);
-        float tw[IRIS_SAMPLER_MAX_TOP];
-        int tid[IRIS_SAMPLER_MAX_TOP];
-        for (int i = 0; i < k; i++) tw[i] = w[pos[i]], tid[i] = id[pos[i]];
-        memcpy(w, tw, sizeof(float) * (size_t)k), memcpy(id, tid, sizeof(int) * (size_t)k);
+        sort_top(w, id, k);
         nf = k, complete = 1;
     } else if (iris_sampler_has_penalties(s)) {
         /* fewer finite logits than candidates: every finite token is here */
         for (int i = 0; i < nf; i++)
             if (iris_sampler_penalizes(s, id[i])) w[i] = penalized(s, id[i], w[i]);
-        order_top(w, id, pos, nf, 1);
-        float tw[IRIS_SAMPLER_MAX_TOP];
-        int tid[IRIS_SAMPLER_MAX_TOP];
-        for (int i = 0; i < nf; i++) tw[i] = w[pos[i]], tid[i] = id[pos[i]];
-        memcpy(w, tw, sizeof(float) * (size_t)nf), memcpy(id, tid, sizeof(int) * (size_t)nf);
+        sort_top(w, id, nf);
         while (nf > 0 && !(w[nf - 1] > -INFINITY)) nf--;
         if (nf == 0) return iris_err_set(err, IRIS_EINVAL, "sampling: all %d logits are NaN or -inf", s->n_vocab);
         complete = 1;
