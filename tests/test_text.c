@@ -147,7 +147,11 @@ static int forward_all(tmodel *m, const scen *sc, iris_dtype kv_dt, float *logit
     return rc;
 }
 
-IRIS_TEST(text_logits_parity) {
+/* Every fixture model and scenario through forward_all over a cache of kv_dt (NULL: the backend's
+ * activation dtype), the hidden states traced when `trace`; check() sees each case's logits. */
+typedef void (*case_check)(const char *model, const char *scenario, const tmodel *m, const scen *sc, const float *logits,
+                           const trace_buf *tb);
+static void each_case(int fp8_kv, int trace, case_check check) {
     for (int mi = 0; mi < 3; mi++) {
         tmodel m;
         if (open_model(models[mi], &m)) continue;
@@ -155,27 +159,13 @@ IRIS_TEST(text_logits_parity) {
         for (int si = 0; si < 4; si++) {
             scen sc;
             REQUIRE(load_scen(models[mi], scenarios[si], &sc) == 0);
-            int n = sc.n, H = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
+            int n = sc.n;
             iris_err err = {0};
-            float *logits = malloc(sizeof(float) * (size_t)n * V);
-            trace_buf tb = {malloc(sizeof(float) * (size_t)(L + 1) * n * H), 0};
-            int rc = forward_all(&m, &sc, m.b->act, logits, &tb, &err);
+            float *logits = malloc(sizeof(float) * (size_t)n * c->vocab_size);
+            trace_buf tb = {trace ? malloc(sizeof(float) * (size_t)(c->num_hidden_layers + 1) * n * c->hidden_size) : NULL, 0};
+            int rc = forward_all(&m, &sc, fp8_kv ? IRIS_DT_F8_E4M3 : m.b->act, logits, trace ? &tb : NULL, &err);
             CHECKF(rc == 0, "%s/%s: %s", models[mi], scenarios[si], err.msg);
-            if (rc == 0) {
-                float d = max_abs(logits, sc.logits.f32, (int64_t)n * V);
-                printf("  %s / %s: %d tokens, logits max-abs %.3g\n", models[mi], scenarios[si], n, d);
-                if (!(d <= TOL)) {
-                    for (int il = 0; il <= L; il++) {
-                        float dh = max_abs(tb.h + (size_t)il * n * H, sc.hidden.f32 + (size_t)il * n * H, (int64_t)n * H);
-                        if (!(dh <= TOL)) {
-                            iris_test_fail(__FILE__, __LINE__, "%s/%s: first diverging hidden state: entering layer %d (max-abs %g)",
-                                           models[mi], scenarios[si], il, dh);
-                            break;
-                        }
-                    }
-                    iris_test_fail(__FILE__, __LINE__, "%s/%s: logits max-abs %g > %g", models[mi], scenarios[si], d, TOL);
-                }
-            }
+            if (rc == 0) check(models[mi], scenarios[si], &m, &sc, logits, &tb);
             free(logits);
             free(tb.h);
             free_scen(&sc);
@@ -183,6 +173,27 @@ IRIS_TEST(text_logits_parity) {
         close_model(&m);
     }
 }
+
+static void check_parity(const char *model, const char *scenario, const tmodel *m, const scen *sc, const float *logits,
+                         const trace_buf *tb) {
+    const iris_text_config *c = &m->t.cfg;
+    int n = sc->n, H = c->hidden_size, V = c->vocab_size, L = c->num_hidden_layers;
+    float d = max_abs(logits, sc->logits.f32, (int64_t)n * V);
+    printf("  %s / %s: %d tokens, logits max-abs %.3g\n", model, scenario, n, d);
+    if (!(d <= TOL)) {
+        for (int il = 0; il <= L; il++) {
+            float dh = max_abs(tb->h + (size_t)il * n * H, sc->hidden.f32 + (size_t)il * n * H, (int64_t)n * H);
+            if (!(dh <= TOL)) {
+                iris_test_fail(__FILE__, __LINE__, "%s/%s: first diverging hidden state: entering layer %d (max-abs %g)",
+                               model, scenario, il, dh);
+                break;
+            }
+        }
+        iris_test_fail(__FILE__, __LINE__, "%s/%s: logits max-abs %g > %g", model, scenario, d, TOL);
+    }
+}
+
+IRIS_TEST(text_logits_parity) { each_case(0, 1, check_parity); }
 
 /* Chunked prefill in 5-token chunks with scattered blocks, and two sequences
  * in one batch, give the logits of one full prefill. */
@@ -339,43 +350,29 @@ IRIS_TEST(text_cli_logits_matches_transformers) {
  * stay within 2^-4 of the reference's logit range (measured on these random-weight fixtures: 1.4% to
  * 3.9%), yet further than the BF16 path's TOL (the cache really is quantized); the greedy token is the
  * reference's wherever its top-2 margin exceeds twice the difference. */
-IRIS_TEST(text_fp8_kv_cache) {
-    for (int mi = 0; mi < 3; mi++) {
-        tmodel m;
-        if (open_model(models[mi], &m)) continue;
-        const iris_text_config *c = &m.t.cfg;
-        for (int si = 0; si < 4; si++) {
-            scen sc;
-            REQUIRE(load_scen(models[mi], scenarios[si], &sc) == 0);
-            int n = sc.n, V = c->vocab_size;
-            iris_err err = {0};
-            float *logits = malloc(sizeof(float) * (size_t)n * V);
-            int rc = forward_all(&m, &sc, IRIS_DT_F8_E4M3, logits, NULL, &err);
-            CHECKF(rc == 0, "%s/%s: %s", models[mi], scenarios[si], err.msg);
-            if (rc == 0) {
-                const float *ref = sc.logits.f32;
-                float d = max_abs(logits, ref, (int64_t)n * V), lo = INFINITY, hi = -INFINITY;
-                for (int64_t i = 0; i < (int64_t)n * V; i++) lo = ref[i] < lo ? ref[i] : lo, hi = ref[i] > hi ? ref[i] : hi;
-                int checked = 0, same = 0;
-                for (int r = 0; r < n; r++) {
-                    const float *a = logits + (size_t)r * V, *w = ref + (size_t)r * V;
-                    int ia = 0, i1 = 0;
-                    for (int v = 1; v < V; v++) ia = a[v] > a[ia] ? v : ia, i1 = w[v] > w[i1] ? v : i1;
-                    float second = -INFINITY;
-                    for (int v = 0; v < V; v++)
-                        if (v != i1 && w[v] > second) second = w[v];
-                    if (w[i1] - second > 2 * d) checked++, same += ia == i1;
-                }
-                printf("  %s / %s, fp8 KV: logits max-abs %.3g (range %.3g: %.2f%%); greedy equal on %d of %d clear rows\n",
-                       models[mi], scenarios[si], d, hi - lo, 100 * d / (hi - lo), same, checked);
-                CHECKF(d <= 0.0625f * (hi - lo) && d > TOL, "%s/%s: fp8 KV logits max-abs %g: not in (%g, 2^-4 of %g]",
-                       models[mi], scenarios[si], d, TOL, hi - lo);
-                CHECKF(same == checked, "%s/%s: fp8 KV greedy differs on %d clear rows", models[mi], scenarios[si],
-                       checked - same);
-            }
-            free(logits);
-            free_scen(&sc);
-        }
-        close_model(&m);
+static void check_fp8_kv(const char *model, const char *scenario, const tmodel *m, const scen *sc, const float *logits,
+                         const trace_buf *tb) {
+    (void)tb;
+    int n = sc->n, V = m->t.cfg.vocab_size;
+    const float *ref = sc->logits.f32;
+    float d = max_abs(logits, ref, (int64_t)n * V), lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = 0; i < (int64_t)n * V; i++) lo = ref[i] < lo ? ref[i] : lo, hi = ref[i] > hi ? ref[i] : hi;
+    int checked = 0, same = 0;
+    for (int r = 0; r < n; r++) {
+        const float *a = logits + (size_t)r * V, *w = ref + (size_t)r * V;
+        int ia = 0, i1 = 0;
+        for (int v = 1; v < V; v++) ia = a[v] > a[ia] ? v : ia, i1 = w[v] > w[i1] ? v : i1;
+        float second = -INFINITY;
+        for (int v = 0; v < V; v++)
+            if (v != i1 && w[v] > second) second = w[v];
+        if (w[i1] - second > 2 * d) checked++, same += ia == i1;
     }
+    printf("  %s / %s, fp8 KV: logits max-abs %.3g (range %.3g: %.2f%%); greedy equal on %d of %d clear rows\n",
+           model, scenario, d, hi - lo, 100 * d / (hi - lo), same, checked);
+    CHECKF(d <= 0.0625f * (hi - lo) && d > TOL, "%s/%s: fp8 KV logits max-abs %g: not in (%g, 2^-4 of %g]",
+           model, scenario, d, TOL, hi - lo);
+    CHECKF(same == checked, "%s/%s: fp8 KV greedy differs on %d clear rows", model, scenario,
+           checked - same);
 }
+
+IRIS_TEST(text_fp8_kv_cache) { each_case(1, 0, check_fp8_kv); }

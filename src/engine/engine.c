@@ -164,6 +164,12 @@ typedef struct seq_buf {
     void *img;          /* [(1 + n_ds) * n_img_rows, hidden], fp32 or bf16 as the encoder's rows */
 } seq_buf;
 
+/* An encoder output's embedding rows (taps 0) or DeepStack rows (taps 1), whichever type it holds. */
+static const char *vout_rows(const iris_vision_out *o, int taps) {
+    if (o->embeds16) return (const char *)(taps ? o->deepstack16 : o->embeds16);
+    return (const char *)(taps ? o->deepstack : o->embeds);
+}
+
 static int prepare(iris_engine *e, iris_request *r, iris_text_seq *ts, seq_buf *sb, iris_err *err) {
     iris_seq *q = &r->seq;
     int n = q->n_new, c0 = q->n_computed, H = e->cfg.text_config.hidden_size, np = q->n_prompt;
@@ -200,14 +206,12 @@ static int prepare(iris_engine *e, iris_request *r, iris_text_seq *ts, seq_buf *
     /* Rows are fp32 (CPU) or bf16 bits (GPU: iris_vision_encode_bf16), as the encoder left them. */
     int b16 = r->vout[only].embeds16 != NULL;
     size_t es = b16 ? sizeof(uint16_t) : sizeof(float);
-#define ROWS(i, d) ((const char *)((d) < 0 ? (b16 ? (const void *)r->vout[i].embeds16 : (const void *)r->vout[i].embeds) \
-                                            : (b16 ? (const void *)r->vout[i].deepstack16 : (const void *)r->vout[i].deepstack)))
     const char *emb = NULL, *ds[IRIS_MAX_DEEPSTACK] = {0};
     if (n_touch == 1) {
         const iris_seq_image *im = &q->images[only];
         size_t off = (size_t)((im->start > c0 ? im->start : c0) - im->start) * H * es;
-        emb = ROWS(only, -1) + off;
-        for (int d = 0; d < n_ds; d++) ds[d] = ROWS(only, d) + (size_t)d * im->n_tokens * H * es + off;
+        emb = vout_rows(&r->vout[only], 0) + off;
+        for (int d = 0; d < n_ds; d++) ds[d] = vout_rows(&r->vout[only], 1) + (size_t)d * im->n_tokens * H * es + off;
     } else {
         sb->img = malloc(es * (size_t)n_rows * H * (1 + (size_t)n_ds));
         if (!sb->img) return iris_err_set(err, IRIS_ENOMEM, "out of memory for %d image rows", n_rows);
@@ -220,16 +224,15 @@ static int prepare(iris_engine *e, iris_request *r, iris_text_seq *ts, seq_buf *
             if ((r->vout[i].embeds16 != NULL) != b16)
                 return iris_err_set(err, IRIS_EINVAL, "image %d: rows of another type than the others", i + 1);
             size_t off = (size_t)(a - im->start) * H * es, len = (size_t)(b - a) * H * es;
-            memcpy(img + (size_t)at * H * es, ROWS(i, -1) + off, len);
+            memcpy(img + (size_t)at * H * es, vout_rows(&r->vout[i], 0) + off, len);
             for (int d = 0; d < n_ds; d++)
-                memcpy(img + ((size_t)(1 + d) * n_rows + at) * H * es, ROWS(i, d) + (size_t)d * im->n_tokens * H * es + off,
-                       len);
+                memcpy(img + ((size_t)(1 + d) * n_rows + at) * H * es,
+                       vout_rows(&r->vout[i], 1) + (size_t)d * im->n_tokens * H * es + off, len);
             at += b - a;
         }
         emb = img;
         for (int d = 0; d < n_ds; d++) ds[d] = img + (size_t)(1 + d) * n_rows * H * es;
     }
-#undef ROWS
     ts->n_deepstack = n_ds;
     if (b16) {
         ts->image_embeds16 = (const uint16_t *)emb;
@@ -465,6 +468,12 @@ static iris_dtype kv_dtype_on(const iris_engine *e, const iris_backend *b) {
     return e->kv_plan_dtype == IRIS_KV_FP8 ? IRIS_DT_F8_E4M3 : b->act;
 }
 
+/* Bytes of one cache block (K and V of every layer) in dtype dt. */
+static size_t kv_block_bytes(const iris_text_config *tc, iris_dtype dt) {
+    return (size_t)2 * tc->num_hidden_layers * IRIS_KV_BLOCK * tc->num_key_value_heads * tc->head_dim *
+           iris_dtype_size(dt);
+}
+
 #ifdef IRIS_CUDA
 /* The memory plan for this device, then the one allocation it sizes, the
  * weights and the KV cache in it.  The budget is measured with the context
@@ -557,8 +566,7 @@ static int load_cpu(iris_engine *e, iris_err *err) {
     if (rc) return rc;
     e->max_model_len = o->max_model_len > 0 && o->max_model_len < tc->max_position_embeddings
                            ? o->max_model_len : tc->max_position_embeddings;
-    size_t block_bytes = (size_t)2 * tc->num_hidden_layers * IRIS_KV_BLOCK * tc->num_key_value_heads * tc->head_dim *
-                         iris_dtype_size(kv_dtype_on(e, e->be));
+    size_t block_bytes = kv_block_bytes(tc, kv_dtype_on(e, e->be));
     e->n_blocks = o->kv_blocks;
     if (e->n_blocks <= 0) {
         size_t bytes = o->kv_cache_bytes ? o->kv_cache_bytes : DEFAULT_KV_BYTES;
@@ -595,8 +603,7 @@ static int load(iris_engine *e, iris_err *err) {
     }
     if (rc) return rc;
     iris_dtype kv_dt = e->kv.layers[0].dtype;
-    size_t block_bytes = (size_t)2 * tc->num_hidden_layers * IRIS_KV_BLOCK * tc->num_key_value_heads * tc->head_dim *
-                         iris_dtype_size(kv_dt);
+    size_t block_bytes = kv_block_bytes(tc, kv_dt);
     rc = iris_kv_pool_init(&e->pool, e->n_blocks, o->prefix_caching, err);
     iris_sched_opts so = {o->max_num_seqs, o->max_batch_tokens, o->max_waiting + o->max_num_seqs};
     if (!rc) rc = iris_sched_init(&e->sched, &so, e->pool, err);

@@ -291,6 +291,37 @@ static int cmp_desc(const void *a, const void *b, void *arg) {
     return (i > j) - (i < j);
 }
 
+/* Steps 5 and 7 over candidates idx[0..n) of the processed logits w (m: their maximum), shared by
+ * the whole-row and the candidates' paths so both sum the same terms in the same order. */
+
+/* top_p: how many of the candidates (value-descending) stay, the mass ranked above each < top_p. */
+static int top_p_keep(const float *w, const int *idx, int n, float m, double z_ref, float top_p) {
+    if (top_p >= 1.0f) return n;
+    double above = 0.0;
+    int keep;
+    for (keep = 0; keep < n; keep++) {
+        if (keep > 0 && above >= (double)top_p) break;
+        above += exp((double)w[idx[keep]] - m) / z_ref;
+    }
+    return keep;
+}
+
+static double mass_of(const float *w, const int *idx, int n, float m) {
+    double mass = 0.0;
+    for (int k = 0; k < n; k++) mass += exp((double)w[idx[k]] - m);
+    return mass;
+}
+
+/* The draw: the position in idx[0..n) (id order) where the running mass passes u * mass. */
+static int draw_at(iris_sampler *s, const float *w, const int *idx, int n, float m, double mass) {
+    double u = uniform01(s->rng) * mass, acc = 0.0;
+    for (int k = 0; k < n; k++) {
+        acc += exp((double)w[idx[k]] - m);
+        if (u < acc) return k;
+    }
+    return n - 1;
+}
+
 /* Steps 3-6 of sampler.h: leaves the kept tokens in s->cand[0..*n_kept), most
  * likely first, and their unnormalized weights exp(x - max) in wts.  `top`
  * is the argmax of work. */
@@ -330,18 +361,9 @@ static void warp(iris_sampler *s, int top, int *n_kept, double *mass_kept) {
         }
     }
     qsort_r(cand, (size_t)nc, sizeof *cand, cmp_desc, w);
-    int keep = nc;
-    if (p->top_p < 1.0f) {
-        double above = 0.0;
-        for (keep = 0; keep < nc; keep++) {
-            if (keep > 0 && above >= (double)p->top_p) break;
-            above += exp((double)w[cand[keep]] - m) / z_ref;
-        }
-    }
-    double mass = 0.0;
-    for (int k = 0; k < keep; k++) mass += exp((double)w[cand[k]] - m);
+    int keep = top_p_keep(w, cand, nc, m, z_ref, p->top_p);
     *n_kept = keep;
-    *mass_kept = mass;
+    *mass_kept = mass_of(w, cand, keep, m);
 }
 
 static void fill_logprobs(const iris_sampler *s, const float *logits, int token, iris_sample_out *out) {
@@ -388,16 +410,7 @@ int iris_sampler_sample(iris_sampler *s, const float *logits, iris_sample_out *o
          * same seed gives the same token unless u falls within that error of a
          * boundary. */
         qsort(s->cand, (size_t)keep, sizeof *s->cand, cmp_int);
-        float m = s->work[top];
-        double u = uniform01(s->rng) * mass, acc = 0.0;
-        token = s->cand[keep - 1];
-        for (int k = 0; k < keep; k++) {
-            acc += exp((double)s->work[s->cand[k]] - m);
-            if (u < acc) {
-                token = s->cand[k];
-                break;
-            }
-        }
+        token = s->cand[draw_at(s, s->work, s->cand, keep, s->work[top], mass)];
     }
     if (out) {
         memset(out, 0, sizeof *out);
@@ -530,32 +543,14 @@ int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *va
         for (int i = 0; i < kept; i++)
             if ((double)w[i] - m >= minp_cut) w[nc] = w[i], id[nc] = id[i], nc++;
         order_top(w, id, pos, nc, 1);              /* warp's qsort: w descending, then id */
-        int keep = nc;
-        if (p->top_p < 1.0f) {
-            double above = 0.0;
-            for (keep = 0; keep < nc; keep++) {
-                if (keep > 0 && above >= (double)p->top_p) break;
-                above += exp((double)w[pos[keep]] - m) / z_ref;
-            }
-        }
-        double mass = 0.0;
+        int keep = top_p_keep(w, pos, nc, m, z_ref, p->top_p);
+        double mass = mass_of(w, pos, keep, m);
         float kw[IRIS_SAMPLER_MAX_TOP];
         int kid[IRIS_SAMPLER_MAX_TOP];
-        for (int i = 0; i < keep; i++) {
-            mass += exp((double)w[pos[i]] - m);
-            kw[i] = w[pos[i]], kid[i] = id[pos[i]];
-        }
+        for (int i = 0; i < keep; i++) kw[i] = w[pos[i]], kid[i] = id[pos[i]];
         /* The draw walks the kept tokens in id order, as iris_sampler_sample. */
         order_top(kw, kid, pos, keep, 0);
-        double u = uniform01(s->rng) * mass, acc = 0.0;
-        token = kid[pos[keep - 1]];
-        for (int i = 0; i < keep; i++) {
-            acc += exp((double)kw[pos[i]] - m);
-            if (u < acc) {
-                token = kid[pos[i]];
-                break;
-            }
-        }
+        token = kid[pos[draw_at(s, kw, pos, keep, m, mass)]];
     }
     if (out) {
         memset(out, 0, sizeof *out);

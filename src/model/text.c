@@ -439,7 +439,8 @@ static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const
     size_t ints = (size_t)R * 7 + (size_t)n_seqs * max_blocks + (size_t)n_img + (size_t)n_logits;
     int32_t *hm = malloc(ints * sizeof(int32_t));
     float *himg = n_img && !raw ? calloc((size_t)n_img * H * (1 + (size_t)n_ds), sizeof(float)) : NULL;
-    int *run0 = raw ? calloc((size_t)n_seqs, sizeof(int)) : NULL; /* raw: each sequence's first row in d_img */
+    /* raw: each sequence's first row in d_img and its count of image rows */
+    int *run0 = raw ? calloc(2 * (size_t)n_seqs, sizeof(int)) : NULL, *run_n = run0 ? run0 + n_seqs : NULL;
     if (!hm || (n_img && !raw && !himg) || (raw && !run0)) {
         free(hm), free(himg), free(run0);
         return iris_err_set(err, IRIS_ENOMEM, "out of memory for a %d-token step", R);
@@ -462,6 +463,7 @@ static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const
             if ((sq->image_embeds || sq->image_embeds16) &&
                 (sq->tokens[i] == t->image_token_id || sq->tokens[i] == t->video_token_id)) {
                 if (raw && si == 0) run0[s] = ii;
+                if (raw) run_n[s]++;
                 if (!raw && sq->image_embeds) {
                     memcpy(himg + (size_t)ii * H, sq->image_embeds + (size_t)si * H, sizeof(float) * H);
                     for (int d = 0; d < n_ds; d++)
@@ -545,11 +547,8 @@ static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const
     for (int s = 0; raw && s < n_seqs; s++) {
         /* a sequence's image rows are consecutive in d_img (and in its own rows, from 0) */
         const iris_text_seq *sq = &seqs[s];
-        if (!sq->image_embeds16) continue;
-        int cnt = 0;
-        for (int i = 0; i < sq->n_new; i++) cnt += sq->tokens[i] == t->image_token_id || sq->tokens[i] == t->video_token_id;
-        if (!cnt) continue;
-        size_t bytes = (size_t)cnt * H * es;
+        if (!run_n[s]) continue;
+        size_t bytes = (size_t)run_n[s] * H * es;
         OP(b->upload(b, (char *)d_img + (size_t)run0[s] * H * es, sq->image_embeds16, bytes));
         for (int d = 0; d < n_ds; d++)
             OP(b->upload(b, (char *)d_img + ((size_t)(1 + d) * n_img + run0[s]) * H * es, sq->deepstack16[d], bytes));
