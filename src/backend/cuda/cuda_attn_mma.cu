@@ -3,21 +3,23 @@
  * sm_80 and newer) — the default flash kernel; cuda_attn_flash.cu's WMMA
  * kernel is the simpler one it is checked and timed against.
  *
- * Thread mapping: a CTA of 4 warps owns 64 consecutive query rows of one
- * query head; each warp 16 rows, held as mma A fragments for the whole run.
- * Per tile of 64 keys the CTA stages K [64, HD] and Vᵀ [HD, 64] in shared
- * memory; each warp computes S = Q·Kᵀ (16 x 64, fp32 in registers: lane
- * (g = lane/4, t = lane%4) holds rows g and g+8, columns 2t, 2t+1 of every
- * 8-column tile), updates the running max and sum (max reduced over the 4
- * lanes of a row; the sum stays per lane until the end), turns S into P in
- * bf16 directly in the A-fragment layout (no shared-memory round trip) and
- * accumulates O += P·V in registers.  Compute-bound for long segments.
+ * Thread mapping: a CTA of MW warps owns 16·MW consecutive query rows of one
+ * query head (MW = 8 for the vision encoder's segments, 4 for prefill over the
+ * paged cache: its 64-row tiles); each warp 16 rows, held as mma A fragments
+ * for the whole run.  Per tile of 64 keys the CTA stages K and V [64, HD] in
+ * shared memory, two stages deep (cp.async: the next tile lands while this
+ * one is multiplied); each warp computes S = Q·Kᵀ (16 x 64, fp32 in registers:
+ * lane (g = lane/4, t = lane%4) holds rows g and g+8, columns 2t, 2t+1 of
+ * every 8-column tile; K's B fragments by ldmatrix), updates the running max
+ * and sum (max reduced over the 4 lanes of a row; the sum stays per lane
+ * until the end), turns S into P in bf16 directly in the A-fragment layout
+ * (no shared-memory round trip) and accumulates O += P·V in registers (V's B
+ * fragments by ldmatrix.trans from the row-major tile).  Compute-bound for
+ * long segments.
  * Row selection for the paged case is cuda_attn.cuh's flash_tile_ok.  An E4M3
  * cache (kv8) is widened to bf16 (exactly) as the tiles are staged. */
 #include "cuda_attn.cuh"
 
-#define MW 4
-#define MQ (16 * MW)
 #define MK 64
 
 static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
@@ -32,11 +34,74 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
-template <int HD, int PAGED, typename KT>
-__global__ void __launch_bounds__(MW * 32) k_flash_mma(iris_flash_args a) {
-    constexpr int LK = HD + 8, LV = MK + 8;
-    __shared__ __align__(16) bf16 Ks[MK * LK];
-    __shared__ __align__(16) bf16 Vt[HD * LV];
+/* Four 8x8 bf16 matrices from shared memory (lane l gives the address of row l % 8 of matrix l / 8):
+ * r[m] is lane (g, t)'s element pair (row g, columns 2t, 2t+1) of matrix m, or with TRANS the pair
+ * (rows 2t, 2t+1, column g) — the B fragment of K (rows = keys) and of V (rows = keys) respectively. */
+template <int TRANS>
+static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const bf16 *p) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/* 16 bytes global → shared without a register round trip; src_bytes 0 writes zeros. */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+/* Shared memory of one CTA: two stages of K and V tiles, [MK][HD + 8] each (8 columns of padding
+ * put the 8 rows an ldmatrix reads in distinct banks). */
+template <int HD>
+static constexpr size_t flash_smem_bytes() { return (size_t)2 * 2 * MK * (HD + 8) * sizeof(bf16); }
+
+/* Keys [j0, j0 + MK) of the kv head into stage (ks, vs); rows past n_keys are zeros (their scores
+ * are masked, and zero V rows keep 0 · V finite).  BF16: cp.async, completing in the background
+ * (the caller commits and waits); an E4M3 cache: loaded, widened and stored here. */
+template <int HD, int PAGED, int NT, typename KT>
+static __device__ __forceinline__ void stage_tile(const iris_flash_args &a, int seq, int kvh, int j0, int n_keys,
+                                                  bf16 *ks, bf16 *vs) {
+    constexpr int LK = HD + 8;
+    for (int i = threadIdx.x; i < MK * HD / 8; i += NT) {
+        int j = i / (HD / 8), c = (i % (HD / 8)) * 8;
+        bool in = j0 + j < n_keys;
+        int64_t row = 0;
+        if (in) {
+            if (PAGED) {
+                int jj = j0 + j;
+                row = (int64_t)a.block_tables[(int64_t)seq * a.max_blocks + jj / IRIS_KV_BLOCK] * IRIS_KV_BLOCK +
+                      jj % IRIS_KV_BLOCK;
+            } else {
+                row = j0 + j;
+            }
+        }
+        const KT *kp = (const KT *)(const void *)a.k + row * a.ldk + (int64_t)kvh * HD + c;
+        const KT *vp = (const KT *)(const void *)a.v + row * a.ldk + (int64_t)kvh * HD + c;
+        if (sizeof(KT) == 2) {
+            cp_async16(ks + j * LK + c, kp, in ? 16 : 0);
+            cp_async16(vs + j * LK + c, vp, in ? 16 : 0);
+        } else {
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+            if (in) kv = kv_load8_bf16(kp), vv = kv_load8_bf16(vp);
+            *(uint4 *)(ks + j * LK + c) = kv;
+            *(uint4 *)(vs + j * LK + c) = vv;
+        }
+    }
+}
+
+/* MW warps a CTA, 16 query rows each (the paged case: 4, the 64-row tiles of flash_tile_ok). */
+template <int HD, int PAGED, typename KT, int MW>
+/* HD <= 64: at most 128 registers, so 16 warps fit an SM (131 would leave one 8-warp CTA per SM). */
+__global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(iris_flash_args a) {
+    constexpr int LK = HD + 8, MQ = 16 * MW, NT = MW * 32;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *sm = (bf16 *)smem_raw;
     __shared__ int kmax_s;
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int r0 = blockIdx.x * MQ, h = blockIdx.y, kvh = h / a.g;
@@ -76,82 +141,79 @@ __global__ void __launch_bounds__(MW * 32) k_flash_mma(iris_flash_args a) {
     __syncthreads();
     int n_keys = kmax_s;
 
-    for (int j0 = 0; j0 < n_keys; j0 += MK) {
-        __syncthreads(); /* the previous tile is no longer read */
-        for (int i = threadIdx.x; i < MK * HD / 8; i += MW * 32) {
-            int j = i / (HD / 8), c = (i % (HD / 8)) * 8;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-            if (j0 + j < n_keys) {
-                int64_t row;
-                if (PAGED) {
-                    int jj = j0 + j;
-                    row = (int64_t)a.block_tables[(int64_t)seq * a.max_blocks + jj / IRIS_KV_BLOCK] * IRIS_KV_BLOCK +
-                          jj % IRIS_KV_BLOCK;
-                } else {
-                    row = j0 + j;
-                }
-                kv = kv_load8_bf16((const KT *)(const void *)a.k + row * a.ldk + (int64_t)kvh * HD + c);
-                vv = kv_load8_bf16((const KT *)(const void *)a.v + row * a.ldk + (int64_t)kvh * HD + c);
-            }
-            *(uint4 *)(Ks + j * LK + c) = kv;
-            const bf16 *ve = (const bf16 *)&vv;
-#pragma unroll
-            for (int e = 0; e < 8; e++) Vt[(c + e) * LV + j] = ve[e];
+    /* Two stages: tile i + 1 is in flight while tile i is multiplied. */
+    if (n_keys > 0) stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, 0, n_keys, sm, sm + MK * LK);
+    cp_async_commit();
+    for (int j0 = 0, st = 0; j0 < n_keys; j0 += MK, st ^= 1) {
+        bf16 *Ks = sm + (size_t)st * 2 * MK * LK, *Vs = Ks + MK * LK;
+        if (j0 + MK < n_keys) {
+            bf16 *nk = sm + (size_t)(st ^ 1) * 2 * MK * LK;
+            stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, j0 + MK, n_keys, nk, nk + MK * LK);
         }
+        cp_async_commit();
+        cp_async_wait1(); /* all but the newest group: this tile has landed */
         __syncthreads();
-        if (j0 >= warp_lim) continue;
-
-        float s[MK / 8][4];
+        if (j0 < warp_lim) {
+            float s[MK / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < MK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+            for (int nt = 0; nt < MK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
 #pragma unroll
-        for (int kc = 0; kc < HD / 16; kc++)
+            for (int kc = 0; kc < HD / 16; kc++)
+#pragma unroll
+                for (int nt = 0; nt < MK / 8; nt += 2) {
+                    /* matrices: keys (nt | nt + 1) x dims (16 kc | 16 kc + 8) */
+                    uint32_t kb[4];
+                    ldsm_x4<0>(kb, Ks + ((nt + (lane >> 4)) * 8 + (lane & 7)) * LK + kc * 16 + ((lane >> 3) & 1) * 8);
+                    mma16816(s[nt], qa[kc], kb[0], kb[1]);
+                    mma16816(s[nt + 1], qa[kc], kb[2], kb[3]);
+                }
+            float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
             for (int nt = 0; nt < MK / 8; nt++) {
-                const bf16 *kp = Ks + (nt * 8 + g) * LK + kc * 16 + 2 * t;
-                mma16816(s[nt], qa[kc], *(const uint32_t *)kp, *(const uint32_t *)(kp + 8));
+                int j = j0 + nt * 8 + 2 * t;
+                s[nt][0] = j < lim0 ? s[nt][0] * a.scale_log2 : -INFINITY;
+                s[nt][1] = j + 1 < lim0 ? s[nt][1] * a.scale_log2 : -INFINITY;
+                s[nt][2] = j < lim1 ? s[nt][2] * a.scale_log2 : -INFINITY;
+                s[nt][3] = j + 1 < lim1 ? s[nt][3] * a.scale_log2 : -INFINITY;
+                mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+                mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
             }
-        float mx0 = -INFINITY, mx1 = -INFINITY;
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+            float c0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0), c1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
+            float sum0 = 0, sum1 = 0;
 #pragma unroll
-        for (int nt = 0; nt < MK / 8; nt++) {
-            int j = j0 + nt * 8 + 2 * t;
-            s[nt][0] = j < lim0 ? s[nt][0] * a.scale_log2 : -INFINITY;
-            s[nt][1] = j + 1 < lim0 ? s[nt][1] * a.scale_log2 : -INFINITY;
-            s[nt][2] = j < lim1 ? s[nt][2] * a.scale_log2 : -INFINITY;
-            s[nt][3] = j + 1 < lim1 ? s[nt][3] * a.scale_log2 : -INFINITY;
-            mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-            mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        float c0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0), c1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
-        float sum0 = 0, sum1 = 0;
+            for (int nt = 0; nt < MK / 8; nt++) {
+                s[nt][0] = mn0 == -INFINITY ? 0.0f : exp2f(s[nt][0] - mn0);
+                s[nt][1] = mn0 == -INFINITY ? 0.0f : exp2f(s[nt][1] - mn0);
+                s[nt][2] = mn1 == -INFINITY ? 0.0f : exp2f(s[nt][2] - mn1);
+                s[nt][3] = mn1 == -INFINITY ? 0.0f : exp2f(s[nt][3] - mn1);
+                sum0 += s[nt][0] + s[nt][1];
+                sum1 += s[nt][2] + s[nt][3];
+            }
+            l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
+            m0 = mn0, m1 = mn1;
 #pragma unroll
-        for (int nt = 0; nt < MK / 8; nt++) {
-            s[nt][0] = mn0 == -INFINITY ? 0.0f : exp2f(s[nt][0] - mn0);
-            s[nt][1] = mn0 == -INFINITY ? 0.0f : exp2f(s[nt][1] - mn0);
-            s[nt][2] = mn1 == -INFINITY ? 0.0f : exp2f(s[nt][2] - mn1);
-            s[nt][3] = mn1 == -INFINITY ? 0.0f : exp2f(s[nt][3] - mn1);
-            sum0 += s[nt][0] + s[nt][1];
-            sum1 += s[nt][2] + s[nt][3];
-        }
-        l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
-        m0 = mn0, m1 = mn1;
+            for (int nd = 0; nd < HD / 8; nd++) o[nd][0] *= c0, o[nd][1] *= c0, o[nd][2] *= c1, o[nd][3] *= c1;
 #pragma unroll
-        for (int nd = 0; nd < HD / 8; nd++) o[nd][0] *= c0, o[nd][1] *= c0, o[nd][2] *= c1, o[nd][3] *= c1;
+            for (int kc = 0; kc < MK / 16; kc++) {
+                uint32_t pa[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
+                                  pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                                  pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
 #pragma unroll
-        for (int kc = 0; kc < MK / 16; kc++) {
-            uint32_t pa[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-                              pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]), pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-#pragma unroll
-            for (int nd = 0; nd < HD / 8; nd++) {
-                const bf16 *vp = Vt + (nd * 8 + g) * LV + kc * 16 + 2 * t;
-                mma16816(o[nd], pa, *(const uint32_t *)vp, *(const uint32_t *)(vp + 8));
+                for (int nd = 0; nd < HD / 8; nd += 2) {
+                    /* matrices: keys (16 kc | 16 kc + 8) x dims (nd | nd + 1), transposed on the way */
+                    uint32_t vb[4];
+                    ldsm_x4<1>(vb, Vs + (kc * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LK + (nd + (lane >> 4)) * 8);
+                    mma16816(o[nd], pa, vb[0], vb[1]);
+                    mma16816(o[nd + 1], pa, vb[2], vb[3]);
+                }
             }
         }
+        __syncthreads(); /* this stage is refilled two tiles on */
     }
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -167,12 +229,31 @@ __global__ void __launch_bounds__(MW * 32) k_flash_mma(iris_flash_args a) {
     }
 }
 
+template <int HD, int PAGED, typename KT, int MW>
+static int launch_mw(iris_backend *b, const iris_flash_args &a, int n_heads) {
+    constexpr size_t smem = flash_smem_bytes<HD>();
+    static int attr_set; /* one engine thread owns the GPU (DESIGN.md) */
+    if (!attr_set) {
+        if (cudaFuncSetAttribute(k_flash_mma<HD, PAGED, KT, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem) != cudaSuccess)
+            return iris_cuda_check(b, "attention (flash, mma): shared memory limit");
+        attr_set = 1;
+    }
+    dim3 grid((unsigned)((a.n_rows + 16 * MW - 1) / (16 * MW)), (unsigned)n_heads);
+    k_flash_mma<HD, PAGED, KT, MW><<<grid, MW * 32, smem, cuda_of(b)->stream>>>(a);
+    return iris_cuda_check(b, "attention (flash, mma)");
+}
+
+/* Paged (prefill over the cache): 64-row tiles, as flash_tile_ok decides with the decode kernel.
+ * Segments (the vision encoder): 128 query rows a CTA, so each staged K/V tile serves twice the
+ * rows (half the L2 traffic of 64). */
 template <int HD, int PAGED>
 static int launch(iris_backend *b, const iris_flash_args &a, int n_heads) {
-    dim3 grid((unsigned)((a.n_rows + MQ - 1) / MQ), (unsigned)n_heads);
-    if (PAGED && a.kv8) k_flash_mma<HD, PAGED, kv8><<<grid, MW * 32, 0, cuda_of(b)->stream>>>(a);
-    else k_flash_mma<HD, PAGED, bf16><<<grid, MW * 32, 0, cuda_of(b)->stream>>>(a);
-    return iris_cuda_check(b, "attention (flash, mma)");
+    if (PAGED) {
+        if (a.kv8) return launch_mw<HD, 1, kv8, FLASH_TILE / 16>(b, a, n_heads);
+        return launch_mw<HD, 1, bf16, FLASH_TILE / 16>(b, a, n_heads);
+    }
+    return launch_mw<HD, 0, bf16, 8>(b, a, n_heads);
 }
 
 int iris_cuda_flash_mma(iris_backend *b, const iris_flash_args *a, int head_dim, int n_heads, int paged) {
