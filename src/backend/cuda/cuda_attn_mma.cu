@@ -167,14 +167,23 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
                     mma16816(s[nt], qa[kc], kb[0], kb[1]);
                     mma16816(s[nt + 1], qa[kc], kb[2], kb[3]);
                 }
+            /* Tiles whose keys both rows see (the vision encoder's; prefill's below the diagonal)
+             * skip the mask.  The max is taken on the raw scores (a positive scale keeps their
+             * order) and each exponent is one FFMA, s · scale − max; masked scores are −inf, so
+             * their exponentials are 0. */
+            if (!(j0 + MK <= lim0 && j0 + MK <= lim1)) {
+#pragma unroll
+                for (int nt = 0; nt < MK / 8; nt++) {
+                    int j = j0 + nt * 8 + 2 * t;
+                    if (j >= lim0) s[nt][0] = -INFINITY;
+                    if (j + 1 >= lim0) s[nt][1] = -INFINITY;
+                    if (j >= lim1) s[nt][2] = -INFINITY;
+                    if (j + 1 >= lim1) s[nt][3] = -INFINITY;
+                }
+            }
             float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
             for (int nt = 0; nt < MK / 8; nt++) {
-                int j = j0 + nt * 8 + 2 * t;
-                s[nt][0] = j < lim0 ? s[nt][0] * a.scale_log2 : -INFINITY;
-                s[nt][1] = j + 1 < lim0 ? s[nt][1] * a.scale_log2 : -INFINITY;
-                s[nt][2] = j < lim1 ? s[nt][2] * a.scale_log2 : -INFINITY;
-                s[nt][3] = j + 1 < lim1 ? s[nt][3] * a.scale_log2 : -INFINITY;
                 mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
                 mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
             }
@@ -182,15 +191,16 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+            float mn0 = fmaxf(m0, mx0 * a.scale_log2), mn1 = fmaxf(m1, mx1 * a.scale_log2);
             float c0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0), c1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
+            float nm0 = mn0 == -INFINITY ? 0.0f : -mn0, nm1 = mn1 == -INFINITY ? 0.0f : -mn1;
             float sum0 = 0, sum1 = 0;
 #pragma unroll
             for (int nt = 0; nt < MK / 8; nt++) {
-                s[nt][0] = mn0 == -INFINITY ? 0.0f : exp2f(s[nt][0] - mn0);
-                s[nt][1] = mn0 == -INFINITY ? 0.0f : exp2f(s[nt][1] - mn0);
-                s[nt][2] = mn1 == -INFINITY ? 0.0f : exp2f(s[nt][2] - mn1);
-                s[nt][3] = mn1 == -INFINITY ? 0.0f : exp2f(s[nt][3] - mn1);
+                s[nt][0] = exp2f(fmaf(s[nt][0], a.scale_log2, nm0));
+                s[nt][1] = exp2f(fmaf(s[nt][1], a.scale_log2, nm0));
+                s[nt][2] = exp2f(fmaf(s[nt][2], a.scale_log2, nm1));
+                s[nt][3] = exp2f(fmaf(s[nt][3], a.scale_log2, nm1));
                 sum0 += s[nt][0] + s[nt][1];
                 sum1 += s[nt][2] + s[nt][3];
             }
