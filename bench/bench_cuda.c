@@ -435,7 +435,7 @@ static void bench_linear_shapes(int fp8, shape s) {
                "\"cublaslt_us\":%.2f}\n",
                fp8 ? "fp8" : "bf16", rows[i], s.I, s.H, g * 1e3, c * 1e3);
     }
-    iris_cuda_set_gemv_rows(B, 16);
+    iris_cuda_set_gemv_rows(B, -1);
     /* Large batches: TFLOP/s of the cuBLASLt path. */
     int big[] = {128, 512, 1024, 4096};
     B->free(B, yb);

@@ -205,7 +205,7 @@ static void check_linear(int64_t n, int64_t in, int64_t out, iris_dtype wdt, int
      * 1.06x the 4e-3 bound) with other random draws: two roundings there, not one. */
     float rtol = wdt == IRIS_DT_F8_E4M3 && bias && gemv_rows < n ? 8e-3f : 4e-3f;
     compare(what, got, out, cyd, out, n, out, rtol, 2e-3f);
-    iris_cuda_set_gemv_rows(g_cuda, 16);
+    iris_cuda_set_gemv_rows(g_cuda, -1);
     g_cuda->free(g_cuda, dw);
     g_cuda->free(g_cuda, (void *)gw.scale);
     g_cuda->free(g_cuda, db);
@@ -223,6 +223,12 @@ IRIS_TEST(gpu_ops_linear) {
     check_linear(1, 384, 200, IRIS_DT_F8_E4M3, -1, 16);
     check_linear(5, 384, 200, IRIS_DT_F8_E4M3, IRIS_DT_BF16, 16);
     check_linear(16, 2048, 300, IRIS_DT_F8_E4M3, -1, 16);
+    /* FP8 on the tensor cores: 16 warps a CTA, two rounds of super-steps; and a width that is not a
+     * multiple of 64 (the FMA kernel instead) */
+    check_linear(2, 6144, 48, IRIS_DT_F8_E4M3, IRIS_DT_F32, 16);
+    check_linear(7, 9728, 37, IRIS_DT_F8_E4M3, -1, 16);
+    check_linear(1, 272, 40, IRIS_DT_F8_E4M3, -1, 16);
+    check_linear(27, 384, 200, IRIS_DT_F8_E4M3, IRIS_DT_BF16, 32); /* two launches: 16 tokens, then 11 */
     /* cuBLASLt and dequantize-then-cuBLASLt. */
     check_linear(37, 264, 77, IRIS_DT_BF16, IRIS_DT_BF16, 16);
     check_linear(50, 131, 45, IRIS_DT_BF16, -1, 16);
@@ -362,11 +368,12 @@ static void check_w8a8(int64_t n, int64_t in, int64_t out, int bias) {
 
 IRIS_TEST(gpu_ops_fused_linear) {
     if (!backends()) return;
-    /* the one-launch path (n up to the gemv rows; 9 and 16 take two launches of 8 tokens) and the
-     * fallback (n = 40: cuBLASLt), FP8 and BF16, q/k/v-like shapes (the first is the largest) */
+    /* the one-launch path (n up to the gemv rows: FP8 16 tokens a launch, so 24 takes two; BF16 8, so
+     * 9 and 16 take two; 24 and 40 go to cuBLASLt for BF16, 40 for FP8), FP8 and BF16, q/k/v-like
+     * shapes (the first is the largest) */
     const int64_t qkv[3] = {256, 128, 128}, odd[3] = {200, 72, 72};
-    const int ns[] = {1, 3, 8, 9, 16, 40};
-    for (int k = 0; k < 6; k++) {
+    const int ns[] = {1, 3, 8, 9, 16, 24, 40};
+    for (int k = 0; k < 7; k++) {
         check_fused_linear(ns[k], 384, qkv, IRIS_DT_F8_E4M3);
         check_fused_linear(ns[k], 264, odd, IRIS_DT_BF16);
     }

@@ -30,9 +30,10 @@ size_t iris_cuda_scratch_bytes(void);
 /* Arena and device memory figures of a CUDA backend. */
 int iris_cuda_mem_info(iris_backend *b, iris_cuda_mem *m);
 
-/* Linear: batches of up to `rows` rows use the W8A16 / W16A16 kernel, larger
- * ones cuBLASLt (FP8 weights dequantized to BF16 tiles first).  For
- * measurements; the default comes from the benchmark (see cuda_linear.cu). */
+/* Linear: batches of up to `rows` rows use the W8A16 / W16A16 kernels, larger
+ * ones cuBLASLt (FP8 weights dequantized to BF16 tiles first); rows < 0: the
+ * defaults (16, and 32 where FP8 weights take the tensor-core kernel).  For
+ * measurements; the defaults come from the benchmark (see cuda_linear.cu). */
 void iris_cuda_set_gemv_rows(iris_backend *b, int rows);
 
 /* FP8 weights, larger batches: 1 multiplies on FP8 tensor cores with the activations quantized

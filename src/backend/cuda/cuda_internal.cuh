@@ -32,6 +32,13 @@ struct cuda_span {          /* one piece of the arena, kept sorted by offset */
     int used;
 };
 
+/* Decode linears: rows up to these take the GEMV kernels, more go to cuBLASLt.  H100, 4B-FP8
+ * gate_proj (bench_cuda linear_switch): the FMA kernel is about even with cuBLASLt after
+ * dequantization at 12 rows (68 vs 65 us), the tensor-core kernel still ahead at 32 rows in
+ * 8-token launches (55 vs 67 us; it takes 16 tokens a launch now). */
+#define GEMV_ROWS 16
+#define GEMV_MMA_ROWS 32
+
 struct cuda_ctx {
     int device;
     cudaStream_t stream;
@@ -51,6 +58,8 @@ struct cuda_ctx {
     size_t attn_part_elems;
 
     int w8_max_rows;
+    int gemv_mma;           /* FP8 decode linears on the tensor cores (cuda_gemv_mma.cu); IRIS_CUDA_GEMV_MMA=0: off */
+    int mma_max_rows;       /* linear: rows up to this take that kernel where it applies (else w8_max_rows) */
     int fp8_mma_noted;      /* said once that cuBLASLt had no block-scaled FP8 algorithm */
     int fp8_mma;            /* FP8 linears of larger batches on FP8 tensor cores (W8A8), iris_cuda_set_fp8_mma */
     int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu) */
@@ -97,6 +106,22 @@ int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, int32_t *id
 /* Sets the optional fused ops of backend.h (cuda_fused.cu). */
 void iris_cuda_fused_init(iris_backend *b);
 void iris_cuda_linear_fused_init(iris_backend *b); /* linear_n, linear_swiglu (cuda_linear.cu) */
+
+/* Up to three weights of one dtype and one input width over the same x (one linear, or the q, k,
+ * v projections; or gate and up): the decode GEMVs' arguments (cuda_linear.cu, cuda_gemv_mma.cu). */
+struct gemv_set {
+    const void *W[3];
+    const float *scale[3];
+    const void *bias[3]; /* NULL or [out] of dtype bdt */
+    __nv_bfloat16 *y[3];
+    int64_t ldw[3], sc_cols[3], ldy[3], out[3];
+    int b0[3], b1[3], bdt[3], m;
+};
+/* FP8 sets on the tensor cores (cuda_gemv_mma.cu): whether the shapes allow it, and the launch of
+ * n <= 16 tokens (swiglu: p.W[0] gate, p.W[1] up, into p.y[0]). */
+int gemv8_mma_ok(const gemv_set *p, int64_t in);
+void gemv8_mma_launch(const cuda_ctx *cx, const gemv_set &p, const __nv_bfloat16 *x, int64_t ldx, int n, int64_t in,
+                      int swiglu);
 
 /* Flash attention (cuda_attn_flash.cu), used by attn_segments and by the
  * prefill side of attn_paged. */

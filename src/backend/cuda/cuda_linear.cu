@@ -1,8 +1,10 @@
 /* cuda_linear.cu: y[n, out] = x[n, in] · Wᵀ (+ bias) for BF16 activations and
  * BF16, F16, F32 or block-scaled FP8 weights.
  *
- * Three paths, chosen per call:
- *  - small batches (n <= ctx->w8_max_rows; decode) with BF16 or FP8 weights
+ * Four paths, chosen per call:
+ *  - small batches (n <= ctx->mma_max_rows) with FP8 weights in 128x128 blocks and rows of a
+ *    multiple of 64: the tensor-core kernel of cuda_gemv_mma.cu (W8A16 through mma.sync).
+ *  - other small batches (n <= ctx->w8_max_rows; decode) with BF16 or FP8 weights
  *    whose rows allow 16-byte loads: k_gemv_n, W16A16 / W8A16 (also the q, k, v
  *    projections in one launch; k_gemv_swiglu: gate, up and SiLU·mul in one).  Memory-bound:
  *    the weight is read once (n·in activations are L1/L2-resident), so its
@@ -104,17 +106,6 @@ static __device__ __forceinline__ void gemv_row(const char *__restrict__ wr, con
         }
     }
 }
-
-/* Up to three weights of one dtype and one input width over the same x (one linear, or the q, k,
- * v projections): the rows of all of them in one grid, a warp per output row. */
-struct gemv_set {
-    const void *W[3];
-    const float *scale[3];
-    const void *bias[3]; /* NULL or [out] of dtype bdt */
-    bf16 *y[3];
-    int64_t ldw[3], sc_cols[3], ldy[3], out[3];
-    int b0[3], b1[3], bdt[3], m;
-};
 
 template <int FP8, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
@@ -470,10 +461,17 @@ static int linear_w8a8(iris_backend *b, const iris_tensor *x, const iris_tensor 
 
 /* The decode path applies: few rows, BF16 activations of the right shapes, BF16 or FP8 weights
  * whose rows allow 16-byte loads (iris_cuda_linear checks the rest and reports what is wrong). */
+/* FP8 weights the tensor-core kernel takes (cuda_gemv_mma.cu's gemv8_mma_ok, on the tensor alone). */
+static int mma_ok(const cuda_ctx *cx, const iris_tensor *w) {
+    return cx->gemv_mma && w->dtype == IRIS_DT_F8_E4M3 && w->cols % 64 == 0 && w->block[1] % 64 == 0 &&
+           w->block[0] % 16 == 0 && tld(w) % 16 == 0 && is_aligned16(w->data);
+}
+
 static int gemv_ok(const cuda_ctx *cx, const iris_tensor *x, const iris_tensor *w, const iris_tensor *y) {
     int fp8 = w->dtype == IRIS_DT_F8_E4M3, epl = fp8 ? 16 : 8;
+    int max_rows = mma_ok(cx, w) ? cx->mma_max_rows : cx->w8_max_rows;
     return x->dtype == IRIS_DT_BF16 && y->dtype == IRIS_DT_BF16 && x->cols == w->cols && y->rows == x->rows &&
-           y->cols == w->rows && x->rows > 0 && x->rows <= cx->w8_max_rows && (fp8 || w->dtype == IRIS_DT_BF16) &&
+           y->cols == w->rows && x->rows > 0 && x->rows <= max_rows && (fp8 || w->dtype == IRIS_DT_BF16) &&
            w->cols % epl == 0 && tld(w) % epl == 0 && is_aligned16(w->data) && tld(x) % 8 == 0 &&
            is_aligned16(x->data) && (!fp8 || (w->scale && w->block[0] > 0 && w->block[1] % 16 == 0));
 }
@@ -487,17 +485,23 @@ static void set_add(gemv_set *p, const iris_tensor *w, const void *bias, int bdt
     p->b0[i] = fp8 ? w->block[0] : 1, p->b1[i] = fp8 ? w->block[1] : 1;
 }
 
-/* The set's kernel over x's rows, 8 tokens a launch (swiglu: k_gemv_swiglu, else k_gemv_n). */
+/* The set's kernel over x's rows: FP8 with 64-column-aligned scale blocks, the tensor-core kernel
+ * of cuda_gemv_mma.cu, 16 tokens a launch; else k_gemv_swiglu or k_gemv_n, 8 tokens a launch. */
 static int launch_set(iris_backend *b, gemv_set p, const iris_tensor *x, int fp8, int swiglu) {
     cuda_ctx *cx = cuda_of(b);
     int64_t rows = 0;
     for (int i = 0; i < (swiglu ? 1 : p.m); i++) rows += p.out[i];
     unsigned blocks = (unsigned)((rows + GEMV_WARPS - 1) / GEMV_WARPS);
     gemv_set q = p;
-    for (int64_t t0 = 0; t0 < x->rows; t0 += 8) {
-        int n = (int)(x->rows - t0 < 8 ? x->rows - t0 : 8);
+    int mma = fp8 && cx->gemv_mma && gemv8_mma_ok(&p, x->cols), per = mma ? 16 : 8;
+    for (int64_t t0 = 0; t0 < x->rows; t0 += per) {
+        int n = (int)(x->rows - t0 < per ? x->rows - t0 : per);
         const bf16 *xp = (const bf16 *)x->data + t0 * tld(x);
         for (int i = 0; i < p.m; i++) q.y[i] = p.y[i] + t0 * p.ldy[i];
+        if (mma) {
+            gemv8_mma_launch(cx, q, xp, tld(x), n, x->cols, swiglu);
+            continue;
+        }
 #define SET(F, T)                                                                                                      \
     do {                                                                                                               \
         if (swiglu) k_gemv_swiglu<F, T><<<blocks, GEMV_WARPS * 32, 0, cx->stream>>>(q, xp, tld(x), n, x->cols);       \

@@ -226,7 +226,11 @@ extern "C" int iris_cuda_mem_info(iris_backend *b, iris_cuda_mem *m) {
     return 0;
 }
 
-extern "C" void iris_cuda_set_gemv_rows(iris_backend *b, int rows) { cuda_of(b)->w8_max_rows = rows; }
+extern "C" void iris_cuda_set_gemv_rows(iris_backend *b, int rows) {
+    cuda_ctx *c = cuda_of(b);
+    c->w8_max_rows = rows < 0 ? GEMV_ROWS : rows;
+    c->mma_max_rows = rows < 0 ? GEMV_MMA_ROWS : rows;
+}
 extern "C" void iris_cuda_set_attn_impl(iris_backend *b, int impl) { cuda_of(b)->attn_impl = impl; }
 extern "C" int iris_cuda_set_fp8_mma(iris_backend *b, int on) {
     cuda_ctx *c = cuda_of(b);
@@ -318,6 +322,7 @@ static void cu_destroy(iris_backend *b) {
  * split-context attention partials. */
 #define LT_WS_BYTES (32u << 20)
 #define DQ_ELEMS (8u << 20)
+
 #define ATTN_PART_ELEMS (2u << 20)
 
 /* The scratch carved at open besides the cuBLASLt workspace (which the memory plan counts). */
@@ -375,9 +380,11 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->dq = (bf16 *)arena_alloc(c, c->dq_elems * 2);
     c->attn_part_elems = ATTN_PART_ELEMS;
     c->attn_part = (float *)arena_alloc(c, c->attn_part_elems * 4);
-    c->w8_max_rows = 16;
+    iris_cuda_set_gemv_rows(b, -1);
     const char *mma = getenv("IRIS_CUDA_FP8_MMA");
     c->fp8_mma = mma && !strcmp(mma, "1") && c->prop.major == 9;
+    const char *gm = getenv("IRIS_CUDA_GEMV_MMA");
+    c->gemv_mma = c->prop.major >= 8 && !(gm && !strcmp(gm, "0"));
 
     b->name = "cuda";
     b->act = IRIS_DT_BF16;
