@@ -8,7 +8,7 @@
  * multiply-adds; x is read once per 64 columns a warp.
  *
  * Thread mapping: a CTA owns 16 output rows (one m16 tile; rows past `out` are clamped on load
- * and not stored) and KW warps (4, 8 or 16: gemv8_mma_launch) split its columns (split-K): warp w takes the 64-column
+ * and not stored) and KW warps (16, 8 or 4: launch_kw) split its columns (split-K): warp w takes the 64-column
  * super-steps w, w + KW, ..., GM_UNR of them with all their loads in flight before the first is
  * used.  In a super-step lane (g = lane/4, t = lane%4) loads 16 weight bytes of row g and of
  * row g + 8 at columns [64 s + 16 t, +16) and the same 16 columns of token g's x.  The mma's k
@@ -163,43 +163,26 @@ int gemv8_mma_ok(const gemv_set *p, int64_t in) {
     return 1;
 }
 
-/* CTAs of kw warps that fit an SM at once (registers bound it), measured once per kernel. */
 template <int SWIGLU, int NT>
 static size_t red_bytes(int kw) { return (size_t)kw * (1 + SWIGLU) * NT * 128 * sizeof(float); }
 
-template <int SWIGLU, int NT>
-static int resident(int kw) {
-    static int occ[GM_MAXW + 1]; /* one engine thread owns the GPU (DESIGN.md) */
-    if (!occ[kw]) {
-        int nb = 0;
-        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_gemv8_mma<SWIGLU, NT>, kw * 32,
-                                                                      red_bytes<SWIGLU, NT>(kw));
-        occ[kw] = e == cudaSuccess && nb > 0 ? nb : 1;
-    }
-    return occ[kw];
-}
-
+/* The split: 16 warps a CTA when the columns fill them (>= 64 super-steps) and the tiles fit one
+ * wave of such CTAs (one an SM: registers bound it); else 8 (4 for narrow rows).  Measured on an
+ * H100 (bench_cuda, fused decode, IRIS_CUDA_GEMV_KW forcing each split): 4B-FP8 batch 1 with 4, 5,
+ * 8, 10, 16 warps everywhere: 227, 242, 246, 217, 225 tok/s (16 loses on its 160-tile o_proj and
+ * down_proj: two waves); 2B-FP8: 419, 430, 446, 416, 440, where 16 wins on down_proj (96
+ * super-steps, 128 tiles: 6.6 vs 7.5 us). */
 template <int SWIGLU, int NT>
 static void launch_kw(const cuda_ctx *cx, const gemv_set &p, const bf16 *x, int64_t ldx, int n, int64_t in) {
     int64_t steps = in / 64, tiles = 0;
     for (int i = 0; i < (SWIGLU ? 1 : p.m); i++) tiles += (p.out[i] + 15) / 16;
-    int kw = 4;
-    int64_t best = 0;
-    for (int k = 4; k <= GM_MAXW; k *= 2) {
-        int64_t slots = (int64_t)cx->prop.multiProcessorCount * resident<SWIGLU, NT>(k);
-        int64_t waves = (tiles + slots - 1) / slots, rounds = (steps + (int64_t)k * GM_UNR - 1) / ((int64_t)k * GM_UNR);
-        int64_t cost = waves * rounds;
-        if (k == 4 || cost < best) best = cost, kw = k;
-    }
+    int kw = steps >= 64 && tiles <= cx->prop.multiProcessorCount ? 16 : steps >= 8 ? 8 : 4;
+    if (cx->gemv_kw) kw = cx->gemv_kw;
     k_gemv8_mma<SWIGLU, NT><<<(unsigned)tiles, kw * 32, red_bytes<SWIGLU, NT>(kw), cx->stream>>>(p, x, ldx, n, in);
 }
 
 /* n <= 16 tokens of x (ld ldx, 16-byte aligned rows) through the set (gemv8_mma_ok): one or two
- * n-tiles of 8 tokens.  The split
- * (warps a CTA: 16, 8 or 4) is the one with the fewest rounds a CTA slot runs: (waves of CTAs over the
- * resident slots) x (load rounds a warp), the smaller split on a tie (more loads in
- * flight a warp).  E.g. on an H100, 4B-FP8 q/k/v (384 tiles, 40 super-steps) would otherwise fit
- * one 10-warp CTA an SM in three waves. */
+ * n-tiles of 8 tokens. */
 void gemv8_mma_launch(const cuda_ctx *cx, const gemv_set &p, const bf16 *x, int64_t ldx, int n, int64_t in,
                       int swiglu) {
     if (swiglu) {

@@ -385,6 +385,9 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->fp8_mma = mma && !strcmp(mma, "1") && c->prop.major == 9;
     const char *gm = getenv("IRIS_CUDA_GEMV_MMA");
     c->gemv_mma = c->prop.major >= 8 && !(gm && !strcmp(gm, "0"));
+    const char *kw = getenv("IRIS_CUDA_GEMV_KW");
+    c->gemv_kw = kw ? atoi(kw) : 0;
+    if (c->gemv_kw < 0 || c->gemv_kw > 16) c->gemv_kw = 0;
 
     b->name = "cuda";
     b->act = IRIS_DT_BF16;
