@@ -157,7 +157,6 @@ IRIS_TEST(gpu_engine_top_sampling_equals_whole_rows) {
     static const char *what[] = {"greedy", "seeded top-k/top-p", "seeded, presence 1.5 + repetition 1.05"};
     for (int sample = 0; sample < 3; sample++) {
         answer whole, top;
-        if (sample == 2) setenv("IRIS_GPU_PENALTIES", "1", 1);   /* opt-in until this test has run on a GPU */
         CHECK_EQ_INT(ask_with("cuda", "bf16", img, sample, 1, &whole, msg, sizeof msg), 0);
         CHECK_EQ_INT(ask_with("cuda", "bf16", img, sample, 0, &top, msg, sizeof msg), 0);
         CHECK_EQ_INT(whole.n, GEN);
@@ -167,7 +166,6 @@ IRIS_TEST(gpu_engine_top_sampling_equals_whole_rows) {
         CHECKF(same == GEN, "%s: tokens part at %d (%d whole-row, %d top-k)", what[sample], same,
                same < GEN ? whole.tok[same] : -1, same < GEN ? top.tok[same] : -1);
         fprintf(stderr, "  %s: %d of %d tokens equal, top-k path vs whole rows\n", what[sample], same, GEN);
-        if (sample == 2) unsetenv("IRIS_GPU_PENALTIES");
     }
 }
 #endif

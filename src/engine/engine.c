@@ -328,7 +328,7 @@ static void step(iris_engine *e) {
         if (need > IRIS_TEXT_TOP_MAX - TOP_TIE_MARGIN) need = 0;
         if (need > 0 && iris_sampler_has_penalties(r->sampler)) {
             if (e->top_penalties) any_pen = 1;
-            else need = 0;   /* penalties on the candidates: not yet run on a GPU, so opt-in */
+            else need = 0;   /* IRIS_GPU_PENALTIES=0: penalized requests take the whole row */
         }
         e->top_req[n_lg] = r;
         e->top_need[n_lg++] = need;
@@ -613,7 +613,7 @@ static int load(iris_engine *e, iris_err *err) {
     e->top_need = malloc(S * (2 * sizeof(int) + IRIS_TEXT_TOP_MAX * (sizeof(int32_t) + sizeof(float))));
     e->top_req = malloc(S * sizeof *e->top_req);
     const char *tp = getenv("IRIS_GPU_PENALTIES");
-    e->top_penalties = tp && !strcmp(tp, "1");
+    e->top_penalties = !(tp && !strcmp(tp, "0"));
     if (!e->logits || !e->top_need || !e->top_req) return iris_err_set(err, IRIS_ENOMEM, "out of memory for the logits");
     e->top_whole = e->top_need + S;
     e->top_ids = (int32_t *)(e->top_whole + S);

@@ -82,7 +82,7 @@ struct iris_engine {
     int32_t *top_ids;           /* [max_num_seqs, IRIS_TEXT_TOP_MAX] */
     float *top_vals;            /* [max_num_seqs, IRIS_TEXT_TOP_MAX] */
     struct iris_request **top_req; /* [max_num_seqs]: the request of each logits row */
-    int top_penalties;          /* $IRIS_GPU_PENALTIES=1: penalized requests sample from the candidates too */
+    int top_penalties;          /* penalized requests sample from the candidates too ($IRIS_GPU_PENALTIES=0: whole rows) */
 
     pthread_t thread;
     int thread_started, joined;
