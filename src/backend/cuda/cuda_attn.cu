@@ -44,6 +44,8 @@ template <int HD, int GMAX, typename KT, int EPL>
 __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
     constexpr int LPT = HD / EPL, TPW = 32 / LPT; /* lanes per key, keys per warp step */
     int row = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    pdl_launch_next();
+    pdl_wait();
     if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31, sub = lane / LPT, dl = lane % LPT;
     int seq = a.row_seq[row], ctx = a.row_ctx[row];
@@ -142,6 +144,8 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
 template <int HD>
 __global__ void k_attn_combine(decode_args a) {
     int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    pdl_launch_next();
+    pdl_wait();
     if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
     const float *p = a.part + ((int64_t)row * a.nq + h) * a.n_splits * (HD + 2);
     float M = -INFINITY;
@@ -157,28 +161,28 @@ __global__ void k_attn_combine(decode_args a) {
 }
 
 template <int HD, int GMAX, typename KT>
-static void launch_decode(const decode_args &a, int n_kv, cudaStream_t s) {
+static void launch_decode(const cuda_ctx *cx, const decode_args &a, int n_kv) {
     dim3 grid((unsigned)a.n_rows, (unsigned)n_kv, (unsigned)a.n_splits);
     constexpr int EPL = sizeof(KT) == 1 && GMAX <= 4 ? 16 : 8;
-    k_attn_decode<HD, GMAX, KT, EPL><<<grid, DW * 32, 0, s>>>(a);
-    if (a.n_splits > 1) k_attn_combine<HD><<<dim3((unsigned)a.n_rows, (unsigned)a.nq), HD, 0, s>>>(a);
+    launch(cx, k_attn_decode<HD, GMAX, KT, EPL>, grid, dim3(DW * 32), 0, a);
+    if (a.n_splits > 1) launch(cx, k_attn_combine<HD>, dim3((unsigned)a.n_rows, (unsigned)a.nq), dim3(HD), 0, a);
 }
 
 template <int HD, typename KT>
-static void launch_decode_g(const decode_args &a, int n_kv, cudaStream_t s) {
-    if (a.g == 1) launch_decode<HD, 1, KT>(a, n_kv, s);
-    else if (a.g == 2) launch_decode<HD, 2, KT>(a, n_kv, s);
-    else if (a.g <= 4) launch_decode<HD, 4, KT>(a, n_kv, s);
-    else launch_decode<HD, 8, KT>(a, n_kv, s);
+static void launch_decode_g(const cuda_ctx *cx, const decode_args &a, int n_kv) {
+    if (a.g == 1) launch_decode<HD, 1, KT>(cx, a, n_kv);
+    else if (a.g == 2) launch_decode<HD, 2, KT>(cx, a, n_kv);
+    else if (a.g <= 4) launch_decode<HD, 4, KT>(cx, a, n_kv);
+    else launch_decode<HD, 8, KT>(cx, a, n_kv);
 }
 
 template <typename KT>
-static void launch_decode_hd(const decode_args &a, int hd, int n_kv, cudaStream_t s) {
-    if (hd == 16) launch_decode_g<16, KT>(a, n_kv, s);
-    else if (hd == 32) launch_decode_g<32, KT>(a, n_kv, s);
-    else if (hd == 64) launch_decode_g<64, KT>(a, n_kv, s);
-    else if (hd == 128) launch_decode_g<128, KT>(a, n_kv, s);
-    else launch_decode_g<256, KT>(a, n_kv, s);
+static void launch_decode_hd(const cuda_ctx *cx, const decode_args &a, int hd, int n_kv) {
+    if (hd == 16) launch_decode_g<16, KT>(cx, a, n_kv);
+    else if (hd == 32) launch_decode_g<32, KT>(cx, a, n_kv);
+    else if (hd == 64) launch_decode_g<64, KT>(cx, a, n_kv);
+    else if (hd == 128) launch_decode_g<128, KT>(cx, a, n_kv);
+    else launch_decode_g<256, KT>(cx, a, n_kv);
 }
 
 int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
@@ -240,8 +244,8 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
         int rc = iris_cuda_flash_paged(b, q, kv, meta, n_q_heads, o);
         if (rc) return rc;
     }
-    if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(a, hd, nkv, c->stream);
-    else launch_decode_hd<bf16>(a, hd, nkv, c->stream);
+    if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(c, a, hd, nkv);
+    else launch_decode_hd<bf16>(c, a, hd, nkv);
     return iris_cuda_check(b, "attn_paged");
 }
 

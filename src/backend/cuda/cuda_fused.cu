@@ -74,6 +74,8 @@ template <int VEC>
 __global__ void __launch_bounds__(256) k_add_rms_block(bf16 *x, int64_t ldx, const bf16 *d, int64_t ldd, bf16 *y,
                                                        int64_t ldy, int64_t n, const void *w, int wdt, float eps) {
     __shared__ float red[8];
+    pdl_launch_next();
+    pdl_wait();
     int64_t r = blockIdx.x;
     bf16 *xr = x + r * ldx;
     const bf16 *dr = d ? d + r * ldd : NULL;
@@ -113,14 +115,8 @@ static int cu_add_rms_norm(iris_backend *b, iris_tensor *x, const iris_tensor *d
     unsigned blocks = (unsigned)((x->rows + FW - 1) / FW);
     const bf16 *dp = d ? (const bf16 *)d->data : NULL;
     if (x->rows <= 128 && x->cols >= 1024) {
-        if (vec)
-            k_add_rms_block<1><<<(unsigned)x->rows, 256, 0, cuda_of(b)->stream>>>((bf16 *)x->data, ldx, dp, ldd,
-                                                                                 (bf16 *)y->data, ldy, x->cols, w->data,
-                                                                                 w->dtype, eps);
-        else
-            k_add_rms_block<0><<<(unsigned)x->rows, 256, 0, cuda_of(b)->stream>>>((bf16 *)x->data, ldx, dp, ldd,
-                                                                                 (bf16 *)y->data, ldy, x->cols, w->data,
-                                                                                 w->dtype, eps);
+        launch(cuda_of(b), vec ? k_add_rms_block<1> : k_add_rms_block<0>, dim3((unsigned)x->rows), dim3(256), 0,
+               (bf16 *)x->data, ldx, dp, ldd, (bf16 *)y->data, ldy, (int64_t)x->cols, w->data, (int)w->dtype, eps);
     } else if (vec)
         k_add_rms<1><<<blocks, FW * 32, 0, cuda_of(b)->stream>>>((bf16 *)x->data, ldx, dp, ldd, (bf16 *)y->data, ldy,
                                                                   x->rows, x->cols, w->data, w->dtype, eps);
@@ -152,6 +148,8 @@ struct qk_args {
 
 __global__ void __launch_bounds__(FW * 32) k_qk_norm_rope_kv(const qk_args a) {
     __shared__ float buf[FW][2 * QK_MAX_HALF];
+    pdl_launch_next();
+    pdl_wait();
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     int64_t wi = (int64_t)blockIdx.x * FW + warp, heads = a.nq + a.nkv;
     if (wi >= (int64_t)a.rows * heads) return;
@@ -233,7 +231,7 @@ static int cu_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, c
         a.inv_freq[j] = inv_freq[j];
     }
     int64_t warps = (int64_t)meta->n_rows * (n_q_heads + nkv);
-    k_qk_norm_rope_kv<<<(unsigned)((warps + FW - 1) / FW), FW * 32, 0, cuda_of(b)->stream>>>(a);
+    launch(cuda_of(b), k_qk_norm_rope_kv, dim3((unsigned)((warps + FW - 1) / FW)), dim3(FW * 32), 0, a);
     return iris_cuda_check(b, "qk_norm_rope_kv");
 }
 

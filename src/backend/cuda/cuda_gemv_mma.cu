@@ -92,8 +92,10 @@ __global__ void __launch_bounds__(GM_MAXW * 32) k_gemv8_mma(const gemv_set p, co
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int k = 0; k < 4; k++) c0[nt][k] = c1[nt][k] = 0;
-    for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)KW * GM_UNR) {
-        uint4 wa[GM_UNR], wb[GM_UNR], ua[GM_UNR], ub[GM_UNR];
+    /* A round's weight loads; the first is issued before pdl_wait (the weights do not depend on the
+     * kernel before this one, so their fetch overlaps its tail: cuda_internal.cuh). */
+    uint4 wa[GM_UNR], wb[GM_UNR], ua[GM_UNR], ub[GM_UNR];
+    auto load_round = [&](int64_t s0) {
 #pragma unroll
         for (int u = 0; u < GM_UNR; u++) {
             int64_t st = s0 + (int64_t)u * KW, c = st * 64 + t * 16;
@@ -106,6 +108,12 @@ __global__ void __launch_bounds__(GM_MAXW * 32) k_gemv8_mma(const gemv_set p, co
                 }
             }
         }
+    };
+    pdl_launch_next();
+    load_round(warp);
+    pdl_wait();
+    for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)KW * GM_UNR) {
+        if (s0 != warp) load_round(s0);
 #pragma unroll
         for (int u = 0; u < GM_UNR; u++) {
             int64_t st = s0 + (int64_t)u * KW, c = st * 64 + t * 16;
@@ -178,7 +186,7 @@ static void launch_kw(const cuda_ctx *cx, const gemv_set &p, const bf16 *x, int6
     for (int i = 0; i < (SWIGLU ? 1 : p.m); i++) tiles += (p.out[i] + 15) / 16;
     int kw = steps >= 64 && tiles <= cx->prop.multiProcessorCount ? 16 : steps >= 8 ? 8 : 4;
     if (cx->gemv_kw) kw = cx->gemv_kw;
-    k_gemv8_mma<SWIGLU, NT><<<(unsigned)tiles, kw * 32, red_bytes<SWIGLU, NT>(kw), cx->stream>>>(p, x, ldx, n, in);
+    launch(cx, k_gemv8_mma<SWIGLU, NT>, dim3((unsigned)tiles), dim3(kw * 32), red_bytes<SWIGLU, NT>(kw), p, x, ldx, n, in);
 }
 
 /* n <= 16 tokens of x (ld ldx, 16-byte aligned rows) through the set (gemv8_mma_ok): one or two

@@ -113,7 +113,9 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     int lane = threadIdx.x & 31;
     int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
     int i = 0;
+    pdl_launch_next();
     while (i < p.m && row >= p.out[i]) row -= p.out[i++];
+    pdl_wait();
     if (i >= p.m) return;
     float acc[NT];
 #pragma unroll
@@ -136,6 +138,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv_swiglu(const gemv_set p, const bf16 *__restrict__ x, int64_t ldx, int n, int64_t in) {
     int lane = threadIdx.x & 31;
     int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    pdl_launch_next();
+    pdl_wait();
     if (row >= p.out[0]) return;
     float ag[NT], au[NT];
 #pragma unroll
@@ -504,8 +508,8 @@ static int launch_set(iris_backend *b, gemv_set p, const iris_tensor *x, int fp8
         }
 #define SET(F, T)                                                                                                      \
     do {                                                                                                               \
-        if (swiglu) k_gemv_swiglu<F, T><<<blocks, GEMV_WARPS * 32, 0, cx->stream>>>(q, xp, tld(x), n, x->cols);       \
-        else k_gemv_n<F, T><<<blocks, GEMV_WARPS * 32, 0, cx->stream>>>(q, xp, tld(x), n, x->cols);                   \
+        launch(cx, swiglu ? k_gemv_swiglu<F, T> : k_gemv_n<F, T>, dim3(blocks), dim3(GEMV_WARPS * 32), 0, q, xp, tld(x), \
+               n, (int64_t)x->cols);                                                                                   \
     } while (0)
 #define SET_N(F)                                                                                                       \
     do {                                                                                                               \
