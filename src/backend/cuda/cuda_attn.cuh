@@ -36,6 +36,14 @@ struct iris_flash_args {
     int max_blocks;
 };
 
+/* Key j's row in K and V: its cache slot through the sequence's block table (paged), or j itself
+ * (segments: k and v already point at the segment). */
+template <int PAGED>
+static __device__ __forceinline__ int64_t flash_key_row(const iris_flash_args &a, int seq, int j) {
+    if (!PAGED) return j;
+    return (int64_t)a.block_tables[(int64_t)seq * a.max_blocks + j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+}
+
 /* The register-resident kernel (cuda_attn_mma.cu); head_dim 16, 32, 64 or 128. */
 int iris_cuda_flash_mma(iris_backend *b, const iris_flash_args *a, int head_dim, int n_heads, int paged);
 

@@ -87,14 +87,7 @@ __global__ void __launch_bounds__(FW * 32) k_flash(flash_args a) {
             int j = i / (HD / 8), c = (i % (HD / 8)) * 8;
             uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
             if (j0 + j < n_keys) {
-                int64_t row;
-                if (PAGED) {
-                    int jj = j0 + j;
-                    row = (int64_t)a.block_tables[(int64_t)seq * a.max_blocks + jj / IRIS_KV_BLOCK] * IRIS_KV_BLOCK +
-                          jj % IRIS_KV_BLOCK;
-                } else {
-                    row = j0 + j;
-                }
+                int64_t row = flash_key_row<PAGED>(a, seq, j0 + j);
                 kv = *(const uint4 *)(a.k + row * a.ldk + (int64_t)kvh * HD + c);
                 vv = *(const uint4 *)(a.v + row * a.ldk + (int64_t)kvh * HD + c);
             }

@@ -22,13 +22,6 @@
 
 #define MK 64
 
-static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&v;
@@ -71,16 +64,7 @@ static __device__ __forceinline__ void stage_tile(const iris_flash_args &a, int 
     for (int i = threadIdx.x; i < MK * HD / 8; i += NT) {
         int j = i / (HD / 8), c = (i % (HD / 8)) * 8;
         bool in = j0 + j < n_keys;
-        int64_t row = 0;
-        if (in) {
-            if (PAGED) {
-                int jj = j0 + j;
-                row = (int64_t)a.block_tables[(int64_t)seq * a.max_blocks + jj / IRIS_KV_BLOCK] * IRIS_KV_BLOCK +
-                      jj % IRIS_KV_BLOCK;
-            } else {
-                row = j0 + j;
-            }
-        }
+        int64_t row = in ? flash_key_row<PAGED>(a, seq, j0 + j) : 0;
         const KT *kp = (const KT *)(const void *)a.k + row * a.ldk + (int64_t)kvh * HD + c;
         const KT *vp = (const KT *)(const void *)a.v + row * a.ldk + (int64_t)kvh * HD + c;
         if (sizeof(KT) == 2) {

@@ -1,5 +1,5 @@
-/* cuda_gemv_mma.cu: the decode linears (up to 8 tokens) with block-scaled FP8 weights on the
- * tensor cores — W8A16 through mma.sync m16n8k16 (bf16 operands, fp32 accumulation).
+/* cuda_gemv_mma.cu: the decode linears (up to 16 tokens a launch) with block-scaled FP8 weights
+ * on the tensor cores — W8A16 through mma.sync m16n8k16 (bf16 operands, fp32 accumulation).
  *
  * Why: the one-warp-a-row kernel of cuda_linear.cu spends a lane's time on a serial chain of
  * 16 fp32 FMAs per 16 weights and on re-reading and widening x for every row; at decode sizes a
@@ -8,17 +8,16 @@
  * multiply-adds; x is read once per 64 columns a warp.
  *
  * Thread mapping: a CTA owns 16 output rows (one m16 tile; rows past `out` are clamped on load
- * and not stored) and KW warps (16, 8 or 4: launch_kw) split its columns (split-K): warp w takes the 64-column
- * super-steps w, w + KW, ..., GM_UNR of them with all their loads in flight before the first is
- * used.  In a super-step lane (g = lane/4, t = lane%4) loads 16 weight bytes of row g and of
+ * and not stored) and KW warps (16, 8 or 4: launch_kw) split its columns (split-K): warp w takes
+ * the 64-column super-steps w, w + KW, ..., GM_UNR of them with all their loads in flight before
+ * the first is used (the first round issued before pdl_wait: cuda_internal.cuh).  In a super-step lane (g = lane/4, t = lane%4) loads 16 weight bytes of row g and of
  * row g + 8 at columns [64 s + 16 t, +16) and the same 16 columns of token g's x.  The mma's k
  * index is permuted so that these registers are the fragments as they are: for the j-th of four
  * mmas, k = 2t, 2t+1 → columns 16 t + 4 j + {0, 1} and k = 2t + 8, 2t + 9 → 16 t + 4 j + {2, 3}
  * (a dot product does not care about the order of its terms; A and B use the same permutation).
  * Tokens are the mma's n: one or two tiles of 8 (up to 16 tokens a launch); rows of x past n are
- * a copy of the last one, never stored.  The
- * KW partial 16x8 tiles are summed through shared memory in warp order, then bias / SwiGLU and one
- * rounding to bf16.
+ * a copy of the last one, never stored.  The KW partial tiles are summed through shared memory in
+ * warp order, then bias / SwiGLU and one rounding to bf16.
  *
  * Numerics: each weight is dequantized exactly as transformers does, bf16(q · scale_inv)
  * (QWEN3VL.md §2), products and sums in fp32 (the tensor core's accumulation; the order of the
@@ -28,14 +27,6 @@
 
 #define GM_UNR 4    /* super-steps a warp has in flight */
 #define GM_MAXW 16  /* warps a CTA: 512 threads at <= 128 registers fill an SM's register file */
-
-static __device__ __forceinline__ void mma_16816(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                 uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 /* 16 e4m3 codes → 8 bf16 pairs bf16(q · s), element 2k in the low half of word k. */
 static __device__ __forceinline__ void dq16(uint4 q, float s, uint32_t *w) {
@@ -59,8 +50,10 @@ static __device__ __forceinline__ void step_mma(float (*c)[4], uint4 wa, uint4 w
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-            mma_16816(c[nt], A[2 * j], B[2 * j], A[2 * j + 1], B[2 * j + 1], X[nt][2 * j], X[nt][2 * j + 1]);
+        for (int j = 0; j < 4; j++) {
+            const uint32_t a[4] = {A[2 * j], B[2 * j], A[2 * j + 1], B[2 * j + 1]};
+            mma16816(c[nt], a, X[nt][2 * j], X[nt][2 * j + 1]);
+        }
 }
 
 /* SWIGLU: p.W[0] gate, p.W[1] up, y = silu(bf16(gate)) ⊙ bf16(up) into p.y[0] (cuda_linear.cu's

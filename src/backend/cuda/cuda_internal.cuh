@@ -201,6 +201,16 @@ static __device__ __forceinline__ float load_vec(const void *p, int dt, int64_t 
     return ((const float *)p)[i];
 }
 
+/* c[0..3] += A · B for one m16n8k16 tile, bf16 operands, fp32 accumulation (sm_80+): a[0..3] and
+ * b0, b1 are the lane's fragments in mma.sync's layout (lane g = lane/4, t = lane%4 holds A rows
+ * g and g+8, columns 2t, 2t+1 and 2t+8, 2t+9; B rows 2t, 2t+1 and 2t+8, 2t+9 of column g). */
+static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
