@@ -230,7 +230,11 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
     int splits = 1, ctas = meta->n_rows * nkv;
     if (ctas < want && max_ctx > 64) {
         splits = (want + ctas - 1) / ctas;
-        int by_len = (max_ctx + 63) / 64; /* at least 64 keys a split: a warp's walk is a chain of dependent loads */
+        /* at least attn_min_keys keys a split (a warp's walk is a chain of dependent loads).  H100,
+         * iris bench, 1,024-token context, batch 1: 16, 32, 64, 128, 256 keys gave 2B-FP8 523, 530,
+         * 511, 468, 409 tok/s and 4B-FP8 275, 272, 273, 253, 224 (IRIS_CUDA_ATTN_MIN_KEYS=N).  64
+         * stays the default until the GPU tests have run with 32 (no device time was left). */
+        int by_len = (max_ctx + c->attn_min_keys - 1) / c->attn_min_keys;
         if (splits > by_len) splits = by_len;
         while (splits > 1 && (size_t)meta->n_rows * n_q_heads * splits * (hd + 2) > c->attn_part_elems) splits--;
     }

@@ -62,6 +62,7 @@ struct cuda_ctx {
     int gemv_mma;           /* FP8 decode linears on the tensor cores (cuda_gemv_mma.cu); IRIS_CUDA_GEMV_MMA=0: off */
     int mma_max_rows;       /* linear: rows up to this take that kernel where it applies (else w8_max_rows) */
     int gemv_kw;            /* its warps a CTA; 0: chosen per shape (IRIS_CUDA_GEMV_KW=N, for measurements) */
+    int attn_min_keys;      /* decode attention: keys a context split takes at least (IRIS_CUDA_ATTN_MIN_KEYS) */
     int pdl;                /* decode kernels launched as programmatic dependents (sm_90+; IRIS_CUDA_PDL=0: off) */
     int fp8_mma_noted;      /* said once that cuBLASLt had no block-scaled FP8 algorithm */
     int fp8_mma;            /* FP8 linears of larger batches on FP8 tensor cores (W8A8), iris_cuda_set_fp8_mma */

@@ -388,6 +388,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     const char *kw = getenv("IRIS_CUDA_GEMV_KW");
     c->gemv_kw = kw ? atoi(kw) : 0;
     if (c->gemv_kw < 0 || c->gemv_kw > 16) c->gemv_kw = 0;
+    const char *mk = getenv("IRIS_CUDA_ATTN_MIN_KEYS");
+    c->attn_min_keys = mk && atoi(mk) >= 16 ? atoi(mk) : 64;
     const char *pdl = getenv("IRIS_CUDA_PDL");
     c->pdl = c->prop.major >= 9 && !(pdl && !strcmp(pdl, "0"));
 
