@@ -11,9 +11,9 @@ mkdir -p "$OUT"
 [ -d "$BUILD/lib" ] && export LD_LIBRARY_PATH="$PWD/$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 SHAPES=${SHAPES:-2B fp8}
 ARGS=${ARGS:---batch 1,8,64 --prompt-tokens 1024 --gen-tokens 64}
-VARIANTS=${VARIANTS:-"base IRIS_CUDA_PDL=0 IRIS_CUDA_PREFETCH=0
-pdl IRIS_CUDA_PDL=1 IRIS_CUDA_PREFETCH=0
-pdl+prefetch IRIS_CUDA_PDL=1 IRIS_CUDA_PREFETCH=1"}
+VARIANTS=${VARIANTS:-"default X=
+no-mma IRIS_CUDA_GEMV_MMA=0
+no-pdl IRIS_CUDA_PDL=0"}
 tokf=()
 [ -f .cache/assets/qwen3/tokenizer.json ] && tokf=(--tokenizer .cache/assets/qwen3/tokenizer.json)
 IFS=',' read -ra shapes <<<"$SHAPES"

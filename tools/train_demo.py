@@ -300,9 +300,8 @@ class FastVision:
     batch (checked in run_train); off, the library's attention runs."""
 
     def __init__(self, visual):
-        import sys as _sys
         self.visual, self.attn_on, self.layout = visual, False, None
-        self.rope = _sys.modules[type(visual).__module__].apply_rotary_pos_emb_vision
+        self.rope = sys.modules[type(visual).__module__].apply_rotary_pos_emb_vision
 
     def describe(self):
         import inspect

@@ -157,13 +157,6 @@ __global__ void __launch_bounds__(GM_MAXW * 32) k_gemv8_mma(const gemv_set p, co
     }
 }
 
-int gemv8_mma_ok(const gemv_set *p, int64_t in) {
-    if (in % 64) return 0;
-    for (int i = 0; i < p->m; i++)
-        if (p->b1[i] % 64 || p->b0[i] % 16 || p->ldw[i] % 16 || ((uintptr_t)p->W[i] & 15)) return 0;
-    return 1;
-}
-
 template <int SWIGLU, int NT>
 static size_t red_bytes(int kw) { return (size_t)kw * (1 + SWIGLU) * NT * 128 * sizeof(float); }
 
@@ -182,7 +175,7 @@ static void launch_kw(const cuda_ctx *cx, const gemv_set &p, const bf16 *x, int6
     launch(cx, k_gemv8_mma<SWIGLU, NT>, dim3((unsigned)tiles), dim3(kw * 32), red_bytes<SWIGLU, NT>(kw), p, x, ldx, n, in);
 }
 
-/* n <= 16 tokens of x (ld ldx, 16-byte aligned rows) through the set (gemv8_mma_ok): one or two
+/* n <= 16 tokens of x (ld ldx, 16-byte aligned rows) through the set (each weight gemv8_mma_fits): one or two
  * n-tiles of 8 tokens. */
 void gemv8_mma_launch(const cuda_ctx *cx, const gemv_set &p, const bf16 *x, int64_t ldx, int n, int64_t in,
                       int swiglu) {

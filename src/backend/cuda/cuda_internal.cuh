@@ -16,7 +16,6 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include <string.h>
 
 extern "C" {
 #include "backend/backend.h"
@@ -121,9 +120,8 @@ struct gemv_set {
     int64_t ldw[3], sc_cols[3], ldy[3], out[3];
     int b0[3], b1[3], bdt[3], m;
 };
-/* FP8 sets on the tensor cores (cuda_gemv_mma.cu): whether the shapes allow it, and the launch of
- * n <= 16 tokens (swiglu: p.W[0] gate, p.W[1] up, into p.y[0]). */
-int gemv8_mma_ok(const gemv_set *p, int64_t in);
+/* An FP8 set on the tensor cores (cuda_gemv_mma.cu; every weight gemv8_mma_fits): n <= 16 tokens
+ * (swiglu: p.W[0] gate, p.W[1] up, into p.y[0]). */
 void gemv8_mma_launch(const cuda_ctx *cx, const gemv_set &p, const __nv_bfloat16 *x, int64_t ldx, int n, int64_t in,
                       int swiglu);
 
@@ -268,8 +266,7 @@ static inline cudaError_t launch(const cuda_ctx *cx, void (*kern)(KArgs...), dim
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
+    cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = cx->stream;
     cfg.attrs = at, cfg.numAttrs = cx->pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kern, args...);
@@ -277,5 +274,12 @@ static inline cudaError_t launch(const cuda_ctx *cx, void (*kern)(KArgs...), dim
 
 static inline int64_t tld(const iris_tensor *t) { return t->ld ? t->ld : t->cols; }
 static inline int is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* Whether the tensor-core GEMV takes an FP8 weight of `in` columns, `ldw` bytes a row, b0 x b1 scale
+ * blocks: whole 64-column super-steps of 16-byte loads, and no super-step or 16-row tile straddling
+ * a scale block. */
+static inline int gemv8_mma_fits(int64_t in, int64_t ldw, int b0, int b1, const void *w) {
+    return in % 64 == 0 && b1 % 64 == 0 && b0 % 16 == 0 && ldw % 16 == 0 && is_aligned16(w);
+}
 
 #endif

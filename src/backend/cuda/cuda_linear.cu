@@ -463,14 +463,13 @@ static int linear_w8a8(iris_backend *b, const iris_tensor *x, const iris_tensor 
 
 /* ---- the op -------------------------------------------------------------------------------- */
 
-/* The decode path applies: few rows, BF16 activations of the right shapes, BF16 or FP8 weights
- * whose rows allow 16-byte loads (iris_cuda_linear checks the rest and reports what is wrong). */
-/* FP8 weights the tensor-core kernel takes (cuda_gemv_mma.cu's gemv8_mma_ok, on the tensor alone). */
+/* An FP8 weight the tensor-core GEMV takes (cuda_gemv_mma.cu). */
 static int mma_ok(const cuda_ctx *cx, const iris_tensor *w) {
-    return cx->gemv_mma && w->dtype == IRIS_DT_F8_E4M3 && w->cols % 64 == 0 && w->block[1] % 64 == 0 &&
-           w->block[0] % 16 == 0 && tld(w) % 16 == 0 && is_aligned16(w->data);
+    return cx->gemv_mma && w->dtype == IRIS_DT_F8_E4M3 && gemv8_mma_fits(w->cols, tld(w), w->block[0], w->block[1], w->data);
 }
 
+/* The decode path applies: few rows, BF16 activations of the right shapes, BF16 or FP8 weights
+ * whose rows allow 16-byte loads (iris_cuda_linear checks the rest and reports what is wrong). */
 static int gemv_ok(const cuda_ctx *cx, const iris_tensor *x, const iris_tensor *w, const iris_tensor *y) {
     int fp8 = w->dtype == IRIS_DT_F8_E4M3, epl = fp8 ? 16 : 8;
     int max_rows = mma_ok(cx, w) ? cx->mma_max_rows : cx->w8_max_rows;
@@ -497,7 +496,9 @@ static int launch_set(iris_backend *b, gemv_set p, const iris_tensor *x, int fp8
     for (int i = 0; i < (swiglu ? 1 : p.m); i++) rows += p.out[i];
     unsigned blocks = (unsigned)((rows + GEMV_WARPS - 1) / GEMV_WARPS);
     gemv_set q = p;
-    int mma = fp8 && cx->gemv_mma && gemv8_mma_ok(&p, x->cols), per = mma ? 16 : 8;
+    int mma = fp8 && cx->gemv_mma;
+    for (int i = 0; i < p.m && mma; i++) mma = gemv8_mma_fits(x->cols, p.ldw[i], p.b0[i], p.b1[i], p.W[i]);
+    int per = mma ? 16 : 8;
     for (int64_t t0 = 0; t0 < x->rows; t0 += per) {
         int n = (int)(x->rows - t0 < per ? x->rows - t0 : per);
         const bf16 *xp = (const bf16 *)x->data + t0 * tld(x);

@@ -322,7 +322,6 @@ static void cu_destroy(iris_backend *b) {
  * split-context attention partials. */
 #define LT_WS_BYTES (32u << 20)
 #define DQ_ELEMS (8u << 20)
-
 #define ATTN_PART_ELEMS (2u << 20)
 
 /* The scratch carved at open besides the cuBLASLt workspace (which the memory plan counts). */
