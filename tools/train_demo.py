@@ -44,7 +44,11 @@ import make_tiny_models as T  # noqa: E402
 
 N_BPE_MAX = 992                 # byte tokens + merges, at most; the specials follow the BPE vocabulary
 VOCAB_SIZE = 640                # embedding rows (>= BPE vocabulary + 26 specials)
-MIN_PIXELS, MAX_PIXELS = 64 * 64, 256 * 256
+# Image areas of smart_resize (preprocessor_config.json size.shortest_edge / longest_edge).  The scenes are
+# 80-256 px a side: min_pixels = max_pixels = 256*256 (Qwen3-VL's own shortest_edge) upscales every scene to
+# 65,536-82,944 px (smart_resize rounds the sides up and does not recheck the maximum: 239x239 -> 288x288), so a
+# small shape covers several 16-px patches (from run 16 on; runs 1-15: min_pixels 64*64, scenes at their own size)
+MIN_PIXELS, MAX_PIXELS = 256 * 256, 256 * 256
 TEXT = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, head_dim=64, rope_theta=5000000.0, mrope_section=[12, 10, 10])
 VISION = dict(depth=4, hidden_size=192, intermediate_size=768, num_heads=3, num_position_embeddings=256,
