@@ -42,9 +42,15 @@ typedef struct iris_attn_meta {
     const int32_t *row_seq;     /* [n_rows] sequence index of each row */
     const int32_t *row_ctx;     /* [n_rows] tokens visible to the row (causal: its own index + 1 + n_past) */
     const int32_t *block_tables;/* [n_seqs, max_blocks] */
-    int max_blocks;
+    int max_blocks;             /* split plans see it rounded up to IRIS_ATTN_PLAN_BLOCKS (below) */
     const int32_t *slot;        /* [n_rows] cache slot of the row's new K/V: block * IRIS_KV_BLOCK + offset */
 } iris_attn_meta;
+
+/* Decode attention plans how it splits long contexts on max_blocks rounded up to a multiple of
+ * this, so a step replayed from a CUDA graph captured on a table widened to such a multiple sums in
+ * the same order as the same step run op by op (bit for bit equal logits).  Graph table widths are
+ * multiples of it (model/text.c). */
+#define IRIS_ATTN_PLAN_BLOCKS 8
 
 /* One layer's paged cache: [n_blocks, IRIS_KV_BLOCK, n_kv_heads * head_dim] in `dtype`. */
 typedef struct iris_kv_layer {
@@ -138,6 +144,13 @@ struct iris_backend {
     int (*get_topk)(iris_backend *b, const iris_tensor *x, int k, int32_t *ids, float *vals);
     /* Optional: n fp32 host values at src into dst (device) as activations; iris_backend_put_f32 uses it. */
     int (*put_f32)(iris_backend *b, void *dst, const float *src, size_t n);
+    /* Optional: host memory that download and upload copy at full bus speed (page-locked on CUDA),
+     * for rows that cross to the host and back each request (the image embeddings); NULL when there
+     * is none.  Free with host_free, which takes only such pointers and stays valid after destroy
+     * (the memory is process-wide, kept for reuse).  Uploads from it run asynchronously: leave it
+     * unchanged until the step that read it is done. */
+    void *(*host_alloc)(iris_backend *b, size_t bytes);
+    void (*host_free)(void *p);
 
     /* Optional: record the ops issued between graph_begin and graph_end (not run), replay them later
      * with the same pointers and scalars (the device data they read may change).  NULL on the CPU. */

@@ -263,7 +263,7 @@ static iris_tensor act(void *data, iris_dtype dt, int64_t rows, int64_t cols) {
  * rows, width, cache).  The step's metadata is uploaded into the kept buffer before each replay.
  * IRIS_CUDA_GRAPHS=0 turns it off. */
 #define GRAPH_SLOTS 16
-#define GRAPH_BLOCKS 8
+#define GRAPH_BLOCKS IRIS_ATTN_PLAN_BLOCKS
 
 typedef struct graph_slot {
     int n_seqs, n_logits, max_blocks;

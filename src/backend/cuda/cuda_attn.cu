@@ -225,20 +225,24 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
     a.scale = 1.0f / sqrtf((float)hd);
     a.part = c->attn_part;
 
-    /* Split long contexts when the rows alone do not fill the GPU: ~2 CTAs per SM. */
-    int max_ctx = meta->max_blocks * IRIS_KV_BLOCK, want = 4 * c->prop.multiProcessorCount;
+    /* Split long contexts when the rows alone do not fill the GPU: ~2 CTAs per SM.  The plan sees
+     * the table width rounded up to IRIS_ATTN_PLAN_BLOCKS, so a graph captured on a wider table
+     * (text.c) has the same split boundaries (its extra trailing splits are empty and add exact
+     * zeros in the combine). */
+    int plan_blocks = (meta->max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
+    int max_ctx = plan_blocks * IRIS_KV_BLOCK, want = 4 * c->prop.multiProcessorCount;
     int splits = 1, ctas = meta->n_rows * nkv;
     if (ctas < want && max_ctx > 64) {
         splits = (want + ctas - 1) / ctas;
         /* at least attn_min_keys keys a split (a warp's walk is a chain of dependent loads).  H100,
          * iris bench, 1,024-token context, batch 1: 16, 32, 64, 128, 256 keys gave 2B-FP8 523, 530,
-         * 511, 468, 409 tok/s and 4B-FP8 275, 272, 273, 253, 224 (IRIS_CUDA_ATTN_MIN_KEYS=N).  64
-         * stays the default until the GPU tests have run with 32 (no device time was left). */
+         * 511, 468, 409 tok/s and 4B-FP8 275, 272, 273, 253, 224 (IRIS_CUDA_ATTN_MIN_KEYS=N); with
+         * the plan on rounded widths, 32 vs 64: 2B-FP8 526 vs 511 (GPU tests 15/15 with each). */
         int by_len = (max_ctx + c->attn_min_keys - 1) / c->attn_min_keys;
         if (splits > by_len) splits = by_len;
         while (splits > 1 && (size_t)meta->n_rows * n_q_heads * splits * (hd + 2) > c->attn_part_elems) splits--;
     }
-    int blocks_per = (meta->max_blocks + splits - 1) / splits;
+    int blocks_per = (plan_blocks + splits - 1) / splits;
     a.chunk = blocks_per * IRIS_KV_BLOCK;
     a.n_splits = (meta->max_blocks + blocks_per - 1) / blocks_per;
     if (a.n_splits < 1) a.n_splits = 1;
