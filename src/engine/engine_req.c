@@ -174,11 +174,12 @@ static void *hash_piece_run(void *arg) {
     return NULL;
 }
 
-/* An image's content key: SHA-256 of its grid and the SHA-256s of up to 8 equal pieces of its
- * pixel rows, hashed on as many threads (25 MB of pixels of a 1024x1024 image took ~19 ms on one
- * core: most of the time to first token that was not the GPU's). */
-#define HASH_PIECES 8
-#define HASH_PIECE_MIN ((size_t)2 << 20)
+/* An image's content key: SHA-256 of its grid and the SHA-256s of up to 16 equal pieces of its
+ * pixel rows, hashed on as many threads as there are cores (25 MB of pixels of a 1024x1024 image
+ * took ~19 ms on one core: most of the time to first token that was not the GPU's).  Only the
+ * prefix cache reads it: with prefix caching off no key is made. */
+#define HASH_PIECES 16
+#define HASH_PIECE_MIN ((size_t)1 << 20)
 static int image_hash(const int *grid, const float *rows, size_t n_floats, iris_kv_key *out) {
     size_t bytes = n_floats * sizeof *rows;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -241,7 +242,8 @@ static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
                                 (long long)p->n_rows);
         r->images[i].start = j;
         r->images[i].n_tokens = n_tok;
-        if (image_hash(g, p->pixel_values + row0 * patch_dim, (size_t)rows * patch_dim, &r->images[i].hash))
+        if (e->o.prefix_caching &&
+            image_hash(g, p->pixel_values + row0 * patch_dim, (size_t)rows * patch_dim, &r->images[i].hash))
             return iris_err_set(err, IRIS_ENOMEM, "SHA-256 of image %d failed (libcrypto)", i + 1);
         row0 += rows;
         j = k;

@@ -153,8 +153,9 @@ void iris_vision_out_free(iris_vision_out *o) {
     if (!o) return;
     free(o->embeds);
     free(o->deepstack);
-    free(o->embeds16);
-    free(o->deepstack16);
+    void (*hf)(void *) = o->host_free ? o->host_free : free;
+    if (o->embeds16) hf(o->embeds16);
+    if (o->deepstack16) hf(o->deepstack16);
     memset(o, 0, sizeof *o);
 }
 
@@ -293,10 +294,18 @@ static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_v
     out->out_hidden = (int)OH;
     out->n_deepstack = c->n_deepstack;
     size_t n_ds_rows = (size_t)((c->n_deepstack ? c->n_deepstack : 1) * T * OH);
-    if (bf16) {
+    if (bf16 && b->host_alloc && b->host_free) {
+        /* page-locked: the rows go to the host here and back to the device at prefill */
+        out->host_free = b->host_free;
+        out->embeds16 = b->host_alloc(b, sizeof(uint16_t) * (size_t)(T * OH));
+        out->deepstack16 = b->host_alloc(b, sizeof(uint16_t) * n_ds_rows);
+    }
+    if (bf16 && (!out->embeds16 || !out->deepstack16)) { /* none left (or no such memory): plain */
+        if (out->host_free) out->host_free(out->embeds16), out->host_free(out->deepstack16);
+        out->host_free = NULL;
         out->embeds16 = malloc(sizeof(uint16_t) * (size_t)(T * OH));
         out->deepstack16 = malloc(sizeof(uint16_t) * n_ds_rows);
-    } else {
+    } else if (!bf16) {
         out->embeds = malloc(sizeof(float) * (size_t)(T * OH));
         out->deepstack = malloc(sizeof(float) * n_ds_rows);
     }

@@ -68,6 +68,7 @@ typedef struct iris_vision_out {
     /* iris_vision_encode_bf16 instead: the same rows as the backend's bf16 bits (embeds and
      * deepstack NULL), for a GPU decoder that takes them as they are. */
     uint16_t *embeds16, *deepstack16;
+    void (*host_free)(void *p);  /* non-NULL: embeds16/deepstack16 came from the backend's host_alloc */
 } iris_vision_out;
 
 /* Binds and checks the vision tensors of checkpoint `st` (prefix

@@ -148,13 +148,19 @@ struct qk_args {
 
 __global__ void __launch_bounds__(FW * 32) k_qk_norm_rope_kv(const qk_args a) {
     __shared__ float buf[FW][2 * QK_MAX_HALF];
+    __shared__ float s_inv[QK_MAX_HALF];
+    __shared__ int s_dim[QK_MAX_HALF];
     pdl_launch_next();
+    /* the tables into shared memory (parameter arrays indexed by a lane-varying j serialize) */
+    for (int j = threadIdx.x; j < a.hd / 2; j += blockDim.x) s_inv[j] = a.inv_freq[j], s_dim[j] = a.dim_of[j];
+    __syncthreads();
     pdl_wait();
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    int64_t wi = (int64_t)blockIdx.x * FW + warp, heads = a.nq + a.nkv;
-    if (wi >= (int64_t)a.rows * heads) return;
+    int heads = a.nq + a.nkv;
+    int wi = blockIdx.x * FW + warp;   /* rows · heads < 2^31 (checked at launch) */
+    if (wi >= a.rows * heads) return;
     int64_t r = wi / heads;
-    int h = (int)(wi % heads), is_k = h >= a.nq, hh = is_k ? h - a.nq : h, hd = a.hd, half = hd / 2;
+    int h = wi - (int)r * heads, is_k = h >= a.nq, hh = is_k ? h - a.nq : h, hd = a.hd, half = hd / 2;
     bf16 *x = is_k ? a.k + r * a.ldk + (int64_t)hh * hd : a.q + r * a.ldq + (int64_t)hh * hd;
     const void *w = is_k ? a.kw : a.qw;
     int wdt = is_k ? a.kwdt : a.qwdt;
@@ -172,7 +178,7 @@ __global__ void __launch_bounds__(FW * 32) k_qk_norm_rope_kv(const qk_args a) {
     bool to_cache = is_k && sl >= 0 && sl < a.n_slots;
     int64_t width = (int64_t)a.nkv * hd;
     for (int j = lane; j < half; j += 32) {
-        float ang = (float)a.pos[(int64_t)a.dim_of[j] * a.pos_stride + r] * a.inv_freq[j];
+        float ang = (float)a.pos[(int64_t)s_dim[j] * a.pos_stride + r] * s_inv[j];
         float sn, cs;
         sincosf(ang, &sn, &cs);
         float x0 = s[j], x1 = s[j + half];
@@ -214,6 +220,8 @@ static int cu_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, c
                               (long long)q->rows, (long long)q->cols, (long long)k->rows, (long long)k->cols,
                               meta->n_rows, n_q_heads, nkv, hd);
     if (meta->n_rows <= 0) return 0;
+    if ((int64_t)meta->n_rows * (n_q_heads + nkv) + FW >= (1ll << 31))
+        return iris_cuda_fail(b, IRIS_ELIMIT, "cuda qk_norm_rope_kv: %d rows of %d heads", meta->n_rows, n_q_heads + nkv);
     qk_args a;
     memset(&a, 0, sizeof a);
     a.q = (bf16 *)q->data, a.k = (bf16 *)k->data, a.v = (const bf16 *)v->data;

@@ -1,9 +1,9 @@
 /* cuda_rope.cu: rotary position embedding in place (text MRoPE and the
  * vision 2-D rotary), and the paged KV-cache write.
  *
- * rope — thread mapping: one thread per (row, head, pair j < head_dim/2),
+ * rope — one block per row, a thread per two adjacent pairs (j, j+1 < head_dim/2),
  * rotating x[j] and x[j + head_dim/2] (NeoX pairing, QWEN3VL.md §5.3,
- * §6.4).  Memory-bound (each element read and written once; one sincosf per
+ * §6.4); the tables and the row's positions staged in shared memory.  Memory-bound (each element read and written once; one sincosf per
  * thread).  The per-frequency tables (which position row feeds frequency j,
  * and inv_freq[j]) travel by value in the kernel's parameters: no copy, so
  * the op can sit in a captured graph.  Numerics: angle = fp32(pos) ·
@@ -16,13 +16,45 @@
 
 #define ROPE_MAX_HALF 128
 
+#define ROPE_MAX_DIMS 4
+
 struct rope_tables {
     float inv_freq[ROPE_MAX_HALF];
     uint8_t dim_of[ROPE_MAX_HALF];
+    int n_dims;     /* position rows the tables name (max dim_of + 1) */
 };
 
-__global__ void k_rope(bf16 *x, int64_t ldx, int64_t rows, int n_heads, int half, const int32_t *pos, int pos_stride,
-                       const rope_tables t) {
+/* One block per row (grid-stride over rows): the row's positions and the frequency tables are
+ * staged in shared memory (the parameter tables indexed by a lane-varying j would serialize),
+ * and each thread rotates two adjacent pairs (bf16x2 loads) with 32-bit index arithmetic. */
+__global__ void __launch_bounds__(256) k_rope(bf16 *x, int64_t ldx, int64_t rows, int n_heads, int half,
+                                              const int32_t *pos, int pos_stride, const rope_tables t) {
+    __shared__ float s_inv[ROPE_MAX_HALF];
+    __shared__ int s_dim[ROPE_MAX_HALF];
+    __shared__ float s_pos[ROPE_MAX_DIMS];
+    for (int j = threadIdx.x; j < half; j += blockDim.x) s_inv[j] = t.inv_freq[j], s_dim[j] = t.dim_of[j];
+    int units = n_heads * (half / 2);
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        __syncthreads();   /* the tables are in; the previous row's positions are no longer read */
+        if (threadIdx.x < t.n_dims) s_pos[threadIdx.x] = (float)pos[(int64_t)threadIdx.x * pos_stride + r];
+        __syncthreads();
+        bf16 *xr = x + r * ldx;
+        for (int u = threadIdx.x; u < units; u += blockDim.x) {
+            int h = u / (half / 2), j = 2 * (u - h * (half / 2));
+            __nv_bfloat162 *p0 = (__nv_bfloat162 *)(xr + h * 2 * half + j), *p1 = (__nv_bfloat162 *)(xr + h * 2 * half + j + half);
+            float2 a = __bfloat1622float2(*p0), b = __bfloat1622float2(*p1);
+            float sn0, cs0, sn1, cs1;
+            sincosf(s_pos[s_dim[j]] * s_inv[j], &sn0, &cs0);
+            sincosf(s_pos[s_dim[j + 1]] * s_inv[j + 1], &sn1, &cs1);
+            *p0 = __floats2bfloat162_rn(a.x * cs0 - b.x * sn0, a.y * cs1 - b.y * sn1);
+            *p1 = __floats2bfloat162_rn(b.x * cs0 + a.x * sn0, b.y * cs1 + a.y * sn1);
+        }
+    }
+}
+
+/* The general form (odd half, or rows not 4-byte aligned): one thread per (row, head, pair). */
+__global__ void k_rope_any(bf16 *x, int64_t ldx, int64_t rows, int n_heads, int half, const int32_t *pos,
+                           int pos_stride, const rope_tables t) {
     int64_t total = rows * n_heads * half;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int j = (int)(i % half);
@@ -62,10 +94,19 @@ int iris_cuda_rope(iris_backend *b, iris_tensor *x, int n_heads, int head_dim, c
             return iris_cuda_fail(b, IRIS_EINVAL, "cuda rope: dim_of[%d] = %d", j, dim_of[j]);
         t.dim_of[j] = (uint8_t)dim_of[j];
         t.inv_freq[j] = inv_freq[j];
+        if (dim_of[j] + 1 > t.n_dims) t.n_dims = dim_of[j] + 1;
     }
-    int64_t total = x->rows * n_heads * half;
-    k_rope<<<grid_for(total, 256), 256, 0, cuda_of(b)->stream>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos,
-                                                                  pos_stride, t);
+    cudaStream_t st = cuda_of(b)->stream;
+    if (half % 2 == 0 && tld(x) % 2 == 0 && ((uintptr_t)x->data & 3) == 0 && t.n_dims <= ROPE_MAX_DIMS &&
+        (int64_t)n_heads * half < (1ll << 30)) {
+        int64_t blocks = x->rows < 65536 ? x->rows : 65536;
+        int units = n_heads * (half / 2), threads = units >= 256 ? 256 : (units + 31) / 32 * 32;
+        k_rope<<<(unsigned)blocks, threads, 0, st>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos, pos_stride, t);
+    } else {
+        int64_t total = x->rows * n_heads * half;
+        k_rope_any<<<grid_for(total, 256), 256, 0, st>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos,
+                                                          pos_stride, t);
+    }
     return iris_cuda_check(b, "rope");
 }
 
