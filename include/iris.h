@@ -84,6 +84,8 @@ typedef struct iris_engine_opts {
     int gpu_memory_margin_set;
     long long max_image_pixels;     /* largest image after resizing (0: 1,048,576); larger ones are resized down */
     const char *kv_cache_dtype;     /* "bf16" (NULL: the default) or "fp8": e4m3 codes, half the bytes (CPU and CUDA) */
+    const char *dense_weights;      /* CUDA, FP8 checkpoints: "auto" (NULL), "on" or "off": BF16 copies of the decoder
+                                       linears for prefill and large batches (planner.h iris_dense_mode) */
 } iris_engine_opts;
 
 void iris_engine_opts_default(iris_engine_opts *o);

@@ -369,6 +369,10 @@ IRIS_TEST(engine_bad_requests) {
     o.model = TINY_MODEL;
     o.device = "tpu";
     CHECK_EQ_INT(iris_engine_open(&o, &bad, &err), IRIS_EINVAL);
+    o.device = NULL;
+    o.dense_weights = "always";
+    CHECK_EQ_INT(iris_engine_open(&o, &bad, &err), IRIS_EINVAL);
+    CHECK_CONTAINS(err.msg, "--dense-weights 'always'");
 }
 
 /* The whole pipeline through the engine (chat template, tokenizer, image

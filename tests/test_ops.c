@@ -366,6 +366,61 @@ static void check_w8a8(int64_t n, int64_t in, int64_t out, int bias) {
     free(w8), free(sc), free(x), free(ref), free(bv), free(a), free(c);
 }
 
+/* ---- densify: an FP8 weight's BF16 copy, and products that read it ---- */
+
+static void check_dense(int64_t n, int64_t in, int64_t out, int bias) {
+    iris_tensor w = dev_weight(out, in, IRIS_DT_F8_E4M3);
+    int64_t sc_cols = (in + 127) / 128, ns = ((out + 127) / 128) * sc_cols;
+    uint8_t *w8 = malloc((size_t)(out * in));
+    float *sc = malloc(sizeof(float) * (size_t)ns), *x = rnd_vec(n * in, -1, 1), *ref = malloc(sizeof(float) * (size_t)(n * out));
+    float *bv = rnd_vec(out, -0.5f, 0.5f);
+    REQUIRE(g_cuda->download(g_cuda, w8, w.data, (size_t)(out * in)) == 0);
+    REQUIRE(g_cuda->download(g_cuda, sc, w.scale, sizeof(float) * (size_t)ns) == 0);
+    iris_tensor cw = view(w8, IRIS_DT_F8_E4M3, out, in, 0), cx = view(x, IRIS_DT_F32, n, in, 0);
+    iris_tensor cy = view(ref, IRIS_DT_F32, n, out, 0), cb = view(bv, IRIS_DT_F32, 1, out, 0);
+    cw.scale = sc, cw.block[0] = cw.block[1] = 128;
+    REQUIRE(g_cpu->linear(g_cpu, &cx, &cw, bias ? &cb : NULL, &cy) == 0);
+    void *dx = dev_bf16(x, n * in), *db = dev_copy(bv, sizeof(float) * (size_t)out);
+    void *yq = dev_poison(n * out), *yd = dev_poison(n * out);
+    iris_tensor gx = view(dx, IRIS_DT_BF16, n, in, 0), gb = view(db, IRIS_DT_F32, 1, out, 0);
+    iris_tensor gq = view(yq, IRIS_DT_BF16, n, out, 0), gd = view(yd, IRIS_DT_BF16, n, out, 0);
+    CHECKF(g_cuda->linear(g_cuda, &gx, &w, bias ? &gb : NULL, &gq) == 0, "%s", g_cuda->err.msg);
+    REQUIRE(g_cuda->densify);
+    CHECKF(g_cuda->densify(g_cuda, &w) == 0, "%s", g_cuda->err.msg);
+    REQUIRE(w.dense);
+    /* the copy is bf16(q · scale), element for element (the CPU's FP8 table) */
+    float *dense = dev_read_bf16(w.dense, out * in);
+    int64_t bad = 0;
+    for (int64_t r = 0; r < out; r++)
+        for (int64_t c = 0; c < in; c++) {
+            float want = round_bf(iris_fp8_e4m3_decode(w8[r * in + c]) * sc[(r / 128) * sc_cols + c / 128]);
+            bad += memcmp(&want, &dense[r * in + c], 4) != 0;
+        }
+    CHECKF(bad == 0, "densify [%lld x %lld]: %lld of %lld values are not bf16(q * scale)", (long long)out, (long long)in,
+           (long long)bad, (long long)(out * in));
+    CHECKF(g_cuda->linear(g_cuda, &gx, &w, bias ? &gb : NULL, &gd) == 0, "%s", g_cuda->err.msg);
+    double eq = rel_err(yq, ref, n * out), ed = rel_err(yd, ref, n * out);
+    float *a = dev_read_bf16(yq, n * out), *c = dev_read_bf16(yd, n * out);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n * out; i++) differ += memcmp(&a[i], &c[i], 4) != 0;
+    fprintf(stderr, "  dense [%lld x %lld] . [%lld x %lld]^T%s: max error / max|y| %.2e (dequantizing: %.2e), %lld of %lld "
+            "values differ\n", (long long)n, (long long)in, (long long)out, (long long)in, bias ? " +bias" : "", ed, eq,
+            (long long)differ, (long long)(n * out));
+    CHECKF(eq <= 8e-3 && ed <= 8e-3, "error dequantizing %.3g, dense %.3g", eq, ed);
+    g_cuda->free(g_cuda, w.dense);
+    free_weight(&w);
+    g_cuda->free(g_cuda, dx), g_cuda->free(g_cuda, db), g_cuda->free(g_cuda, yq), g_cuda->free(g_cuda, yd);
+    free(w8), free(sc), free(x), free(ref), free(bv), free(a), free(c), free(dense);
+}
+
+IRIS_TEST(gpu_ops_linear_dense) {
+    if (!backends()) return;
+    check_dense(70, 2048, 2304, 0);
+    check_dense(300, 6144, 2048, 1);   /* the dequantizing path takes this weight in two chunks */
+    check_dense(1029, 2048, 6144, 0);
+    check_dense(45, 200, 136, 1);      /* a width the 16-byte dequantization declines */
+}
+
 IRIS_TEST(gpu_ops_fused_linear) {
     if (!backends()) return;
     /* the one-launch path (n up to the gemv rows: FP8 16 tokens a launch, so 24 takes two; BF16 8, so
@@ -499,6 +554,8 @@ IRIS_TEST(gpu_ops_rope) {
     check_rope(23, 5, 128, 5 * 128, 3, 40000);   /* text MRoPE */
     check_rope(41, 16, 64, 3 * 16 * 64, 2, 64);  /* vision: q inside the qkv row */
     check_rope(3, 2, 128, 2 * 128 + 8, 3, 262144);
+    check_rope(70000, 1, 8, 8, 2, 64);           /* more rows than blocks: the grid strides */
+    check_rope(7, 3, 6, 3 * 6 + 1, 2, 64);       /* odd half, odd row width: the general kernel */
 }
 
 /* ---- rows, embedding, interp4 ---------------------------------------------------------------- */

@@ -510,6 +510,75 @@ IRIS_TEST(planner_image_bound_smart_resize) {
     CHECK_EQ_INT((int64_t)oh * ow / 1024, iris_plan_image_tokens(&v, 1048576)); /* attained */
 }
 
+/* --dense-weights: BF16 copies of the FP8 decoder linears, 2 bytes a parameter (every shape here is
+ * a multiple of 128, so the slots need no padding): on an 80 GB card auto takes them, on the 8 GiB
+ * card (over 10% of the budget) it does not; on is honoured or reported as not fitting. */
+IRIS_TEST(planner_dense_weights) {
+    CHECK_EQ_INT(iris_plan_dense_parse("auto"), IRIS_DENSE_AUTO);
+    CHECK_EQ_INT(iris_plan_dense_parse("on"), IRIS_DENSE_ON);
+    CHECK_EQ_INT(iris_plan_dense_parse("off"), IRIS_DENSE_OFF);
+    CHECK_EQ_INT(iris_plan_dense_parse("yes"), -1);
+    CHECK_EQ_INT(iris_plan_dense_parse(NULL), -1);
+    iris_plan_model m, mb;
+    REQUIRE(load(&SPEC_2B, 1, &m) == 0);
+    REQUIRE(load(&SPEC_2B, 0, &mb) == 0);
+    const spec *s = &SPEC_2B;
+    uint64_t f8 = (uint64_t)s->L * ((uint64_t)s->nq * 128 * s->H * 2 + 2048ull * s->H + 3ull * s->I * s->H);
+    CHECK_EQ_INT(m.dense_bytes, 2 * f8);
+    CHECK_EQ_INT(mb.dense_bytes, 0);
+    iris_plan *on = calloc(1, sizeof *on), *off = calloc(1, sizeof *off);
+    REQUIRE(on && off);
+    iris_plan_settings st;
+    iris_plan_settings_default(&st);
+    iris_err err = {0};
+    uint64_t big = 78 * GIB;
+    REQUIRE(iris_plan_make(&m, &st, big, "", 0, on, &err) == 0); /* auto */
+    CHECK(on->dense);
+    CHECK_EQ_INT(on->part_bytes[IRIS_PART_DENSE], 2 * f8);
+    const iris_plan_region *d = iris_plan_region_find(on, "weights.dense");
+    REQUIRE(d);
+    CHECK_EQ_INT(d->bytes, 2 * f8);
+    CHECK_EQ_INT(d->offset, hand_weights(s, 1)); /* right after the weights */
+    st.dense_weights = IRIS_DENSE_OFF;
+    REQUIRE(iris_plan_make(&m, &st, big, "", 0, off, &err) == 0);
+    CHECK(!off->dense);
+    CHECK_EQ_INT(off->part_bytes[IRIS_PART_DENSE], 0);
+    CHECK(!iris_plan_region_find(off, "weights.dense"));
+    /* the copies come out of the KV cache, byte for byte up to whole blocks */
+    CHECK(on->total_bytes <= big && off->total_bytes <= big);
+    CHECK(on->kv_blocks < off->kv_blocks);
+    CHECK((uint64_t)(off->kv_blocks - on->kv_blocks) * on->kv_block_bytes >= 2 * f8 - on->kv_block_bytes - 256 * 16384);
+    char *t = iris_plan_format(off);
+    CHECK_CONTAINS(t, "--dense-weights off");
+    free(t);
+    /* the 8 GiB card: auto leaves them out (2.8 GB is over 10% of 6.5 GiB), with the reason */
+    st.dense_weights = IRIS_DENSE_AUTO;
+    REQUIRE(iris_plan_make(&m, &st, budget_8g_1g(), "", 0, on, &err) == 0);
+    CHECK(!on->dense);
+    CHECK_EQ_INT(on->part_bytes[IRIS_PART_DENSE], 0);
+    t = iris_plan_format(on);
+    CHECK_CONTAINS(t, "over 10% of the budget");
+    free(t);
+    /* asked for there: 2B still fits (a shorter context), 4B does not and says so */
+    st.dense_weights = IRIS_DENSE_ON;
+    REQUIRE(iris_plan_make(&m, &st, budget_8g_1g(), "", 0, on, &err) == 0);
+    CHECK(on->dense);
+    CHECK_EQ_INT(on->part_bytes[IRIS_PART_DENSE], 2 * f8);
+    iris_plan_model m4;
+    REQUIRE(load(&SPEC_4B, 1, &m4) == 0);
+    CHECK_EQ_INT(iris_plan_make(&m4, &st, budget_8g_1g(), "", 0, off, &err), IRIS_ELIMIT);
+    CHECK(!off->fits);
+    CHECK_EQ_INT(off->part_bytes[IRIS_PART_DENSE], m4.dense_bytes);
+    /* a BF16 checkpoint has nothing to copy */
+    REQUIRE(iris_plan_make(&mb, &st, big, "", 0, off, &err) == 0);
+    CHECK(!off->dense);
+    CHECK_EQ_INT(off->part_bytes[IRIS_PART_DENSE], 0);
+    st.dense_weights = 7;
+    CHECK_EQ_INT(iris_plan_make(&m, &st, big, "", 0, off, &err), IRIS_EINVAL);
+    free(on);
+    free(off);
+}
+
 IRIS_TEST(planner_regions) {
     iris_plan_model m;
     REQUIRE(load(&SPEC_4B, 1, &m) == 0);

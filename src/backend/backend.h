@@ -34,6 +34,8 @@ typedef struct iris_tensor {
     int64_t rows, cols, ld;     /* ld: elements between row starts; 0 means cols */
     const float *scale;         /* FP8 only: [ceil(rows/block[0]), ceil(cols/block[1])], row-major */
     int block[2];
+    void *dense;                /* FP8 only, optional (densify): the weight dequantized to BF16 [rows, cols],
+                                   which products of many rows read instead of dequantizing each time */
 } iris_tensor;
 
 /* Per-step sequence metadata for the paged-attention ops (device memory on CUDA). */
@@ -144,6 +146,10 @@ struct iris_backend {
     int (*get_topk)(iris_backend *b, const iris_tensor *x, int k, int32_t *ids, float *vals);
     /* Optional: n fp32 host values at src into dst (device) as activations; iris_backend_put_f32 uses it. */
     int (*put_f32)(iris_backend *b, void *dst, const float *src, size_t n);
+    /* Optional: keep a BF16 copy of FP8 weight w (bf16(q · scale), as every FP8 product rounds it)
+     * in backend memory, w->dense; products of more rows than a decode step then read it (no
+     * per-call dequantization).  Decode steps keep reading the FP8 codes. */
+    int (*densify)(iris_backend *b, iris_tensor *w);
     /* Optional: host memory that download and upload copy at full bus speed (page-locked on CUDA),
      * for rows that cross to the host and back each request (the image embeddings); NULL when there
      * is none.  Free with host_free, which takes only such pointers and stays valid after destroy

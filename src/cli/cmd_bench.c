@@ -37,19 +37,23 @@
 #include "engine/planner.h"
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_info.h"
 #endif
 
 #define MAX_BATCHES 16
 
 static void usage(FILE *f) {
     fprintf(f, "usage: iris bench MODEL [--batch 1,8,32,64] [--prompt-tokens N] [--gen-tokens N] [--device cuda|cpu]\n"
-               "                  [--image WxH|PATH] [--kv-cache-dtype bf16|fp8] [--host-sampling]\n\n"
+               "                  [--image WxH|PATH] [--kv-cache-dtype bf16|fp8] [--host-sampling]\n"
+               "                  [--dense-weights auto|on|off]\n\n"
                "Prefill and decode speed of the text decoder, as JSON (tok/s per batch size, memory).\n"
                "--image: also the image path for one image (a WxH test picture, or a file) and a 20-token\n"
                "question: preprocessing ms, vision encoder ms, and time to first token through the engine\n"
                "(median of 5, prefix cache off; the model needs its tokenizer.json).\n"
                "--host-sampling: decode steps download every row's fp32 logits (as requests with penalties or\n"
-               "logprobs do) instead of each row's most likely tokens picked on the GPU.\n");
+               "logprobs do) instead of each row's most likely tokens picked on the GPU.\n"
+               "--dense-weights: FP8 checkpoints keep BF16 copies of the decoder linears for prefill and\n"
+               "batches over 32 rows (auto, the default: when they take at most 10%% of the GPU's memory).\n");
 }
 
 static double now(void) {
@@ -120,7 +124,7 @@ static int cmp_double(const void *a, const void *b) {
 /* The image path: preprocessing, the vision encoder on backend b, and time to
  * first token through an engine opened after b is gone.  Prints JSON members. */
 static int bench_image(const char *dir, const iris_config *cfg, const iris_st *st, iris_backend **bp, const char *device,
-                       const char *image, long long pixels, iris_err *err) {
+                       const char *image, long long pixels, const char *dense, iris_err *err) {
     iris_tok *tok = NULL;
     iris_preprocessor_config pc;
     iris_vision vis;
@@ -167,6 +171,7 @@ static int bench_image(const char *dir, const iris_config *cfg, const iris_st *s
         o.max_num_seqs = 1;
         o.prefix_caching = 0;
         o.max_image_pixels = pixels > 0 ? pixels : 0;
+        o.dense_weights = dense;
         rc = iris_engine_open(&o, &e, err);
     }
     for (int i = 0; i < 6 && !rc; i++) {
@@ -235,7 +240,7 @@ static int decode_step(bench *x, int n_seqs, int past, iris_err *err) {
 }
 
 int iris_cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *device = "cuda", *image = NULL, *kv_dtype = "bf16";
+    const char *model = NULL, *device = "cuda", *image = NULL, *kv_dtype = "bf16", *dense = "auto";
     int host_sampling = 0;
     int batches[MAX_BATCHES] = {1, 8, 32, 64}, n_batches = 4;
     long P = 128, G = 32;
@@ -265,6 +270,12 @@ int iris_cmd_bench(int argc, char **argv) {
             kv_dtype = i + 1 < argc ? argv[++i] : "";
             if (iris_plan_kv_dtype_parse(kv_dtype) < 0) {
                 fprintf(stderr, "iris bench: --kv-cache-dtype is bf16 or fp8, not \"%s\"\n", kv_dtype);
+                return 2;
+            }
+        } else if (!strcmp(a, "--dense-weights")) {
+            dense = i + 1 < argc ? argv[++i] : "";
+            if (iris_plan_dense_parse(dense) < 0) {
+                fprintf(stderr, "iris bench: --dense-weights is auto, on or off, not \"%s\"\n", dense);
                 return 2;
             }
         } else if (!strcmp(a, "--device")) {
@@ -321,6 +332,19 @@ int iris_cmd_bench(int argc, char **argv) {
     size_t act_bytes = act_rows * (size_t)(4 * c->hidden_size + 2 * c->intermediate_size + 2 * c->num_attention_heads * c->head_dim) * 4 +
                        (size_t)max_batch * c->vocab_size * 4;
     size_t arena = w_bytes + kv_bytes + act_bytes + ((size_t)256 << 20);
+    /* BF16 copies of the FP8 linears: as the engine's plan decides (auto: at most 10% of the memory) */
+    int use_dense = 0;
+#ifdef IRIS_CUDA
+    iris_plan_model pm;
+    size_t fr = 0, tot = 0;
+    if (strcmp(device, "cpu") && iris_plan_model_init(&cfg, st, dir, &pm, &err) == 0 && pm.n_fp8_linears > 0) {
+        int dm = iris_plan_dense_parse(dense);
+        use_dense = dm == IRIS_DENSE_ON ||
+                    (dm == IRIS_DENSE_AUTO && iris_cuda_device_memory(0, &fr, &tot) == 0 &&
+                     pm.dense_bytes * 100 <= (uint64_t)tot * IRIS_PLAN_DENSE_AUTO_PERCENT);
+        if (use_dense) arena += pm.dense_bytes;
+    }
+#endif
 
     double t0 = now();
     if (!strcmp(device, "cpu")) {
@@ -333,6 +357,7 @@ int iris_cmd_bench(int argc, char **argv) {
 #endif
     }
     if (!rc) rc = iris_text_upload(&x.t, x.b, &err);
+    if (!rc && use_dense) rc = iris_text_densify(&x.t, x.b, &err);
     if (!rc) rc = iris_kv_cache_init_dtype(&x.kv, c, n_blocks, kv8 ? IRIS_DT_F8_E4M3 : x.b->act, x.b, &err);
     if (!rc && x.b->sync) rc = x.b->sync(x.b) ? iris_err_set(&err, IRIS_EDEVICE, "%s", x.b->err.msg) : 0;
     double t_load = now() - t0;
@@ -357,10 +382,11 @@ int iris_cmd_bench(int argc, char **argv) {
             x.bt[(size_t)s * x.blocks_per_seq + j] = j < x.prompt_blocks ? j : x.prompt_blocks + s * own + (j - x.prompt_blocks);
 
     printf("{\"model\":\"%s\",\"device\":\"%s\",\"layers\":%d,\"hidden\":%d,\"fp8_linears\":%d,\"weights_bytes\":%zu,"
-           "\"load_s\":%.3f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"kv_cache_dtype\":\"%s\",\"sampling\":\"%s\",\"decode_graphs\":%s",
+           "\"load_s\":%.3f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"kv_cache_dtype\":\"%s\",\"sampling\":\"%s\",\"decode_graphs\":%s,\"dense_weights\":%s",
            dir, device, c->num_hidden_layers, c->hidden_size, x.t.n_fp8, w_bytes, t_load, P, G, kv_dtype,
            host_sampling || !x.b->get_topk ? "host, fp32 rows" : "top-k on the device",
-           x.b->graph_begin && !(getenv("IRIS_CUDA_GRAPHS") && !strcmp(getenv("IRIS_CUDA_GRAPHS"), "0")) ? "true" : "false");
+           x.b->graph_begin && !(getenv("IRIS_CUDA_GRAPHS") && !strcmp(getenv("IRIS_CUDA_GRAPHS"), "0")) ? "true" : "false",
+           use_dense ? "true" : "false");
     fflush(stdout);
 
     /* Prefill, twice (the first warms up kernels and cuBLASLt's plans); the prompt
@@ -418,7 +444,7 @@ int iris_cmd_bench(int argc, char **argv) {
         iris_text_free(&x.t);
         memset(&x.t, 0, sizeof x.t);
         fflush(stdout);
-        if (!rc) rc = bench_image(dir, &cfg, st, &x.b, device, path, pixels, &err);
+        if (!rc) rc = bench_image(dir, &cfg, st, &x.b, device, path, pixels, dense, &err);
         if (tmp[0]) unlink(tmp);
     }
     printf("}\n");

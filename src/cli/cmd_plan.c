@@ -34,6 +34,8 @@ static void usage(FILE *f) {
             "  --max-batch-tokens N         tokens per step, the prefill chunk (default 2048)\n"
             "  --max-image-pixels N         images are resized to at most N pixels (default 1048576)\n"
             "  --kv-cache-dtype bf16|fp8    (default bf16)\n"
+            "  --dense-weights auto|on|off  BF16 copies of FP8 decoder linears (default auto: when they\n"
+            "                               take at most 10%% of the budget and the plan still fits)\n"
             "  --plan-json                  print the plan as JSON (exact bytes)\n\n"
             "SIZE is bytes or a number with a unit: 8GiB, 8G, 7000MiB (K/M/G/T and KiB.. are\n"
             "powers of 1024; kB/MB/GB/TB powers of 1000).  The CUDA context is an estimate here\n"
@@ -106,6 +108,13 @@ int iris_cmd_plan(int argc, char **argv) {
             if (!(bad = parse_int(a, v, 1, 1 << 20, &n))) s.max_batch_tokens = (int)n;
         } else if (!strcmp(a, "--max-image-pixels")) {
             if (!(bad = parse_int(a, v, 1, 1ll << 34, &n))) s.max_image_pixels = n;
+        } else if (!strcmp(a, "--dense-weights")) {
+            int dm = iris_plan_dense_parse(v);
+            if (dm >= 0) s.dense_weights = dm;
+            else {
+                fprintf(stderr, "iris plan: --dense-weights '%s': give auto, on or off\n", v ? v : "");
+                bad = -1;
+            }
         } else if (!strcmp(a, "--kv-cache-dtype")) {
             int kd = iris_plan_kv_dtype_parse(v);
             if (kd >= 0) s.kv_cache_dtype = kd;

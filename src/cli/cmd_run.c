@@ -59,6 +59,8 @@ static void usage(FILE *f, const char *cmd) {
                "                         the GPU memory budget (default: free memory less 512MiB)\n"
                "  --max-image-pixels N   on a GPU, images are resized to at most N pixels (default 1048576)\n"
                "  --kv-cache-dtype bf16|fp8  the KV cache's element type (default bf16; fp8 halves it)\n"
+               "  --dense-weights auto|on|off  FP8 models on a GPU: BF16 copies of the decoder linears for\n"
+               "                         prefill (default auto: when they take at most 10%% of the budget)\n"
                "  --temperature F  --top-k N  --top-p F  --min-p F\n"
                "  --repetition-penalty F  --presence-penalty F  --frequency-penalty F\n"
                "  --seed N  --max-tokens N   (defaults: the model's generation_config.json;\n"
@@ -76,7 +78,7 @@ static int parse(int argc, char **argv, run_args *a, int positional_max, const c
                     !strcmp(s, "--device") || !strcmp(s, "--stop") || !strcmp(s, "--threads") ||
                     !strcmp(s, "--gpu-memory-limit") || !strcmp(s, "--gpu-memory-utilization") ||
                     !strcmp(s, "--gpu-memory-margin") || !strcmp(s, "--max-image-pixels") ||
-                    !strcmp(s, "--kv-cache-dtype");
+                    !strcmp(s, "--kv-cache-dtype") || !strcmp(s, "--dense-weights");
         int fi = -1;
         for (int k = 0; k < F_N; k++)
             if (!strcmp(s, flag_names[k])) fi = k;
@@ -124,6 +126,12 @@ static int parse(int argc, char **argv, run_args *a, int positional_max, const c
                     return 2;
                 }
                 a->eo.kv_cache_dtype = v;
+            } else if (!strcmp(s, "--dense-weights")) {
+                if (iris_plan_dense_parse(v) < 0) {
+                    fprintf(stderr, "iris %s: --dense-weights '%s': give auto, on or off\n", argv[0], v);
+                    return 2;
+                }
+                a->eo.dense_weights = v;
             } else if (!strcmp(s, "--stop")) {
                 if (a->n_stop >= IRIS_MAX_STOP || !*v) {
                     fprintf(stderr, "iris %s: --stop: at most %d non-empty stop strings\n", argv[0], IRIS_MAX_STOP);

@@ -96,6 +96,9 @@ static void usage(FILE *f) {
             "  --max-image-pixels N          images larger than this are refused before decoding; on a\n"
             "                                GPU the memory plan is sized for N (without the flag: 1048576,\n"
             "                                and larger images are resized down to it)\n"
+            "  --dense-weights auto|on|off   FP8 models: BF16 copies of the decoder linears for prefill and\n"
+            "                                large batches (default auto: when they take at most 10%% of the\n"
+            "                                GPU memory budget and the plan still fits)\n"
             "  --kv-cache-dtype bf16|fp8     the KV cache's element type (default bf16; fp8 halves it,\n"
             "                                e4m3 codes with scale 1 as vLLM's uncalibrated fp8 cache)\n"
             "  --allowed-local-media-path DIR  allow file:// image URLs inside DIR\n"
@@ -197,6 +200,12 @@ int iris_cmd_serve(int argc, char **argv) {
             eo.gpu_memory_margin = gb, eo.gpu_memory_margin_set = 1;
         } else if (!strcmp(a, "--gpu-memory-utilization")) {
             bad = num(a, v, 0.01, 1, &eo.gpu_memory_utilization);
+        } else if (!strcmp(a, "--dense-weights")) {
+            eo.dense_weights = v;
+            if (v && iris_plan_dense_parse(v) < 0) {
+                fprintf(stderr, "iris serve: --dense-weights '%s': give auto, on or off\n", v);
+                bad = 1;
+            }
         } else if (!strcmp(a, "--kv-cache-dtype")) {
             eo.kv_cache_dtype = v;
             if (v && iris_plan_kv_dtype_parse(v) < 0) {

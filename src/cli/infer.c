@@ -95,6 +95,7 @@ int infer_generate(infer_model *m, const char *system, const char *const *images
         o.gpu_memory_margin_set = gpu->gpu_memory_margin_set;
         o.max_image_pixels = gpu->max_image_pixels;
         o.kv_cache_dtype = gpu->kv_cache_dtype;
+        o.dense_weights = gpu->dense_weights;
     }
     o.max_num_seqs = 1;
     /* One request: the context it can use (the cache is sized to it: on a GPU the rest stays free). */

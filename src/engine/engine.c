@@ -508,6 +508,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     ps.max_num_seqs = o->max_num_seqs;
     ps.max_batch_tokens = o->max_batch_tokens;
     ps.kv_cache_dtype = e->kv_plan_dtype;
+    ps.dense_weights = o->dense_weights ? iris_plan_dense_parse(o->dense_weights) : IRIS_DENSE_AUTO;
     if (o->max_image_pixels > 0) ps.max_image_pixels = o->max_image_pixels;
     int64_t max_pos = e->cfg.text_config.max_position_embeddings;
     int64_t min_ctx = max_pos < IRIS_PLAN_MIN_CONTEXT ? max_pos : IRIS_PLAN_MIN_CONTEXT;
@@ -541,9 +542,11 @@ static int load_cuda(iris_engine *e, iris_err *err) {
                  "allocation is %.1f MiB smaller than the plan's", (long long)need, o->max_num_seqs,
                  (long long)plan->context, (plan->kv_blocks - need) * (double)plan->kv_block_bytes / 1048576.0);
     }
+    int dense = plan->dense;
     free(plan);
     rc = iris_backend_cuda_open(0, device_bytes + scratch, &e->be, err);
     if (!rc) rc = iris_text_upload(&e->text, e->be, err);
+    if (!rc && dense) rc = iris_text_densify(&e->text, e->be, err);
     if (!rc) rc = iris_vision_upload(&e->vis, e->be, err);
     if (!rc) rc = iris_kv_cache_init_dtype(&e->kv, &e->cfg.text_config, e->n_blocks, kv_dtype_on(e, e->be), e->be, err);
     if (!rc && e->be->sync && e->be->sync(e->be)) rc = iris_err_set(err, IRIS_EDEVICE, "%s", e->be->err.msg);
@@ -676,6 +679,12 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
     e->kv_plan_dtype = o->kv_cache_dtype ? iris_plan_kv_dtype_parse(o->kv_cache_dtype) : IRIS_KV_BF16;
     if (e->kv_plan_dtype < 0) {
         iris_err_set(err, IRIS_EINVAL, "--kv-cache-dtype '%s': give bf16 or fp8", o->kv_cache_dtype);
+        free(e);
+        return IRIS_EINVAL;
+    }
+    e->o.dense_weights = o->dense_weights;
+    if (o->dense_weights && iris_plan_dense_parse(o->dense_weights) < 0) {
+        iris_err_set(err, IRIS_EINVAL, "--dense-weights '%s': give auto, on or off", o->dense_weights);
         free(e);
         return IRIS_EINVAL;
     }

@@ -35,6 +35,11 @@ int iris_plan_kv_dtype_parse(const char *s) {
 
 const char *iris_plan_kv_dtype_name(int kv_dtype) { return kv_dtype == IRIS_KV_FP8 ? "fp8" : "bf16"; }
 
+int iris_plan_dense_parse(const char *s) {
+    return !s ? -1 : !strcmp(s, "auto") ? IRIS_DENSE_AUTO : !strcmp(s, "on") ? IRIS_DENSE_ON
+                   : !strcmp(s, "off") ? IRIS_DENSE_OFF : -1;
+}
+
 uint64_t iris_plan_kv_bytes_per_token(const iris_text_config *t, int kv_dtype) {
     uint64_t elem = kv_dtype == IRIS_KV_FP8 ? 1 : BF16;
     return 2ull * (uint64_t)t->num_hidden_layers * (uint64_t)t->num_key_value_heads * (uint64_t)t->head_dim * elem;
@@ -61,7 +66,7 @@ int iris_plan_graph_buckets(int max_num_seqs, int out[IRIS_PLAN_MAX_GRAPHS]) {
 
 const char *iris_plan_part_name(int part) {
     static const char *names[IRIS_PART_COUNT] = {
-        "weights", "kv cache", "activations", "image embeddings", "sampling",
+        "weights", "dense weights", "kv cache", "activations", "image embeddings", "sampling",
         "step metadata", "cuBLASLt workspace", "CUDA graphs", "CUDA context",
     };
     return part >= 0 && part < IRIS_PART_COUNT ? names[part] : "?";
@@ -120,6 +125,7 @@ int iris_plan_model_init(const iris_config *cfg, const iris_st *st, const char *
             if (iris_st_is_fp8_linear(st, prefix)) {
                 m->n_fp8_linears++;
                 m->fp8_weight_bytes += slot;
+                m->dense_bytes += iris_plan_align((uint64_t)out * (uint64_t)in * BF16);
             } else {
                 /* FP8 checkpoint estimate: 1 byte a parameter + fp32 scales
                  * for every 128x128 block (ceil on both sides). */
@@ -251,6 +257,7 @@ typedef struct plan_in {
     iris_plan_settings s;
     uint64_t weight_bytes;
     int fp8_linears;      /* decoder linears run from FP8: the lm.fp8 scratch exists */
+    uint64_t dense_bytes; /* BF16 copies of them planned (0: none) */
     uint64_t budget, context_bytes;
 } plan_in;
 
@@ -378,6 +385,7 @@ static void fixed_parts(const plan_in *in, int64_t context, iris_plan *p, region
     p->image_room_tokens = p->image_tokens > in->s.max_batch_tokens ? p->image_tokens : in->s.max_batch_tokens;
 
     add(l, "weights", IRIS_PART_WEIGHTS, in->weight_bytes);
+    if (in->dense_bytes) add(l, "weights.dense", IRIS_PART_DENSE, in->dense_bytes);
     p->vision_bytes = vision_regions(in, p->image_patches, l);
     p->lm_step_bytes = lm_regions(in, l);
     embeds_regions(in, p->image_room_tokens, l);
@@ -535,6 +543,8 @@ static int check_settings(const iris_plan_model *m, iris_plan_settings *s, iris_
                             (long long)s->max_image_pixels, (long long)IRIS_PLAN_MIN_IMAGE_PIXELS, 1ll << 34);
     if (s->kv_cache_dtype != IRIS_KV_BF16 && s->kv_cache_dtype != IRIS_KV_FP8)
         return iris_err_set(err, IRIS_EINVAL, "--kv-cache-dtype: give bf16 or fp8");
+    if (s->dense_weights < IRIS_DENSE_AUTO || s->dense_weights > IRIS_DENSE_OFF)
+        return iris_err_set(err, IRIS_EINVAL, "--dense-weights: give auto, on or off");
     int64_t max_pos = t->max_position_embeddings;
     int64_t min_ctx = max_pos < IRIS_PLAN_MIN_CONTEXT ? max_pos : IRIS_PLAN_MIN_CONTEXT;
     if (s->max_model_len && (s->max_model_len < min_ctx || s->max_model_len > max_pos))
@@ -636,7 +646,20 @@ int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uin
     if (budget == 0) return iris_err_set(err, IRIS_EINVAL, "the GPU memory budget is 0 bytes");
     plan_in in = {.m = m, .s = s, .weight_bytes = m->weight_bytes, .fp8_linears = m->n_fp8_linears > 0,
                   .budget = budget, .context_bytes = context_bytes};
+    /* BF16 copies of the FP8 linears: on when asked; auto when the plan fits with them and they
+     * take at most IRIS_PLAN_DENSE_AUTO_PERCENT of the budget (else planned without them). */
+    if (m->n_fp8_linears > 0 && m->dense_bytes && s.dense_weights != IRIS_DENSE_OFF) {
+        in.dense_bytes = m->dense_bytes;
+        if (s.dense_weights == IRIS_DENSE_AUTO) {
+            if (m->dense_bytes * 100 > budget * IRIS_PLAN_DENSE_AUTO_PERCENT) in.dense_bytes = 0;
+            else {
+                compute(&in, p);
+                if (!p->fits) in.dense_bytes = 0;
+            }
+        }
+    }
     compute(&in, p);
+    p->dense = in.dense_bytes != 0;
     snprintf(p->label, sizeof p->label, "%s", m->label);
     snprintf(p->budget_source, sizeof p->budget_source, "%s", budget_source ? budget_source : "");
     memcpy(p->dtype_bytes, m->dtype_bytes, sizeof p->dtype_bytes);

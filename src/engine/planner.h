@@ -92,9 +92,16 @@
 
 typedef enum iris_kv_dtype { IRIS_KV_BF16 = 0, IRIS_KV_FP8 = 1 } iris_kv_dtype;
 
+/* --dense-weights: BF16 copies of an FP8 checkpoint's decoder linears beside the FP8 codes, for
+ * prefill and large batches (no dequantization per product).  auto: when the plan fits with them
+ * and they take at most IRIS_PLAN_DENSE_AUTO_PERCENT of the budget (an H100 yes, an 8 GB card no). */
+typedef enum iris_dense_mode { IRIS_DENSE_AUTO = 0, IRIS_DENSE_ON = 1, IRIS_DENSE_OFF = 2 } iris_dense_mode;
+#define IRIS_PLAN_DENSE_AUTO_PERCENT 10
+
 /* The parts of the plan, in the order they are printed. */
 typedef enum iris_plan_part {
     IRIS_PART_WEIGHTS,
+    IRIS_PART_DENSE,         /* BF16 copies of the FP8 decoder linears (--dense-weights) */
     IRIS_PART_KV_CACHE,
     IRIS_PART_ACTIVATIONS,   /* max(vision encoder, decoder step) */
     IRIS_PART_IMAGE_EMBEDS,  /* merged + DeepStack rows kept until prefilled */
@@ -113,6 +120,7 @@ typedef struct iris_plan_settings {
     int max_batch_tokens;      /* tokens per step, the prefill chunk (2048); >= max_num_seqs */
     int64_t max_image_pixels;  /* smart_resize's max_pixels for every image (1,048,576) */
     int kv_cache_dtype;        /* iris_kv_dtype */
+    int dense_weights;         /* iris_dense_mode */
 } iris_plan_settings;
 
 /* What the planner needs from a checkpoint (headers only). */
@@ -126,6 +134,7 @@ typedef struct iris_plan_model {
     int n_decoder_linears;               /* the 7 linears of every decoder layer */
     int n_fp8_linears;                   /* of which FP8 (QWEN3VL.md §2 rule) */
     uint64_t fp8_weight_bytes;           /* weights if every decoder linear were block-FP8 */
+    uint64_t dense_bytes;                /* BF16 copies of the FP8 decoder linears (aligned slots) */
     int64_t linear_max_in;               /* largest in_features of a decoder linear */
     int64_t linear_max_elems;            /* largest out*in of a decoder linear */
 } iris_plan_model;
@@ -162,6 +171,7 @@ typedef struct iris_plan {
     iris_plan_settings settings;     /* defaults filled; max_model_len as requested (0: auto) */
     char label[512];
     int weights_fp8;                 /* some decoder linears are FP8 */
+    int dense;                       /* the plan holds BF16 copies of them (IRIS_PART_DENSE) */
     uint64_t budget_bytes;
     char budget_source[256];         /* how the budget was set, for the table */
     int context_measured;            /* 0: IRIS_PLAN_CONTEXT_ESTIMATE */
@@ -194,6 +204,8 @@ typedef struct iris_plan {
 uint64_t iris_plan_align(uint64_t n_bytes);
 /* --kv-cache-dtype: "bf16" or "fp8" -> IRIS_KV_*, anything else (NULL too) -> -1; and back. */
 int iris_plan_kv_dtype_parse(const char *s);
+/* --dense-weights: "auto", "on" or "off" -> IRIS_DENSE_*, anything else (NULL too) -> -1. */
+int iris_plan_dense_parse(const char *s);
 const char *iris_plan_kv_dtype_name(int kv_dtype);
 /* K and V of every layer: 2 * num_hidden_layers * num_key_value_heads * head_dim * (2 bf16 | 1 fp8). */
 uint64_t iris_plan_kv_bytes_per_token(const iris_text_config *t, int kv_dtype);

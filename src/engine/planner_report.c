@@ -67,6 +67,8 @@ static const char *grouped(uint64_t v, char buf[32]) {
 }
 
 
+_Static_assert(IRIS_PLAN_DENSE_AUTO_PERCENT == 10, "the dense-weights row says 10%");
+
 /* What the part's bytes are made of, in words and numbers. */
 static void part_how(const iris_plan *p, int part, char *out, size_t size) {
     char a[32], b[32], c[32];
@@ -81,6 +83,14 @@ static void part_how(const iris_plan *p, int part, char *out, size_t size) {
                                       iris_plan_human(p->dtype_bytes[dt], a));
         break;
     }
+    case IRIS_PART_DENSE:
+        if (p->dense)
+            snprintf(out, size, "BF16 copies of the FP8 decoder linears, for prefill and batches over 32 rows");
+        else
+            snprintf(out, size, "none (%s)", !p->weights_fp8 ? "no FP8 linears"
+                                             : s->dense_weights == IRIS_DENSE_OFF ? "--dense-weights off"
+                                             : "auto: they would take over 10% of the budget, or not fit");
+        break;
     case IRIS_PART_KV_CACHE:
         snprintf(out, size, "%s blocks x %d tokens x %s B/token (%s)%s", grouped((uint64_t)p->kv_blocks, a),
                  IRIS_KV_BLOCK_TOKENS, grouped(p->kv_bytes_per_token, b), iris_plan_kv_dtype_name(s->kv_cache_dtype),
@@ -258,6 +268,7 @@ char *iris_plan_json(const iris_plan *p) {
     json_object_set_new(o, "budget_source", json_string(p->budget_source));
     json_object_set_new(o, "settings", settings);
     json_object_set_new(o, "weights_fp8", json_boolean(p->weights_fp8));
+    json_object_set_new(o, "dense_weights", json_boolean(p->dense));
     json_object_set_new(o, "weight_bytes_by_dtype", dts);
     json_object_set_new(o, "context", json_integer(p->context));
     json_object_set_new(o, "context_auto", json_boolean(p->context_auto));

@@ -170,6 +170,18 @@ int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err) {
     return rc;
 }
 
+int iris_text_densify(iris_text *t, iris_backend *b, iris_err *err) {
+    if (!b->densify || t->on != b) return IRIS_OK;
+    for (int il = 0; il < t->cfg.num_hidden_layers; il++) {
+        iris_text_layer *L = &t->layers[il];
+        iris_tensor *all[] = {&L->q_proj, &L->k_proj, &L->v_proj, &L->o_proj, &L->gate_proj, &L->up_proj, &L->down_proj};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            if (all[i]->dtype == IRIS_DT_F8_E4M3 && b->densify(b, all[i]))
+                return iris_err_set(err, IRIS_ENOMEM, "layer %d: %s", il, b->err.msg);
+    }
+    return IRIS_OK;
+}
+
 static void graphs_free(struct iris_text_graphs *g);
 
 void iris_text_free(iris_text *t) {

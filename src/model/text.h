@@ -60,6 +60,9 @@ int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris
 /* Copies every weight into backend `b`'s memory (FP8 stays FP8 with its
  * scales); a no-op for the CPU backend. */
 int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err);
+/* After iris_text_upload on b: BF16 copies of the FP8 decoder linears (backend densify) for
+ * prefill and large batches; memory as the plan's "dense weights" part.  No-op without densify. */
+int iris_text_densify(iris_text *t, iris_backend *b, iris_err *err);
 void iris_text_free(iris_text *t);
 
 typedef struct iris_kv_cache {

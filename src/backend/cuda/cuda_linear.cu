@@ -461,6 +461,38 @@ static int linear_w8a8(iris_backend *b, const iris_tensor *x, const iris_tensor 
     return 1;
 }
 
+/* Rows r0..r0+nr-1 of w as BF16 into dst [nr, in] (FP8: bf16(q · scale); else a conversion). */
+static void dequant_rows(cuda_ctx *cx, const iris_tensor *w, int64_t sc_cols, int64_t r0, int64_t nr, bf16 *dst) {
+    int64_t in = w->cols;
+    int fp8 = w->dtype == IRIS_DT_F8_E4M3;
+    int vec = fp8 && in % 16 == 0 && tld(w) % 16 == 0 && w->block[1] % 16 == 0 && is_aligned16(w->data);
+    int64_t total = vec ? nr * in / 16 : nr * in, blocks = (total + 255) / 256;
+    unsigned grid = (unsigned)(blocks > 65536 ? 65536 : blocks);
+    if (vec)
+        k_dequant_fp8_vec<<<grid, 256, 0, cx->stream>>>((const uint8_t *)w->data, tld(w), w->scale, sc_cols, w->block[0],
+                                                        w->block[1], r0, nr, in, dst);
+    else
+        k_dequant<<<grid, 256, 0, cx->stream>>>(w->data, w->dtype, tld(w), w->scale, sc_cols, w->block[0], w->block[1],
+                                                r0, nr, in, dst);
+}
+
+/* densify: w's BF16 copy carved from the arena, filled once (the numbers of the dequantizing path). */
+int iris_cuda_densify(iris_backend *b, iris_tensor *w) {
+    cuda_ctx *cx = cuda_of(b);
+    if (w->dtype != IRIS_DT_F8_E4M3 || w->dense) return 0;
+    if (!w->scale || w->block[0] <= 0 || w->block[1] <= 0)
+        return iris_cuda_fail(b, IRIS_EINVAL, "cuda densify: FP8 weight [%lld,%lld] without its block scales",
+                              (long long)w->rows, (long long)w->cols);
+    bf16 *d = (bf16 *)b->alloc(b, (size_t)(w->rows * w->cols) * sizeof(bf16));
+    if (!d)
+        return iris_cuda_fail(b, IRIS_ENOMEM, "cuda densify: no room for a BF16 copy of [%lld,%lld]", (long long)w->rows,
+                              (long long)w->cols);
+    dequant_rows(cx, w, (w->cols + w->block[1] - 1) / w->block[1], 0, w->rows, d);
+    int rc = iris_cuda_check(b, "densify");
+    if (!rc) w->dense = d;
+    return rc;
+}
+
 /* ---- the op -------------------------------------------------------------------------------- */
 
 /* An FP8 weight the tensor-core GEMV takes (cuda_gemv_mma.cu). */
@@ -609,6 +641,10 @@ int iris_cuda_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w
         int rc = linear_w8a8(b, x, w, bp, bdt, y);
         if (rc) return rc < 0 ? rc : 0;
     }
+    /* The weight's BF16 copy (densify): one product, nothing to dequantize. */
+    if (fp8 && w->dense)
+        return lt_matmul(b, (const bf16 *)w->dense, in, (const bf16 *)x->data, tld(x), (bf16 *)y->data, tld(y), out, n,
+                         in, bp, bdt);
     /* Dequantize row chunks into the scratch, multiply each. */
     int64_t chunk = (int64_t)cx->dq_elems / in;
     if (fp8 && chunk > w->block[0]) chunk -= chunk % w->block[0];
@@ -618,15 +654,7 @@ int iris_cuda_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w
     int64_t sc_cols = fp8 ? (in + w->block[1] - 1) / w->block[1] : 0;
     for (int64_t r0 = 0; r0 < out; r0 += chunk) {
         int64_t nr = out - r0 < chunk ? out - r0 : chunk;
-        int vec = fp8 && in % 16 == 0 && tld(w) % 16 == 0 && w->block[1] % 16 == 0 && is_aligned16(w->data);
-        int64_t total = vec ? nr * in / 16 : nr * in, blocks = (total + 255) / 256;
-        unsigned grid = (unsigned)(blocks > 65536 ? 65536 : blocks);
-        if (vec)
-            k_dequant_fp8_vec<<<grid, 256, 0, cx->stream>>>((const uint8_t *)w->data, tld(w), w->scale, sc_cols,
-                                                            w->block[0], w->block[1], r0, nr, in, cx->dq);
-        else
-            k_dequant<<<grid, 256, 0, cx->stream>>>(w->data, w->dtype, tld(w), w->scale, sc_cols, w->block[0],
-                                                    w->block[1], r0, nr, in, cx->dq);
+        dequant_rows(cx, w, sc_cols, r0, nr, cx->dq);
         int rc = iris_cuda_check(b, "linear (dequantize)");
         if (rc) return rc;
         const void *bc = bp ? (const char *)bp + r0 * (bdt == IRIS_DT_F32 ? 4 : 2) : NULL;

@@ -473,6 +473,7 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     iris_cuda_linear_fused_init(b);
     b->get_f32 = cu_get_f32;
     b->put_f32 = cu_put_f32;
+    b->densify = iris_cuda_densify;
     b->host_alloc = cu_host_alloc;
     b->host_free = cu_host_free;
     b->get_topk = iris_cuda_get_topk;
