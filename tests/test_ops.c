@@ -330,30 +330,67 @@ static double rel_err(const void *dy, const float *ref, int64_t n) {
     return e / (m > 0 ? m : 1);
 }
 
-static void check_w8a8(int64_t n, int64_t in, int64_t out, int bias) {
-    iris_tensor w = dev_weight(out, in, IRIS_DT_F8_E4M3);
-    int64_t ns = ((out + 127) / 128) * ((in + 127) / 128);
-    uint8_t *w8 = malloc((size_t)(out * in));
-    float *sc = malloc(sizeof(float) * (size_t)ns), *x = rnd_vec(n * in, -1, 1), *ref = malloc(sizeof(float) * (size_t)(n * out));
-    float *bv = rnd_vec(out, -0.5f, 0.5f);
-    REQUIRE(g_cuda->download(g_cuda, w8, w.data, (size_t)(out * in)) == 0);
-    REQUIRE(g_cuda->download(g_cuda, sc, w.scale, sizeof(float) * (size_t)ns) == 0);
-    iris_tensor cw = view(w8, IRIS_DT_F8_E4M3, out, in, 0), cx = view(x, IRIS_DT_F32, n, in, 0);
-    iris_tensor cy = view(ref, IRIS_DT_F32, n, out, 0), cb = view(bv, IRIS_DT_F32, 1, out, 0);
-    cw.scale = sc, cw.block[0] = cw.block[1] = 128;
+/* An FP8 product's inputs and its CPU reference: a random block-FP8 weight on the device (codes and
+ * scales also on the host), x [n, in] in [-1, 1], an fp32 bias, ref = the CPU's x · wᵀ (+ bias). */
+typedef struct fp8_case {
+    int64_t n, in, out, ns;
+    int bias;
+    iris_tensor w, gx, gb;
+    uint8_t *w8;
+    float *sc, *x, *ref, *bv;
+    void *dx, *db;
+} fp8_case;
+
+static void fp8_case_make(fp8_case *c, int64_t n, int64_t in, int64_t out, int bias) {
+    memset(c, 0, sizeof *c);
+    c->n = n, c->in = in, c->out = out, c->bias = bias;
+    c->w = dev_weight(out, in, IRIS_DT_F8_E4M3);
+    c->ns = ((out + 127) / 128) * ((in + 127) / 128);
+    c->w8 = malloc((size_t)(out * in));
+    c->sc = malloc(sizeof(float) * (size_t)c->ns), c->x = rnd_vec(n * in, -1, 1);
+    c->ref = malloc(sizeof(float) * (size_t)(n * out)), c->bv = rnd_vec(out, -0.5f, 0.5f);
+    REQUIRE(g_cuda->download(g_cuda, c->w8, c->w.data, (size_t)(out * in)) == 0);
+    REQUIRE(g_cuda->download(g_cuda, c->sc, c->w.scale, sizeof(float) * (size_t)c->ns) == 0);
+    iris_tensor cw = view(c->w8, IRIS_DT_F8_E4M3, out, in, 0), cx = view(c->x, IRIS_DT_F32, n, in, 0);
+    iris_tensor cy = view(c->ref, IRIS_DT_F32, n, out, 0), cb = view(c->bv, IRIS_DT_F32, 1, out, 0);
+    cw.scale = c->sc, cw.block[0] = cw.block[1] = 128;
     REQUIRE(g_cpu->linear(g_cpu, &cx, &cw, bias ? &cb : NULL, &cy) == 0);
-    void *dx = dev_bf16(x, n * in), *db = dev_copy(bv, sizeof(float) * (size_t)out);
+    c->dx = dev_bf16(c->x, n * in), c->db = dev_copy(c->bv, sizeof(float) * (size_t)out);
+    c->gx = view(c->dx, IRIS_DT_BF16, n, in, 0), c->gb = view(c->db, IRIS_DT_F32, 1, out, 0);
+}
+
+/* y [n, out] (device bf16) = x · wᵀ (+ bias) on the GPU. */
+static void fp8_case_run(fp8_case *c, void *y) {
+    iris_tensor gy = view(y, IRIS_DT_BF16, c->n, c->out, 0);
+    CHECKF(g_cuda->linear(g_cuda, &c->gx, &c->w, c->bias ? &c->gb : NULL, &gy) == 0, "%s", g_cuda->err.msg);
+}
+
+static void fp8_case_free(fp8_case *c) {
+    if (c->w.dense) g_cuda->free(g_cuda, c->w.dense);
+    free_weight(&c->w);
+    g_cuda->free(g_cuda, c->dx), g_cuda->free(g_cuda, c->db);
+    free(c->w8), free(c->sc), free(c->x), free(c->ref), free(c->bv);
+}
+
+/* Values that differ bit for bit between two device bf16 results of n values. */
+static int64_t n_differ(const void *a, const void *b, int64_t n) {
+    float *x = dev_read_bf16(a, n), *y = dev_read_bf16(b, n);
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++) d += memcmp(&x[i], &y[i], 4) != 0;
+    free(x), free(y);
+    return d;
+}
+
+static void check_w8a8(int64_t n, int64_t in, int64_t out, int bias) {
+    fp8_case c;
+    fp8_case_make(&c, n, in, out, bias);
     void *y16 = dev_poison(n * out), *y8 = dev_poison(n * out);
-    iris_tensor gx = view(dx, IRIS_DT_BF16, n, in, 0), gb = view(db, IRIS_DT_F32, 1, out, 0);
-    iris_tensor g16 = view(y16, IRIS_DT_BF16, n, out, 0), g8 = view(y8, IRIS_DT_BF16, n, out, 0);
-    CHECKF(g_cuda->linear(g_cuda, &gx, &w, bias ? &gb : NULL, &g16) == 0, "%s", g_cuda->err.msg);
+    fp8_case_run(&c, y16);
     iris_cuda_set_fp8_mma(g_cuda, 1);
-    CHECKF(g_cuda->linear(g_cuda, &gx, &w, bias ? &gb : NULL, &g8) == 0, "%s", g_cuda->err.msg);
+    fp8_case_run(&c, y8);
     iris_cuda_set_fp8_mma(g_cuda, 0);
-    double e16 = rel_err(y16, ref, n * out), e8 = rel_err(y8, ref, n * out);
-    float *a = dev_read_bf16(y16, n * out), *c = dev_read_bf16(y8, n * out);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < n * out; i++) differ += memcmp(&a[i], &c[i], 4) != 0;
+    double e16 = rel_err(y16, c.ref, n * out), e8 = rel_err(y8, c.ref, n * out);
+    int64_t differ = n_differ(y16, y8, n * out);
     fprintf(stderr, "  W8A8 [%lld x %lld] . [%lld x %lld]^T%s: max error / max|y| %.2e (W8A16: %.2e), %lld of %lld "
             "values differ\n", (long long)n, (long long)in, (long long)out, (long long)in, bias ? " +bias" : "", e8, e16,
             (long long)differ, (long long)(n * out));
@@ -361,56 +398,41 @@ static void check_w8a8(int64_t n, int64_t in, int64_t out, int bias) {
     /* e4m3 activations (3 mantissa bits, per-128 scales): a few percent of the output's range at most */
     CHECKF(e8 <= 4e-2, "W8A8 error %.3g", e8);
     CHECKF(differ > 0, "W8A8 asked for on sm_90 but the numbers are the W8A16 path's");
-    free_weight(&w);
-    g_cuda->free(g_cuda, dx), g_cuda->free(g_cuda, db), g_cuda->free(g_cuda, y16), g_cuda->free(g_cuda, y8);
-    free(w8), free(sc), free(x), free(ref), free(bv), free(a), free(c);
+    g_cuda->free(g_cuda, y16), g_cuda->free(g_cuda, y8);
+    fp8_case_free(&c);
 }
 
 /* ---- densify: an FP8 weight's BF16 copy, and products that read it ---- */
 
 static void check_dense(int64_t n, int64_t in, int64_t out, int bias) {
-    iris_tensor w = dev_weight(out, in, IRIS_DT_F8_E4M3);
-    int64_t sc_cols = (in + 127) / 128, ns = ((out + 127) / 128) * sc_cols;
-    uint8_t *w8 = malloc((size_t)(out * in));
-    float *sc = malloc(sizeof(float) * (size_t)ns), *x = rnd_vec(n * in, -1, 1), *ref = malloc(sizeof(float) * (size_t)(n * out));
-    float *bv = rnd_vec(out, -0.5f, 0.5f);
-    REQUIRE(g_cuda->download(g_cuda, w8, w.data, (size_t)(out * in)) == 0);
-    REQUIRE(g_cuda->download(g_cuda, sc, w.scale, sizeof(float) * (size_t)ns) == 0);
-    iris_tensor cw = view(w8, IRIS_DT_F8_E4M3, out, in, 0), cx = view(x, IRIS_DT_F32, n, in, 0);
-    iris_tensor cy = view(ref, IRIS_DT_F32, n, out, 0), cb = view(bv, IRIS_DT_F32, 1, out, 0);
-    cw.scale = sc, cw.block[0] = cw.block[1] = 128;
-    REQUIRE(g_cpu->linear(g_cpu, &cx, &cw, bias ? &cb : NULL, &cy) == 0);
-    void *dx = dev_bf16(x, n * in), *db = dev_copy(bv, sizeof(float) * (size_t)out);
+    fp8_case c;
+    fp8_case_make(&c, n, in, out, bias);
+    int64_t sc_cols = (in + 127) / 128;
     void *yq = dev_poison(n * out), *yd = dev_poison(n * out);
-    iris_tensor gx = view(dx, IRIS_DT_BF16, n, in, 0), gb = view(db, IRIS_DT_F32, 1, out, 0);
-    iris_tensor gq = view(yq, IRIS_DT_BF16, n, out, 0), gd = view(yd, IRIS_DT_BF16, n, out, 0);
-    CHECKF(g_cuda->linear(g_cuda, &gx, &w, bias ? &gb : NULL, &gq) == 0, "%s", g_cuda->err.msg);
+    fp8_case_run(&c, yq);
     REQUIRE(g_cuda->densify);
-    CHECKF(g_cuda->densify(g_cuda, &w) == 0, "%s", g_cuda->err.msg);
-    REQUIRE(w.dense);
-    /* the copy is bf16(q · scale), element for element (the CPU's FP8 table) */
-    float *dense = dev_read_bf16(w.dense, out * in);
+    CHECKF(g_cuda->densify(g_cuda, &c.w) == 0, "%s", g_cuda->err.msg);
+    REQUIRE(c.w.dense);
+    /* the copy is bf16(q · scale), element for element */
+    float *dense = dev_read_bf16(c.w.dense, out * in);
     int64_t bad = 0;
     for (int64_t r = 0; r < out; r++)
-        for (int64_t c = 0; c < in; c++) {
-            float want = round_bf(iris_fp8_e4m3_decode(w8[r * in + c]) * sc[(r / 128) * sc_cols + c / 128]);
-            bad += memcmp(&want, &dense[r * in + c], 4) != 0;
+        for (int64_t k = 0; k < in; k++) {
+            float want = round_bf(iris_fp8_e4m3_decode(c.w8[r * in + k]) * c.sc[(r / 128) * sc_cols + k / 128]);
+            bad += memcmp(&want, &dense[r * in + k], 4) != 0;
         }
     CHECKF(bad == 0, "densify [%lld x %lld]: %lld of %lld values are not bf16(q * scale)", (long long)out, (long long)in,
            (long long)bad, (long long)(out * in));
-    CHECKF(g_cuda->linear(g_cuda, &gx, &w, bias ? &gb : NULL, &gd) == 0, "%s", g_cuda->err.msg);
-    double eq = rel_err(yq, ref, n * out), ed = rel_err(yd, ref, n * out);
-    float *a = dev_read_bf16(yq, n * out), *c = dev_read_bf16(yd, n * out);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < n * out; i++) differ += memcmp(&a[i], &c[i], 4) != 0;
+    fp8_case_run(&c, yd);
+    double eq = rel_err(yq, c.ref, n * out), ed = rel_err(yd, c.ref, n * out);
+    int64_t differ = n_differ(yq, yd, n * out);
     fprintf(stderr, "  dense [%lld x %lld] . [%lld x %lld]^T%s: max error / max|y| %.2e (dequantizing: %.2e), %lld of %lld "
             "values differ\n", (long long)n, (long long)in, (long long)out, (long long)in, bias ? " +bias" : "", ed, eq,
             (long long)differ, (long long)(n * out));
     CHECKF(eq <= 8e-3 && ed <= 8e-3, "error dequantizing %.3g, dense %.3g", eq, ed);
-    g_cuda->free(g_cuda, w.dense);
-    free_weight(&w);
-    g_cuda->free(g_cuda, dx), g_cuda->free(g_cuda, db), g_cuda->free(g_cuda, yq), g_cuda->free(g_cuda, yd);
-    free(w8), free(sc), free(x), free(ref), free(bv), free(a), free(c), free(dense);
+    g_cuda->free(g_cuda, yq), g_cuda->free(g_cuda, yd);
+    free(dense);
+    fp8_case_free(&c);
 }
 
 IRIS_TEST(gpu_ops_linear_dense) {
