@@ -9,7 +9,11 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
+#include "engine/engine.h"
 #include "iris.h"
+#include "model/prompt.h"
 #include "test.h"
 
 #define TINY_MODEL "tests/fixtures/tiny/tiny-gqa/model"
@@ -207,6 +211,40 @@ IRIS_TEST(engine_prefix_cache_hit) {
     idle_stats(e, &s2);
     CHECK_EQ_INT(s2.images_encoded, 2);
     CHECK(c.cached < b.cached);
+    /* Prompts built by the caller without image keys: the engine keys each image by its pixel rows
+     * (c.png encoded once, then found in the cache; a.png again, its key being of other bytes than
+     * the prompt-built one above, and not mistaken for c.png). */
+    const char *imgs[3] = {"tests/fixtures/tiny/images/c.png", "tests/fixtures/tiny/images/c.png",
+                           "tests/fixtures/tiny/images/a.png"};
+    const int encoded[3] = {3, 3, 4};
+    for (int k = 0; k < 3; k++) {
+        iris_prompt *pr = calloc(1, sizeof *pr);
+        json_error_t je;
+        json_t *msgs = json_loads(messages_for(&JOBS[0]), 0, &je);
+        REQUIRE(pr && msgs);
+        REQUIRE(iris_prompt_build(iris_engine_tokenizer(e), iris_engine_config(e), iris_engine_preprocessor_config(e),
+                                  msgs, &imgs[k], 1, pr, &err) == 0);
+        json_decref(msgs);
+        CHECK(pr->image_keys != NULL);
+        free(pr->image_keys);
+        pr->image_keys = NULL;
+        iris_request_params p;
+        iris_request_params_default(e, &p);
+        p.prompt = pr;
+        p.max_tokens = 4;
+        p.do_sample = 0;
+        job d = JOBS[0];
+        REQUIRE(iris_engine_submit(e, &p, &r, &err) == 0);
+        collect(r, &d);
+        iris_request_free(r);
+        iris_prompt_free(pr);
+        free(pr);
+        iris_engine_stats s3;
+        idle_stats(e, &s3);
+        CHECKF(s3.images_encoded == (uint64_t)encoded[k], "keyless prompt %d: %llu images encoded, want %d", k,
+               (unsigned long long)s3.images_encoded, encoded[k]);
+        if (k == 1) CHECK(d.cached > 0);
+    }
     iris_engine_close(e);
 }
 

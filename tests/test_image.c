@@ -446,3 +446,42 @@ IRIS_TEST(image_patch_rows_ranges) {
     iris_image_prep_free(&p);
     iris_image_free(&img);
 }
+
+IRIS_TEST(image_prep_key) {
+    /* The prefix cache's content key of a prepared image: equal for equal pixels and settings,
+     * different when one byte of the resized image, the normalisation or the resize bounds change;
+     * large images (several 1 MiB pieces, hashed on several threads) too. */
+    iris_image_prep_opts o;
+    iris_image_prep_opts_default(&o);
+    iris_err err = {0};
+    const int sizes[2][2] = {{64, 96}, {1024, 768}};
+    for (int s = 0; s < 2; s++) {
+        int w = sizes[s][0], h = sizes[s][1];
+        iris_image img = {w, h, malloc((size_t)w * h * 3)};
+        REQUIRE(img.rgb);
+        for (int i = 0; i < w * h * 3; i++) img.rgb[i] = (uint8_t)(i * 7 + (i / 191));
+        iris_image_prep p, q;
+        REQUIRE(iris_image_prepare(&img, &o, &p, &err) == 0);
+        REQUIRE(iris_image_prepare(&img, &o, &q, &err) == 0);
+        unsigned char k1[32], k2[32], k3[32], k4[32], k5[32];
+        REQUIRE(iris_image_prep_key(&p, &o, k1) == 0);
+        REQUIRE(iris_image_prep_key(&q, &o, k2) == 0);
+        CHECK(memcmp(k1, k2, 32) == 0);
+        size_t last = (size_t)q.resized.width * q.resized.height * 3 - 1;
+        q.resized.rgb[last] ^= 1; /* the last byte: the last piece of a large image */
+        REQUIRE(iris_image_prep_key(&q, &o, k3) == 0);
+        CHECK(memcmp(k1, k3, 32) != 0);
+        q.resized.rgb[last] ^= 1;
+        iris_image_prep_opts o2 = o;
+        o2.image_mean[1] = 0.25f;
+        REQUIRE(iris_image_prep_key(&q, &o2, k4) == 0);
+        CHECK(memcmp(k1, k4, 32) != 0);
+        o2 = o;
+        o2.max_pixels = o.max_pixels / 2;
+        REQUIRE(iris_image_prep_key(&q, &o2, k5) == 0);
+        CHECK(memcmp(k1, k5, 32) != 0);
+        iris_image_prep_free(&p);
+        iris_image_prep_free(&q);
+        iris_image_free(&img);
+    }
+}

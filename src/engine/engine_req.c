@@ -8,7 +8,6 @@
  * thread's, engine.c). */
 #include <errno.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +15,7 @@
 
 #include "engine_internal.h"
 #include "err.h"
+#include "sha256.h"
 
 double iris_engine_now(void) {
     struct timespec ts;
@@ -149,67 +149,12 @@ void iris_request_free(iris_request *r) {
 
 /* ---- building a request ------------------------------------------------------------------- */
 
-/* SHA-256 of an image's grid and pixel_values rows: what the vision encoder sees. */
-static int sha256(const void *const *parts, const size_t *lens, int n, unsigned char *out) {
-    unsigned int len = 0;
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
-    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL);
-    for (int i = 0; ok && i < n; i++) ok = EVP_DigestUpdate(c, parts[i], lens[i]);
-    ok = ok && EVP_DigestFinal_ex(c, out, &len);
-    EVP_MD_CTX_free(c);
-    return ok && len == IRIS_KV_KEY_BYTES ? 0 : -1;
-}
-
-typedef struct hash_piece {
-    const unsigned char *p;
-    size_t n;
-    unsigned char d[IRIS_KV_KEY_BYTES];
-    int rc;
-} hash_piece;
-
-static void *hash_piece_run(void *arg) {
-    hash_piece *h = arg;
-    const void *parts[1] = {h->p};
-    h->rc = sha256(parts, &h->n, 1, h->d);
-    return NULL;
-}
-
-/* An image's content key: SHA-256 of its grid and the SHA-256s of up to 16 equal pieces of its
- * pixel rows, hashed on as many threads as there are cores (25 MB of pixels of a 1024x1024 image
- * took ~19 ms on one core: most of the time to first token that was not the GPU's).  Only the
- * prefix cache reads it: with prefix caching off no key is made. */
-#define HASH_PIECES 16
-#define HASH_PIECE_MIN ((size_t)1 << 20)
+/* An image's content key when the prompt brings none: SHA-256 of its grid and of its pixel rows
+ * (what the vision encoder sees), the rows in pieces on several cores (sha256.h; 25 MB of pixels of
+ * a 1024x1024 image took ~19 ms on one core).  Prompts built by iris carry a key made from the
+ * resized uint8 image instead, an eighth of the bytes (image.h iris_image_prep_key). */
 static int image_hash(const int *grid, const float *rows, size_t n_floats, iris_kv_key *out) {
-    size_t bytes = n_floats * sizeof *rows;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = (int)(bytes / HASH_PIECE_MIN);
-    if (n > HASH_PIECES) n = HASH_PIECES;
-    if (cpus > 0 && n > cpus) n = (int)cpus;
-    if (n < 1) n = 1;
-    hash_piece h[HASH_PIECES];
-    pthread_t th[HASH_PIECES];
-    int started[HASH_PIECES] = {0};
-    size_t per = (bytes / n + 63) & ~(size_t)63;
-    for (int i = 0; i < n; i++) {
-        size_t a = (size_t)i * per < bytes ? (size_t)i * per : bytes, b = a + per < bytes ? a + per : bytes;
-        h[i].p = (const unsigned char *)rows + a, h[i].n = b - a, h[i].rc = 0;
-        /* piece 0 on this thread; a thread that cannot start is hashed here too */
-        if (i > 0) started[i] = pthread_create(&th[i], NULL, hash_piece_run, &h[i]) == 0;
-    }
-    hash_piece_run(&h[0]);
-    int rc = h[0].rc;
-    for (int i = 1; i < n; i++) {
-        if (started[i]) pthread_join(th[i], NULL);
-        else hash_piece_run(&h[i]);
-        rc |= h[i].rc;
-    }
-    if (rc) return -1;
-    const void *parts[1 + HASH_PIECES];
-    size_t lens[1 + HASH_PIECES];
-    parts[0] = grid, lens[0] = 3 * sizeof *grid;
-    for (int i = 0; i < n; i++) parts[1 + i] = h[i].d, lens[1 + i] = IRIS_KV_KEY_BYTES;
-    return sha256(parts, lens, 1 + n, out->b);
+    return iris_sha256_pieces(grid, 3 * sizeof *grid, rows, n_floats * sizeof *rows, out->b);
 }
 
 /* The token ranges of the prompt's images (runs of image_token_id, in order)
@@ -242,8 +187,11 @@ static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
                                 (long long)p->n_rows);
         r->images[i].start = j;
         r->images[i].n_tokens = n_tok;
-        if (e->o.prefix_caching &&
-            image_hash(g, p->pixel_values + row0 * patch_dim, (size_t)rows * patch_dim, &r->images[i].hash))
+        /* only the prefix cache reads the key: none is made with prefix caching off */
+        if (e->o.prefix_caching && p->image_keys)
+            memcpy(r->images[i].hash.b, p->image_keys[i], IRIS_KV_KEY_BYTES);
+        else if (e->o.prefix_caching &&
+                 image_hash(g, p->pixel_values + row0 * patch_dim, (size_t)rows * patch_dim, &r->images[i].hash))
             return iris_err_set(err, IRIS_ENOMEM, "SHA-256 of image %d failed (libcrypto)", i + 1);
         row0 += rows;
         j = k;

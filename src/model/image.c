@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "err.h"
+#include "sha256.h"
 #include "image_internal.h"
 
 void iris_image_decode_opts_default(iris_image_decode_opts *o) {
@@ -230,9 +231,34 @@ int iris_image_orient(const iris_image *src, int o, iris_image *dst, iris_err *e
 
 /* ---- several images, one request ---------------------------------------- */
 
+int iris_image_prep_key(const iris_image_prep *p, const iris_image_prep_opts *o, unsigned char out[32]) {
+    struct {
+        char tag[16];
+        int64_t min_pixels, max_pixels;
+        int32_t patch, merge, temporal, grid[3], w, h;
+        float mean[3], std[3];
+    } head;
+    memset(&head, 0, sizeof head);
+    memcpy(head.tag, "iris-image-u8-1", 15);
+    head.min_pixels = o->min_pixels, head.max_pixels = o->max_pixels;
+    head.patch = o->patch_size, head.merge = o->merge_size, head.temporal = o->temporal_patch_size;
+    head.grid[0] = p->grid_t, head.grid[1] = p->grid_h, head.grid[2] = p->grid_w;
+    head.w = p->resized.width, head.h = p->resized.height;
+    memcpy(head.mean, o->image_mean, sizeof head.mean);
+    memcpy(head.std, o->image_std, sizeof head.std);
+    return iris_sha256_pieces(&head, sizeof head, p->resized.rgb, (size_t)p->resized.width * p->resized.height * 3, out);
+}
+
 int iris_image_preprocess_files(const char *const *paths, int n_images, const iris_image_decode_opts *dopts,
                                 const iris_image_prep_opts *popts, float **pixel_values, int64_t *n_rows,
                                 int **grid_thw, iris_err *err) {
+    return iris_image_preprocess_files_keyed(paths, n_images, dopts, popts, pixel_values, n_rows, grid_thw, NULL, err);
+}
+
+int iris_image_preprocess_files_keyed(const char *const *paths, int n_images, const iris_image_decode_opts *dopts,
+                                      const iris_image_prep_opts *popts, float **pixel_values, int64_t *n_rows,
+                                      int **grid_thw, unsigned char (**keys)[32], iris_err *err) {
+    if (keys) *keys = NULL;
     *pixel_values = NULL;
     *grid_thw = NULL;
     *n_rows = 0;
@@ -244,9 +270,11 @@ int iris_image_preprocess_files(const char *const *paths, int n_images, const ir
     }
     iris_image_prep *preps = calloc((size_t)n_images, sizeof *preps);
     int *grid = malloc(sizeof(int) * 3 * (size_t)n_images);
-    if (!preps || !grid) {
+    unsigned char(*kk)[32] = keys ? malloc(32 * (size_t)n_images) : NULL;
+    if (!preps || !grid || (keys && !kk)) {
         free(preps);
         free(grid);
+        free(kk);
         return iris_err_set(err, IRIS_ENOMEM, "out of memory");
     }
     int rc = 0;
@@ -265,6 +293,8 @@ int iris_image_preprocess_files(const char *const *paths, int n_images, const ir
         grid[3 * i + 1] = preps[i].grid_h;
         grid[3 * i + 2] = preps[i].grid_w;
         total += iris_image_prep_rows(&preps[i]);
+        if (kk && iris_image_prep_key(&preps[i], popts, kk[i]))
+            rc = iris_err_set(err, IRIS_ENOMEM, "%s: SHA-256 failed (libcrypto)", paths[i]);
     }
     float *pv = NULL;
     if (rc == 0) {
@@ -284,8 +314,10 @@ int iris_image_preprocess_files(const char *const *paths, int n_images, const ir
     if (rc) {
         free(pv);
         free(grid);
+        free(kk);
         return rc;
     }
+    if (keys) *keys = kk;
     *pixel_values = pv;
     *grid_thw = grid;
     *n_rows = total;

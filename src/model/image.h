@@ -62,6 +62,11 @@ typedef struct iris_image_prep {
     int grid_t, grid_h, grid_w; /* in patches; grid_t = 1 for an image */
 } iris_image_prep;
 
+/* The content key of a prepared image: SHA-256 (sha256.h, in pieces on several cores) of the
+ * preprocessing settings, the grid, the resized size and its uint8 RGB bytes: everything the pixel
+ * rows are made of (iris_image_patch_rows), in an eighth of their bytes.  0, or -1 (libcrypto). */
+int iris_image_prep_key(const iris_image_prep *p, const iris_image_prep_opts *o, unsigned char out[32]);
+
 void iris_image_decode_opts_default(iris_image_decode_opts *o);
 void iris_image_prep_opts_default(iris_image_prep_opts *o);
 
@@ -118,5 +123,9 @@ void iris_image_patch_rows(const iris_image_prep *p, const iris_image_prep_opts 
 int iris_image_preprocess_files(const char *const *paths, int n_images, const iris_image_decode_opts *dopts,
                                 const iris_image_prep_opts *popts, float **pixel_values, int64_t *n_rows,
                                 int **grid_thw, iris_err *err);
+/* The same, also each image's iris_image_prep_key into *keys (malloc'd, n_images of them). */
+int iris_image_preprocess_files_keyed(const char *const *paths, int n_images, const iris_image_decode_opts *dopts,
+                                      const iris_image_prep_opts *popts, float **pixel_values, int64_t *n_rows,
+                                      int **grid_thw, unsigned char (**keys)[32], iris_err *err);
 
 #endif

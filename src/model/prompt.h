@@ -21,6 +21,8 @@ typedef struct iris_prompt {
     int n_images;
     int *grid_thw;           /* 3 per image */
     float *pixel_values;     /* [n_rows, patch_dim] */
+    unsigned char (*image_keys)[32]; /* per image: iris_image_prep_key (the prefix cache's content key);
+                                        NULL: the engine hashes the pixel rows instead */
     int64_t n_rows;
     int32_t *pos;            /* [3, ids.n]: t, h, w rows */
     int rope_delta;

@@ -60,7 +60,8 @@ int srv_prompt_build(iris_engine *eng, const json_t *messages, srv_image *images
         preps = calloc((size_t)n_images, sizeof *preps);
         counts = calloc((size_t)n_images, sizeof *counts);
         out->grid_thw = calloc((size_t)n_images * 3, sizeof *out->grid_thw);
-        if (!preps || !counts || !out->grid_thw) {
+        out->image_keys = malloc(32 * (size_t)n_images);
+        if (!preps || !counts || !out->grid_thw || !out->image_keys) {
             rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
             goto done;
         }
@@ -69,6 +70,8 @@ int srv_prompt_build(iris_engine *eng, const json_t *messages, srv_image *images
             iris_image img = {0};
             rc = iris_image_decode_mem(images[i].data, images[i].n, images[i].label, &dopts, &img, err);
             if (!rc) rc = iris_image_prepare(&img, &popts, &preps[i], err);
+            if (!rc && iris_image_prep_key(&preps[i], &popts, out->image_keys[i]))
+                rc = iris_err_set(err, IRIS_ENOMEM, "%s: SHA-256 failed (libcrypto)", images[i].label);
             iris_image_free(&img);
             if (rc) {
                 *bad_image = i;
