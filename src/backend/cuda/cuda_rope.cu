@@ -1,12 +1,13 @@
 /* cuda_rope.cu: rotary position embedding in place (text MRoPE and the
  * vision 2-D rotary), and the paged KV-cache write.
  *
- * rope — one block per row, a thread per two adjacent pairs (j, j+1 < head_dim/2),
- * rotating x[j] and x[j + head_dim/2] (NeoX pairing, QWEN3VL.md §5.3,
- * §6.4); the tables and the row's positions staged in shared memory.  Memory-bound (each element read and written once; one sincosf per
- * thread).  The per-frequency tables (which position row feeds frequency j,
- * and inv_freq[j]) travel by value in the kernel's parameters: no copy, so
- * the op can sit in a captured graph.  Numerics: angle = fp32(pos) ·
+ * rope — one block per row, a thread per two adjacent pairs (j, j+1 <
+ * head_dim/2), rotating x[j] and x[j + head_dim/2] (NeoX pairing, QWEN3VL.md
+ * §5.3, §6.4); the tables and the row's positions staged in shared memory.
+ * Memory-bound (each element read and written once; one sincosf a pair).
+ * The per-frequency tables (which position row feeds frequency j, and
+ * inv_freq[j]) travel by value in the kernel's parameters: no copy, so the
+ * op can sit in a captured graph.  Numerics: angle = fp32(pos) ·
  * inv_freq in fp32, accurate sincosf (angles reach 10^5 rad), rotation in
  * fp32, one bf16 rounding.
  *
@@ -41,7 +42,8 @@ __global__ void __launch_bounds__(256) k_rope(bf16 *x, int64_t ldx, int64_t rows
         bf16 *xr = x + r * ldx;
         for (int u = threadIdx.x; u < units; u += blockDim.x) {
             int h = u / (half / 2), j = 2 * (u - h * (half / 2));
-            __nv_bfloat162 *p0 = (__nv_bfloat162 *)(xr + h * 2 * half + j), *p1 = (__nv_bfloat162 *)(xr + h * 2 * half + j + half);
+            bf16 *xh = xr + h * 2 * half + j;
+            __nv_bfloat162 *p0 = (__nv_bfloat162 *)xh, *p1 = (__nv_bfloat162 *)(xh + half);
             float2 a = __bfloat1622float2(*p0), b = __bfloat1622float2(*p1);
             float sn0, cs0, sn1, cs1;
             sincosf(s_pos[s_dim[j]] * s_inv[j], &sn0, &cs0);
