@@ -254,7 +254,7 @@ IRIS_TEST(image_multi_and_custom_pixels) {
         int64_t n;
         int *grid;
         iris_err err = {0};
-        int rc = iris_image_preprocess_files(pp, k, &dopts, NULL, &pv, &n, &grid, &err);
+        int rc = iris_image_preprocess_files(pp, k, &dopts, NULL, &pv, &n, &grid, NULL, &err);
         CHECKF(rc == 0, "multi %zu: %s", i, err.msg);
         if (rc) continue;
         json_t *g = json_object_get(m, "grid_thw");
@@ -283,7 +283,7 @@ IRIS_TEST(image_multi_and_custom_pixels) {
         int64_t n;
         int *grid;
         iris_err err = {0};
-        int rc = iris_image_preprocess_files(pp, 1, &dopts, &po, &pv, &n, &grid, &err);
+        int rc = iris_image_preprocess_files(pp, 1, &dopts, &po, &pv, &n, &grid, NULL, &err);
         CHECKF(rc == 0, "custom %s: %s", path, err.msg);
         if (rc) continue;
         json_t *g = json_object_get(c, "grid_thw");

@@ -526,6 +526,12 @@ IRIS_TEST(planner_dense_weights) {
     uint64_t f8 = (uint64_t)s->L * ((uint64_t)s->nq * 128 * s->H * 2 + 2048ull * s->H + 3ull * s->I * s->H);
     CHECK_EQ_INT(m.dense_bytes, 2 * f8);
     CHECK_EQ_INT(mb.dense_bytes, 0);
+    /* the rule alone (iris bench uses it): on, off, auto at 10% of the budget, never without FP8 */
+    CHECK(iris_plan_dense_wanted(&m, IRIS_DENSE_ON, 1));
+    CHECK(!iris_plan_dense_wanted(&m, IRIS_DENSE_OFF, 78 * GIB));
+    CHECK(iris_plan_dense_wanted(&m, IRIS_DENSE_AUTO, 2 * f8 * 10));
+    CHECK(!iris_plan_dense_wanted(&m, IRIS_DENSE_AUTO, 2 * f8 * 10 - 1));
+    CHECK(!iris_plan_dense_wanted(&mb, IRIS_DENSE_ON, 78 * GIB));
     iris_plan *on = calloc(1, sizeof *on), *off = calloc(1, sizeof *off);
     REQUIRE(on && off);
     iris_plan_settings st;

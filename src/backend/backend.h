@@ -152,7 +152,7 @@ struct iris_backend {
     int (*densify)(iris_backend *b, iris_tensor *w);
     /* Optional: host memory that download and upload copy at full bus speed (page-locked on CUDA),
      * for rows that cross to the host and back each request (the image embeddings); NULL when there
-     * is none.  Free with host_free, which takes only such pointers and stays valid after destroy
+     * is none.  Free with host_free, which takes only such pointers (or NULL) and stays valid after destroy
      * (the memory is process-wide, kept for reuse).  Uploads from it run asynchronously: leave it
      * unchanged until the step that read it is done. */
     void *(*host_alloc)(iris_backend *b, size_t bytes);

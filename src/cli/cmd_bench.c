@@ -332,16 +332,14 @@ int iris_cmd_bench(int argc, char **argv) {
     size_t act_bytes = act_rows * (size_t)(4 * c->hidden_size + 2 * c->intermediate_size + 2 * c->num_attention_heads * c->head_dim) * 4 +
                        (size_t)max_batch * c->vocab_size * 4;
     size_t arena = w_bytes + kv_bytes + act_bytes + ((size_t)256 << 20);
-    /* BF16 copies of the FP8 linears: as the engine's plan decides (auto: at most 10% of the memory) */
+    /* BF16 copies of the FP8 linears: the planner's rule, against the device's memory */
     int use_dense = 0;
 #ifdef IRIS_CUDA
     iris_plan_model pm;
     size_t fr = 0, tot = 0;
-    if (strcmp(device, "cpu") && iris_plan_model_init(&cfg, st, dir, &pm, &err) == 0 && pm.n_fp8_linears > 0) {
-        int dm = iris_plan_dense_parse(dense);
-        use_dense = dm == IRIS_DENSE_ON ||
-                    (dm == IRIS_DENSE_AUTO && iris_cuda_device_memory(0, &fr, &tot) == 0 &&
-                     pm.dense_bytes * 100 <= (uint64_t)tot * IRIS_PLAN_DENSE_AUTO_PERCENT);
+    if (strcmp(device, "cpu") && iris_plan_model_init(&cfg, st, dir, &pm, &err) == 0) {
+        if (iris_cuda_device_memory(0, &fr, &tot)) tot = 0;
+        use_dense = iris_plan_dense_wanted(&pm, iris_plan_dense_parse(dense), tot);
         if (use_dense) arena += pm.dense_bytes;
     }
 #endif

@@ -40,6 +40,11 @@ int iris_plan_dense_parse(const char *s) {
                    : !strcmp(s, "off") ? IRIS_DENSE_OFF : -1;
 }
 
+int iris_plan_dense_wanted(const iris_plan_model *m, int mode, uint64_t budget) {
+    if (m->n_fp8_linears <= 0 || !m->dense_bytes || mode == IRIS_DENSE_OFF) return 0;
+    return mode == IRIS_DENSE_ON || m->dense_bytes * 100 <= budget * IRIS_PLAN_DENSE_AUTO_PERCENT;
+}
+
 uint64_t iris_plan_kv_bytes_per_token(const iris_text_config *t, int kv_dtype) {
     uint64_t elem = kv_dtype == IRIS_KV_FP8 ? 1 : BF16;
     return 2ull * (uint64_t)t->num_hidden_layers * (uint64_t)t->num_key_value_heads * (uint64_t)t->head_dim * elem;
@@ -646,19 +651,14 @@ int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uin
     if (budget == 0) return iris_err_set(err, IRIS_EINVAL, "the GPU memory budget is 0 bytes");
     plan_in in = {.m = m, .s = s, .weight_bytes = m->weight_bytes, .fp8_linears = m->n_fp8_linears > 0,
                   .budget = budget, .context_bytes = context_bytes};
-    /* BF16 copies of the FP8 linears: on when asked; auto when the plan fits with them and they
-     * take at most IRIS_PLAN_DENSE_AUTO_PERCENT of the budget (else planned without them). */
-    if (m->n_fp8_linears > 0 && m->dense_bytes && s.dense_weights != IRIS_DENSE_OFF) {
-        in.dense_bytes = m->dense_bytes;
-        if (s.dense_weights == IRIS_DENSE_AUTO) {
-            if (m->dense_bytes * 100 > budget * IRIS_PLAN_DENSE_AUTO_PERCENT) in.dense_bytes = 0;
-            else {
-                compute(&in, p);
-                if (!p->fits) in.dense_bytes = 0;
-            }
-        }
-    }
+    /* BF16 copies of the FP8 linears: on when asked; auto when they take at most
+     * IRIS_PLAN_DENSE_AUTO_PERCENT of the budget and the plan fits with them (else without them). */
+    in.dense_bytes = iris_plan_dense_wanted(m, s.dense_weights, budget) ? m->dense_bytes : 0;
     compute(&in, p);
+    if (in.dense_bytes && s.dense_weights == IRIS_DENSE_AUTO && !p->fits) {
+        in.dense_bytes = 0;
+        compute(&in, p);
+    }
     p->dense = in.dense_bytes != 0;
     snprintf(p->label, sizeof p->label, "%s", m->label);
     snprintf(p->budget_source, sizeof p->budget_source, "%s", budget_source ? budget_source : "");

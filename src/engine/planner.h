@@ -206,6 +206,11 @@ uint64_t iris_plan_align(uint64_t n_bytes);
 int iris_plan_kv_dtype_parse(const char *s);
 /* --dense-weights: "auto", "on" or "off" -> IRIS_DENSE_*, anything else (NULL too) -> -1. */
 int iris_plan_dense_parse(const char *s);
+/* Whether --dense-weights `mode` (iris_dense_mode) keeps BF16 copies of m's FP8 decoder linears under
+ * a budget of `budget` bytes: on yes, off no, auto when they are at most IRIS_PLAN_DENSE_AUTO_PERCENT
+ * of it; never for a model without FP8 linears.  iris_plan_make also drops them on auto when the
+ * plan would not fit with them; iris bench asks this alone (its arena is not planned). */
+int iris_plan_dense_wanted(const iris_plan_model *m, int mode, uint64_t budget);
 const char *iris_plan_kv_dtype_name(int kv_dtype);
 /* K and V of every layer: 2 * num_hidden_layers * num_key_value_heads * head_dim * (2 bf16 | 1 fp8). */
 uint64_t iris_plan_kv_bytes_per_token(const iris_text_config *t, int kv_dtype);

@@ -251,13 +251,7 @@ int iris_image_prep_key(const iris_image_prep *p, const iris_image_prep_opts *o,
 
 int iris_image_preprocess_files(const char *const *paths, int n_images, const iris_image_decode_opts *dopts,
                                 const iris_image_prep_opts *popts, float **pixel_values, int64_t *n_rows,
-                                int **grid_thw, iris_err *err) {
-    return iris_image_preprocess_files_keyed(paths, n_images, dopts, popts, pixel_values, n_rows, grid_thw, NULL, err);
-}
-
-int iris_image_preprocess_files_keyed(const char *const *paths, int n_images, const iris_image_decode_opts *dopts,
-                                      const iris_image_prep_opts *popts, float **pixel_values, int64_t *n_rows,
-                                      int **grid_thw, unsigned char (**keys)[32], iris_err *err) {
+                                int **grid_thw, unsigned char (**keys)[32], iris_err *err) {
     if (keys) *keys = NULL;
     *pixel_values = NULL;
     *grid_thw = NULL;

@@ -118,14 +118,11 @@ void iris_image_patch_rows(const iris_image_prep *p, const iris_image_prep_opts 
                            float *out);
 
 /* Several images as one request: decode each file, prepare, and return the
- * concatenated pixel_values (malloc'd, caller frees) and grid_thw (3 ints per
- * image, malloc'd, caller frees). */
+ * concatenated pixel_values (malloc'd, caller frees), grid_thw (3 ints per
+ * image, malloc'd, caller frees) and, when keys is not NULL, each image's
+ * iris_image_prep_key (malloc'd, n_images of them, caller frees). */
 int iris_image_preprocess_files(const char *const *paths, int n_images, const iris_image_decode_opts *dopts,
                                 const iris_image_prep_opts *popts, float **pixel_values, int64_t *n_rows,
-                                int **grid_thw, iris_err *err);
-/* The same, also each image's iris_image_prep_key into *keys (malloc'd, n_images of them). */
-int iris_image_preprocess_files_keyed(const char *const *paths, int n_images, const iris_image_decode_opts *dopts,
-                                      const iris_image_prep_opts *popts, float **pixel_values, int64_t *n_rows,
-                                      int **grid_thw, unsigned char (**keys)[32], iris_err *err);
+                                int **grid_thw, unsigned char (**keys)[32], iris_err *err);
 
 #endif

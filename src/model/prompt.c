@@ -77,8 +77,8 @@ int iris_prompt_build(const iris_tok *tok, const iris_config *cfg, const iris_pr
                               vc->temporal_patch_size);
             goto fail;
         }
-        rc = iris_image_preprocess_files_keyed(image_paths, n_images, &dopts, &popts, &out->pixel_values,
-                                               &out->n_rows, &out->grid_thw, &out->image_keys, err);
+        rc = iris_image_preprocess_files(image_paths, n_images, &dopts, &popts, &out->pixel_values, &out->n_rows,
+                                         &out->grid_thw, &out->image_keys, err);
         if (rc) goto fail;
         out->n_images = n_images;
         counts = malloc(sizeof(int32_t) * (size_t)n_images);

@@ -294,18 +294,24 @@ static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_v
     out->out_hidden = (int)OH;
     out->n_deepstack = c->n_deepstack;
     size_t n_ds_rows = (size_t)((c->n_deepstack ? c->n_deepstack : 1) * T * OH);
-    if (bf16 && b->host_alloc && b->host_free) {
-        /* page-locked: the rows go to the host here and back to the device at prefill */
-        out->host_free = b->host_free;
-        out->embeds16 = b->host_alloc(b, sizeof(uint16_t) * (size_t)(T * OH));
-        out->deepstack16 = b->host_alloc(b, sizeof(uint16_t) * n_ds_rows);
-    }
-    if (bf16 && (!out->embeds16 || !out->deepstack16)) { /* none left (or no such memory): plain */
-        if (out->host_free) out->host_free(out->embeds16), out->host_free(out->deepstack16);
-        out->host_free = NULL;
-        out->embeds16 = malloc(sizeof(uint16_t) * (size_t)(T * OH));
-        out->deepstack16 = malloc(sizeof(uint16_t) * n_ds_rows);
-    } else if (!bf16) {
+    if (bf16) {
+        /* page-locked where the backend has it (the rows go to the host here and back to the device
+         * at prefill), else plain memory */
+        if (b->host_alloc && b->host_free) {
+            out->embeds16 = b->host_alloc(b, sizeof(uint16_t) * (size_t)(T * OH));
+            out->deepstack16 = b->host_alloc(b, sizeof(uint16_t) * n_ds_rows);
+            if (out->embeds16 && out->deepstack16) {
+                out->host_free = b->host_free;
+            } else {
+                b->host_free(out->embeds16), b->host_free(out->deepstack16);
+                out->embeds16 = out->deepstack16 = NULL;
+            }
+        }
+        if (!out->host_free) {
+            out->embeds16 = malloc(sizeof(uint16_t) * (size_t)(T * OH));
+            out->deepstack16 = malloc(sizeof(uint16_t) * n_ds_rows);
+        }
+    } else {
         out->embeds = malloc(sizeof(float) * (size_t)(T * OH));
         out->deepstack = malloc(sizeof(float) * n_ds_rows);
     }
