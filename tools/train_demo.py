@@ -8,7 +8,7 @@
       preprocessor_config.json and generation_config.json (greedy).
   python3 tools/train_demo.py train OUT [--steps N] [--seed 0] [--seconds S] [--init MODEL_DIR]
                                    [--lr F] [--warmup N] [--first-scene I] [--eval-seconds S]
-                                   [--autocast 1|0] [--batch-scenes N]
+                                   [--autocast 1|0] [--batch-scenes N] [--pixels P]
       (GPU machine: torch 2.11, transformers 5.17) builds the model with transformers
       (Qwen3VLForConditionalGeneration: vision tower with DeepStack, Qwen3 decoder with
       interleaved MRoPE), trains it with AdamW under bf16 autocast (--autocast 0: fp32/TF32), loss on the answer tokens only
@@ -17,7 +17,10 @@
       weights, TF32 off) on 1,000 held-out scenes, and records batch-1 greedy outputs of 20 of them
       as the iris-vs-transformers fixture.  Without --steps the step count is fixed after 20 timed
       steps so that training ends after --seconds (default TRAIN_SECONDS);
-      --init goes on from a saved model; scenes are seeds --first-scene and up; the greedy evaluation
+      --init goes on from a saved model (its weights only: the tokenizer and preprocessor files are
+      written anew); --pixels P: smart_resize's min_pixels = max_pixels = P (default 65536), used by the
+      training preprocessing, its check and the evaluation, and written into OUT/demo/preprocessor_config.json;
+      scenes are seeds --first-scene and up; the greedy evaluation
       stops after --eval-seconds with what it has; the count used is in OUT/eval/eval.json.
       Outputs: OUT/demo (model dir), OUT/eval (eval.json, images/), OUT/fixture (greedy.json, images/).
   /usr/bin/python3 tools/train_demo.py iris-eval EVAL_DIR MODEL [--limit N] [--bin build/demo/bench/demo_eval]
@@ -48,7 +51,17 @@ VOCAB_SIZE = 640                # embedding rows (>= BPE vocabulary + 26 special
 # 80-256 px a side: min_pixels = max_pixels = 256*256 (Qwen3-VL's own shortest_edge) upscales every scene to
 # 65,536-82,944 px (smart_resize rounds the sides up and does not recheck the maximum: 239x239 -> 288x288), so a
 # small shape covers several 16-px patches (from run 16 on; runs 1-15: min_pixels 64*64, scenes at their own size)
+# `train --pixels P` sets both to P (run 19: 131072 = 2 * 256*256: every scene to 131,072-155,648 px, 1.95x the
+# vision patches of 65536 on the held-out scenes, 4.9x those of the scenes' own sizes)
 MIN_PIXELS, MAX_PIXELS = 256 * 256, 256 * 256
+
+
+def set_pixels(p):
+    """min_pixels = max_pixels = p for everything below (tokenizer files, smart_resize, the HF processor)."""
+    global MIN_PIXELS, MAX_PIXELS
+    MIN_PIXELS, MAX_PIXELS = int(p), int(p)
+
+
 TEXT = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, head_dim=64, rope_theta=5000000.0, mrope_section=[12, 10, 10])
 VISION = dict(depth=4, hidden_size=192, intermediate_size=768, num_heads=3, num_position_embeddings=256,
@@ -109,7 +122,9 @@ def write_generation_config(d, sp):
 # preprocessing (QWEN3VL.md §4): smart_resize, then patchify of the uint8 image
 
 
-def smart_resize(h, w, factor=32, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS):
+def smart_resize(h, w, factor=32, min_pixels=None, max_pixels=None):
+    min_pixels = MIN_PIXELS if min_pixels is None else min_pixels
+    max_pixels = MAX_PIXELS if max_pixels is None else max_pixels
     hb, wb = round(h / factor) * factor, round(w / factor) * factor
     if hb * wb > max_pixels:
         beta = math.sqrt(h * w / max_pixels)
@@ -144,19 +159,21 @@ def chat_ids(tok, sp, n_pad, prompt):
 # training data (worker processes)
 
 
-def hf_image_processor():
+def hf_image_processor(pixels=None):
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
-    return Qwen2VLImageProcessor(size={"longest_edge": MAX_PIXELS, "shortest_edge": MIN_PIXELS}, patch_size=16,
+    lo = MIN_PIXELS if pixels is None else pixels
+    hi = MAX_PIXELS if pixels is None else pixels
+    return Qwen2VLImageProcessor(size={"longest_edge": hi, "shortest_edge": lo}, patch_size=16,
                                  temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
 
 
-def u8_patches(rgb, ip):
+def u8_patches(rgb, ip, pixels=None):
     """uint8 [h, w, 3] image -> (uint8 patches [N, 3, 256] in HF's row order, one temporal copy; (gh, gw)).
     An image whose size smart_resize keeps is patchified here; one it changes goes through the HF
     processor (its resize), whose normalised values (x - 127.5) / 127.5 are turned back into bytes."""
     import torch
     h, w, _ = rgb.shape
-    hb, wb = smart_resize(h, w)
+    hb, wb = smart_resize(h, w, min_pixels=pixels, max_pixels=pixels)
     if (hb, wb) == (h, w):
         p = patchify(np.ascontiguousarray(rgb.transpose(2, 0, 1)))        # [N, 1536], t copies equal
         return torch.from_numpy(np.ascontiguousarray(p.reshape(-1, 3, 2, 256)[:, :, 0, :])), (h // 16, w // 16)
@@ -186,8 +203,9 @@ def mrope_positions(n_pre, gh, gw, n_after):
 class TrainSet:
     """Scene i (seed i) -> its image as uint8 patches and its conversations (token ids, 3-D positions)."""
 
-    def __init__(self, tok_path, sp, n, first=0):
+    def __init__(self, tok_path, sp, n, first=0, pixels=None):
         self.tok_path, self.sp, self.n, self.first, self.tok, self.ip = tok_path, sp, n, first, None, None
+        self.pixels = MIN_PIXELS if pixels is None else pixels
 
     def __len__(self):
         return self.n
@@ -198,10 +216,10 @@ class TrainSet:
             import tokenizers
             torch.set_num_threads(1)
             self.tok = tokenizers.Tokenizer.from_file(self.tok_path)
-            self.ip = hf_image_processor()
+            self.ip = hf_image_processor(self.pixels)
         i += self.first
         sc = D.make_scene(i)
-        u8, (gh, gw) = u8_patches(D.render(sc), self.ip)
+        u8, (gh, gw) = u8_patches(D.render(sc), self.ip, self.pixels)
         n_pad = gh * gw // 4
         rng = np.random.default_rng([i, 5])
         seqs = []
@@ -356,8 +374,10 @@ class FastVision:
 # GPU run
 
 
-def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=LR, warmup=WARMUP, first_scene=0, eval_seconds=110, autocast=True, batch_scenes=BATCH_SCENES):
+def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=LR, warmup=WARMUP, first_scene=0, eval_seconds=110, autocast=True, batch_scenes=BATCH_SCENES, pixels=None):
     t0 = time.time()
+    if pixels is not None:
+        set_pixels(pixels)
     import torch
     import tokenizers
     import transformers
@@ -377,11 +397,12 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
 
     # --- check: the training preprocessing equals the HF processor's (kept and resized sizes)
     ip = hf_image_processor()
+    log(f"image processor: min_pixels {MIN_PIXELS}, max_pixels {MAX_PIXELS}")
     pre_ok = True
     for i in range(16):
         rgb = D.render(D.make_scene(i))
         o = ip(images=[torch.from_numpy(rgb).permute(2, 0, 1).contiguous()], return_tensors="pt")
-        u8, (gh, gw) = u8_patches(rgb, ip)
+        u8, (gh, gw) = u8_patches(rgb, ip, MIN_PIXELS)
         mine = pixel_values_of(u8)
         same = o["image_grid_thw"][0].tolist() == [1, gh, gw] and mine.shape == o["pixel_values"].shape and \
             float((mine - o["pixel_values"]).abs().max()) == 0.0
@@ -393,7 +414,7 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
     # --- data workers first (forked before CUDA is used)
     n_workers = max(2, min(14, (os.cpu_count() or 4) - 2))
     total_scenes = (steps or MAX_STEPS) * batch_scenes
-    dl = torch.utils.data.DataLoader(TrainSet(tok_path, sp, total_scenes, first_scene), batch_size=batch_scenes, shuffle=False,
+    dl = torch.utils.data.DataLoader(TrainSet(tok_path, sp, total_scenes, first_scene, MIN_PIXELS), batch_size=batch_scenes, shuffle=False,
                                      num_workers=n_workers, collate_fn=Collate(PAD), prefetch_factor=6,
                                      persistent_workers=False, pin_memory=True)
     it = iter(dl)
@@ -619,7 +640,7 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
                 autocast_bf16=autocast, skipped_steps=skipped,
                 train_seconds=round(train_time, 1), ms_per_step=round(train_time / max(1, step) * 1000, 1),
                 data_wait_ms_per_step=round(wait_all / max(1, step) * 1000, 1), lr=lr, warmup=warmup, init=init, first_scene=first_scene, weight_decay=WD, losses=losses,
-                n_params=n_params, preprocessing_equals_hf=pre_ok, speedups=info_speed, text=TEXT, vision=VISION,
+                n_params=n_params, preprocessing_equals_hf=pre_ok, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS, speedups=info_speed, text=TEXT, vision=VISION,
                 vocab_size=VOCAB_SIZE, bpe_tokens=tok.get_vocab_size() - len(T.SPECIALS))
     evaluate(out, mdir, tok, sp, ip, info, t0, log, time.time() + eval_seconds)
 
@@ -809,7 +830,8 @@ def main():
                   seconds=float(opt("--seconds", TRAIN_SECONDS)), lr=float(opt("--lr", LR)),
                   warmup=int(opt("--warmup", WARMUP)), first_scene=int(opt("--first-scene", 0)),
                   eval_seconds=float(opt("--eval-seconds", 110)), autocast=opt("--autocast", "1") != "0",
-                  batch_scenes=int(opt("--batch-scenes", BATCH_SCENES)))
+                  batch_scenes=int(opt("--batch-scenes", BATCH_SCENES)),
+                  pixels=int(opt("--pixels")) if opt("--pixels") else None)
     elif len(a) >= 3 and a[0] == "iris-eval":
         lim = opt("--limit")
         iris_eval(a[1], a[2], int(lim) if lim else None, opt("--bin", "build/demo/bench/demo_eval"))
