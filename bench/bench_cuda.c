@@ -229,7 +229,7 @@ static void build_step(step *st, model *m, int n_seqs, int rows_per_seq, int ctx
     st->ids = dev_ints(ids, (size_t)n);
     st->pos = dev_ints(pos, 3 * (size_t)n);
     st->meta = (iris_attn_meta){n, dev_ints(rs, (size_t)n), dev_ints(rc, (size_t)n), dev_ints(bt, (size_t)(n_seqs * max_blocks)),
-                                max_blocks, dev_ints(slot, (size_t)n)};
+                                max_blocks, dev_ints(slot, (size_t)n), n_seqs};
     free(ids), free(pos), free(rs), free(rc), free(slot), free(bt);
     size_t e = 2;
     st->x = B->alloc(B, (size_t)n * s.H * e);

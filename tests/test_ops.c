@@ -456,6 +456,62 @@ IRIS_TEST(gpu_ops_fused_linear) {
     }
 }
 
+/* The tensor-core GEMV with its weight tiles in shared memory (the default for up to 2 tokens where
+ * the register path would take more than one wave and this one does not) gives the register path's
+ * bits: m = 1 a linear, 2 a SwiGLU pair, 3 a q/k/v set. */
+static void check_gemv_smem(int m, int64_t n, int64_t in, const int64_t *outs) {
+    float *xf = rnd_vec(n * in, -1, 1);
+    void *dx = dev_bf16(xf, n * in);
+    iris_tensor x = view(dx, IRIS_DT_BF16, n, in, 0), w[3], y[2][3], u = {0};
+    int nw = m == 2 ? 2 : m;
+    for (int i = 0; i < nw; i++) w[i] = dev_weight(outs[m == 2 ? 0 : i], in, IRIS_DT_F8_E4M3);
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < (m == 2 ? 1 : m); i++) y[s][i] = view(dev_poison(n * outs[i]), IRIS_DT_BF16, n, outs[i], 0);
+    if (m == 2) u = view(dev_poison(n * outs[0]), IRIS_DT_BF16, n, outs[0], 0);
+    for (int s = 0; s < 2; s++) {
+        iris_cuda_set_gemv_smem(g_cuda, s == 0);
+        int rc;
+        if (m == 1) rc = g_cuda->linear(g_cuda, &x, &w[0], NULL, &y[s][0]);
+        else if (m == 2) rc = iris_backend_linear_swiglu(g_cuda, &x, &w[0], &w[1], &y[s][0], &u);
+        else {
+            const iris_tensor *ws[3] = {&w[0], &w[1], &w[2]};
+            iris_tensor *ys[3] = {&y[s][0], &y[s][1], &y[s][2]};
+            rc = iris_backend_linear_n(g_cuda, &x, 3, ws, ys);
+        }
+        CHECKF(rc == 0, "%s", g_cuda->err.msg);
+    }
+    iris_cuda_set_gemv_smem(g_cuda, 1);
+    for (int i = 0; i < (m == 2 ? 1 : m); i++) {
+        char what[128];
+        snprintf(what, sizeof what, "gemv %s n=%lld [%lld,%lld]: shared-memory tiles", m == 1 ? "linear" : m == 2 ? "swiglu" : "qkv",
+                 (long long)n, (long long)outs[i], (long long)in);
+        same_bits(y[0][i].data, y[1][i].data, n * outs[i], what);
+    }
+    for (int i = 0; i < nw; i++) free_weight(&w[i]);
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < (m == 2 ? 1 : m); i++) g_cuda->free(g_cuda, y[s][i].data);
+    if (u.data) g_cuda->free(g_cuda, u.data);
+    g_cuda->free(g_cuda, dx);
+    free(xf);
+}
+
+IRIS_TEST(gpu_ops_gemv_smem) {
+    if (!backends()) return;
+    /* Shapes of more tiles than a wave of the register path (2B's gate/up, whose tile pair needs more
+     * than 48 KB of shared memory; 4B's q/k/v; a linear of 376 tiles, the last one past the weight's
+     * rows) at 1 and 2 tokens; and four the rule leaves to registers (4 and 27 tokens; 2B's o_proj,
+     * one wave; a row too long for a wave of shared-memory tiles). */
+    const int64_t gu[1] = {6144}, qkv4b[3] = {4096, 1024, 1024}, ragged[1] = {6008}, o[1] = {2048}, big[1] = {4608};
+    check_gemv_smem(2, 1, 2048, gu);
+    check_gemv_smem(2, 4, 2048, gu);
+    check_gemv_smem(3, 1, 2560, qkv4b);
+    check_gemv_smem(3, 2, 2560, qkv4b);
+    check_gemv_smem(1, 2, 384, ragged);
+    check_gemv_smem(2, 27, 2048, gu);
+    check_gemv_smem(1, 1, 2048, o);
+    check_gemv_smem(1, 3, 9728, big);
+}
+
 IRIS_TEST(gpu_ops_linear_w8a8) {
     if (!backends()) return;
     if (!iris_cuda_set_fp8_mma(g_cuda, 0)) {
@@ -653,6 +709,7 @@ typedef struct {
 
 static int g_impl; /* flash kernel under test: 0 mma.sync, 1 WMMA */
 static int g_kv8;  /* the caches hold E4M3 codes (--kv-cache-dtype fp8) */
+static int g_nseqs = 1; /* CUDA's meta says how many sequences the step has (n_seqs), else 0 */
 
 /* n bytes of device memory, downloaded. */
 static uint8_t *dev_read_bytes(const void *d, size_t n) {
@@ -704,11 +761,11 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     size_t ces = g_kv8 ? 1 : sizeof(float);
     float *ck = calloc((size_t)n_blocks * 16 * width, ces), *cv = calloc((size_t)n_blocks * 16 * width, ces);
     iris_kv_layer ckv = {ck, cv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_F32, n_blocks, nkv, hd};
-    iris_attn_meta hm = {n_hist, NULL, NULL, bt, max_blocks, slot_all};
+    iris_attn_meta hm = {n_hist, NULL, NULL, bt, max_blocks, slot_all, 0};
     iris_tensor tk = view(k, IRIS_DT_F32, n_hist, width, 0), tv = view(v, IRIS_DT_F32, n_hist, width, 0);
     REQUIRE(g_cpu->kv_write(g_cpu, &ckv, &tk, &tv, &hm) == 0);
     float *ref = malloc(sizeof(float) * (size_t)n_rows * nq * hd);
-    iris_attn_meta cm = {n_rows, row_seq, row_ctx, bt, max_blocks, slot_new};
+    iris_attn_meta cm = {n_rows, row_seq, row_ctx, bt, max_blocks, slot_new, 0};
     iris_tensor cq = view(q, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0), co = view(ref, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0);
     REQUIRE(g_cpu->attn_paged(g_cpu, &cq, &ckv, &cm, nq, &co) == 0);
 
@@ -721,11 +778,11 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     void *d_row_seq = dev_copy(row_seq, sizeof(int32_t) * (size_t)n_rows), *d_row_ctx = dev_copy(row_ctx, sizeof(int32_t) * (size_t)n_rows);
     void *d_slot_new = dev_copy(slot_new, sizeof(int32_t) * (size_t)n_rows);
     void *dk = dev_bf16(k, (int64_t)n_hist * width), *dv = dev_bf16(v, (int64_t)n_hist * width);
-    iris_attn_meta ghm = {n_hist, NULL, NULL, d_bt, max_blocks, d_slot_all};
+    iris_attn_meta ghm = {n_hist, NULL, NULL, d_bt, max_blocks, d_slot_all, 0};
     iris_tensor gtk = view(dk, IRIS_DT_BF16, n_hist, width, 0), gtv = view(dv, IRIS_DT_BF16, n_hist, width, 0);
     CHECKF(g_cuda->kv_write(g_cuda, &gkv, &gtk, &gtv, &ghm) == 0, "%s", g_cuda->err.msg);
     void *dq = dev_bf16(q, (int64_t)n_rows * nq * hd), *dout = dev_poison((int64_t)n_rows * nq * hd);
-    iris_attn_meta gm = {n_rows, d_row_seq, d_row_ctx, d_bt, max_blocks, d_slot_new};
+    iris_attn_meta gm = {n_rows, d_row_seq, d_row_ctx, d_bt, max_blocks, d_slot_new, g_nseqs ? n_seqs : 0};
     iris_tensor gq = view(dq, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0), go = view(dout, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0);
     int rc = g_cuda->attn_paged(g_cuda, &gq, &gkv, &gm, nq, &go);
     CHECKF(rc == 0, "%s", g_cuda->err.msg);
@@ -775,6 +832,17 @@ IRIS_TEST(gpu_ops_attn_paged) {
     /* prefill: a chunk after a cached prefix, a decode row, a short prompt, a long one */
     step_seq p1[] = {{20, 150}, {40, 1}, {0, 9}, {0, 200}};
     step_seq p2[] = {{0, 5}, {0, 3}};
+    /* one sequence's prefill: the decode kernel launched only on a tail of < 8 rows (69 = 64 + 5), on
+     * none (136 = 2 x 64 + 8: the flash kernel takes the tail; 128), and on every row when the
+     * sequence count is not given */
+    step_seq s1[] = {{0, 69}}, s2[] = {{30, 136}}, s3[] = {{17, 128}};
+    for (g_nseqs = 1; g_nseqs >= 0; g_nseqs--) {
+        check_paged(s1, 1, 16, 8, 128);
+        check_paged(s1, 1, 4, 1, 16);
+    }
+    g_nseqs = 1;
+    check_paged(s2, 1, 6, 2, 128);
+    check_paged(s3, 1, 16, 8, 128);
     for (g_impl = 0; g_impl < 2; g_impl++) {
         iris_cuda_set_attn_impl(g_cuda, g_impl);
         check_paged(p1, 4, 16, 8, 128);
@@ -846,7 +914,7 @@ static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     memcpy(rk, k, sizeof(float) * (size_t)(n * wk));
     float *ck = calloc(ce, sizeof(float)), *cv = calloc(ce, sizeof(float));
     iris_kv_layer ckv = {ck, cv, IRIS_DT_F32, n_blocks, nkv, hd};
-    iris_attn_meta cm = {n, NULL, NULL, NULL, 0, slot};
+    iris_attn_meta cm = {n, NULL, NULL, NULL, 0, slot, 0};
     iris_tensor cq = view(rq, IRIS_DT_F32, n, wq, 0), ck_ = view(rk, IRIS_DT_F32, n, wk, 0), cv_ = view(v, IRIS_DT_F32, n, wk, 0);
     iris_tensor cqw = view(qw, IRIS_DT_F32, 1, hd, 0), ckw = view(kw, IRIS_DT_F32, 1, hd, 0);
     REQUIRE(iris_backend_qk_norm_rope_kv(g_cpu, &cq, &ck_, &cv_, &cqw, &ckw, 1e-6f, nq, pos, n, dim_of, inv, &ckv, &cm) == 0);
@@ -855,7 +923,7 @@ static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     void *dqw = dev_bf16(qw, hd), *dkw = dev_bf16(kw, hd), *dpos = dev_copy(pos, sizeof(int32_t) * 3 * (size_t)n);
     void *dslot = dev_copy(slot, sizeof(int32_t) * (size_t)n), *gk = dev_poison((int64_t)ce), *gv = dev_poison((int64_t)ce);
     iris_kv_layer gkv = {gk, gv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_BF16, n_blocks, nkv, hd};
-    iris_attn_meta gm = {n, NULL, NULL, NULL, 0, dslot};
+    iris_attn_meta gm = {n, NULL, NULL, NULL, 0, dslot, 0};
     iris_tensor gq = view(dq, IRIS_DT_BF16, n, wq, 0), gk_ = view(dk, IRIS_DT_BF16, n, wk, 0), gv_ = view(dv, IRIS_DT_BF16, n, wk, 0);
     iris_tensor gqw = view(dqw, IRIS_DT_BF16, 1, hd, 0), gkw = view(dkw, IRIS_DT_BF16, 1, hd, 0);
     REQUIRE(g_cuda->qk_norm_rope_kv != NULL);

@@ -46,6 +46,8 @@ typedef struct iris_attn_meta {
     const int32_t *block_tables;/* [n_seqs, max_blocks] */
     int max_blocks;             /* split plans see it rounded up to IRIS_ATTN_PLAN_BLOCKS (below) */
     const int32_t *slot;        /* [n_rows] cache slot of the row's new K/V: block * IRIS_KV_BLOCK + offset */
+    int n_seqs;                 /* sequences in the step, if known (0: not known); host value, a hint
+                                   that lets CUDA skip work for rows the step's shape already settles */
 } iris_attn_meta;
 
 /* Decode attention plans how it splits long contexts on max_blocks rounded up to a multiple of

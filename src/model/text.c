@@ -569,7 +569,7 @@ static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const
     int32_t *d_slot = d_ctx + R, *d_bt = d_slot + R, *d_imgrow = d_bt + (size_t)n_seqs * max_blocks;
     int32_t *d_lrow = d_imgrow + n_img;
     iris_attn_meta meta = {.n_rows = R, .row_seq = d_seq, .row_ctx = d_ctx, .block_tables = d_bt,
-                           .max_blocks = max_blocks, .slot = d_slot};
+                           .max_blocks = max_blocks, .slot = d_slot, .n_seqs = n_seqs};
 
     iris_dtype A = b->act;
     iris_tensor h = act(d_h, A, R, H), x = act(d_x, A, R, H);                     /* [R, H] */

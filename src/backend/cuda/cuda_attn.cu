@@ -12,17 +12,30 @@
  * keys at a time; each (warp, key lane-group) keeps its own online-softmax
  * state (max, sum, 8 dims of the output per head) in registers; the states
  * are merged through shared memory at the end.  Memory-bound: every visible
- * K and V row of the kv head is read once per row.
- * Contexts are split into chunks of whole cache blocks (at least 64 keys) until
- * the rows give ~4 CTAs per SM,
- * one CTA each; their partial (max, sum, output) go to the scratch carved at
- * open and k_attn_combine merges them (flash-decoding).
+ * K and V row of the kv head is read once per row, DU warp steps' loads in
+ * flight at once (a walk one key row at a time is a chain of round trips).
+ * Contexts are split into chunks of whole cache blocks (at least attn_min_keys
+ * keys) until the rows give ~4 CTAs per SM, one CTA each; their partial (max,
+ * sum, output) go to the scratch carved at open, and the last CTA of a (row,
+ * kv head) to finish merges them (flash-decoding without a second kernel: a
+ * counter per (row, kv head), also carved at open, says which is last).
+ * The host's sequence count (iris_attn_meta.n_seqs) settles two shapes: a step
+ * of one sequence launches decode CTAs only for the rows the flash kernel
+ * leaves (a prefill's tail of < FLASH_MIN_ROWS rows), not a CTA per row that
+ * would return at once; a decode-only step (one row a sequence) launches no
+ * flash kernel, and its CTAs load their first keys before waiting on the
+ * kernel before them (only the row's newest key is this step's).
+ * H100, 2B-FP8, batch 1 at a 1,024-token context (bench/decode_profile.py):
+ * the layer's attention went from ~16 us (loads one key step at a time, a
+ * combine kernel) to ~12 us of the step's critical path; the chain of the
+ * split merge (fence, counter, partials from L2) is most of what is left.
  * Numerics: scores and softmax in fp32 (scale 1/sqrt(HD) folded into q), the
  * output rounded once to bf16.  The cache is BF16 or E4M3 (kv8, half the bytes
  * read); both kernels are templates over the element type. */
 #include "cuda_attn.cuh"
 
 #define DW 4 /* warps per decode CTA */
+#define ATTN_MAX_SPLITS 64 /* context splits of a row at most (the merge's shared memory) */
 
 struct decode_args {
     const bf16 *q;
@@ -33,23 +46,87 @@ struct decode_args {
     int64_t ldo;
     const int32_t *row_seq, *row_ctx, *block_tables;
     int max_blocks, n_rows, nq, g, chunk, n_splits;
+    int row0;    /* the first row the launch covers (the rows before are all the flash kernel's) */
+    int decode_only; /* one row a sequence: a row's only key written this step is its newest */
     int flash;   /* the flash kernel runs too: skip its rows */
     float scale;
     float *part; /* [n_rows, nq, n_splits, HD + 2] when n_splits > 1 */
+    int *count;  /* [n_rows, n_kv] when n_splits > 1: the splits done, back to 0 after the merge */
 };
 
-/* EPL cache elements per lane: 8 (BF16: 16 bytes), or 16 for an E4M3 cache with groups of at most 4
- * (16 bytes again, so as many bytes in flight as for BF16). */
+/* One lane's EPL cache elements of one key row, loaded now and widened to fp32 later (so that a
+ * warp's loads of several keys are all in flight before the first is used).  EPL is 8 (BF16: 16
+ * bytes), or 16 for an E4M3 cache with groups of at most 4 (16 bytes again, so as many bytes in
+ * flight as for BF16), else 8 (E4M3: 8 bytes). */
+template <typename KT, int EPL> struct kv_raw;
+template <> struct kv_raw<bf16, 8> {
+    uint4 v;
+    __device__ __forceinline__ void load(const bf16 *p) { v = *(const uint4 *)p; }
+    __device__ __forceinline__ void get(float *f) const {
+        const bf16 *e = (const bf16 *)&v;
+#pragma unroll
+        for (int k = 0; k < 8; k++) f[k] = bf2f(e[k]);
+    }
+};
+template <int W> static __device__ __forceinline__ void kv8_widen(const __nv_fp8x2_storage_t *q, float *f) {
+#pragma unroll
+    for (int k = 0; k < W; k++) { /* as kv_load8 (cuda_internal.cuh) */
+        __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(q[k], __NV_E4M3);
+        f[2 * k] = __half2float(__ushort_as_half(h.x));
+        f[2 * k + 1] = __half2float(__ushort_as_half(h.y));
+    }
+}
+template <> struct kv_raw<kv8, 16> {
+    uint4 v;
+    __device__ __forceinline__ void load(const kv8 *p) { v = *(const uint4 *)p; }
+    __device__ __forceinline__ void get(float *f) const { kv8_widen<8>((const __nv_fp8x2_storage_t *)&v, f); }
+};
+template <> struct kv_raw<kv8, 8> {
+    uint2 v;
+    __device__ __forceinline__ void load(const kv8 *p) { v = *(const uint2 *)p; }
+    __device__ __forceinline__ void get(float *f) const { kv8_widen<4>((const __nv_fp8x2_storage_t *)&v, f); }
+};
+
+#define DU 4 /* warp steps whose key loads are in flight together */
+
 template <int HD, int GMAX, typename KT, int EPL>
 __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
-    constexpr int LPT = HD / EPL, TPW = 32 / LPT; /* lanes per key, keys per warp step */
-    int row = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    constexpr int LPT = HD / EPL, TPW = 32 / LPT, STEP = DW * TPW; /* lanes per key, keys per warp step */
+    int row = a.row0 + blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     pdl_launch_next();
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31, sub = lane / LPT, dl = lane % LPT;
+    const int64_t col = (int64_t)kvh * HD + dl * EPL;
+    int seq = 0, ctx = 0, j_begin = 0, j_end = 0, first = 0;
+    const int32_t *bt = NULL;
+    auto meta = [&]() {
+        seq = a.row_seq[row], ctx = a.row_ctx[row];
+        j_begin = split * a.chunk, j_end = min(ctx, j_begin + a.chunk), first = j_begin + warp * TPW;
+        bt = a.block_tables + (int64_t)seq * a.max_blocks;
+    };
+    /* The warp takes keys base, base + STEP, ... (TPW at a time, lane group `sub` one of them); DU
+     * such steps' loads are issued before the first is used (a key past the split's end loads the
+     * split's last key instead and is not used). */
+    kv_raw<KT, EPL> kr[DU], vr[DU];
+    auto load = [&](int base0) {
+#pragma unroll
+        for (int u = 0; u < DU; u++) {
+            int j = min(base0 + u * STEP + sub, j_end - 1);
+            int64_t slot = (int64_t)bt[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+            kr[u].load((const KT *)a.kc + slot * a.kvw + col);
+            vr[u].load((const KT *)a.vc + slot * a.kvw + col);
+        }
+    };
+    /* The step's metadata is uploaded before its first kernel, and in a decode-only step every key a
+     * row sees but its own newest one (ctx - 1, which this step's qk_norm_rope_kv writes) was written
+     * by earlier steps: both may be read before pdl_wait, so the first round of K/V loads overlaps
+     * the kernels before this one (cuda_internal.cuh, programmatic dependent launch). */
+    if (a.decode_only) {
+        meta();
+        if (first < j_end) load(first);
+    }
     pdl_wait();
     if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
-    int warp = threadIdx.x / 32, lane = threadIdx.x & 31, sub = lane / LPT, dl = lane % LPT;
-    int seq = a.row_seq[row], ctx = a.row_ctx[row];
-    int j_begin = split * a.chunk, j_end = min(ctx, j_begin + a.chunk);
+    if (!a.decode_only) meta();
 
     float qf[GMAX][EPL], acc[GMAX][EPL], m[GMAX], l[GMAX];
 #pragma unroll
@@ -68,42 +145,54 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
             }
         }
     }
-    const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks;
-    for (int base = j_begin + warp * TPW; base < j_end; base += DW * TPW) {
-        int j = base + sub;
-        bool valid = j < j_end;
-        float kf[EPL], vf[EPL];
-        if (valid) {
-            int64_t slot = (int64_t)bt[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+    for (int base0 = first; base0 < j_end; base0 += DU * STEP) {
+        if (!a.decode_only || base0 != first) {
+            load(base0);
+        } else { /* loaded before pdl_wait: the newest key again */
 #pragma unroll
-            for (int h = 0; h < EPL / 8; h++) {
-                kv_load8((const KT *)a.kc + slot * a.kvw + (int64_t)kvh * HD + dl * EPL + h * 8, kf + h * 8);
-                kv_load8((const KT *)a.vc + slot * a.kvw + (int64_t)kvh * HD + dl * EPL + h * 8, vf + h * 8);
+            for (int u = 0; u < DU; u++) {
+                int j = min(base0 + u * STEP + sub, j_end - 1);
+                if (j != ctx - 1) continue;
+                int64_t slot = (int64_t)bt[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+                kr[u].load((const KT *)a.kc + slot * a.kvw + col);
+                vr[u].load((const KT *)a.vc + slot * a.kvw + col);
             }
-        } else {
-#pragma unroll
-            for (int k = 0; k < EPL; k++) kf[k] = vf[k] = 0;
         }
 #pragma unroll
-        for (int i = 0; i < GMAX; i++) {
-            if (i >= a.g) break;
-            float s = 0;
+        for (int u = 0; u < DU; u++) {
+            int base = base0 + u * STEP;
+            if (base >= j_end) break;
+            bool valid = base + sub < j_end;
+            float kf[EPL], vf[EPL];
+            if (valid) {
+                kr[u].get(kf);
+                vr[u].get(vf);
+            } else {
 #pragma unroll
-            for (int k = 0; k < EPL; k++) s = fmaf(qf[i][k], kf[k], s);
+                for (int k = 0; k < EPL; k++) kf[k] = vf[k] = 0;
+            }
 #pragma unroll
-            for (int off = LPT / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-            if (!valid) continue;
-            float mn = fmaxf(m[i], s), corr = __expf(m[i] - mn), p = __expf(s - mn);
-            l[i] = l[i] * corr + p;
+            for (int i = 0; i < GMAX; i++) {
+                if (i >= a.g) break;
+                float s = 0;
 #pragma unroll
-            for (int k = 0; k < EPL; k++) acc[i][k] = acc[i][k] * corr + p * vf[k];
-            m[i] = mn;
+                for (int k = 0; k < EPL; k++) s = fmaf(qf[i][k], kf[k], s);
+#pragma unroll
+                for (int off = LPT / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+                if (!valid) continue;
+                float mn = fmaxf(m[i], s), corr = __expf(m[i] - mn), p = __expf(s - mn);
+                l[i] = l[i] * corr + p;
+#pragma unroll
+                for (int k = 0; k < EPL; k++) acc[i][k] = acc[i][k] * corr + p * vf[k];
+                m[i] = mn;
+            }
         }
     }
 
     /* Merge the DW·TPW states: each writes (m, l, acc) to shared memory. */
     __shared__ float st_m[DW * TPW][GMAX], st_l[DW * TPW][GMAX];
     __shared__ float st_acc[DW * TPW][GMAX][HD];
+    __shared__ int last;
     int sid = warp * TPW + sub;
 #pragma unroll
     for (int i = 0; i < GMAX; i++) {
@@ -138,34 +227,66 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
             a.o[(int64_t)row * a.ldo + (int64_t)h * HD + d] = f2bf(L > 0 ? A / L : 0.0f);
         }
     }
-}
+    if (a.n_splits == 1) return;
 
-/* One CTA of HD threads per (row, query head): merges the splits' partials. */
-template <int HD>
-__global__ void k_attn_combine(decode_args a) {
-    int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-    pdl_launch_next();
-    pdl_wait();
-    if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
-    const float *p = a.part + ((int64_t)row * a.nq + h) * a.n_splits * (HD + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < a.n_splits; s++) M = fmaxf(M, p[s * (HD + 2)]);
-    float L = 0, A = 0;
-    if (M != -INFINITY)
-        for (int s = 0; s < a.n_splits; s++) {
-            float w = __expf(p[s * (HD + 2)] - M);
-            L += p[s * (HD + 2) + 1] * w;
-            A += p[s * (HD + 2) + 2 + d] * w;
+    /* Split contexts (flash-decoding): the last of the (row, kv head)'s CTAs to finish merges the
+     * splits' partials, in split order (the same sums whichever CTA is last), and re-arms the
+     * counter for the next launch.  The merge is a few round trips to L2, not one a split: every
+     * split's (max, sum) is loaded at once into shared memory and turned into its weight there,
+     * then each output sums its splits with the loads of 32 splits in flight. */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *cnt = a.count + (int64_t)row * gridDim.y + kvh;
+        last = atomicAdd(cnt, 1) == a.n_splits - 1;
+        if (last) *cnt = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    __shared__ float sw[ATTN_MAX_SPLITS][GMAX], sl[ATTN_MAX_SPLITS][GMAX], sL[GMAX];
+    const float *ph = a.part + ((int64_t)row * a.nq + kvh * a.g) * a.n_splits * (HD + 2); /* head i, split s */
+    for (int e = threadIdx.x; e < a.n_splits * a.g; e += DW * 32) {
+        int s = e / a.g, i = e % a.g;
+        const float *p = ph + ((int64_t)i * a.n_splits + s) * (HD + 2);
+        sw[s][i] = __ldcg(p);
+        sl[s][i] = __ldcg(p + 1);
+    }
+    __syncthreads();
+    for (int i = warp; i < a.g; i += DW) { /* a warp a head, a lane a split (and the split 32 on) */
+        float M = -INFINITY, L = 0;
+        for (int s = lane; s < a.n_splits; s += 32) M = fmaxf(M, sw[s][i]);
+        M = warp_max(M);
+        for (int s = lane; s < a.n_splits; s += 32) {
+            float w = M == -INFINITY ? 0.0f : __expf(sw[s][i] - M);
+            L += sl[s][i] * w;
+            sw[s][i] = w;
         }
-    a.o[(int64_t)row * a.ldo + (int64_t)h * HD + d] = f2bf(L > 0 ? A / L : 0.0f);
+        L = warp_sum(L);
+        if (lane == 0) sL[i] = L;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < a.g * HD; e += DW * 32) {
+        int i = e / HD, d = e % HD;
+        const float *p = ph + (int64_t)i * a.n_splits * (HD + 2) + 2 + d;
+        float A = 0;
+        for (int s0 = 0; s0 < a.n_splits; s0 += 32) { /* 32 splits' loads in flight, then their sum in order */
+            float v[32];
+#pragma unroll
+            for (int s = 0; s < 32; s++) v[s] = s0 + s < a.n_splits ? __ldcg(p + (int64_t)(s0 + s) * (HD + 2)) : 0.0f;
+#pragma unroll
+            for (int s = 0; s < 32; s++)
+                if (s0 + s < a.n_splits) A += v[s] * sw[s0 + s][i];
+        }
+        a.o[(int64_t)row * a.ldo + (int64_t)(kvh * a.g + i) * HD + d] = f2bf(sL[i] > 0 ? A / sL[i] : 0.0f);
+    }
 }
 
 template <int HD, int GMAX, typename KT>
 static void launch_decode(const cuda_ctx *cx, const decode_args &a, int n_kv) {
-    dim3 grid((unsigned)a.n_rows, (unsigned)n_kv, (unsigned)a.n_splits);
+    dim3 grid((unsigned)(a.n_rows - a.row0), (unsigned)n_kv, (unsigned)a.n_splits);
     constexpr int EPL = sizeof(KT) == 1 && GMAX <= 4 ? 16 : 8;
     launch(cx, k_attn_decode<HD, GMAX, KT, EPL>, grid, dim3(DW * 32), 0, a);
-    if (a.n_splits > 1) launch(cx, k_attn_combine<HD>, dim3((unsigned)a.n_rows, (unsigned)a.nq), dim3(HD), 0, a);
 }
 
 template <int HD, typename KT>
@@ -224,6 +345,7 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
     a.g = n_q_heads / nkv;
     a.scale = 1.0f / sqrtf((float)hd);
     a.part = c->attn_part;
+    a.count = c->attn_count;
 
     /* Split long contexts when the rows alone do not fill the GPU: ~2 CTAs per SM.  The plan sees
      * the table width rounded up to IRIS_ATTN_PLAN_BLOCKS, so a graph captured on a wider table
@@ -241,17 +363,25 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
         int by_len = (max_ctx + c->attn_min_keys - 1) / c->attn_min_keys;
         if (splits > by_len) splits = by_len;
         while (splits > 1 && (size_t)meta->n_rows * n_q_heads * splits * (hd + 2) > c->attn_part_elems) splits--;
+        if (splits > ATTN_MAX_SPLITS) splits = ATTN_MAX_SPLITS;
+        if ((size_t)ctas > c->attn_count_n) splits = 1;
     }
     int blocks_per = (plan_blocks + splits - 1) / splits;
     a.chunk = blocks_per * IRIS_KV_BLOCK;
     a.n_splits = (meta->max_blocks + blocks_per - 1) / blocks_per;
     if (a.n_splits < 1) a.n_splits = 1;
 
-    a.flash = meta->n_rows >= FLASH_MIN_ROWS && flash_head_dim_ok(hd);
+    a.decode_only = meta->n_seqs == meta->n_rows;
+    a.flash = !a.decode_only && meta->n_rows >= FLASH_MIN_ROWS && flash_head_dim_ok(hd);
     if (a.flash) {
         int rc = iris_cuda_flash_paged(b, q, kv, meta, n_q_heads, o);
         if (rc) return rc;
+        if (meta->n_seqs == 1) { /* every whole tile is the flash kernel's, and a tail of FLASH_MIN_ROWS or more */
+            int tail = meta->n_rows % FLASH_TILE;
+            a.row0 = tail == 0 || tail >= FLASH_MIN_ROWS ? meta->n_rows : meta->n_rows - tail;
+        }
     }
+    if (a.row0 == a.n_rows) return iris_cuda_check(b, "attn_paged");
     if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(c, a, hd, nkv);
     else launch_decode_hd<bf16>(c, a, hd, nkv);
     return iris_cuda_check(b, "attn_paged");

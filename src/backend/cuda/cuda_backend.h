@@ -45,6 +45,9 @@ int iris_cuda_set_fp8_mma(iris_backend *b, int on);
 /* Flash attention kernel: 0 register-resident mma.sync (default), 1 WMMA with
  * the output tile in shared memory (kept as the check and the baseline). */
 void iris_cuda_set_attn_impl(iris_backend *b, int impl);
+/* The tensor-core GEMV's weight tiles through shared memory where they fit one wave (1, the default)
+ * or always through registers (0); the two give the same bits (tests/test_ops.c). */
+void iris_cuda_set_gemv_smem(iris_backend *b, int on);
 
 /* CUDA graphs: ops issued between capture_begin and capture_end are recorded,
  * not run; replay runs them again with the same pointers (the caller

@@ -18,6 +18,10 @@
  * Tokens are the mma's n: one or two tiles of 8 (up to 16 tokens a launch); rows of x past n are
  * a copy of the last one, never stored.  The KW partial tiles are summed through shared memory in
  * warp order, then bias / SwiGLU and one rounding to bf16.
+ * Where that would take more than one wave of CTAs (2B's gate/up: 384 tiles, two CTAs an SM by
+ * registers), a CTA instead copies its whole weight tile into shared memory before pdl_wait
+ * (cp.async; no registers held, so three fit an SM) and reads the same 16-byte pieces from there:
+ * one wave, every weight in flight early (launch_kw says when; the same products in the same order).
  *
  * Numerics: each weight is dequantized exactly as transformers does, bf16(q · scale_inv)
  * (QWEN3VL.md §2), products and sums in fp32 (the tensor core's accumulation; the order of the
@@ -27,6 +31,8 @@
 
 #define GM_UNR 4    /* super-steps a warp has in flight */
 #define GM_MAXW 16  /* warps a CTA: 512 threads at <= 128 registers fill an SM's register file */
+#define GM_PAD 64   /* bytes after each row of a shared-memory weight tile: rows g and g + 1 of a load
+                       fall in different banks (a row is a multiple of 64 bytes) */
 
 /* 16 e4m3 codes → 8 bf16 pairs bf16(q · s), element 2k in the low half of word k. */
 static __device__ __forceinline__ void dq16(uint4 q, float s, uint32_t *w) {
@@ -56,12 +62,25 @@ static __device__ __forceinline__ void step_mma(float (*c)[4], uint4 wa, uint4 w
         }
 }
 
+/* 16 bytes global → shared without registers (sm_80+), and the wait for all of a thread's copies. */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
 /* SWIGLU: p.W[0] gate, p.W[1] up, y = silu(bf16(gate)) ⊙ bf16(up) into p.y[0] (cuda_linear.cu's
- * k_gemv_swiglu roundings); else the CTAs walk p's matrices in order. */
-template <int SWIGLU, int NT>
+ * k_gemv_swiglu roundings); else the CTAs walk p's matrices in order.
+ * SMEM: the CTA's whole weight tile (its 16 rows of each matrix) is copied into shared memory before
+ * pdl_wait (cp.async, no registers held), [NM][16][in + GM_PAD] bytes, instead of a round of register
+ * loads: every CTA of a single wave has all its weights in flight while the kernel before it runs.
+ * The products and their order are the register path's. */
+template <int SWIGLU, int NT, int SMEM>
 __global__ void __launch_bounds__(GM_MAXW * 32) k_gemv8_mma(const gemv_set p, const bf16 *__restrict__ x, int64_t ldx,
                                                             int n, int64_t in) {
-    extern __shared__ float red[]; /* [KW][1 + SWIGLU][NT * 128] */
+    extern __shared__ float red[]; /* [KW][1 + SWIGLU][NT * 128]; SMEM: the weight tile, which red then reuses */
     const int KW = blockDim.x / 32, NM = 1 + SWIGLU, TW = NT * 128; /* TW: one matrix's tile, [row][token] */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int64_t tile = blockIdx.x;
@@ -103,21 +122,52 @@ __global__ void __launch_bounds__(GM_MAXW * 32) k_gemv8_mma(const gemv_set p, co
         }
     };
     pdl_launch_next();
-    load_round(warp);
+    const int64_t lds = in + GM_PAD;
+    const uint8_t *ws = (const uint8_t *)red;
+    if (SMEM) {
+        const int64_t units = in / 16; /* 16-byte pieces a row */
+        for (int64_t q = threadIdx.x; q < NM * 16 * units; q += blockDim.x) {
+            int64_t rr = q / units, c = (q - rr * units) * 16; /* rr: matrix * 16 + row of the tile */
+            int64_t row = min(r0 + rr % 16, out - 1);
+            const uint8_t *src = rr >= 16 ? W1 + row * ldw1 + c : W0 + row * ldw + c;
+            cp_async16((uint8_t *)red + rr * lds + c, src);
+        }
+    } else {
+        load_round(warp);
+    }
     pdl_wait();
-    for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)KW * GM_UNR) {
+    if (SMEM) {
+        cp_async_wait_all();
+        __syncthreads();
+    }
+    /* the x words of super-step st (columns c) for the NT token groups */
+    auto x_words = [&](int64_t c, uint32_t (*X)[8]) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            uint4 x0 = *(const uint4 *)(xr[nt] + c), x1 = *(const uint4 *)(xr[nt] + c + 8);
+            X[nt][0] = x0.x, X[nt][1] = x0.y, X[nt][2] = x0.z, X[nt][3] = x0.w;
+            X[nt][4] = x1.x, X[nt][5] = x1.y, X[nt][6] = x1.z, X[nt][7] = x1.w;
+        }
+    };
+    if (SMEM) /* one super-step at a time from shared memory, in the register path's order */
+        for (int64_t st = warp; st < steps; st += KW) {
+            int64_t c = st * 64 + t * 16;
+            uint32_t X[NT][8];
+            x_words(c, X);
+            step_mma<NT>(c0, *(const uint4 *)(ws + g * lds + c), *(const uint4 *)(ws + (g + 8) * lds + c),
+                         sc0[st * 64 / b1], X);
+            if (SWIGLU)
+                step_mma<NT>(c1, *(const uint4 *)(ws + (16 + g) * lds + c), *(const uint4 *)(ws + (24 + g) * lds + c),
+                             sc1[st * 64 / p.b1[j]], X);
+        }
+    for (int64_t s0 = warp; !SMEM && s0 < steps; s0 += (int64_t)KW * GM_UNR) {
         if (s0 != warp) load_round(s0);
 #pragma unroll
         for (int u = 0; u < GM_UNR; u++) {
             int64_t st = s0 + (int64_t)u * KW, c = st * 64 + t * 16;
             if (st >= steps) break;
             uint32_t X[NT][8];
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                uint4 x0 = *(const uint4 *)(xr[nt] + c), x1 = *(const uint4 *)(xr[nt] + c + 8);
-                X[nt][0] = x0.x, X[nt][1] = x0.y, X[nt][2] = x0.z, X[nt][3] = x0.w;
-                X[nt][4] = x1.x, X[nt][5] = x1.y, X[nt][6] = x1.z, X[nt][7] = x1.w;
-            }
+            x_words(c, X);
             step_mma<NT>(c0, wa[u], wb[u], sc0[st * 64 / b1], X);
             if (SWIGLU) step_mma<NT>(c1, ua[u], ub[u], sc1[st * 64 / p.b1[j]], X);
         }
@@ -125,6 +175,7 @@ __global__ void __launch_bounds__(GM_MAXW * 32) k_gemv8_mma(const gemv_set p, co
 
     /* c[nt][0], c[nt][1]: row g, tokens 8 nt + 2t, + 1; c[nt][2], c[nt][3]: row g + 8.  Stored as
      * [row][token] (8 NT tokens a row). */
+    if (SMEM) __syncthreads(); /* every warp is done with the weight tile that red overwrites */
     float *rw = red + (int64_t)warp * NM * TW;
 #pragma unroll
     for (int m = 0; m < NM; m++)
@@ -166,13 +217,52 @@ static size_t red_bytes(int kw) { return (size_t)kw * (1 + SWIGLU) * NT * 128 * 
  * 8, 10, 16 warps everywhere: 227, 242, 246, 217, 225 tok/s (16 loses on its 160-tile o_proj and
  * down_proj: two waves); 2B-FP8: 419, 430, 446, 416, 440, where 16 wins on down_proj (96
  * super-steps, 128 tiles: 6.6 vs 7.5 us). */
+/* CTAs of kw warps and `smem` bytes of dynamic shared memory that an SM holds at once (the occupancy
+ * calculator's; 0 if it fails), remembered per kernel for the last few shapes (one engine thread owns
+ * the GPU: no lock). */
+template <typename K> static int64_t waves_slots(K kern, int kw, size_t smem) {
+    static struct { int kw; size_t smem; int blocks; } seen[8];
+    static int next;
+    for (int i = 0; i < 8; i++)
+        if (seen[i].kw == kw && seen[i].smem == smem) return seen[i].blocks;
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kern, kw * 32, smem) != cudaSuccess) {
+        cudaGetLastError();
+        blocks = 0;
+    }
+    seen[next].kw = kw, seen[next].smem = smem, seen[next].blocks = blocks;
+    next = (next + 1) % 8;
+    return blocks;
+}
+
 template <int SWIGLU, int NT>
 static void launch_kw(const cuda_ctx *cx, const gemv_set &p, const bf16 *x, int64_t ldx, int n, int64_t in) {
     int64_t steps = in / 64, tiles = 0;
     for (int i = 0; i < (SWIGLU ? 1 : p.m); i++) tiles += (p.out[i] + 15) / 16;
     int kw = steps >= 64 && tiles <= cx->prop.multiProcessorCount ? 16 : steps >= 8 ? 8 : 4;
     if (cx->gemv_kw) kw = cx->gemv_kw;
-    launch(cx, k_gemv8_mma<SWIGLU, NT>, dim3((unsigned)tiles), dim3(kw * 32), red_bytes<SWIGLU, NT>(kw), p, x, ldx, n, in);
+    /* The weight tile in shared memory when the register path would take more than one wave and
+     * this one does not, for up to 2 tokens.  H100, iris bench at a 1,024-token context, shared-memory
+     * tiles (for up to 4 tokens) vs registers, IRIS_CUDA_GEMV_SMEM=1/0, two runs each: 2B-FP8 batch 1
+     * 603, 605 vs 584, 567 tok/s (gate/up: 384 tiles, 2 CTAs an SM by registers, 3 by shared memory;
+     * 11.7 -> ~8 us of a layer's critical path), batch 2 1,178, 1,179 vs 1,153, 1,154, batch 4 2,166,
+     * 2,165 vs 2,185, 2,188; 4B-FP8 batch 1 299, 296 vs 284, 283 (its q/k/v, 384 tiles).  Launches
+     * that were one wave already lose a little with it (a CTA waits for its whole tile before the
+     * first product, where a warp of the register path starts on its own loads). */
+    size_t tile_bytes = (size_t)(1 + SWIGLU) * 16 * (size_t)(in + GM_PAD), red = red_bytes<SWIGLU, NT>(kw);
+    size_t smem = tile_bytes > red ? tile_bytes : red;
+    if (cx->gemv_smem && n <= 2 && smem <= cx->prop.sharedMemPerBlockOptin &&
+        waves_slots(k_gemv8_mma<SWIGLU, NT, 0>, kw, red) * cx->prop.multiProcessorCount < tiles) {
+        static size_t allowed = 48 << 10; /* dynamic shared memory past 48 KB is asked for once */
+        if (smem > allowed && cudaFuncSetAttribute(k_gemv8_mma<SWIGLU, NT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)smem) == cudaSuccess)
+            allowed = smem;
+        if (smem <= allowed && waves_slots(k_gemv8_mma<SWIGLU, NT, 1>, kw, smem) * cx->prop.multiProcessorCount >= tiles) {
+            launch(cx, k_gemv8_mma<SWIGLU, NT, 1>, dim3((unsigned)tiles), dim3(kw * 32), smem, p, x, ldx, n, in);
+            return;
+        }
+    }
+    launch(cx, k_gemv8_mma<SWIGLU, NT, 0>, dim3((unsigned)tiles), dim3(kw * 32), red, p, x, ldx, n, in);
 }
 
 /* n <= 16 tokens of x (ld ldx, 16-byte aligned rows) through the set (each weight gemv8_mma_fits): one or two

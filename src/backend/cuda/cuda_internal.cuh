@@ -56,11 +56,14 @@ struct cuda_ctx {
     size_t dq_elems;
     float *attn_part;       /* split-context partial results of decode attention */
     size_t attn_part_elems;
+    int *attn_count;        /* its splits done per (row, kv head), zero between launches */
+    size_t attn_count_n;
 
     int w8_max_rows;
     int gemv_mma;           /* FP8 decode linears on the tensor cores (cuda_gemv_mma.cu); IRIS_CUDA_GEMV_MMA=0: off */
     int mma_max_rows;       /* linear: rows up to this take that kernel where it applies (else w8_max_rows) */
     int gemv_kw;            /* its warps a CTA; 0: chosen per shape (IRIS_CUDA_GEMV_KW=N, for measurements) */
+    int gemv_smem;          /* its weight tiles through shared memory where they fit one wave (IRIS_CUDA_GEMV_SMEM=0: off) */
     int attn_min_keys;      /* decode attention: keys a context split takes at least (IRIS_CUDA_ATTN_MIN_KEYS) */
     int pdl;                /* decode kernels launched as programmatic dependents (sm_90+; IRIS_CUDA_PDL=0: off) */
     int fp8_mma_noted;      /* said once that cuBLASLt had no block-scaled FP8 algorithm */

@@ -285,6 +285,7 @@ extern "C" void iris_cuda_set_gemv_rows(iris_backend *b, int rows) {
     c->mma_max_rows = rows < 0 ? GEMV_MMA_ROWS : rows;
 }
 extern "C" void iris_cuda_set_attn_impl(iris_backend *b, int impl) { cuda_of(b)->attn_impl = impl; }
+extern "C" void iris_cuda_set_gemv_smem(iris_backend *b, int on) { cuda_of(b)->gemv_smem = on; }
 extern "C" int iris_cuda_set_fp8_mma(iris_backend *b, int on) {
     cuda_ctx *c = cuda_of(b);
     int has = c->prop.major == 9;
@@ -376,13 +377,14 @@ static void cu_destroy(iris_backend *b) {
 #define LT_WS_BYTES (32u << 20)
 #define DQ_ELEMS (8u << 20)
 #define ATTN_PART_ELEMS (2u << 20)
+#define ATTN_COUNT_N 4096u /* >= the (row, kv head) pairs of a split launch: fewer than 4 CTAs an SM */
 
 /* The scratch carved at open besides the cuBLASLt workspace (which the memory plan counts). */
-extern "C" size_t iris_cuda_scratch_bytes(void) { return (size_t)DQ_ELEMS * 2 + (size_t)ATTN_PART_ELEMS * 4 + 3 * ARENA_ALIGN; }
+extern "C" size_t iris_cuda_scratch_bytes(void) { return (size_t)DQ_ELEMS * 2 + (size_t)ATTN_PART_ELEMS * 4 + (size_t)ATTN_COUNT_N * 4 + 4 * ARENA_ALIGN; }
 
 extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, iris_err *err) {
     *out = NULL;
-    size_t scratch = LT_WS_BYTES + DQ_ELEMS * 2 + ATTN_PART_ELEMS * 4 + 4 * ARENA_ALIGN;
+    size_t scratch = LT_WS_BYTES + DQ_ELEMS * 2 + ATTN_PART_ELEMS * 4 + ATTN_COUNT_N * 4 + 5 * ARENA_ALIGN;
     if (arena_bytes < scratch + (16u << 20))
         return iris_err_set(err, IRIS_EINVAL, "cuda: arena of %zu bytes is too small: the backend's scratch alone takes %zu",
                             arena_bytes, scratch);
@@ -432,6 +434,10 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->dq = (bf16 *)arena_alloc(c, c->dq_elems * 2);
     c->attn_part_elems = ATTN_PART_ELEMS;
     c->attn_part = (float *)arena_alloc(c, c->attn_part_elems * 4);
+    c->attn_count_n = ATTN_COUNT_N;
+    c->attn_count = (int *)arena_alloc(c, c->attn_count_n * 4);
+    if (!c->attn_count || cudaMemsetAsync(c->attn_count, 0, c->attn_count_n * 4, c->stream) != cudaSuccess)
+        c->attn_count_n = 0; /* no merge counters: decode attention does not split */
     iris_cuda_set_gemv_rows(b, -1);
     const char *mma = getenv("IRIS_CUDA_FP8_MMA");
     c->fp8_mma = mma && !strcmp(mma, "1") && c->prop.major == 9;
@@ -440,6 +446,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     const char *kw = getenv("IRIS_CUDA_GEMV_KW");
     c->gemv_kw = kw ? atoi(kw) : 0;
     if (c->gemv_kw < 0 || c->gemv_kw > 16) c->gemv_kw = 0;
+    const char *gs = getenv("IRIS_CUDA_GEMV_SMEM");
+    c->gemv_smem = !(gs && !strcmp(gs, "0"));
     const char *mk = getenv("IRIS_CUDA_ATTN_MIN_KEYS");
     c->attn_min_keys = mk && atoi(mk) >= 16 ? atoi(mk) : 32;
     const char *pdl = getenv("IRIS_CUDA_PDL");
