@@ -16,24 +16,16 @@ the step when the next one starts early (programmatic dependent launch) and wait
 The step's first kernel (the embedding gather) also carries the host's time between steps
 (sampling, the next step's upload and graph launch), inflated by the tracing itself.
 Copies are left out (their number varies with sampling)."""
-import csv
 import signal
 import sys
 from collections import defaultdict
 
+from trace_csv import read_rows
+
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly
 
-rows = []
-with open(sys.argv[1]) as f:
-    for r in csv.DictReader(f):
-        try:
-            s, d = float(r["Start (ns)"]), float(r["Duration (ns)"])
-        except (KeyError, ValueError):
-            continue
-        name = r.get("Name", "?")
-        if not name.startswith("memcpy") and name != "memset":  # kernels only: copies vary with sampling
-            rows.append((s, d, name))
-rows.sort()
+# kernels only: the copies' number varies with sampling
+rows = [(s, d, n) for s, d, n, _ in read_rows(sys.argv[1]) if not n.startswith("memcpy") and n != "memset"]
 marker = sys.argv[2] if len(sys.argv) > 2 else "k_topk_merge"
 starts = [i for i, (_, _, n) in enumerate(rows) if marker in n]
 if len(starts) < 4:

@@ -10,20 +10,12 @@ or, without Nsight Systems, the CSV of tools/cupti_trace.c.
 The last image run is the process's last burst of GPU work: the kernels after the last idle gap
 longer than GAP_MS (default 3 ms).  Prints that window's span, its idle time, and the kernels (and
 copies) summed by name, longest first."""
-import csv
 import sys
 from collections import defaultdict
 
-rows = []
-with open(sys.argv[1]) as f:
-    for r in csv.DictReader(f):
-        try:
-            s, d = float(r["Start (ns)"]), float(r["Duration (ns)"])
-        except (KeyError, ValueError):
-            continue
-        g = r.get("Grid")
-        rows.append((s, d, r.get("Name", "?")[:90] + (f" [{g}]" if g else "")))
-rows.sort()
+from trace_csv import read_rows
+
+rows = [(s, d, n[:90] + (f" [{g}]" if g else "")) for s, d, n, g in read_rows(sys.argv[1])]
 gap = float(sys.argv[2]) * 1e6 if len(sys.argv) > 2 else 3e6
 cut = 0
 end = rows[0][0] + rows[0][1]
