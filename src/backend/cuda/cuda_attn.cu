@@ -68,14 +68,6 @@ template <> struct kv_raw<bf16, 8> {
         for (int k = 0; k < 8; k++) f[k] = bf2f(e[k]);
     }
 };
-template <int W> static __device__ __forceinline__ void kv8_widen(const __nv_fp8x2_storage_t *q, float *f) {
-#pragma unroll
-    for (int k = 0; k < W; k++) { /* as kv_load8 (cuda_internal.cuh) */
-        __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(q[k], __NV_E4M3);
-        f[2 * k] = __half2float(__ushort_as_half(h.x));
-        f[2 * k + 1] = __half2float(__ushort_as_half(h.y));
-    }
-}
 template <> struct kv_raw<kv8, 16> {
     uint4 v;
     __device__ __forceinline__ void load(const kv8 *p) { v = *(const uint4 *)p; }
@@ -107,22 +99,21 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
      * such steps' loads are issued before the first is used (a key past the split's end loads the
      * split's last key instead and is not used). */
     kv_raw<KT, EPL> kr[DU], vr[DU];
-    auto load = [&](int base0) {
-#pragma unroll
-        for (int u = 0; u < DU; u++) {
-            int j = min(base0 + u * STEP + sub, j_end - 1);
-            int64_t slot = (int64_t)bt[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
-            kr[u].load((const KT *)a.kc + slot * a.kvw + col);
-            vr[u].load((const KT *)a.vc + slot * a.kvw + col);
-        }
+    auto load_key = [&](int u, int j) { /* key j's K and V (this lane's elements) into slot u */
+        int64_t slot = (int64_t)bt[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+        kr[u].load((const KT *)a.kc + slot * a.kvw + col);
+        vr[u].load((const KT *)a.vc + slot * a.kvw + col);
     };
+    auto key_of = [&](int base0, int u) { return min(base0 + u * STEP + sub, j_end - 1); };
     /* The step's metadata is uploaded before its first kernel, and in a decode-only step every key a
      * row sees but its own newest one (ctx - 1, which this step's qk_norm_rope_kv writes) was written
      * by earlier steps: both may be read before pdl_wait, so the first round of K/V loads overlaps
      * the kernels before this one (cuda_internal.cuh, programmatic dependent launch). */
     if (a.decode_only) {
         meta();
-        if (first < j_end) load(first);
+        if (first < j_end)
+#pragma unroll
+            for (int u = 0; u < DU; u++) load_key(u, key_of(first, u));
     }
     pdl_wait();
     if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
@@ -146,17 +137,12 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
         }
     }
     for (int base0 = first; base0 < j_end; base0 += DU * STEP) {
-        if (!a.decode_only || base0 != first) {
-            load(base0);
-        } else { /* loaded before pdl_wait: the newest key again */
+        /* (loaded before pdl_wait: only the newest key again) */
+        bool early = a.decode_only && base0 == first;
 #pragma unroll
-            for (int u = 0; u < DU; u++) {
-                int j = min(base0 + u * STEP + sub, j_end - 1);
-                if (j != ctx - 1) continue;
-                int64_t slot = (int64_t)bt[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
-                kr[u].load((const KT *)a.kc + slot * a.kvw + col);
-                vr[u].load((const KT *)a.vc + slot * a.kvw + col);
-            }
+        for (int u = 0; u < DU; u++) {
+            int j = key_of(base0, u);
+            if (!early || j == ctx - 1) load_key(u, j);
         }
 #pragma unroll
         for (int u = 0; u < DU; u++) {

@@ -168,18 +168,10 @@ static __device__ __forceinline__ kv8 f2kv8(float v) {
 static __device__ __forceinline__ void kv_store(bf16 *p, bf16 v) { *p = v; }
 static __device__ __forceinline__ void kv_store(kv8 *p, bf16 v) { *p = f2kv8(bf2f(v)); }
 
-/* 8 consecutive cache elements as fp32 (16-byte aligned BF16, 8-byte aligned E4M3). */
-static __device__ __forceinline__ void kv_load8(const bf16 *p, float *f) {
-    uint4 v = *(const uint4 *)p;
-    const bf16 *e = (const bf16 *)&v;
+/* 2N E4M3 cache codes (N pairs, already in registers) as fp32 (exact). */
+template <int N> static __device__ __forceinline__ void kv8_widen(const __nv_fp8x2_storage_t *q, float *f) {
 #pragma unroll
-    for (int k = 0; k < 8; k++) f[k] = bf2f(e[k]);
-}
-static __device__ __forceinline__ void kv_load8(const kv8 *p, float *f) {
-    uint2 v = *(const uint2 *)p;
-    const __nv_fp8x2_storage_t *q = (const __nv_fp8x2_storage_t *)&v;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < N; k++) {
         __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(q[k], __NV_E4M3);
         f[2 * k] = __half2float(__ushort_as_half(h.x));
         f[2 * k + 1] = __half2float(__ushort_as_half(h.y));
@@ -188,8 +180,9 @@ static __device__ __forceinline__ void kv_load8(const kv8 *p, float *f) {
 /* 8 consecutive cache elements as 8 BF16 in 16 bytes (exact: e4m3 ⊂ bf16). */
 static __device__ __forceinline__ uint4 kv_load8_bf16(const bf16 *p) { return *(const uint4 *)p; }
 static __device__ __forceinline__ uint4 kv_load8_bf16(const kv8 *p) {
+    uint2 v = *(const uint2 *)p;
     float f[8];
-    kv_load8(p, f);
+    kv8_widen<4>((const __nv_fp8x2_storage_t *)&v, f);
     uint4 r;
     bf16 *e = (bf16 *)&r;
 #pragma unroll

@@ -384,7 +384,7 @@ extern "C" size_t iris_cuda_scratch_bytes(void) { return (size_t)DQ_ELEMS * 2 + 
 
 extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, iris_err *err) {
     *out = NULL;
-    size_t scratch = LT_WS_BYTES + DQ_ELEMS * 2 + ATTN_PART_ELEMS * 4 + ATTN_COUNT_N * 4 + 5 * ARENA_ALIGN;
+    size_t scratch = LT_WS_BYTES + ARENA_ALIGN + iris_cuda_scratch_bytes(); /* and the cuBLASLt workspace */
     if (arena_bytes < scratch + (16u << 20))
         return iris_err_set(err, IRIS_EINVAL, "cuda: arena of %zu bytes is too small: the backend's scratch alone takes %zu",
                             arena_bytes, scratch);
