@@ -962,6 +962,94 @@ static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     free(oq), free(ok), free(okc), free(ovc);
 }
 
+/* qk_norm_rope_attn on a decode-only step (one new row a sequence after n_past[s] cached tokens):
+ * the decode kernel doing qk_norm_rope_kv itself gives the bits of the two kernels, in o and in the
+ * whole cache (each path on its own copy of the cache, q and k). */
+static void check_qk_attn(const int *n_past, int n, int nq, int nkv, int hd) {
+    int half = hd / 2, width = nkv * hd, max_blocks = 0;
+    for (int s = 0; s < n; s++)
+        if ((n_past[s] + 16) / 16 > max_blocks) max_blocks = (n_past[s] + 16) / 16;
+    int n_blocks = n * max_blocks + 2, n_hist = 0;
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)(n * max_blocks)), *pos = malloc(sizeof(int32_t) * 3 * (size_t)n);
+    int32_t *row_seq = malloc(sizeof(int32_t) * (size_t)n), *row_ctx = malloc(sizeof(int32_t) * (size_t)n);
+    int32_t *slot = malloc(sizeof(int32_t) * (size_t)n), *hslot = malloc(sizeof(int32_t) * (size_t)(n * max_blocks * 16));
+    for (int i = 0; i < n * max_blocks; i++) bt[i] = (int32_t)((i * 7 + 1) % n_blocks); /* scattered, distinct */
+    for (int s = 0; s < n; s++) {
+        row_seq[s] = s, row_ctx[s] = n_past[s] + 1;
+        slot[s] = bt[s * max_blocks + n_past[s] / 16] * 16 + n_past[s] % 16;
+        for (int j = 0; j < n_past[s]; j++) hslot[n_hist++] = bt[s * max_blocks + j / 16] * 16 + j % 16;
+        for (int d = 0; d < 3; d++) pos[d * n + s] = (int32_t)(n_past[s] + (int)(rnd_u32() % 7));
+    }
+    int dim_of[128];
+    float inv[128];
+    for (int j = 0; j < half; j++) {
+        dim_of[j] = j % 3 == 1 && j < 60 ? 1 : j % 3 == 2 && j < 60 ? 2 : 0;
+        inv[j] = 1.0f / powf(5e6f, (float)(2 * j) / (float)hd);
+    }
+    int64_t wq = (int64_t)nq * hd;
+    float *q = rnd_vec(n * wq, -2, 2), *k = rnd_vec((int64_t)n * width, -2, 2), *v = rnd_vec((int64_t)n * width, -2, 2);
+    float *hk = rnd_vec((int64_t)(n_hist + 1) * width, -1, 1), *hv = rnd_vec((int64_t)(n_hist + 1) * width, -1, 1);
+    float *qw = rnd_vec(hd, 0.5f, 1.5f), *kw = rnd_vec(hd, 0.5f, 1.5f);
+    void *dqw = dev_bf16(qw, hd), *dkw = dev_bf16(kw, hd), *dpos = dev_copy(pos, sizeof(int32_t) * 3 * (size_t)n);
+    void *dbt = dev_copy(bt, sizeof(int32_t) * (size_t)(n * max_blocks)), *dslot = dev_copy(slot, sizeof(int32_t) * (size_t)n);
+    void *dseq = dev_copy(row_seq, sizeof(int32_t) * (size_t)n), *dctx = dev_copy(row_ctx, sizeof(int32_t) * (size_t)n);
+    void *dhslot = dev_copy(hslot, sizeof(int32_t) * (size_t)(n_hist + 1));
+    void *dhk = dev_bf16(hk, (int64_t)(n_hist + 1) * width), *dhv = dev_bf16(hv, (int64_t)(n_hist + 1) * width);
+    iris_tensor gqw = view(dqw, IRIS_DT_BF16, 1, hd, 0), gkw = view(dkw, IRIS_DT_BF16, 1, hd, 0);
+    size_t ce = (size_t)n_blocks * 16 * width;
+    void *cache[2][2], *out[2];
+    for (int p = 0; p < 2; p++) { /* p = 0: the two kernels; 1: one */
+        cache[p][0] = dev_poison((int64_t)ce), cache[p][1] = dev_poison((int64_t)ce);
+        iris_kv_layer kv = {cache[p][0], cache[p][1], g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_BF16, n_blocks, nkv, hd};
+        iris_attn_meta hm = {n_hist, NULL, NULL, dbt, max_blocks, dhslot, 0};
+        iris_tensor th = view(dhk, IRIS_DT_BF16, n_hist, width, 0), tv = view(dhv, IRIS_DT_BF16, n_hist, width, 0);
+        if (n_hist) CHECKF(g_cuda->kv_write(g_cuda, &kv, &th, &tv, &hm) == 0, "%s", g_cuda->err.msg);
+        void *dq = dev_bf16(q, n * wq), *dk = dev_bf16(k, (int64_t)n * width), *dv = dev_bf16(v, (int64_t)n * width);
+        out[p] = dev_poison(n * wq);
+        iris_tensor gq = view(dq, IRIS_DT_BF16, n, wq, 0), gk = view(dk, IRIS_DT_BF16, n, width, 0);
+        iris_tensor gv = view(dv, IRIS_DT_BF16, n, width, 0), go = view(out[p], IRIS_DT_BF16, n, wq, 0);
+        iris_attn_meta m = {n, dseq, dctx, dbt, max_blocks, dslot, n};
+        iris_cuda_set_qk_attn(g_cuda, p);
+        int rc = iris_backend_qk_norm_rope_attn(g_cuda, &gq, &gk, &gv, &gqw, &gkw, 1e-6f, nq, dpos, n, dim_of, inv, &kv, &m, &go);
+        iris_cuda_set_qk_attn(g_cuda, 1);
+        CHECKF(rc == 0, "%s", g_cuda->err.msg);
+        g_cuda->free(g_cuda, dq), g_cuda->free(g_cuda, dk), g_cuda->free(g_cuda, dv);
+    }
+    char what[128];
+    int len = snprintf(what, sizeof what, "qk_norm_rope_attn%s %d/%d x %d:", g_kv8 ? " (fp8 cache)" : "", nq, nkv, hd);
+    for (int s = 0; s < n && len < (int)sizeof what - 12; s++) len += snprintf(what + len, sizeof what - (size_t)len, " %d", n_past[s]);
+    same_bits(out[0], out[1], n * wq, what);
+    uint8_t *c0 = dev_read_bytes(cache[0][0], ce * 2), *c1 = dev_read_bytes(cache[1][0], ce * 2);
+    uint8_t *v0 = dev_read_bytes(cache[0][1], ce * 2), *v1 = dev_read_bytes(cache[1][1], ce * 2);
+    CHECKF(!memcmp(c0, c1, ce * 2) && !memcmp(v0, v1, ce * 2), "%s the caches differ", what);
+    free(c0), free(c1), free(v0), free(v1);
+    for (int p = 0; p < 2; p++) g_cuda->free(g_cuda, cache[p][0]), g_cuda->free(g_cuda, cache[p][1]), g_cuda->free(g_cuda, out[p]);
+    void *bufs[] = {dqw, dkw, dpos, dbt, dslot, dseq, dctx, dhslot, dhk, dhv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_cuda->free(g_cuda, bufs[i]);
+    free(bt), free(pos), free(row_seq), free(row_ctx), free(slot), free(hslot);
+    free(q), free(k), free(v), free(hk), free(hv), free(qw), free(kw);
+}
+
+IRIS_TEST(gpu_ops_qk_attn) {
+    if (!backends()) return;
+    REQUIRE(g_cuda->qk_norm_rope_attn != NULL);
+    /* contexts of one token, within a block, split over the context (the newest key in the last
+     * split, or alone in a split: 1024 = 64 blocks, the 1,025th key) */
+    const int d3[] = {0, 36, 700}, d1[] = {2999}, d4[] = {1024, 15, 16, 1}, d6[] = {5, 80, 0, 300, 17, 2};
+    for (g_kv8 = 0; g_kv8 < 2; g_kv8++) {
+        check_qk_attn(d3, 3, 16, 8, 128); /* 2B's heads */
+        check_qk_attn(d1, 1, 32, 8, 128); /* 4B's */
+        check_qk_attn(d4, 4, 16, 8, 128);
+        check_qk_attn(d3, 3, 8, 8, 64);   /* no grouping */
+        check_qk_attn(d3, 3, 4, 2, 32);   /* tiny-gqa */
+        check_qk_attn(d4, 4, 4, 1, 16);   /* tiny-mqa: a group of 4 */
+        check_qk_attn(d3, 3, 8, 1, 128);  /* a group of 8 over 4 warps */
+        check_qk_attn(d3, 3, 4, 2, 256);  /* past QK_ATTN_MAX_HD: the two kernels both times */
+        check_qk_attn(d6, 6, 16, 8, 128); /* past QK_ATTN_MAX_ROWS: the same */
+    }
+    g_kv8 = 0;
+}
+
 IRIS_TEST(gpu_ops_fused) {
     if (!backends()) return;
     check_add_rms(37, 264, 1);

@@ -133,6 +133,13 @@ struct iris_backend {
     int (*qk_norm_rope_kv)(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v, const iris_tensor *qw,
                            const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos, int pos_stride,
                            const int *dim_of, const float *inv_freq, iris_kv_layer *kv, const iris_attn_meta *meta);
+    /* qk_norm_rope_kv, then attn_paged of q into o: one kernel for a step of decode rows only (one
+     * row a sequence, meta->n_seqs == meta->n_rows), where it may leave q and k as they were (the
+     * cache gets the rotated k and v all the same); other steps take the two ops.  Same numbers. */
+    int (*qk_norm_rope_attn)(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v,
+                             const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos,
+                             int pos_stride, const int *dim_of, const float *inv_freq, iris_kv_layer *kv,
+                             const iris_attn_meta *meta, iris_tensor *o);
     /* ys[i] = x · ws[i]ᵀ for i < m (m <= 3; no bias): the q, k, v projections in one pass over x. */
     int (*linear_n)(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws, iris_tensor *const *ys);
     /* g = silu(x · wgᵀ) ⊙ (x · wuᵀ), rounded as linear, linear, silu_mul; u is scratch of g's shape. */
@@ -189,6 +196,10 @@ int iris_backend_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k
                                  const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads,
                                  const int32_t *pos, int pos_stride, const int *dim_of, const float *inv_freq,
                                  iris_kv_layer *kv, const iris_attn_meta *meta);
+int iris_backend_qk_norm_rope_attn(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v,
+                                   const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads,
+                                   const int32_t *pos, int pos_stride, const int *dim_of, const float *inv_freq,
+                                   iris_kv_layer *kv, const iris_attn_meta *meta, iris_tensor *o);
 int iris_backend_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws,
                           iris_tensor *const *ys);
 int iris_backend_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,

@@ -36,6 +36,16 @@ int iris_backend_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k
     return rc;
 }
 
+int iris_backend_qk_norm_rope_attn(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v,
+                                   const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads,
+                                   const int32_t *pos, int pos_stride, const int *dim_of, const float *inv_freq,
+                                   iris_kv_layer *kv, const iris_attn_meta *meta, iris_tensor *o) {
+    if (b->qk_norm_rope_attn)
+        return b->qk_norm_rope_attn(b, q, k, v, qw, kw, eps, n_q_heads, pos, pos_stride, dim_of, inv_freq, kv, meta, o);
+    int rc = iris_backend_qk_norm_rope_kv(b, q, k, v, qw, kw, eps, n_q_heads, pos, pos_stride, dim_of, inv_freq, kv, meta);
+    return rc ? rc : b->attn_paged(b, q, kv, meta, n_q_heads, o);
+}
+
 int iris_backend_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws,
                           iris_tensor *const *ys) {
     if (b->linear_n) return b->linear_n(b, x, m, ws, ys);

@@ -609,9 +609,8 @@ static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const
             iris_tensor *ys[3] = {&q, &k, &v};
             OP(iris_backend_linear_n(b, &x, 3, ws, ys));
         }
-        OP(iris_backend_qk_norm_rope_kv(b, &q, &k, &v, &Ly->q_norm, &Ly->k_norm, c->rms_norm_eps, nq, d_pos, R, t->dim_of,
-                                        t->inv_freq, &kv->layers[il], &meta));
-        OP(b->attn_paged(b, &q, &kv->layers[il], &meta, nq, &o));
+        OP(iris_backend_qk_norm_rope_attn(b, &q, &k, &v, &Ly->q_norm, &Ly->k_norm, c->rms_norm_eps, nq, d_pos, R,
+                                          t->dim_of, t->inv_freq, &kv->layers[il], &meta, &o));
         OP(b->linear(b, &o, &Ly->o_proj, NULL, &x));
         /* MLP block: h += x (attention), x = norm(h). */
         OP(iris_backend_add_rms_norm(b, &h, &x, &Ly->post_attention_layernorm, c->rms_norm_eps, &x));

@@ -29,6 +29,11 @@
  * the layer's attention went from ~16 us (loads one key step at a time, a
  * combine kernel) to ~12 us of the step's critical path; the chain of the
  * split merge (fence, counter, partials from L2) is most of what is left.
+ * For decode-only steps of up to QK_ATTN_MAX_ROWS rows the kernel also does
+ * qk_norm_rope_kv (QK below): ~12.9 + 2.5 us -> ~14.4 us of a layer's path
+ * (traced).  What the trace also shows: of its 256 CTAs at batch 1 only about
+ * one an SM fits beside the q/k/v GEMV's (registers), so half of them start,
+ * and load their first keys, only once that GEMV has drained.
  * Numerics: scores and softmax in fp32 (scale 1/sqrt(HD) folded into q), the
  * output rounded once to bf16.  The cache is BF16 or E4M3 (kv8, half the bytes
  * read); both kernels are templates over the element type. */
@@ -36,6 +41,12 @@
 
 #define DW 4 /* warps per decode CTA */
 #define ATTN_MAX_SPLITS 64 /* context splits of a row at most (the merge's shared memory) */
+#define QK_ATTN_MAX_HD 128 /* head sizes the decode kernel also does qk_norm_rope_kv for (static shared memory) */
+/* Rows (sequences) of a decode step up to which it does: H100, iris bench at a 1,024-token context,
+ * IRIS_CUDA_QK_ATTN=0 vs 1 alternating (3 runs 2B, 2 runs 4B): 2B-FP8 batch 1 601 -> 612 tok/s,
+ * batch 8 3,613 -> 3,646, batch 64 13,135 -> 13,037; 4B-FP8 batch 1 301 -> 303, batch 8 1,800 ->
+ * 1,781, batch 64 5,969 -> 5,868 (every CTA of a split row normalizes its query heads again). */
+#define QK_ATTN_MAX_ROWS 4
 
 struct decode_args {
     const bf16 *q;
@@ -81,9 +92,19 @@ template <> struct kv_raw<kv8, 8> {
 
 #define DU 4 /* warp steps whose key loads are in flight together */
 
-template <int HD, int GMAX, typename KT, int EPL>
-__global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
+/* QK: the kernel also does qk_norm_rope_kv for its rows (iris_cuda_qk_norm_rope_attn; decode-only
+ * steps): each CTA normalizes and rotates its GQA group's query heads itself (warp i head i, into
+ * shared memory, rounded to bf16 as that op writes them), and the CTA whose split holds the row's
+ * newest key does the k head and v: their cache codes go to the cache slot and to shared memory,
+ * where the key walk takes them instead of reloading the slot.  One kernel and one wait less on
+ * the step's critical path; the same values in the same order. */
+template <int QK> struct qk_of { qk_args a; };
+template <> struct qk_of<0> {};
+
+template <int HD, int GMAX, typename KT, int EPL, int QK>
+__global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk_of<QK> qa) {
     constexpr int LPT = HD / EPL, TPW = 32 / LPT, STEP = DW * TPW; /* lanes per key, keys per warp step */
+    constexpr int HM = HD / 2 < 32 ? 32 : HD / 2;
     int row = a.row0 + blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     pdl_launch_next();
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31, sub = lane / LPT, dl = lane % LPT;
@@ -115,9 +136,49 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
 #pragma unroll
             for (int u = 0; u < DU; u++) load_key(u, key_of(first, u));
     }
+    /* QK: the norm weights and the row's angles before pdl_wait too (qk_norm_rope_kv's early reads) */
+    __shared__ float qs_inv[QK ? HM : 1], qs_x[QK ? DW : 1][QK ? HD : 1], qs_q[QK ? GMAX : 1][QK ? HD : 1];
+    __shared__ int qs_dim[QK ? HM : 1];
+    __shared__ __align__(16) KT qs_k[QK ? HD : 8], qs_v[QK ? HD : 8];
+    float wq[QK ? 2 * HM / 32 : 1], wk[QK ? 2 * HM / 32 : 1], sn[QK ? HM / 32 : 1], cs[QK ? HM / 32 : 1];
+    const bool own = QK && split == (ctx - 1) / a.chunk; /* the split of the newest key */
+    if constexpr (QK) {
+        for (int j = threadIdx.x; j < HD / 2; j += DW * 32) qs_inv[j] = qa.a.inv_freq[j], qs_dim[j] = qa.a.dim_of[j];
+        __syncthreads();
+        qk_weights<HM>(wq, qa.a.qw, qa.a.qwdt, HD, lane);
+        if (own) qk_weights<HM>(wk, qa.a.kw, qa.a.kwdt, HD, lane);
+        qk_angles<HM>(sn, cs, qa.a, row, qs_inv, qs_dim, lane);
+    }
     pdl_wait();
     if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
     if (!a.decode_only) meta();
+
+    if constexpr (QK) {
+        for (int hi = warp; hi < a.g + own; hi += DW) {
+            if (hi < a.g) { /* query head kvh·g + hi */
+                qk_head<HM>(a.q + (int64_t)row * a.ldq + (int64_t)(kvh * a.g + hi) * HD, wq, sn, cs, qs_x[warp], qa.a.eps,
+                            HD, lane, [&](int j, bf16 o0, bf16 o1) {
+                                qs_q[hi][j] = bf2f(o0);
+                                qs_q[hi][j + HD / 2] = bf2f(o1);
+                            });
+                continue;
+            }
+            /* the k head and v: their cache codes here and in the slot */
+            int64_t sl = qa.a.slot[row], at = sl * a.kvw + (int64_t)kvh * HD;
+            bool to_cache = sl >= 0 && sl < qa.a.n_slots;
+            qk_head<HM>(qa.a.k + (int64_t)row * qa.a.ldk + (int64_t)kvh * HD, wk, sn, cs, qs_x[warp], qa.a.eps, HD, lane,
+                        [&](int j, bf16 o0, bf16 o1) {
+                            kv_store(&qs_k[j], o0);
+                            kv_store(&qs_k[j + HD / 2], o1);
+                        });
+            const bf16 *vr = qa.a.v + (int64_t)row * qa.a.ldv + (int64_t)kvh * HD;
+            for (int e = lane; e < HD; e += 32) kv_store(&qs_v[e], vr[e]);
+            __syncwarp();
+            for (int e = lane; to_cache && e < HD; e += 32)
+                ((KT *)a.kc)[at + e] = qs_k[e], ((KT *)a.vc)[at + e] = qs_v[e];
+        }
+        __syncthreads();
+    }
 
     float qf[GMAX][EPL], acc[GMAX][EPL], m[GMAX], l[GMAX];
 #pragma unroll
@@ -126,7 +187,10 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
         l[i] = 0;
 #pragma unroll
         for (int k = 0; k < EPL; k++) acc[i][k] = qf[i][k] = 0;
-        if (i < a.g) {
+        if (QK && i < a.g) {
+#pragma unroll
+            for (int k = 0; k < EPL; k++) qf[i][k] = qs_q[i][dl * EPL + k] * a.scale;
+        } else if (i < a.g) {
 #pragma unroll
             for (int h = 0; h < EPL / 8; h++) {
                 uint4 v = *(const uint4 *)(a.q + (int64_t)row * a.ldq + (int64_t)(kvh * a.g + i) * HD + dl * EPL + h * 8);
@@ -142,7 +206,12 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
 #pragma unroll
         for (int u = 0; u < DU; u++) {
             int j = key_of(base0, u);
-            if (!early || j == ctx - 1) load_key(u, j);
+            if (QK && j == ctx - 1) { /* this step's key: from shared memory (QK) */
+                kr[u].v = *(const decltype(kr[u].v) *)(qs_k + dl * EPL);
+                vr[u].v = *(const decltype(vr[u].v) *)(qs_v + dl * EPL);
+            } else if (!early || j == ctx - 1) {
+                load_key(u, j);
+            }
         }
 #pragma unroll
         for (int u = 0; u < DU; u++) {
@@ -269,31 +338,37 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a) {
 }
 
 template <int HD, int GMAX, typename KT>
-static void launch_decode(const cuda_ctx *cx, const decode_args &a, int n_kv) {
+static void launch_decode(const cuda_ctx *cx, const decode_args &a, int n_kv, const qk_args *qk) {
     dim3 grid((unsigned)(a.n_rows - a.row0), (unsigned)n_kv, (unsigned)a.n_splits);
     constexpr int EPL = sizeof(KT) == 1 && GMAX <= 4 ? 16 : 8;
-    launch(cx, k_attn_decode<HD, GMAX, KT, EPL>, grid, dim3(DW * 32), 0, a);
+    if constexpr (HD <= QK_ATTN_MAX_HD) /* (the host takes the two ops past it) */
+        if (qk) {
+            launch(cx, k_attn_decode<HD, GMAX, KT, EPL, 1>, grid, dim3(DW * 32), 0, a, qk_of<1>{*qk});
+            return;
+        }
+    launch(cx, k_attn_decode<HD, GMAX, KT, EPL, 0>, grid, dim3(DW * 32), 0, a, qk_of<0>{});
 }
 
 template <int HD, typename KT>
-static void launch_decode_g(const cuda_ctx *cx, const decode_args &a, int n_kv) {
-    if (a.g == 1) launch_decode<HD, 1, KT>(cx, a, n_kv);
-    else if (a.g == 2) launch_decode<HD, 2, KT>(cx, a, n_kv);
-    else if (a.g <= 4) launch_decode<HD, 4, KT>(cx, a, n_kv);
-    else launch_decode<HD, 8, KT>(cx, a, n_kv);
+static void launch_decode_g(const cuda_ctx *cx, const decode_args &a, int n_kv, const qk_args *qk) {
+    if (a.g == 1) launch_decode<HD, 1, KT>(cx, a, n_kv, qk);
+    else if (a.g == 2) launch_decode<HD, 2, KT>(cx, a, n_kv, qk);
+    else if (a.g <= 4) launch_decode<HD, 4, KT>(cx, a, n_kv, qk);
+    else launch_decode<HD, 8, KT>(cx, a, n_kv, qk);
 }
 
 template <typename KT>
-static void launch_decode_hd(const cuda_ctx *cx, const decode_args &a, int hd, int n_kv) {
-    if (hd == 16) launch_decode_g<16, KT>(cx, a, n_kv);
-    else if (hd == 32) launch_decode_g<32, KT>(cx, a, n_kv);
-    else if (hd == 64) launch_decode_g<64, KT>(cx, a, n_kv);
-    else if (hd == 128) launch_decode_g<128, KT>(cx, a, n_kv);
-    else launch_decode_g<256, KT>(cx, a, n_kv);
+static void launch_decode_hd(const cuda_ctx *cx, const decode_args &a, int hd, int n_kv, const qk_args *qk) {
+    if (hd == 16) launch_decode_g<16, KT>(cx, a, n_kv, qk);
+    else if (hd == 32) launch_decode_g<32, KT>(cx, a, n_kv, qk);
+    else if (hd == 64) launch_decode_g<64, KT>(cx, a, n_kv, qk);
+    else if (hd == 128) launch_decode_g<128, KT>(cx, a, n_kv, qk);
+    else launch_decode_g<256, KT>(cx, a, n_kv, qk);
 }
 
-int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
-                         int n_q_heads, iris_tensor *o) {
+/* attn_paged; with qk (a decode-only step), the decode kernel also does qk_norm_rope_kv's work. */
+static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
+                      int n_q_heads, iris_tensor *o, const qk_args *qk) {
     cuda_ctx *c = cuda_of(b);
     int hd = kv->head_dim, nkv = kv->n_kv_heads;
     if (q->dtype != IRIS_DT_BF16 || o->dtype != IRIS_DT_BF16 ||
@@ -368,9 +443,30 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
         }
     }
     if (a.row0 == a.n_rows) return iris_cuda_check(b, "attn_paged");
-    if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(c, a, hd, nkv);
-    else launch_decode_hd<bf16>(c, a, hd, nkv);
-    return iris_cuda_check(b, "attn_paged");
+    if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(c, a, hd, nkv, qk);
+    else launch_decode_hd<bf16>(c, a, hd, nkv, qk);
+    return iris_cuda_check(b, qk ? "qk_norm_rope_attn" : "attn_paged");
+}
+
+int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
+                         int n_q_heads, iris_tensor *o) {
+    return attn_paged(b, q, kv, meta, n_q_heads, o, NULL);
+}
+
+/* backend.h's qk_norm_rope_attn: one kernel for a decode-only step (k_attn_decode<..., QK = 1>), else
+ * the two ops.  IRIS_CUDA_QK_ATTN=0 (read at open: iris_cuda_set_qk_attn) keeps the two kernels. */
+int iris_cuda_qk_norm_rope_attn(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v,
+                                const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads,
+                                const int32_t *pos, int pos_stride, const int *dim_of, const float *inv_freq,
+                                iris_kv_layer *kv, const iris_attn_meta *meta, iris_tensor *o) {
+    if (!cuda_of(b)->qk_attn || meta->n_seqs != meta->n_rows || meta->n_rows <= 0 || meta->n_rows > QK_ATTN_MAX_ROWS ||
+        kv->head_dim > QK_ATTN_MAX_HD) {
+        int rc = b->qk_norm_rope_kv(b, q, k, v, qw, kw, eps, n_q_heads, pos, pos_stride, dim_of, inv_freq, kv, meta);
+        return rc ? rc : iris_cuda_attn_paged(b, q, kv, meta, n_q_heads, o);
+    }
+    qk_args a;
+    int rc = iris_cuda_qk_args(b, q, k, v, qw, kw, eps, n_q_heads, pos, pos_stride, dim_of, inv_freq, kv, meta, &a);
+    return rc ? rc : attn_paged(b, q, kv, meta, n_q_heads, o, &a);
 }
 
 int iris_cuda_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,

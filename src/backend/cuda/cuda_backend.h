@@ -48,6 +48,9 @@ void iris_cuda_set_attn_impl(iris_backend *b, int impl);
 /* The tensor-core GEMV's weight tiles through shared memory where they fit one wave (1, the default)
  * or always through registers (0); the two give the same bits (tests/test_ops.c). */
 void iris_cuda_set_gemv_smem(iris_backend *b, int on);
+/* Decode-only steps' attention doing qk_norm_rope_kv itself (backend.h qk_norm_rope_attn; on unless
+ * IRIS_CUDA_QK_ATTN=0 at open); off: the two kernels. */
+void iris_cuda_set_qk_attn(iris_backend *b, int on);
 
 /* CUDA graphs: ops issued between capture_begin and capture_end are recorded,
  * not run; replay runs them again with the same pointers (the caller

@@ -144,32 +144,11 @@ static int cu_add_rms_norm(iris_backend *b, iris_tensor *x, const iris_tensor *d
     return iris_cuda_check(b, "add_rms_norm");
 }
 
-#define QK_MAX_HALF 128
-
-struct qk_args {
-    bf16 *q, *k;
-    const bf16 *v;
-    int64_t ldq, ldk, ldv;
-    const void *qw, *kw;
-    int qwdt, kwdt;
-    float eps;
-    int rows, nq, nkv, hd;
-    const int32_t *pos;
-    int pos_stride;
-    void *kc, *vc;      /* bf16, or kv8 when kv8 */
-    int kv8;
-    int64_t n_slots;
-    const int32_t *slot;
-    float inv_freq[QK_MAX_HALF];
-    uint8_t dim_of[QK_MAX_HALF];
-};
-
 __global__ void __launch_bounds__(FW * 32) k_qk_norm_rope_kv(const qk_args a) {
     __shared__ float buf[FW][2 * QK_MAX_HALF];
     __shared__ float s_inv[QK_MAX_HALF];
     __shared__ int s_dim[QK_MAX_HALF];
     pdl_launch_next();
-    /* the tables into shared memory (parameter arrays indexed by a lane-varying j serialize) */
     for (int j = threadIdx.x; j < a.hd / 2; j += blockDim.x) s_inv[j] = a.inv_freq[j], s_dim[j] = a.dim_of[j];
     __syncthreads();
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -178,58 +157,31 @@ __global__ void __launch_bounds__(FW * 32) k_qk_norm_rope_kv(const qk_args a) {
     bool live = wi < a.rows * heads;
     int64_t r = live ? wi / heads : 0;
     int h = wi - (int)r * heads, is_k = h >= a.nq, hh = is_k ? h - a.nq : h, hd = a.hd, half = hd / 2;
-    const void *w = is_k ? a.kw : a.qw;
-    int wdt = is_k ? a.kwdt : a.qwdt;
     /* What does not depend on the kernel before (the norm weights; the angles and the slot, from the
      * step's metadata, uploaded before its first kernel) is read before pdl_wait: after it, only the
-     * head's values.  Lane's elements e = lane + 32 i, pairs j = lane + 32 i. */
+     * head's values. */
     float wv[2 * QK_MAX_HALF / 32], sn[QK_MAX_HALF / 32], cs[QK_MAX_HALF / 32];
     int64_t sl = -1;
     if (live) {
-#pragma unroll
-        for (int i = 0; i < 2 * QK_MAX_HALF / 32; i++)
-            if (lane + 32 * i < hd) wv[i] = load_vec(w, wdt, lane + 32 * i);
-#pragma unroll
-        for (int i = 0; i < QK_MAX_HALF / 32; i++) {
-            int j = lane + 32 * i;
-            if (j < half) sincosf((float)a.pos[(int64_t)s_dim[j] * a.pos_stride + r] * s_inv[j], &sn[i], &cs[i]);
-        }
+        qk_weights<QK_MAX_HALF>(wv, is_k ? a.kw : a.qw, is_k ? a.kwdt : a.qwdt, hd, lane);
+        qk_angles<QK_MAX_HALF>(sn, cs, a, r, s_inv, s_dim, lane);
         if (is_k) sl = a.slot[r];
     }
     pdl_wait();
     if (!live) return;
     bf16 *x = is_k ? a.k + r * a.ldk + (int64_t)hh * hd : a.q + r * a.ldq + (int64_t)hh * hd;
-    float *s = buf[warp];
-    float ss = 0;
-    for (int e = lane; e < hd; e += 32) {
-        float v = bf2f(x[e]);
-        s[e] = v;
-        ss += v * v;
-    }
-    float inv = rsqrtf(warp_sum(ss) / (float)hd + a.eps);
-#pragma unroll
-    for (int i = 0; i < 2 * QK_MAX_HALF / 32; i++)
-        if (lane + 32 * i < hd) s[lane + 32 * i] = round_bf16(wv[i] * round_bf16(s[lane + 32 * i] * inv));
-    __syncwarp();
     bool to_cache = is_k && sl >= 0 && sl < a.n_slots;
-    int64_t width = (int64_t)a.nkv * hd;
-#pragma unroll
-    for (int i = 0; i < QK_MAX_HALF / 32; i++) {
-        int j = lane + 32 * i;
-        if (j >= half) break;
-        float x0 = s[j], x1 = s[j + half];
-        bf16 o0 = f2bf(x0 * cs[i] - x1 * sn[i]), o1 = f2bf(x1 * cs[i] + x0 * sn[i]);
+    int64_t at = sl * (int64_t)a.nkv * hd + (int64_t)hh * hd;
+    qk_head<QK_MAX_HALF>(x, wv, sn, cs, buf[warp], a.eps, hd, lane, [&](int j, bf16 o0, bf16 o1) {
         x[j] = o0;
         x[j + half] = o1;
         if (to_cache) {
-            int64_t at = sl * width + (int64_t)hh * hd + j;
-            if (a.kv8) kv_store((kv8 *)a.kc + at, o0), kv_store((kv8 *)a.kc + at + half, o1);
-            else kv_store((bf16 *)a.kc + at, o0), kv_store((bf16 *)a.kc + at + half, o1);
+            if (a.kv8) kv_store((kv8 *)a.kc + at + j, o0), kv_store((kv8 *)a.kc + at + j + half, o1);
+            else kv_store((bf16 *)a.kc + at + j, o0), kv_store((bf16 *)a.kc + at + j + half, o1);
         }
-    }
+    });
     if (to_cache) {
         const bf16 *vr = a.v + r * a.ldv + (int64_t)hh * hd;
-        int64_t at = sl * width + (int64_t)hh * hd;
         for (int e = lane; e < hd; e += 32) {
             if (a.kv8) kv_store((kv8 *)a.vc + at + e, vr[e]);
             else kv_store((bf16 *)a.vc + at + e, vr[e]);
@@ -237,10 +189,10 @@ __global__ void __launch_bounds__(FW * 32) k_qk_norm_rope_kv(const qk_args a) {
     }
 }
 
-static int cu_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v,
-                              const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos,
-                              int pos_stride, const int *dim_of, const float *inv_freq, iris_kv_layer *kv,
-                              const iris_attn_meta *meta) {
+int iris_cuda_qk_args(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v, const iris_tensor *qw,
+                      const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos, int pos_stride,
+                      const int *dim_of, const float *inv_freq, const iris_kv_layer *kv, const iris_attn_meta *meta,
+                      qk_args *a) {
     int hd = kv->head_dim, nkv = kv->n_kv_heads, half = hd / 2;
     if (q->dtype != IRIS_DT_BF16 || k->dtype != IRIS_DT_BF16 || v->dtype != IRIS_DT_BF16 ||
         (kv->dtype != IRIS_DT_BF16 && kv->dtype != IRIS_DT_F8_E4M3))
@@ -255,26 +207,34 @@ static int cu_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, c
         return iris_cuda_fail(b, IRIS_EINVAL, "cuda qk_norm_rope_kv: q [%lld,%lld], k [%lld,%lld] for %d rows of %d+%d heads of %d",
                               (long long)q->rows, (long long)q->cols, (long long)k->rows, (long long)k->cols,
                               meta->n_rows, n_q_heads, nkv, hd);
-    if (meta->n_rows <= 0) return 0;
     if ((int64_t)meta->n_rows * (n_q_heads + nkv) + FW >= (1ll << 31))
         return iris_cuda_fail(b, IRIS_ELIMIT, "cuda qk_norm_rope_kv: %d rows of %d heads", meta->n_rows, n_q_heads + nkv);
-    qk_args a;
-    memset(&a, 0, sizeof a);
-    a.q = (bf16 *)q->data, a.k = (bf16 *)k->data, a.v = (const bf16 *)v->data;
-    a.ldq = tld(q), a.ldk = tld(k), a.ldv = tld(v);
-    a.qw = qw->data, a.kw = kw->data, a.qwdt = qw->dtype, a.kwdt = kw->dtype;
-    a.eps = eps;
-    a.rows = meta->n_rows, a.nq = n_q_heads, a.nkv = nkv, a.hd = hd;
-    a.pos = pos, a.pos_stride = pos_stride;
-    a.kc = kv->k, a.vc = kv->v, a.kv8 = kv->dtype == IRIS_DT_F8_E4M3, a.n_slots = (int64_t)kv->n_blocks * IRIS_KV_BLOCK;
-    a.slot = meta->slot;
+    memset(a, 0, sizeof *a);
+    a->q = (bf16 *)q->data, a->k = (bf16 *)k->data, a->v = (const bf16 *)v->data;
+    a->ldq = tld(q), a->ldk = tld(k), a->ldv = tld(v);
+    a->qw = qw->data, a->kw = kw->data, a->qwdt = qw->dtype, a->kwdt = kw->dtype;
+    a->eps = eps;
+    a->rows = meta->n_rows, a->nq = n_q_heads, a->nkv = nkv, a->hd = hd;
+    a->pos = pos, a->pos_stride = pos_stride;
+    a->kc = kv->k, a->vc = kv->v, a->kv8 = kv->dtype == IRIS_DT_F8_E4M3, a->n_slots = (int64_t)kv->n_blocks * IRIS_KV_BLOCK;
+    a->slot = meta->slot;
     for (int j = 0; j < half; j++) {
         if (dim_of[j] < 0 || dim_of[j] > 255)
             return iris_cuda_fail(b, IRIS_EINVAL, "cuda qk_norm_rope_kv: dim_of[%d] = %d", j, dim_of[j]);
-        a.dim_of[j] = (uint8_t)dim_of[j];
-        a.inv_freq[j] = inv_freq[j];
+        a->dim_of[j] = (uint8_t)dim_of[j];
+        a->inv_freq[j] = inv_freq[j];
     }
-    int64_t warps = (int64_t)meta->n_rows * (n_q_heads + nkv);
+    return 0;
+}
+
+static int cu_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v,
+                              const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos,
+                              int pos_stride, const int *dim_of, const float *inv_freq, iris_kv_layer *kv,
+                              const iris_attn_meta *meta) {
+    qk_args a;
+    int rc = iris_cuda_qk_args(b, q, k, v, qw, kw, eps, n_q_heads, pos, pos_stride, dim_of, inv_freq, kv, meta, &a);
+    if (rc || meta->n_rows <= 0) return rc;
+    int64_t warps = (int64_t)meta->n_rows * (n_q_heads + kv->n_kv_heads);
     launch(cuda_of(b), k_qk_norm_rope_kv, dim3((unsigned)((warps + FW - 1) / FW)), dim3(FW * 32), 0, a);
     return iris_cuda_check(b, "qk_norm_rope_kv");
 }
@@ -286,4 +246,5 @@ void iris_cuda_fused_init(iris_backend *b) {
     if (env && !strcmp(env, "0")) return;
     b->add_rms_norm = cu_add_rms_norm;
     b->qk_norm_rope_kv = cu_qk_norm_rope_kv;
+    b->qk_norm_rope_attn = iris_cuda_qk_norm_rope_attn;
 }

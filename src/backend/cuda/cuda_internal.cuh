@@ -66,6 +66,7 @@ struct cuda_ctx {
     int gemv_smem;          /* its weight tiles through shared memory where they fit one wave (IRIS_CUDA_GEMV_SMEM=0: off) */
     int attn_min_keys;      /* decode attention: keys a context split takes at least (IRIS_CUDA_ATTN_MIN_KEYS) */
     int pdl;                /* decode kernels launched as programmatic dependents (sm_90+; IRIS_CUDA_PDL=0: off) */
+    int qk_attn;            /* decode attention does qk_norm_rope_kv itself (IRIS_CUDA_QK_ATTN=0: off) */
     int fp8_mma_noted;      /* said once that cuBLASLt had no block-scaled FP8 algorithm */
     int fp8_mma;            /* FP8 linears of larger batches on FP8 tensor cores (W8A8), iris_cuda_set_fp8_mma */
     int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu) */
@@ -99,6 +100,10 @@ int iris_cuda_kv_write(iris_backend *b, iris_kv_layer *kv, const iris_tensor *k,
                        const iris_attn_meta *meta);
 int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
                          int n_q_heads, iris_tensor *o);
+int iris_cuda_qk_norm_rope_attn(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v,
+                                const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads,
+                                const int32_t *pos, int pos_stride, const int *dim_of, const float *inv_freq,
+                                iris_kv_layer *kv, const iris_attn_meta *meta, iris_tensor *o);
 int iris_cuda_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
                             int n_seg, iris_tensor *o);
 int iris_cuda_embed(iris_backend *b, const iris_tensor *table, const int32_t *ids, int n, iris_tensor *y);
@@ -229,6 +234,81 @@ static __device__ __forceinline__ float block_sum(float v, float *red, int nw) {
     return t;
 }
 
+/* ---- per-head RMSNorm and rotary of q and k ------------------------------------------------
+ * qk_norm_rope_kv's arguments (cuda_fused.cu), also taken by decode attention when it does that op
+ * itself (cuda_attn.cu, iris_cuda_qk_norm_rope_attn).  A warp takes one head of hd values: lane
+ * holds elements e = lane + 32 i and rotary pairs j = lane + 32 i (j < hd / 2).  What does not
+ * depend on the kernel before is read first (qk_weights, qk_angles: the norm weights, the angles
+ * of the row's positions from the step's metadata), then qk_head gives the head's rotated values,
+ * rounded as rms_norm then rope round them: put(j, x_j, x_{j + hd/2}) for each pair.  HM bounds
+ * hd / 2 (a multiple of 32). */
+#define QK_MAX_HALF 128
+
+struct qk_args {
+    bf16 *q, *k;
+    const bf16 *v;
+    int64_t ldq, ldk, ldv;
+    const void *qw, *kw;
+    int qwdt, kwdt;
+    float eps;
+    int rows, nq, nkv, hd;
+    const int32_t *pos;
+    int pos_stride;
+    void *kc, *vc;      /* bf16, or kv8 when kv8 */
+    int kv8;
+    int64_t n_slots;
+    const int32_t *slot;
+    float inv_freq[QK_MAX_HALF];
+    uint8_t dim_of[QK_MAX_HALF];
+};
+
+/* Validates qk_norm_rope_kv's arguments (backend.h) and fills a (cuda_fused.cu); 0 or an error in b. */
+int iris_cuda_qk_args(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v, const iris_tensor *qw,
+                      const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos, int pos_stride,
+                      const int *dim_of, const float *inv_freq, const iris_kv_layer *kv, const iris_attn_meta *meta,
+                      qk_args *a);
+
+template <int HM> static __device__ __forceinline__ void qk_weights(float *wv, const void *w, int wdt, int hd, int lane) {
+#pragma unroll
+    for (int i = 0; i < 2 * HM / 32; i++)
+        if (lane + 32 * i < hd) wv[i] = load_vec(w, wdt, lane + 32 * i);
+}
+/* s_inv, s_dim: the tables in shared memory (parameter arrays indexed by a lane-varying j serialize) */
+template <int HM>
+static __device__ __forceinline__ void qk_angles(float *sn, float *cs, const qk_args &a, int64_t r, const float *s_inv,
+                                                 const int *s_dim, int lane) {
+#pragma unroll
+    for (int i = 0; i < HM / 32; i++) {
+        int j = lane + 32 * i;
+        if (j < a.hd / 2) sincosf((float)a.pos[(int64_t)s_dim[j] * a.pos_stride + r] * s_inv[j], &sn[i], &cs[i]);
+    }
+}
+/* s: the warp's hd floats of shared memory (free again when it returns). */
+template <int HM, typename Put>
+static __device__ __forceinline__ void qk_head(const bf16 *x, const float *wv, const float *sn, const float *cs,
+                                               float *s, float eps, int hd, int lane, Put put) {
+    float ss = 0;
+    for (int e = lane; e < hd; e += 32) {
+        float v = bf2f(x[e]);
+        s[e] = v;
+        ss += v * v;
+    }
+    float inv = rsqrtf(warp_sum(ss) / (float)hd + eps);
+#pragma unroll
+    for (int i = 0; i < 2 * HM / 32; i++)
+        if (lane + 32 * i < hd) s[lane + 32 * i] = round_bf16(wv[i] * round_bf16(s[lane + 32 * i] * inv));
+    __syncwarp();
+    const int half = hd / 2;
+#pragma unroll
+    for (int i = 0; i < HM / 32; i++) {
+        int j = lane + 32 * i;
+        if (j >= half) break;
+        float x0 = s[j], x1 = s[j + half];
+        put(j, f2bf(x0 * cs[i] - x1 * sn[i]), f2bf(x1 * cs[i] + x0 * sn[i]));
+    }
+    __syncwarp();
+}
+
 /* ---- programmatic dependent launch (sm_90 and newer) ---------------------------------------
  * A decode step is a chain of ~9 small kernels a layer, and without help each one starts only
  * after the previous one has drained: the launch, the ramp-up of its loads and the tail of the
@@ -244,7 +324,11 @@ static __device__ __forceinline__ float block_sum(float v, float *red, int nw) {
  * in a stream and in a captured graph alike; iris bench, IRIS_CUDA_PDL=0 -> 1 in one run: 2B-FP8
  * decode batch 1 487 -> 516 tok/s, 4B-FP8 259 -> 274 (batch 8/32: 2B 3,246/7,625 -> 3,171/7,381,
  * 4B 1,723/3,130 -> 1,790/3,227).  Without the GEMV's early loads (an L2 prefetch instead, on the
- * per-row kernel) it had measured no gain. */
+ * per-row kernel) it had measured no gain.  Tried and dropped since: the latency-bound kernels
+ * (attention, the GEMVs before them) fetching later GEMVs' weights into L2 with bulk prefetches
+ * (cp.async.bulk.prefetch.L2, plain or evict_last, three placements): 2B-FP8 batch 1 601 -> 524-574
+ * tok/s, 4B-FP8 300 -> 249-267 (H100; the small loads on the critical path wait behind the
+ * prefetch traffic, and the GEMVs, whose weights are in flight before pdl_wait, barely gain). */
 static __device__ __forceinline__ void pdl_launch_next() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -286,6 +286,7 @@ extern "C" void iris_cuda_set_gemv_rows(iris_backend *b, int rows) {
 }
 extern "C" void iris_cuda_set_attn_impl(iris_backend *b, int impl) { cuda_of(b)->attn_impl = impl; }
 extern "C" void iris_cuda_set_gemv_smem(iris_backend *b, int on) { cuda_of(b)->gemv_smem = on; }
+extern "C" void iris_cuda_set_qk_attn(iris_backend *b, int on) { cuda_of(b)->qk_attn = on; }
 extern "C" int iris_cuda_set_fp8_mma(iris_backend *b, int on) {
     cuda_ctx *c = cuda_of(b);
     int has = c->prop.major == 9;
@@ -452,6 +453,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->attn_min_keys = mk && atoi(mk) >= 16 ? atoi(mk) : 32;
     const char *pdl = getenv("IRIS_CUDA_PDL");
     c->pdl = c->prop.major >= 9 && !(pdl && !strcmp(pdl, "0"));
+    const char *qa = getenv("IRIS_CUDA_QK_ATTN");
+    c->qk_attn = !(qa && !strcmp(qa, "0"));
 
     b->name = "cuda";
     b->act = IRIS_DT_BF16;
