@@ -33,7 +33,8 @@
  * qk_norm_rope_kv (QK below): ~12.9 + 2.5 us -> ~14.4 us of a layer's path
  * (traced).  What the trace also shows: of its 256 CTAs at batch 1 only about
  * one an SM fits beside the q/k/v GEMV's (registers), so half of them start,
- * and load their first keys, only once that GEMV has drained.
+ * and load their first keys, only once that GEMV has drained: a single row
+ * is split for 2 CTAs an SM, not 4 (~3% at batch 1, measured below).
  * Numerics: scores and softmax in fp32 (scale 1/sqrt(HD) folded into q), the
  * output rounded once to bf16.  The cache is BF16 or E4M3 (kv8, half the bytes
  * read); both kernels are templates over the element type. */
@@ -408,12 +409,17 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
     a.part = c->attn_part;
     a.count = c->attn_count;
 
-    /* Split long contexts when the rows alone do not fill the GPU: ~2 CTAs per SM.  The plan sees
-     * the table width rounded up to IRIS_ATTN_PLAN_BLOCKS, so a graph captured on a wider table
+    /* Split long contexts when the rows alone do not fill the GPU: up to 4 CTAs an SM, 2 for a single
+     * row.  H100, iris bench, 2B-FP8 (two runs each) at 256 / 1,024 / 4,096-token contexts with 4, 2,
+     * 1.5, 1 CTAs an SM wanted: batch 1 665 / 620 / 535, 660 / 639 / 552, 664 / 633 / 537, 665 /
+     * 610 / 500 tok/s, batch 4 2,385 / 2,259 / 1,848, 2,366 / 2,172 / 1,587 (fewer is worse from
+     * there on); 4B-FP8 batch 1 at 1,024 / 4,096, 4 vs 2: 309 / 250 vs 309 / 267.  (A batch-1 step's
+     * CTAs beside the q/k/v GEMV's: about one an SM fits, the rest start once it drains.)  The plan
+     * sees the table width rounded up to IRIS_ATTN_PLAN_BLOCKS, so a graph captured on a wider table
      * (text.c) has the same split boundaries (its extra trailing splits are empty and add exact
      * zeros in the combine). */
     int plan_blocks = (meta->max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
-    int max_ctx = plan_blocks * IRIS_KV_BLOCK, want = 4 * c->prop.multiProcessorCount;
+    int max_ctx = plan_blocks * IRIS_KV_BLOCK, want = (meta->n_rows == 1 ? 2 : 4) * c->prop.multiProcessorCount;
     int splits = 1, ctas = meta->n_rows * nkv;
     if (ctas < want && max_ctx > 64) {
         splits = (want + ctas - 1) / ctas;
