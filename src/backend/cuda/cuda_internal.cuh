@@ -328,7 +328,11 @@ static __device__ __forceinline__ void qk_head(const bf16 *x, const float *wv, c
  * (attention, the GEMVs before them) fetching later GEMVs' weights into L2 with bulk prefetches
  * (cp.async.bulk.prefetch.L2, plain or evict_last, three placements): 2B-FP8 batch 1 601 -> 524-574
  * tok/s, 4B-FP8 300 -> 249-267 (H100; the small loads on the critical path wait behind the
- * prefetch traffic, and the GEMVs, whose weights are in flight before pdl_wait, barely gain). */
+ * prefetch traffic, and the GEMVs, whose weights are in flight before pdl_wait, barely gain); and
+ * o_proj's and down_proj's GEMV doing the residual add and the next RMSNorm in its last CTA to
+ * finish (fence, counter, the norm by that CTA) instead of k_add_rms_block after it: 2B-FP8 batch 1
+ * 625 -> 598, batch 8 3,533 -> 2,355, 4B-FP8 batch 1 305 -> 282 (a kernel boundary under PDL costs
+ * less than that serial tail). */
 static __device__ __forceinline__ void pdl_launch_next() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
