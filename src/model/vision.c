@@ -371,9 +371,8 @@ static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_v
     iris_tensor x = act(d_x, A, N, H), y = act(d_y, A, N, H);
     iris_tensor pv = act(d_pv, A, N, v->patch_dim);
     iris_tensor qkv = act(d_big, A, N, 3 * (int64_t)H), ff = act(d_big, A, N, c->intermediate_size);
-    iris_tensor q = {.data = d_big, .dtype = A, .rows = N, .cols = H, .ld = 3 * (int64_t)H};
-    iris_tensor k = q;
-    k.data = (char *)d_big + (size_t)H * es;
+    /* q and k heads side by side in each qkv row: the same rotation for both, one rope over 2 nh heads */
+    iris_tensor qk = {.data = d_big, .dtype = A, .rows = N, .cols = 2 * (int64_t)H, .ld = 3 * (int64_t)H};
 
     /* 1. Conv3d (kernel = stride) as one matmul over the patch rows; 2. + interpolated position embedding. */
     OP(b->linear(b, &pv, &v->patch_w, &v->patch_b, &x));
@@ -386,8 +385,7 @@ static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_v
         const iris_vision_block *bl = &v->blocks[il];
         OP(b->layer_norm(b, &x, &bl->norm1.weight, &bl->norm1.bias, LN_EPS, &y));
         OP(b->linear(b, &y, &bl->qkv.weight, &bl->qkv.bias, &qkv));          /* [N, 3H]: q | k | v */
-        OP(b->rope(b, &q, nh, hd, d_rc, (int)N, dim_of, inv));
-        OP(b->rope(b, &k, nh, hd, d_rc, (int)N, dim_of, inv));
+        OP(b->rope(b, &qk, 2 * nh, hd, d_rc, (int)N, dim_of, inv));           /* q's and k's heads, one pass */
         OP(b->attn_segments(b, &qkv, nh, hd, cu, n_seg, &y));                 /* [N, H], per image */
         iris_tensor pr = act(d_big, A, N, H);
         OP(b->linear(b, &y, &bl->proj.weight, &bl->proj.bias, &pr));
