@@ -638,6 +638,27 @@ IRIS_TEST(gpu_ops_rope) {
 
 /* ---- rows, embedding, interp4 ---------------------------------------------------------------- */
 
+/* put_f32 and get_f32 of more values than the conversion does on one thread (the thread pool's
+ * split of a 1024x1024 image's pixel rows): every value rounded to bf16 as the host rounds it, each
+ * in its place, and back exactly. */
+IRIS_TEST(gpu_ops_put_get) {
+    if (!backends()) return;
+    const int64_t n = (5 << 19) + 37; /* 2.5 M values: the pool's split, a ragged end */
+    float *x = rnd_vec(n, -300, 300), *back = malloc(sizeof(float) * (size_t)n);
+    void *d = dev_poison(n);
+    CHECKF(iris_backend_put_f32(g_cuda, d, x, (size_t)n) == 0, "%s", g_cuda->err.msg);
+    float *got = dev_read_bf16(d, n);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += got[i] != bf_bits2f(f2bf_bits(x[i]));
+    CHECKF(bad == 0, "put_f32: %lld of %lld values are not the input rounded to bf16", (long long)bad, (long long)n);
+    CHECKF(iris_backend_get_f32(g_cuda, back, d, (size_t)n) == 0, "%s", g_cuda->err.msg);
+    bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += back[i] != got[i];
+    CHECKF(bad == 0, "get_f32: %lld of %lld values differ from the device's", (long long)bad, (long long)n);
+    g_cuda->free(g_cuda, d);
+    free(x), free(back), free(got);
+}
+
 IRIS_TEST(gpu_ops_rows) {
     if (!backends()) return;
     int64_t tr = 97, cols = 72, n = 41;
