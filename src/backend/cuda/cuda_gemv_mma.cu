@@ -251,7 +251,9 @@ static void launch_kw(const cuda_ctx *cx, const gemv_set &p, const bf16 *x, int6
      * first product, where a warp of the register path starts on its own loads).  Tried and dropped:
      * the tile in four column chunks (cp.async groups), each used once it is there: 2B-FP8 batch 1
      * 612 -> 581 tok/s (a warp's super-steps then wait chunk by chunk instead of overlapping), and
-     * shared memory for every one-wave launch too: 535. */
+     * shared memory for every one-wave launch too: 535; for the q/k/v set too (its CTAs then leave
+     * room for two attention CTAs an SM): batch 1 640 -> 626, batch 2 1,214 -> 1,229; for it and
+     * the single linears: 2B 640 -> 633 and 1,214 -> 1,256, 4B-FP8 batch 1 310 -> 286. */
     size_t tile_bytes = (size_t)(1 + SWIGLU) * 16 * (size_t)(in + GM_PAD), red = red_bytes<SWIGLU, NT>(kw);
     size_t smem = tile_bytes > red ? tile_bytes : red;
     if (cx->gemv_smem && n <= 2 && smem <= cx->prop.sharedMemPerBlockOptin &&
