@@ -915,6 +915,15 @@ static void check_add_rms(int64_t rows, int64_t cols, int with_d) {
     free(x), free(d), free(w), free(rx), free(ry), free(gotx), free(goty);
 }
 
+/* Interleaved-MRoPE tables for head size hd as Qwen3-VL's text model has them: rotary pair j takes
+ * position component dim_of[j] (t, h, w interleaved over the first 60 pairs), at frequency inv[j]. */
+static void mrope_tables(int hd, int *dim_of, float *inv) {
+    for (int j = 0; j < hd / 2; j++) {
+        dim_of[j] = j % 3 == 1 && j < 60 ? 1 : j % 3 == 2 && j < 60 ? 2 : 0;
+        inv[j] = 1.0f / powf(5e6f, (float)(2 * j) / (float)hd);
+    }
+}
+
 static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     int half = hd / 2, n_blocks = (n + 15) / 16 + 2;
     int64_t wq = (int64_t)nq * hd, wk = (int64_t)nkv * hd;
@@ -925,10 +934,7 @@ static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     for (int i = 0; i < n; i++) slot[i] = ((n_blocks * 16 - 1 - i * 3) % (n_blocks * 16) + n_blocks * 16) % (n_blocks * 16); /* scattered, distinct */
     int dim_of[128];
     float inv[128];
-    for (int j = 0; j < half; j++) {
-        dim_of[j] = j % 3 == 1 && j < 60 ? 1 : j % 3 == 2 && j < 60 ? 2 : 0;
-        inv[j] = 1.0f / powf(5e6f, (float)(2 * j) / (float)hd);
-    }
+    mrope_tables(hd, dim_of, inv);
     size_t ce = (size_t)n_blocks * 16 * wk;
     float *rq = malloc(sizeof(float) * (size_t)(n * wq)), *rk = malloc(sizeof(float) * (size_t)(n * wk));
     memcpy(rq, q, sizeof(float) * (size_t)(n * wq));
@@ -1003,10 +1009,7 @@ static void check_qk_attn(const int *n_past, int n, int nq, int nkv, int hd) {
     }
     int dim_of[128];
     float inv[128];
-    for (int j = 0; j < half; j++) {
-        dim_of[j] = j % 3 == 1 && j < 60 ? 1 : j % 3 == 2 && j < 60 ? 2 : 0;
-        inv[j] = 1.0f / powf(5e6f, (float)(2 * j) / (float)hd);
-    }
+    mrope_tables(hd, dim_of, inv);
     int64_t wq = (int64_t)nq * hd;
     float *q = rnd_vec(n * wq, -2, 2), *k = rnd_vec((int64_t)n * width, -2, 2), *v = rnd_vec((int64_t)n * width, -2, 2);
     float *hk = rnd_vec((int64_t)(n_hist + 1) * width, -1, 1), *hv = rnd_vec((int64_t)(n_hist + 1) * width, -1, 1);

@@ -242,8 +242,7 @@ static int cu_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, c
 /* IRIS_CUDA_FUSED=0 leaves them out (the plain ops run instead): for measuring them, and as a way
  * around them should one misbehave on a card they were not tested on. */
 void iris_cuda_fused_init(iris_backend *b) {
-    const char *env = getenv("IRIS_CUDA_FUSED");
-    if (env && !strcmp(env, "0")) return;
+    if (!env_on("IRIS_CUDA_FUSED")) return;
     b->add_rms_norm = cu_add_rms_norm;
     b->qk_norm_rope_kv = cu_qk_norm_rope_kv;
     b->qk_norm_rope_attn = iris_cuda_qk_norm_rope_attn;

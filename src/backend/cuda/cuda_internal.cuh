@@ -16,6 +16,8 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "backend/backend.h"
@@ -355,6 +357,12 @@ static inline cudaError_t launch(const cuda_ctx *cx, void (*kern)(KArgs...), dim
     cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = cx->stream;
     cfg.attrs = at, cfg.numAttrs = cx->pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kern, args...);
+}
+
+/* A backend switch of the environment (IRIS_CUDA_...): on unless set to "0". */
+static inline int env_on(const char *name) {
+    const char *v = getenv(name);
+    return !(v && !strcmp(v, "0"));
 }
 
 static inline int64_t tld(const iris_tensor *t) { return t->ld ? t->ld : t->cols; }

@@ -596,8 +596,7 @@ static int cu_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_te
 
 /* IRIS_CUDA_FUSED=0 leaves them out, as the other fused ops (cuda_fused.cu). */
 void iris_cuda_linear_fused_init(iris_backend *b) {
-    const char *env = getenv("IRIS_CUDA_FUSED");
-    if (env && !strcmp(env, "0")) return;
+    if (!env_on("IRIS_CUDA_FUSED")) return;
     b->linear_n = cu_linear_n;
     b->linear_swiglu = cu_linear_swiglu;
 }

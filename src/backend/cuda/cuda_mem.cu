@@ -442,19 +442,15 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     iris_cuda_set_gemv_rows(b, -1);
     const char *mma = getenv("IRIS_CUDA_FP8_MMA");
     c->fp8_mma = mma && !strcmp(mma, "1") && c->prop.major == 9;
-    const char *gm = getenv("IRIS_CUDA_GEMV_MMA");
-    c->gemv_mma = c->prop.major >= 8 && !(gm && !strcmp(gm, "0"));
+    c->gemv_mma = c->prop.major >= 8 && env_on("IRIS_CUDA_GEMV_MMA");
     const char *kw = getenv("IRIS_CUDA_GEMV_KW");
     c->gemv_kw = kw ? atoi(kw) : 0;
     if (c->gemv_kw < 0 || c->gemv_kw > 16) c->gemv_kw = 0;
-    const char *gs = getenv("IRIS_CUDA_GEMV_SMEM");
-    c->gemv_smem = !(gs && !strcmp(gs, "0"));
+    c->gemv_smem = env_on("IRIS_CUDA_GEMV_SMEM");
     const char *mk = getenv("IRIS_CUDA_ATTN_MIN_KEYS");
     c->attn_min_keys = mk && atoi(mk) >= 16 ? atoi(mk) : 32;
-    const char *pdl = getenv("IRIS_CUDA_PDL");
-    c->pdl = c->prop.major >= 9 && !(pdl && !strcmp(pdl, "0"));
-    const char *qa = getenv("IRIS_CUDA_QK_ATTN");
-    c->qk_attn = !(qa && !strcmp(qa, "0"));
+    c->pdl = c->prop.major >= 9 && env_on("IRIS_CUDA_PDL");
+    c->qk_attn = env_on("IRIS_CUDA_QK_ATTN");
 
     b->name = "cuda";
     b->act = IRIS_DT_BF16;
