@@ -241,6 +241,18 @@ static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, float *o
     return rc;
 }
 
+/* Tiny fixture `name` loaded and uploaded to gpu (REQUIRE on failure). */
+static void load_tiny(const char *name, iris_backend *gpu, iris_st **st, iris_text *t) {
+    char dir[256];
+    iris_config cfg;
+    iris_err err = {0};
+    snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, name);
+    REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
+    REQUIRE(iris_st_open(dir, st, &err) == 0);
+    REQUIRE(iris_text_load(*st, &cfg, t, &err) == 0);
+    REQUIRE(iris_text_upload(t, gpu, &err) == 0);
+}
+
 /* Decode steps replayed from CUDA graphs give the same logits, bit for bit, as the same steps run
  * op by op (same kernels, same order, same buffers' contents), across block boundaries and with
  * 1 and 3 sequences; and the graphs are really used (the cache holds them). */
@@ -254,15 +266,9 @@ IRIS_TEST(gpu_text_decode_graphs) {
     REQUIRE(iris_backend_cuda_open(0, (size_t)512 << 20, &gpu, &err) == 0);
     static const char *models[] = {"tiny-gqa", "tiny-fp8"};
     for (int mi = 0; mi < 2; mi++) {
-        char dir[256];
-        snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, models[mi]);
-        iris_config cfg;
         iris_st *st = NULL;
         iris_text t;
-        REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
-        REQUIRE(iris_st_open(dir, &st, &err) == 0);
-        REQUIRE(iris_text_load(st, &cfg, &t, &err) == 0);
-        REQUIRE(iris_text_upload(&t, gpu, &err) == 0);
+        load_tiny(models[mi], gpu, &st, &t);
         int V = t.cfg.vocab_size, steps = 40;
         for (int ns = 1; ns <= 3; ns += 2) {
             float *a = malloc(sizeof(float) * (size_t)steps * ns * V), *g = malloc(sizeof(float) * (size_t)steps * ns * V);
@@ -283,6 +289,57 @@ IRIS_TEST(gpu_text_decode_graphs) {
         iris_text_free(&t);
         iris_st_close(st);
     }
+    gpu->destroy(gpu);
+}
+/* Decode steps through the persistent decode kernel (backend.h decode_layers, on tiny-fp8: FP8
+ * layers of 128 columns) against the same steps op by op: it ran on every step, the logits agree
+ * within bf16 noise (1e-2 of the largest; the two sum the products in other orders), and each
+ * step's greedy token is the same wherever the ops' top-2 margin exceeds twice the distance. */
+IRIS_TEST(gpu_text_decode_stack) {
+    if (iris_cuda_device_count() == 0) {
+        fprintf(stderr, "  (no CUDA device: GPU decode-stack test not run)\n");
+        return;
+    }
+    iris_err err = {0};
+    iris_backend *gpu = NULL;
+    REQUIRE(iris_backend_cuda_open(0, (size_t)512 << 20, &gpu, &err) == 0);
+    iris_st *st = NULL;
+    iris_text t;
+    load_tiny("tiny-fp8", gpu, &st, &t);
+    int V = t.cfg.vocab_size, steps = 40;
+    for (int ns = 1; ns <= 4; ns += 3) {
+        size_t n = (size_t)steps * ns * V;
+        float *a = malloc(sizeof(float) * n), *s = malloc(sizeof(float) * n);
+        iris_cuda_set_decode_stack(gpu, 0);
+        int ra = decode_run(&t, gpu, ns, steps, a);
+        iris_cuda_set_decode_stack(gpu, 1);
+        int before = iris_cuda_decode_stack_runs(gpu);
+        setenv("IRIS_CUDA_GRAPHS", "0", 1); /* every step launches it (a graph would replay one launch) */
+        int rs = decode_run(&t, gpu, ns, steps, s);
+        unsetenv("IRIS_CUDA_GRAPHS");
+        REQUIRE(ra == 0 && rs == 0);
+        int runs = iris_cuda_decode_stack_runs(gpu) - before;
+        CHECKF(runs == steps, "tiny-fp8, %d sequence(s): the persistent kernel ran %d times in %d steps", ns, runs, steps);
+        float d = max_abs_diff(a, s, (int64_t)n), top = 0;
+        for (size_t i = 0; i < n; i++) top = fabsf(a[i]) > top ? fabsf(a[i]) : top;
+        int same = 0, decided = 0;
+        for (int r = 0; r < steps * ns; r++) {
+            const float *la = a + (size_t)r * V, *ls = s + (size_t)r * V;
+            int ba = 0, bs = 0;
+            for (int v = 1; v < V; v++) ba = la[v] > la[ba] ? v : ba, bs = ls[v] > ls[bs] ? v : bs;
+            float second = -INFINITY;
+            for (int v = 0; v < V; v++)
+                if (v != ba && la[v] > second) second = la[v];
+            if (la[ba] - second > 2 * d) decided++, same += ba == bs;
+        }
+        printf("  tiny-fp8, %d sequence(s), %d decode steps: max|d| %.3g of max|logit| %.3g; greedy tokens equal on "
+               "%d of %d decided rows\n", ns, steps, d, top, same, decided);
+        CHECK(d <= 1e-2f * top);
+        CHECK(same == decided && decided > 0);
+        free(a), free(s);
+    }
+    iris_text_free(&t);
+    iris_st_close(st);
     gpu->destroy(gpu);
 }
 #endif

@@ -63,6 +63,31 @@ typedef struct iris_kv_layer {
     int n_blocks, n_kv_heads, head_dim;
 } iris_kv_layer;
 
+/* The weights of one decoder layer for decode_layers (below), in this order. */
+enum {
+    IRIS_DL_INPUT_NORM, IRIS_DL_POST_NORM, IRIS_DL_Q_NORM, IRIS_DL_K_NORM,
+    IRIS_DL_Q, IRIS_DL_K, IRIS_DL_V, IRIS_DL_O, IRIS_DL_GATE, IRIS_DL_UP, IRIS_DL_DOWN,
+    IRIS_DL_N
+};
+
+/* decode_layers' arguments: a decode-only step (meta->n_seqs == meta->n_rows, one new row a
+ * sequence) through layers 0..n_layers-1 of the text decoder. */
+typedef struct iris_decode_stack {
+    int n_layers;
+    const iris_tensor *const (*w)[IRIS_DL_N];  /* [n_layers]: each layer's weights */
+    iris_kv_layer *kv;                          /* [n_layers] */
+    iris_tensor *h;                             /* [n, hidden] the residual stream: the embeddings in, the
+                                                   last layer's output (its MLP added) out */
+    iris_tensor *q, *k, *v, *o, *g;             /* scratch: [n, nq·hd], [n, nkv·hd] x 2, [n, nq·hd], [n, ff] */
+    float eps;                                  /* rms_norm_eps */
+    int n_q_heads;
+    const int32_t *pos;                         /* as rope: 3 rows of pos_stride */
+    int pos_stride;
+    const int *dim_of;                          /* host memory, head_dim / 2 each */
+    const float *inv_freq;
+    const iris_attn_meta *meta;
+} iris_decode_stack;
+
 typedef struct iris_backend iris_backend;
 struct iris_backend {
     const char *name;
@@ -145,6 +170,14 @@ struct iris_backend {
     /* g = silu(x · wgᵀ) ⊙ (x · wuᵀ), rounded as linear, linear, silu_mul; u is scratch of g's shape. */
     int (*linear_swiglu)(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,
                          iris_tensor *g, iris_tensor *u);
+
+    /* Optional: every decoder layer of a decode-only step in one go, what model/text.c does op by op
+     * (add_rms_norm, linear_n q/k/v, qk_norm_rope_attn, o_proj, add_rms_norm, linear_swiglu,
+     * down_proj, the residual add), with those ops' roundings (the sums of the products may run in
+     * another order, as between any two GEMV schedules).  Returns 0 when done, 1 when it declines
+     * the step (shapes, dtypes or row counts it does not take: the caller runs the ops; nothing was
+     * written), or a negative error. */
+    int (*decode_layers)(iris_backend *b, const iris_decode_stack *d);
 
     /* Optional: n activations at src (device) as fp32 into dst (host); iris_backend_get_f32 uses it. */
     int (*get_f32)(iris_backend *b, float *dst, const void *src, size_t n);

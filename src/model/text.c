@@ -591,10 +591,39 @@ static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const
     OP(b->embed(b, &t->embed_tokens, d_tok, R, &h));
     if (n_img) OP(b->set_rows(b, &h, d_imgrow, &img));
 
+    /* A decode-only step may take every layer in one backend call (decode_layers; it declines the
+     * steps it does not take, and the ops below run them). */
+    int stacked = 0;
+    if (b->decode_layers && !trace && n_img == 0 && R == n_seqs) {
+        const iris_tensor *(*wl)[IRIS_DL_N] = malloc(sizeof *wl * (size_t)L);
+        if (!wl) {
+            rc = iris_err_set(err, IRIS_ENOMEM, "out of memory for a %d-token step", R);
+            goto done;
+        }
+        for (int il = 0; il < L; il++) {
+            const iris_text_layer *Ly = &t->layers[il];
+            const iris_tensor *w[IRIS_DL_N] = {
+                [IRIS_DL_INPUT_NORM] = &Ly->input_layernorm, [IRIS_DL_POST_NORM] = &Ly->post_attention_layernorm,
+                [IRIS_DL_Q_NORM] = &Ly->q_norm, [IRIS_DL_K_NORM] = &Ly->k_norm, [IRIS_DL_Q] = &Ly->q_proj,
+                [IRIS_DL_K] = &Ly->k_proj, [IRIS_DL_V] = &Ly->v_proj, [IRIS_DL_O] = &Ly->o_proj,
+                [IRIS_DL_GATE] = &Ly->gate_proj, [IRIS_DL_UP] = &Ly->up_proj, [IRIS_DL_DOWN] = &Ly->down_proj};
+            memcpy(wl[il], w, sizeof w);
+        }
+        iris_decode_stack ds = {.n_layers = L, .w = (const iris_tensor *const(*)[IRIS_DL_N])wl, .kv = kv->layers,
+                                .h = &h, .q = &q, .k = &k, .v = &v, .o = &o, .g = &g, .eps = c->rms_norm_eps,
+                                .n_q_heads = nq, .pos = d_pos, .pos_stride = R, .dim_of = t->dim_of,
+                                .inv_freq = t->inv_freq, .meta = &meta};
+        rc = b->decode_layers(b, &ds);
+        free(wl);
+        if (rc < 0) OP(rc);
+        stacked = rc == 0;
+        rc = IRIS_OK;
+    }
+
     /* The residual adds go with the next RMSNorm (iris_backend_add_rms_norm: one kernel on CUDA):
      * `pending` says x holds the MLP's output, not yet added to h. */
     int pending = 0;
-    for (int il = 0; il < L; il++) {
+    for (int il = 0; !stacked && il < L; il++) {
         const iris_text_layer *Ly = &t->layers[il];
         if (trace) {
             if (pending) OP(b->add(b, &h, &x));

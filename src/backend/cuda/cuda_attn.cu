@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk
         __syncthreads();
         qk_weights<HM>(wq, qa.a.qw, qa.a.qwdt, HD, lane);
         if (own) qk_weights<HM>(wk, qa.a.kw, qa.a.kwdt, HD, lane);
-        qk_angles<HM>(sn, cs, qa.a, row, qs_inv, qs_dim, lane);
+        qk_angles<HM>(sn, cs, qa.a.pos, qa.a.pos_stride, HD, row, qs_inv, qs_dim, lane);
     }
     pdl_wait();
     if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;

@@ -51,6 +51,12 @@ void iris_cuda_set_gemv_smem(iris_backend *b, int on);
 /* Decode-only steps' attention doing qk_norm_rope_kv itself (backend.h qk_norm_rope_attn; on unless
  * IRIS_CUDA_QK_ATTN=0 at open); off: the two kernels. */
 void iris_cuda_set_qk_attn(iris_backend *b, int on);
+/* Decode-only steps of 1..4 sequences through every decoder layer in one persistent kernel
+ * (backend.h decode_layers, cuda_decode.cu; off unless IRIS_CUDA_DECODE_STACK=1 at open: measured
+ * slower than the ops one by one so far); off: the ops. */
+void iris_cuda_set_decode_stack(iris_backend *b, int on);
+/* Launches of that kernel so far (graph captures included; replays not), for the tests. */
+int iris_cuda_decode_stack_runs(iris_backend *b);
 
 /* CUDA graphs: ops issued between capture_begin and capture_end are recorded,
  * not run; replay runs them again with the same pointers (the caller

@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(FW * 32) k_qk_norm_rope_kv(const qk_args a) {
     int64_t sl = -1;
     if (live) {
         qk_weights<QK_MAX_HALF>(wv, is_k ? a.kw : a.qw, is_k ? a.kwdt : a.qwdt, hd, lane);
-        qk_angles<QK_MAX_HALF>(sn, cs, a, r, s_inv, s_dim, lane);
+        qk_angles<QK_MAX_HALF>(sn, cs, a.pos, a.pos_stride, a.hd, r, s_inv, s_dim, lane);
         if (is_k) sl = a.slot[r];
     }
     pdl_wait();

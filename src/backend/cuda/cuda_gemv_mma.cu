@@ -34,43 +34,6 @@
 #define GM_PAD 64   /* bytes after each row of a shared-memory weight tile: rows g and g + 1 of a load
                        fall in different banks (a row is a multiple of 64 bytes) */
 
-/* 16 e4m3 codes → 8 bf16 pairs bf16(q · s), element 2k in the low half of word k. */
-static __device__ __forceinline__ void dq16(uint4 q, float s, uint32_t *w) {
-    const __nv_fp8x2_storage_t *p = (const __nv_fp8x2_storage_t *)&q;
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(p[k], __NV_E4M3);
-        float2 v = __half22float2(*(__half2 *)&h);
-        __nv_bfloat162 b = __floats2bfloat162_rn(v.x * s, v.y * s);
-        w[k] = *(uint32_t *)&b;
-    }
-}
-
-/* The mmas of one super-step: rows (g, g+8) dequantized once, times the x words of NT groups of 8
- * tokens (X[nt]). */
-template <int NT>
-static __device__ __forceinline__ void step_mma(float (*c)[4], uint4 wa, uint4 wb, float s, const uint32_t (*X)[8]) {
-    uint32_t A[8], B[8];
-    dq16(wa, s, A);
-    dq16(wb, s, B);
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const uint32_t a[4] = {A[2 * j], B[2 * j], A[2 * j + 1], B[2 * j + 1]};
-            mma16816(c[nt], a, X[nt][2 * j], X[nt][2 * j + 1]);
-        }
-}
-
-/* 16 bytes global → shared without registers (sm_80+), and the wait for all of a thread's copies. */
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
-
 /* SWIGLU: p.W[0] gate, p.W[1] up, y = silu(bf16(gate)) ⊙ bf16(up) into p.y[0] (cuda_linear.cu's
  * k_gemv_swiglu roundings); else the CTAs walk p's matrices in order.
  * SMEM: the CTA's whole weight tile (its 16 rows of each matrix) is copied into shared memory before

@@ -69,6 +69,9 @@ struct cuda_ctx {
     int attn_min_keys;      /* decode attention: keys a context split takes at least (IRIS_CUDA_ATTN_MIN_KEYS) */
     int pdl;                /* decode kernels launched as programmatic dependents (sm_90+; IRIS_CUDA_PDL=0: off) */
     int qk_attn;            /* decode attention does qk_norm_rope_kv itself (IRIS_CUDA_QK_ATTN=0: off) */
+    int decode_stack;       /* decode_layers: the persistent decode kernel (cuda_decode.cu; IRIS_CUDA_DECODE_STACK=1: on) */
+    unsigned *ds_bar;       /* its grid barrier's counter (carved at open, zeroed before each launch) */
+    int ds_runs;            /* its launches (graph captures included), for the tests */
     int fp8_mma_noted;      /* said once that cuBLASLt had no block-scaled FP8 algorithm */
     int fp8_mma;            /* FP8 linears of larger batches on FP8 tensor cores (W8A8), iris_cuda_set_fp8_mma */
     int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu) */
@@ -116,6 +119,7 @@ int iris_cuda_interp4(iris_backend *b, const iris_tensor *table, const int32_t *
                       iris_tensor *y);
 
 int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, int32_t *ids, float *vals); /* cuda_sample.cu */
+int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d);                         /* cuda_decode.cu */
 
 /* Sets the optional fused ops of backend.h (cuda_fused.cu). */
 void iris_cuda_fused_init(iris_backend *b);
@@ -214,6 +218,45 @@ static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uin
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* ---- FP8 weights on the tensor cores (cuda_gemv_mma.cu, cuda_decode.cu) ---- */
+
+/* 16 e4m3 codes → 8 bf16 pairs bf16(q · s), element 2k in the low half of word k. */
+static __device__ __forceinline__ void dq16(uint4 q, float s, uint32_t *w) {
+    const __nv_fp8x2_storage_t *p = (const __nv_fp8x2_storage_t *)&q;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(p[k], __NV_E4M3);
+        float2 v = __half22float2(*(__half2 *)&h);
+        __nv_bfloat162 b = __floats2bfloat162_rn(v.x * s, v.y * s);
+        w[k] = *(uint32_t *)&b;
+    }
+}
+
+/* The mmas of one super-step: rows (g, g+8) dequantized once, times the x words of NT groups of 8
+ * tokens (X[nt]). */
+template <int NT>
+static __device__ __forceinline__ void step_mma(float (*c)[4], uint4 wa, uint4 wb, float s, const uint32_t (*X)[8]) {
+    uint32_t A[8], B[8];
+    dq16(wa, s, A);
+    dq16(wb, s, B);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t a[4] = {A[2 * j], B[2 * j], A[2 * j + 1], B[2 * j + 1]};
+            mma16816(c[nt], a, X[nt][2 * j], X[nt][2 * j + 1]);
+        }
+}
+
+/* 16 bytes global → shared without registers (sm_80+), and the wait for all of a thread's copies. */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
 static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -275,14 +318,15 @@ template <int HM> static __device__ __forceinline__ void qk_weights(float *wv, c
     for (int i = 0; i < 2 * HM / 32; i++)
         if (lane + 32 * i < hd) wv[i] = load_vec(w, wdt, lane + 32 * i);
 }
-/* s_inv, s_dim: the tables in shared memory (parameter arrays indexed by a lane-varying j serialize) */
+/* s_inv, s_dim: the tables in shared memory (parameter arrays indexed by a lane-varying j serialize);
+ * pos: 3 rows of pos_stride (t, h, w), r the row. */
 template <int HM>
-static __device__ __forceinline__ void qk_angles(float *sn, float *cs, const qk_args &a, int64_t r, const float *s_inv,
-                                                 const int *s_dim, int lane) {
+static __device__ __forceinline__ void qk_angles(float *sn, float *cs, const int32_t *pos, int pos_stride, int hd,
+                                                 int64_t r, const float *s_inv, const int *s_dim, int lane) {
 #pragma unroll
     for (int i = 0; i < HM / 32; i++) {
         int j = lane + 32 * i;
-        if (j < a.hd / 2) sincosf((float)a.pos[(int64_t)s_dim[j] * a.pos_stride + r] * s_inv[j], &sn[i], &cs[i]);
+        if (j < hd / 2) sincosf((float)pos[(int64_t)s_dim[j] * pos_stride + r] * s_inv[j], &sn[i], &cs[i]);
     }
 }
 /* s: the warp's hd floats of shared memory (free again when it returns). */

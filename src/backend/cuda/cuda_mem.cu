@@ -379,9 +379,10 @@ static void cu_destroy(iris_backend *b) {
 #define DQ_ELEMS (8u << 20)
 #define ATTN_PART_ELEMS (2u << 20)
 #define ATTN_COUNT_N 4096u /* >= the (row, kv head) pairs of a split launch: fewer than 4 CTAs an SM */
+#define DS_BAR_BYTES 256u  /* the persistent decode kernel's grid barrier (cuda_decode.cu) */
 
 /* The scratch carved at open besides the cuBLASLt workspace (which the memory plan counts). */
-extern "C" size_t iris_cuda_scratch_bytes(void) { return (size_t)DQ_ELEMS * 2 + (size_t)ATTN_PART_ELEMS * 4 + (size_t)ATTN_COUNT_N * 4 + 4 * ARENA_ALIGN; }
+extern "C" size_t iris_cuda_scratch_bytes(void) { return (size_t)DQ_ELEMS * 2 + (size_t)ATTN_PART_ELEMS * 4 + (size_t)ATTN_COUNT_N * 4 + DS_BAR_BYTES + 5 * ARENA_ALIGN; }
 
 extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, iris_err *err) {
     *out = NULL;
@@ -439,6 +440,7 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->attn_count = (int *)arena_alloc(c, c->attn_count_n * 4);
     if (!c->attn_count || cudaMemsetAsync(c->attn_count, 0, c->attn_count_n * 4, c->stream) != cudaSuccess)
         c->attn_count_n = 0; /* no merge counters: decode attention does not split */
+    c->ds_bar = (unsigned *)arena_alloc(c, DS_BAR_BYTES);
     iris_cuda_set_gemv_rows(b, -1);
     const char *mma = getenv("IRIS_CUDA_FP8_MMA");
     c->fp8_mma = mma && !strcmp(mma, "1") && c->prop.major == 9;
@@ -451,6 +453,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->attn_min_keys = mk && atoi(mk) >= 16 ? atoi(mk) : 32;
     c->pdl = c->prop.major >= 9 && env_on("IRIS_CUDA_PDL");
     c->qk_attn = env_on("IRIS_CUDA_QK_ATTN");
+    const char *ds = getenv("IRIS_CUDA_DECODE_STACK"); /* opt-in: slower than the ops so far (cuda_decode.cu) */
+    c->decode_stack = ds && !strcmp(ds, "1");
 
     b->name = "cuda";
     b->act = IRIS_DT_BF16;
@@ -484,6 +488,7 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     b->host_alloc = cu_host_alloc;
     b->host_free = cu_host_free;
     b->get_topk = iris_cuda_get_topk;
+    b->decode_layers = iris_cuda_decode_layers;
     b->graph_begin = iris_cuda_graph_begin;
     b->graph_end = cu_graph_end;
     b->graph_replay = cu_graph_replay;

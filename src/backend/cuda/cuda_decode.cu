@@ -1,0 +1,779 @@
+/* cuda_decode.cu: every decoder layer of a decode-only step of 1..4 sequences in one persistent
+ * kernel (backend.h decode_layers), for FP8 checkpoints on sm_90 and newer.  Off by default
+ * (IRIS_CUDA_DECODE_STACK=1 or iris_cuda_set_decode_stack turns it on): measured slower than the
+ * ops one by one, below; kept, tested, as the base of the persistent decode kernel that issue #5
+ * still needs.
+ *
+ * Why: op by op, a batch-1 decode layer is ~9 kernels whose every boundary drains the GPU: each
+ * GEMV fills the SMs' registers, so the next kernel's CTAs (and their early weight loads) start
+ * only as it ends, and the latency-bound steps (norms, attention, the split merge) leave the
+ * memory idle.  On an H100 that holds 2B-FP8 at ~630 tok/s, ~50 us a layer against ~17 us of
+ * weight bytes at full bandwidth (cuda_gemv_mma.cu, cuda_attn.cu).  Here one grid of one CTA an
+ * SM runs all the layers, and the weights never wait for the activations: each CTA's weight tiles
+ * for the whole step follow a fixed order, and DS_PRODUCERS producer warps stream them into a
+ * ring of shared-memory slots (bulk copies completing on mbarriers; chunk n is producer
+ * n % DS_PRODUCERS's) as fast as slots free up, through the grid barriers and the attention; the
+ * 8 consumer warps take the slots in the same order.
+ *
+ * Per layer, five phases with a grid barrier after each (a counter in device memory, zeroed
+ * before the launch; release add, acquire spin):
+ *   1. x = rms_norm(h) · input_layernorm (each CTA for itself, into shared memory), then the q, k
+ *      and v rows: the 16-row tiles of [q; k; v] go round the CTAs (tile b, b + grid, ...);
+ *   2. attention: items (row, kv head, context split) round the CTAs; each does the q/k norms and
+ *      the rotary of its GQA group (and, for the split holding the newest key, the k head and v
+ *      into the cache), walks its keys with an online softmax, and the last split of a (row, kv
+ *      head) to finish merges the partials (cuda_attn.cu's flash-decoding, same counters);
+ *   3. o_proj over the attention rows; each tile's CTA adds its rows into h;
+ *   4. x = rms_norm(h) · post_attention_layernorm, then gate and up (a tile holds both, 16 rows
+ *      each) and silu(gate) · up into g;
+ *   5. down_proj over g, added into h.
+ * A tile's weights arrive as chunks of 16 rows x CW columns (CW 512, or 256/128 for narrow
+ * models) with their block scales; warp w takes the 64-column super-steps w, w + 8, ... of the tile
+ * and multiplies them on the tensor cores exactly as cuda_gemv_mma.cu does (bf16(q · scale),
+ * mma.sync m16n8k16, fp32; rows of x past the step's are copies of the last), the 8 warps' sums
+ * are added in warp order through shared memory.
+ * Activations written in the kernel are read back with ld.global.cg (L2, not the SM's own L1,
+ * which is not coherent) after the barrier or counter that publishes them.
+ * Numerics: the ops' roundings (rms_norm, qk_norm_rope_kv, attn_paged, the residual adds,
+ * silu_mul); the products' sums run in another order than the per-op kernels' (another split of
+ * the columns), as between any two GEMV schedules.
+ * What it declines (returns 1; text.c then runs the ops): BF16 or F16 weights, non-BF16 norm
+ * weights, an E4M3 KV cache, head_dim other than 128, GQA groups over 4, hidden sizes over 4,096,
+ * more than 4 rows, shapes not in whole 16-row tiles or 128-column chunks, cards before sm_90.
+ *
+ * Measured (H100, 2B-FP8 synth checkpoint, batch 1 at a 1,024-token context, iris bench; per-phase
+ * times from IRIS_CUDA_DS_TRACE and bench/ds_trace.py, the latest CTA's stamps):
+ *   - the ops: 615-634 tok/s; this kernel: 457 tok/s as first written (one producer warp, ~69 us a
+ *     layer), ~495 at best (4 producers, one chunk at a time; ~64 us a layer: q/k/v 6.5, attention
+ *     12.3, o 3.8, gate/up 19.6, down 9.9, five barriers 1.0-1.7 each, norms 1.5-2.0).
+ *   - the weight stream alone (consumers only waiting and freeing slots, GEMV phases only): one
+ *     producer warp 39 us a layer (1.27 TB/s; bulk copies) or 57 (cp.async); four 23.6 (2.1 TB/s).
+ *     With the products it is 38-43 us: the consumers' ~0.3-0.6 us a chunk keeps slots from
+ *     refilling, and the ring (~20 slots of 8 KB an SM) is what is in flight.
+ *   - the latency-bound phases do not hide under the stream: the ring covers ~8 us of an SM's
+ *     share, the attention, norms and barriers take ~25 us, and their own loads queue behind the
+ *     stream's (attention 12-16 us here against ~14 us as its own kernel).
+ *   - taking 4 chunks a warp at once (more products in flight) freed slots later: slower.
+ * What it would take: consumers several times faster per chunk (more warps, which the 168-register
+ * budget of 12 warps and the attention's registers forbid as written), the attention's merge and
+ * the barriers off the stream's queues (cluster-wide merges in distributed shared memory, per-tile
+ * flags instead of grid barriers), and bigger copies (2-D tensor maps) than 16 rows of 512 bytes. */
+#include <stdio.h>
+
+#include "cuda_internal.cuh"
+
+#define DS_WARPS 8                       /* consumer warps */
+#define DS_PRODUCERS 4                   /* producer warps: chunk n is producer n % DS_PRODUCERS's */
+#define DS_THREADS ((DS_WARPS + DS_PRODUCERS) * 32)
+#define DS_MAX_LAYERS 64
+#define DS_MAX_ROWS 4
+#define DS_HD 128
+#define DS_GMAX 4
+#define DS_PAD 64                        /* bytes after each weight row of a slot: rows g and g + 1 of a
+                                            lane group land in different banks */
+#define DS_MAX_RING 32
+#define DS_MIN_RING 4
+#define DS_MAX_SPLITS 64
+#define DS_DU 2                          /* key rounds in flight in the attention walk */
+#define DS_EVENTS 14                     /* trace stamps a layer (k_decode_stack) */
+#define DS_U 1                           /* ring chunks a consumer warp takes at once (measured: 1 best) */
+
+enum { W_Q, W_K, W_V, W_O, W_G, W_U, W_D, W_N };
+
+struct ds_layer {
+    const uint8_t *w[W_N];
+    const float *s[W_N];
+    const void *ln1, *ln2, *qn, *kn;
+    bf16 *kc, *vc;
+};
+
+struct ds_args {
+    ds_layer L[DS_MAX_LAYERS];
+    int n_layers, R, H, FF, nq, nkv, g, cw, ring, splits, max_blocks, pos_stride, xld;
+    int ln_dt, qk_dt;
+    unsigned x_off, ring_off, slot_bytes;
+    float eps, scale;
+    bf16 *h, *q, *k, *v, *o, *gb;
+    float *part;
+    int *count;
+    unsigned *bar;
+    unsigned long long *trace; /* IRIS_CUDA_DS_TRACE: [grid][n_layers][DS_EVENTS] globaltimer stamps, or NULL */
+    const int32_t *row_seq, *row_ctx, *block_tables, *slot, *pos;
+    int64_t n_slots;
+    float inv_freq[DS_HD / 2];
+    int dim_of[DS_HD / 2];
+};
+
+/* Attention's shared memory (phase 2); the GEMV epilogue's sums (phases 1, 3-5) share it. */
+struct ds_attn_smem {
+    float q[DS_GMAX][DS_HD];             /* the group's query heads, normalized and rotated */
+    float x[DS_WARPS][DS_HD];            /* qk_head's scratch, a warp each */
+    bf16 in[DS_WARPS][DS_HD];            /* a head's values as loaded */
+    __align__(16) bf16 k[DS_HD];         /* the newest key and value (the owning split) */
+    __align__(16) bf16 v[DS_HD];
+    float m[DS_WARPS][DS_GMAX], l[DS_WARPS][DS_GMAX];
+    float acc[DS_WARPS][DS_GMAX][DS_HD];
+    float sw[DS_MAX_SPLITS][DS_GMAX], sl[DS_MAX_SPLITS][DS_GMAX], sL[DS_GMAX];
+    int last;
+};
+struct ds_head {
+    uint64_t full[DS_MAX_RING], empty[DS_MAX_RING];
+    float inv[DS_HD / 2];
+    int dim[DS_HD / 2];
+    float ss[DS_WARPS][DS_MAX_ROWS];
+    union {
+        ds_attn_smem at;
+        float red[DS_WARPS][2][16][8];   /* [warp][gate, up][row][token] */
+    } u;
+};
+
+/* ---- mbarriers, bulk copies, barriers ---- */
+
+static __device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+static __device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
+    asm volatile("{\n .reg .pred p;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W_%=;\n}\n" ::"r"(
+                     smem_u32(b)),
+                 "r"(parity)
+                 : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_u32(b)) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive_tx(uint64_t *b, unsigned tx) {
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_u32(b)),
+                 "r"(tx)
+                 : "memory");
+}
+/* bytes (a multiple of 16, both ends 16-byte aligned) global → shared, completing on bar */
+static __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+#endif
+}
+/* 4 bytes global → shared, arriving on bar once there (an arrival bar's count includes) */
+static __device__ __forceinline__ void cp4_arrive(void *dst, const void *src, uint64_t *bar) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%2];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(smem_u32(bar))
+                 : "memory");
+}
+/* the consumer warps only (the producer runs on its own) */
+static __device__ __forceinline__ void cons_sync() { asm volatile("bar.sync 1, %0;" ::"n"(DS_WARPS * 32) : "memory"); }
+
+/* Every CTA's consumers reach the barrier; what each wrote before is visible to all after it. */
+static __device__ __forceinline__ void grid_sync(unsigned *bar, unsigned &target) {
+    cons_sync();
+    target += gridDim.x;
+    if (threadIdx.x == 0) { /* release: the CTA's writes (ordered before by the bar.sync) go first */
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+        unsigned v;
+        do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
+        while (v < target);
+    }
+    cons_sync();
+}
+
+/* ---- the weight tiles: the same order for the producer and the consumers ---- */
+
+static __device__ __forceinline__ int ph_tiles(const ds_args &a, int ph) {
+    return ph == 0 ? (a.nq + 2 * a.nkv) * DS_HD / 16 : ph == 2 ? a.FF / 16 : a.H / 16;
+}
+static __device__ __forceinline__ int ph_k(const ds_args &a, int ph) {
+    return ph == 1 ? a.nq * DS_HD : ph == 3 ? a.FF : a.H;
+}
+/* Matrix m (0, or 1 = up in phase 2) of tile `tile` of phase ph: its weight, scales, first row. */
+static __device__ __forceinline__ int ph_mat(const ds_args &a, int ph, int tile, int m, int *r0) {
+    int r = tile * 16;
+    *r0 = r;
+    if (ph == 0) {
+        int nq = a.nq * DS_HD, nk = a.nkv * DS_HD;
+        if (r < nq) return W_Q;
+        *r0 = r - nq >= nk ? r - nq - nk : r - nq;
+        return r - nq >= nk ? W_V : W_K;
+    }
+    return ph == 1 ? W_O : ph == 3 ? W_D : m ? W_U : W_G;
+}
+
+static __device__ void producer(const ds_args &a, ds_head &S, uint8_t *ring, int lane, int p) {
+    const int cw = a.cw, nsc = cw / 128;
+    unsigned n = 0;
+    for (int il = 0; il < a.n_layers; il++)
+        for (int ph = 0; ph < 4; ph++) {
+            const int K = ph_k(a, ph), nch = K / cw, mats = ph == 2 ? 2 : 1, scols = (K + 127) / 128;
+            for (int tile = blockIdx.x; tile < ph_tiles(a, ph); tile += gridDim.x)
+                for (int c = 0; c < nch; c++)
+                    for (int m = 0; m < mats; m++, n++) {
+                        if (n % DS_PRODUCERS != (unsigned)p) continue;
+                        int slot = n % a.ring, r0;
+                        if (n >= (unsigned)a.ring) mbar_wait(&S.empty[slot], ((n / a.ring) - 1) & 1);
+                        int wi = ph_mat(a, ph, tile, m, &r0);
+                        const uint8_t *W = a.L[il].w[wi] + (int64_t)r0 * K + (int64_t)c * cw;
+                        const float *sc = a.L[il].s[wi] + (int64_t)(r0 / 128) * scols + c * nsc;
+                        uint8_t *dst = ring + (size_t)slot * a.slot_bytes;
+                        if (lane == 0) mbar_arrive_tx(&S.full[slot], 16u * cw);
+                        __syncwarp();
+                        if (lane < 16)
+                            bulk_g2s(dst + lane * (cw + DS_PAD), W + (int64_t)lane * K, (unsigned)cw, &S.full[slot]);
+                        else if (lane < 16 + nsc)
+                            cp4_arrive(dst + 16 * (cw + DS_PAD) + (lane - 16) * 4, sc + (lane - 16), &S.full[slot]);
+                    }
+        }
+}
+
+/* ---- the consumers' phases ---- */
+
+/* The norm weight's 8-value pieces a consumer thread normalizes (i = 8·tid + 2048·k, H <= 4096),
+ * fetched before the barrier that precedes the norm (they depend on nothing). */
+struct ds_normw {
+    uint4 w[2];
+};
+static __device__ __forceinline__ ds_normw norm_weights(const ds_args &a, const void *w) {
+    ds_normw r;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        int i = threadIdx.x * 8 + k * DS_WARPS * 256;
+        if (i < a.H) r.w[k] = __ldg((const uint4 *)((const bf16 *)w + i));
+    }
+    return r;
+}
+
+/* x_s[t] = rms_norm(h[t]) · w for the step's rows (rms_norm's roundings), h read once. */
+static __device__ void prep_norm(const ds_args &a, const ds_normw &w, bf16 *x_s, ds_head &S) {
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31;
+    uint4 hv[DS_MAX_ROWS][2];
+#pragma unroll
+    for (int t = 0; t < DS_MAX_ROWS; t++)
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            int i = tid * 8 + k * DS_WARPS * 256;
+            if (t < a.R && i < a.H) hv[t][k] = __ldcg((const uint4 *)(a.h + (int64_t)t * a.H + i));
+        }
+#pragma unroll
+    for (int t = 0; t < DS_MAX_ROWS; t++) {
+        if (t >= a.R) break;
+        float ss = 0;
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            int i = tid * 8 + k * DS_WARPS * 256;
+            const bf16 *e = (const bf16 *)&hv[t][k];
+            if (i < a.H)
+#pragma unroll
+                for (int j = 0; j < 8; j++) ss += bf2f(e[j]) * bf2f(e[j]);
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) S.ss[warp][t] = ss;
+    }
+    cons_sync();
+#pragma unroll
+    for (int t = 0; t < DS_MAX_ROWS; t++) {
+        if (t >= a.R) break;
+        float tot = 0;
+        for (int i = 0; i < DS_WARPS; i++) tot += S.ss[i][t];
+        float inv = rsqrtf(tot / (float)a.H + a.eps);
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            int i = tid * 8 + k * DS_WARPS * 256;
+            if (i >= a.H) continue;
+            const bf16 *e = (const bf16 *)&hv[t][k], *we = (const bf16 *)&w.w[k];
+            uint4 o;
+            bf16 *oe = (bf16 *)&o;
+#pragma unroll
+            for (int j = 0; j < 8; j++) oe[j] = f2bf(bf2f(we[j]) * round_bf16(bf2f(e[j]) * inv));
+            *(uint4 *)(x_s + t * a.xld + i) = o;
+        }
+    }
+    cons_sync();
+}
+
+/* x_s[t] = src[t] (K values a row, written by other CTAs in this kernel). */
+static __device__ void prep_copy(const ds_args &a, const bf16 *src, int K, bf16 *x_s) {
+    for (int t = 0; t < a.R; t++)
+        for (int i = threadIdx.x * 8; i < K; i += DS_WARPS * 256)
+            *(uint4 *)(x_s + t * a.xld + i) = __ldcg((const uint4 *)(src + (int64_t)t * K + i));
+    cons_sync();
+}
+
+/* The tiles of phase ph (0 q/k/v, 1 o_proj, 2 gate/up, 3 down_proj) this CTA owns; n counts the
+ * ring's chunks.  A warp takes DS_U chunks at a time (their super-steps into DS_U accumulators, so
+ * the dequantization and the mma chains of DS_U chunks overlap), then frees their slots; chunk q
+ * of a tile belongs to matrix q % mats (gate, up alternate), so accumulator u to matrix u % mats. */
+template <int U>
+static __device__ void gemv_phase_u(const ds_args &a, int ph, ds_head &S, const uint8_t *ring, const bf16 *x_s,
+                                    unsigned &n) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int cw = a.cw, K = ph_k(a, ph), nch = K / cw, ss = cw / 64, mats = ph == 2 ? 2 : 1, nq = nch * mats;
+    const int rs = cw + DS_PAD;
+    const bf16 *xr = x_s + min(g, a.R - 1) * a.xld;
+    for (int tile = blockIdx.x; tile < ph_tiles(a, ph); tile += gridDim.x) {
+        constexpr int UA = U < 2 ? 2 : U; /* accumulator i takes matrix i % mats's chunks */
+        float acc[UA][1][4] = {};
+        for (int q0 = 0; q0 < nq; q0 += U) {
+            const int cnt = min(U, nq - q0);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (u < cnt) mbar_wait(&S.full[(n + u) % a.ring], ((n + u) / a.ring) & 1);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (u >= cnt) continue;
+                /* the chunk's super-steps are the tile's ch·ss .. ch·ss + ss - 1; this warp's is j, if any */
+                const int ch = (q0 + u) / mats, j = warp % ss;
+                if (ch % (DS_WARPS / ss) != warp / ss) continue;
+                const uint8_t *sl = ring + (size_t)((n + u) % a.ring) * a.slot_bytes;
+                const float *sc = (const float *)(sl + 16 * rs);
+                const int col = j * 64 + t * 16;
+                const bf16 *xp = xr + ch * cw + col;
+                uint4 x0 = *(const uint4 *)xp, x1 = *(const uint4 *)(xp + 8);
+                const uint32_t X[1][8] = {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}};
+                step_mma<1>(acc[U < 2 ? (q0 + u) % mats : u], *(const uint4 *)(sl + g * rs + col), *(const uint4 *)(sl + (g + 8) * rs + col),
+                            sc[j / 2], X);
+            }
+            __syncwarp();
+            if (lane < cnt) mbar_arrive(&S.empty[(n + lane) % a.ring]);
+            n += cnt;
+        }
+        float c[2][1][4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            c[0][0][k] = acc[0][0][k], c[1][0][k] = acc[1][0][k];
+#pragma unroll
+            for (int i = 2; i < UA; i++) c[i & 1][0][k] += acc[i][0][k];
+            if (mats == 1) c[0][0][k] += c[1][0][k];
+        }
+        /* c[m][0][0], [1]: row g, tokens 2t, 2t + 1; [2], [3]: row g + 8 */
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            if (m >= mats) break;
+            float *rw = &S.u.red[warp][m][0][0];
+            rw[g * 8 + 2 * t] = c[m][0][0];
+            rw[g * 8 + 2 * t + 1] = c[m][0][1];
+            rw[(g + 8) * 8 + 2 * t] = c[m][0][2];
+            rw[(g + 8) * 8 + 2 * t + 1] = c[m][0][3];
+        }
+        cons_sync();
+        int e = threadIdx.x, row = e & 15, tok = e >> 4;
+        if (tok < a.R) {
+            float s0 = 0, s1 = 0;
+            for (int w = 0; w < DS_WARPS; w++) {
+                s0 += S.u.red[w][0][row][tok];
+                if (mats == 2) s1 += S.u.red[w][1][row][tok];
+            }
+            int r0, wi = ph_mat(a, ph, tile, 0, &r0), r = r0 + row;
+            if (ph == 0) {
+                bf16 *y = wi == W_Q ? a.q + (int64_t)tok * a.nq * DS_HD : (wi == W_K ? a.k : a.v) + (int64_t)tok * a.nkv * DS_HD;
+                y[r] = f2bf(s0);
+            } else if (ph == 2) { /* linear, linear, silu_mul */
+                float gg = round_bf16(s0), uu = round_bf16(s1);
+                a.gb[(int64_t)tok * a.FF + r] = f2bf(round_bf16(gg / (1.0f + expf(-gg))) * uu);
+            } else { /* the linear's bf16 output added into the residual stream */
+                bf16 *hp = a.h + (int64_t)tok * a.H + r;
+                *hp = f2bf(bf2f(__ldcg(hp)) + round_bf16(s0));
+            }
+        }
+        cons_sync();
+    }
+}
+
+static __device__ __forceinline__ void gemv_phase(const ds_args &a, int ph, ds_head &S, const uint8_t *ring,
+                                                  const bf16 *x_s, unsigned &n) {
+    gemv_phase_u<DS_U>(a, ph, S, ring, x_s, n);
+}
+
+/* Phase 2: the attention items this CTA owns (cuda_attn.cu's k_attn_decode with QK, for 8 warps:
+ * 16 lanes a key row, 2 keys a warp step). */
+static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &S) {
+    ds_attn_smem &A = S.u.at;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, sub = lane / 16, dl = lane % 16;
+    const int kvw = a.nkv * DS_HD, G = a.g, items = a.R * a.nkv * a.splits;
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        const int row = item / (a.nkv * a.splits), kvh = item / a.splits % a.nkv, split = item % a.splits;
+        const int ctx = a.row_ctx[row], seq = a.row_seq[row];
+        const int chunk = max(16, (ctx + a.splits - 1) / a.splits), active = (ctx + chunk - 1) / chunk;
+        if (split >= active) continue;
+        const int jb = split * chunk, je = min(ctx, jb + chunk);
+        const bool own = split == active - 1; /* holds the newest key, ctx - 1 */
+        const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks;
+        const int64_t col = (int64_t)kvh * DS_HD + dl * 8;
+        uint4 kr[DS_DU], vr[DS_DU];
+        auto key_of = [&](int base0, int u) { return min(base0 + u * 16 + sub, je - 1); };
+        auto load_key = [&](int u, int j) {
+            if (own && j == ctx - 1) { /* this step's: from shared memory (after the prologue) */
+                kr[u] = *(const uint4 *)(A.k + dl * 8);
+                vr[u] = *(const uint4 *)(A.v + dl * 8);
+                return;
+            }
+            int64_t sl = (int64_t)bt[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+            kr[u] = *(const uint4 *)(L.kc + sl * kvw + col);
+            vr[u] = *(const uint4 *)(L.vc + sl * kvw + col);
+        };
+        const int first = jb + warp * 2;
+        /* the first round of earlier steps' keys before the prologue (its loads overlap it) */
+        if (first < je)
+#pragma unroll
+            for (int u = 0; u < DS_DU; u++) {
+                int j = key_of(first, u);
+                if (!(own && j == ctx - 1)) load_key(u, j);
+            }
+        /* prologue: warp i < G the query head kvh·G + i; warp G (own split) the k head and v */
+        if (warp < G + own) {
+            const bool isk = warp == G;
+            float wv[4], sn[2], cs[2];
+            qk_weights<64>(wv, isk ? L.kn : L.qn, a.qk_dt, DS_HD, lane);
+            qk_angles<64>(sn, cs, a.pos, a.pos_stride, DS_HD, row, S.inv, S.dim, lane);
+            const bf16 *src = isk ? a.k + (int64_t)row * kvw + kvh * DS_HD
+                                  : a.q + (int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + warp) * DS_HD;
+            if (lane < 16) *(uint4 *)&A.in[warp][lane * 8] = __ldcg((const uint4 *)(src + lane * 8));
+            __syncwarp();
+            if (!isk) {
+                qk_head<64>(A.in[warp], wv, sn, cs, A.x[warp], a.eps, DS_HD, lane, [&](int j, bf16 o0, bf16 o1) {
+                    A.q[warp][j] = bf2f(o0);
+                    A.q[warp][j + DS_HD / 2] = bf2f(o1);
+                });
+            } else {
+                qk_head<64>(A.in[warp], wv, sn, cs, A.x[warp], a.eps, DS_HD, lane, [&](int j, bf16 o0, bf16 o1) {
+                    A.k[j] = o0;
+                    A.k[j + DS_HD / 2] = o1;
+                });
+                const bf16 *vsrc = a.v + (int64_t)row * kvw + kvh * DS_HD;
+                if (lane < 16) *(uint4 *)&A.v[lane * 8] = __ldcg((const uint4 *)(vsrc + lane * 8));
+                __syncwarp();
+                int64_t sl = a.slot[row];
+                if (sl >= 0 && sl < a.n_slots && lane < 16) {
+                    *(uint4 *)(L.kc + sl * kvw + kvh * DS_HD + lane * 8) = *(const uint4 *)&A.k[lane * 8];
+                    *(uint4 *)(L.vc + sl * kvw + kvh * DS_HD + lane * 8) = *(const uint4 *)&A.v[lane * 8];
+                }
+            }
+        }
+        cons_sync();
+        float qf[DS_GMAX][8], acc[DS_GMAX][8], m[DS_GMAX], l[DS_GMAX];
+#pragma unroll
+        for (int i = 0; i < DS_GMAX; i++) {
+            m[i] = -INFINITY, l[i] = 0;
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc[i][k] = 0, qf[i][k] = i < G ? A.q[i][dl * 8 + k] * a.scale : 0.0f;
+        }
+        for (int base0 = first; base0 < je; base0 += DS_DU * 16) {
+#pragma unroll
+            for (int u = 0; u < DS_DU; u++) {
+                int j = key_of(base0, u);
+                if (base0 != first || (own && j == ctx - 1)) load_key(u, j);
+            }
+#pragma unroll
+            for (int u = 0; u < DS_DU; u++) {
+                int base = base0 + u * 16;
+                if (base >= je) break;
+                bool valid = base + sub < je;
+                float kf[8], vf[8];
+                const bf16 *ke = (const bf16 *)&kr[u], *ve = (const bf16 *)&vr[u];
+#pragma unroll
+                for (int k = 0; k < 8; k++) kf[k] = valid ? bf2f(ke[k]) : 0.0f, vf[k] = valid ? bf2f(ve[k]) : 0.0f;
+#pragma unroll
+                for (int i = 0; i < DS_GMAX; i++) {
+                    if (i >= G) break;
+                    float s = 0;
+#pragma unroll
+                    for (int k = 0; k < 8; k++) s = fmaf(qf[i][k], kf[k], s);
+#pragma unroll
+                    for (int off = 8; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+                    if (!valid) continue;
+                    float mn = fmaxf(m[i], s), corr = __expf(m[i] - mn), p = __expf(s - mn);
+                    l[i] = l[i] * corr + p;
+#pragma unroll
+                    for (int k = 0; k < 8; k++) acc[i][k] = acc[i][k] * corr + p * vf[k];
+                    m[i] = mn;
+                }
+            }
+        }
+        /* the warp's two key lanes-groups into one state, then the warps' through shared memory */
+#pragma unroll
+        for (int i = 0; i < DS_GMAX; i++) {
+            float mo = __shfl_xor_sync(0xffffffffu, m[i], 16), lo = __shfl_xor_sync(0xffffffffu, l[i], 16);
+            float M = fmaxf(m[i], mo);
+            float w0 = m[i] == -INFINITY ? 0.0f : __expf(m[i] - M), w1 = mo == -INFINITY ? 0.0f : __expf(mo - M);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float ao = __shfl_xor_sync(0xffffffffu, acc[i][k], 16);
+                acc[i][k] = acc[i][k] * w0 + ao * w1;
+            }
+            l[i] = l[i] * w0 + lo * w1;
+            m[i] = M;
+            if (i < G && sub == 0) {
+                if (dl == 0) A.m[warp][i] = m[i], A.l[warp][i] = l[i];
+#pragma unroll
+                for (int k = 0; k < 8; k++) A.acc[warp][i][dl * 8 + k] = acc[i][k];
+            }
+        }
+        cons_sync();
+        const float *ph = a.part + ((int64_t)row * a.nq + kvh * G) * a.splits * (DS_HD + 2); /* head i, split s */
+        for (int e = threadIdx.x; e < G * DS_HD; e += DS_WARPS * 32) {
+            int i = e / DS_HD, d = e % DS_HD;
+            float M = -INFINITY;
+            for (int w = 0; w < DS_WARPS; w++) M = fmaxf(M, A.m[w][i]);
+            float Ls = 0, As = 0;
+            if (M != -INFINITY)
+                for (int w = 0; w < DS_WARPS; w++) {
+                    float wt = __expf(A.m[w][i] - M);
+                    Ls += A.l[w][i] * wt;
+                    As += A.acc[w][i][d] * wt;
+                }
+            if (active > 1) {
+                float *p = (float *)ph + ((int64_t)i * a.splits + split) * (DS_HD + 2);
+                p[2 + d] = As;
+                if (d == 0) p[0] = M, p[1] = Ls;
+            } else {
+                a.o[(int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + i) * DS_HD + d] = f2bf(Ls > 0 ? As / Ls : 0.0f);
+            }
+        }
+        if (active > 1) { /* the last split of (row, kv head) to finish merges, in split order */
+            __threadfence();
+            cons_sync();
+            if (threadIdx.x == 0) {
+                int *cnt = a.count + (int64_t)row * a.nkv + kvh;
+                A.last = atomicAdd(cnt, 1) == active - 1;
+                if (A.last) *cnt = 0;
+            }
+            cons_sync();
+            if (A.last) {
+                __threadfence();
+                for (int e = threadIdx.x; e < active * G; e += DS_WARPS * 32) {
+                    int s = e / G, i = e % G;
+                    const float *p = ph + ((int64_t)i * a.splits + s) * (DS_HD + 2);
+                    A.sw[s][i] = __ldcg(p);
+                    A.sl[s][i] = __ldcg(p + 1);
+                }
+                cons_sync();
+                if (warp < G) {
+                    float M = -INFINITY, Ls = 0;
+                    for (int s = lane; s < active; s += 32) M = fmaxf(M, A.sw[s][warp]);
+                    M = warp_max(M);
+                    for (int s = lane; s < active; s += 32) {
+                        float w = M == -INFINITY ? 0.0f : __expf(A.sw[s][warp] - M);
+                        Ls += A.sl[s][warp] * w;
+                        A.sw[s][warp] = w;
+                    }
+                    Ls = warp_sum(Ls);
+                    if (lane == 0) A.sL[warp] = Ls;
+                }
+                cons_sync();
+                for (int e = threadIdx.x; e < G * DS_HD; e += DS_WARPS * 32) {
+                    int i = e / DS_HD, d = e % DS_HD;
+                    const float *p = ph + (int64_t)i * a.splits * (DS_HD + 2) + 2 + d;
+                    float v[DS_MAX_SPLITS / 4], As = 0;
+                    for (int s0 = 0; s0 < active; s0 += DS_MAX_SPLITS / 4) {
+#pragma unroll
+                        for (int s = 0; s < DS_MAX_SPLITS / 4; s++)
+                            v[s] = s0 + s < active ? __ldcg(p + (int64_t)(s0 + s) * (DS_HD + 2)) : 0.0f;
+#pragma unroll
+                        for (int s = 0; s < DS_MAX_SPLITS / 4; s++)
+                            if (s0 + s < active) As += v[s] * A.sw[s0 + s][i];
+                    }
+                    a.o[(int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + i) * DS_HD + d] =
+                        f2bf(A.sL[i] > 0 ? As / A.sL[i] : 0.0f);
+                }
+            }
+        }
+        cons_sync();
+    }
+}
+
+__global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_constant__ ds_args a) {
+    extern __shared__ __align__(1024) uint8_t smem[];
+    ds_head &S = *(ds_head *)smem;
+    bf16 *x_s = (bf16 *)(smem + a.x_off);
+    uint8_t *ring = smem + a.ring_off;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (threadIdx.x < a.ring) {
+        mbar_init(&S.full[threadIdx.x], 1 + a.cw / 128);
+        mbar_init(&S.empty[threadIdx.x], DS_WARPS);
+    }
+    for (int j = threadIdx.x; j < DS_HD / 2; j += DS_THREADS) S.inv[j] = a.inv_freq[j], S.dim[j] = a.dim_of[j];
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the barriers, as the copy engine sees them */
+    __syncthreads();
+    if (warp >= DS_WARPS) {
+        producer(a, S, ring, lane, warp - DS_WARPS);
+        return;
+    }
+    unsigned n = 0, target = 0;
+    unsigned long long *tr = a.trace ? a.trace + (size_t)blockIdx.x * a.n_layers * DS_EVENTS : NULL;
+    auto stamp = [&](int il, int e) {
+        if (tr && threadIdx.x == 0) {
+            unsigned long long t;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            tr[il * DS_EVENTS + e] = t;
+        }
+    };
+    ds_normw nw = norm_weights(a, a.L[0].ln1);
+    for (int il = 0; il < a.n_layers; il++) {
+        const ds_layer &L = a.L[il];
+        prep_norm(a, nw, x_s, S);
+        stamp(il, 0);
+        gemv_phase(a, 0, S, ring, x_s, n);
+        stamp(il, 1);
+        grid_sync(a.bar, target);
+        stamp(il, 2);
+        attn_phase(a, L, S);
+        stamp(il, 3);
+        grid_sync(a.bar, target);
+        stamp(il, 4);
+        prep_copy(a, a.o, a.nq * DS_HD, x_s);
+        stamp(il, 5);
+        gemv_phase(a, 1, S, ring, x_s, n);
+        stamp(il, 6);
+        nw = norm_weights(a, L.ln2);
+        grid_sync(a.bar, target);
+        stamp(il, 7);
+        prep_norm(a, nw, x_s, S);
+        stamp(il, 8);
+        gemv_phase(a, 2, S, ring, x_s, n);
+        stamp(il, 9);
+        grid_sync(a.bar, target);
+        stamp(il, 10);
+        prep_copy(a, a.gb, a.FF, x_s);
+        stamp(il, 11);
+        gemv_phase(a, 3, S, ring, x_s, n);
+        stamp(il, 12);
+        if (il + 1 < a.n_layers) nw = norm_weights(a, a.L[il + 1].ln1), grid_sync(a.bar, target);
+        stamp(il, 13);
+    }
+}
+
+/* ---- host ---- */
+
+static int fp8_ok(const iris_tensor *w, int64_t rows, int64_t cols) {
+    return w && w->dtype == IRIS_DT_F8_E4M3 && w->rows == rows && w->cols == cols && tld(w) == cols && w->scale &&
+           w->block[0] == 128 && w->block[1] == 128 && is_aligned16(w->data) && is_aligned16(w->scale) && rows % 16 == 0;
+}
+static int act_ok(const iris_tensor *t, int64_t rows, int64_t cols) {
+    return t && t->dtype == IRIS_DT_BF16 && t->rows == rows && t->cols == cols && tld(t) == cols && is_aligned16(t->data);
+}
+static int vec_ok(const iris_tensor *t, int64_t n, int dt) {
+    return t && t->rows * t->cols == n && (int)t->dtype == dt &&
+           (dt == IRIS_DT_BF16 || dt == IRIS_DT_F16 || dt == IRIS_DT_F32);
+}
+
+extern "C" void iris_cuda_set_decode_stack(iris_backend *b, int on) { cuda_of(b)->decode_stack = on; }
+extern "C" int iris_cuda_decode_stack_runs(iris_backend *b) { return cuda_of(b)->ds_runs; }
+
+int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
+    cuda_ctx *c = cuda_of(b);
+    const iris_attn_meta *mt = d->meta;
+    const int R = mt->n_rows, NL = d->n_layers;
+    if (!c->decode_stack || c->prop.major < 9 || !c->ds_bar || mt->n_seqs != R || R < 1 || R > DS_MAX_ROWS || NL < 1 ||
+        NL > DS_MAX_LAYERS)
+        return 1;
+    const int nq = d->n_q_heads, nkv = d->kv[0].n_kv_heads, hd = d->kv[0].head_dim;
+    const int64_t H = d->h->cols, FF = d->g->cols;
+    if (hd != DS_HD || nkv <= 0 || nq % nkv || nq / nkv > DS_GMAX || (int64_t)R * nkv > (int64_t)c->attn_count_n)
+        return 1;
+    if (!act_ok(d->h, R, H) || !act_ok(d->q, R, (int64_t)nq * hd) || !act_ok(d->k, R, (int64_t)nkv * hd) ||
+        !act_ok(d->v, R, (int64_t)nkv * hd) || !act_ok(d->o, R, (int64_t)nq * hd) || !act_ok(d->g, R, FF))
+        return 1;
+    int cw = 512;
+    while (cw >= 128 && (H % cw || FF % cw || ((int64_t)nq * hd) % cw)) cw /= 2;
+    if (cw < 128 || H > 2 * DS_WARPS * 256) return 1;
+    const int ln_dt = d->w[0][IRIS_DL_INPUT_NORM]->dtype, qk_dt = d->w[0][IRIS_DL_Q_NORM]->dtype;
+    static ds_args a; /* ~11 KB of kernel parameters (one engine thread owns the backend) */
+    memset(&a, 0, sizeof a);
+    for (int il = 0; il < NL; il++) {
+        const iris_tensor *const *w = d->w[il];
+        const iris_kv_layer *kv = &d->kv[il];
+        const int64_t shape[W_N][2] = {{(int64_t)nq * hd, H}, {(int64_t)nkv * hd, H}, {(int64_t)nkv * hd, H},
+                                       {H, (int64_t)nq * hd}, {FF, H}, {FF, H}, {H, FF}};
+        for (int i = 0; i < W_N; i++) {
+            const iris_tensor *t = w[IRIS_DL_Q + i];
+            if (!fp8_ok(t, shape[i][0], shape[i][1])) return 1;
+            a.L[il].w[i] = (const uint8_t *)t->data;
+            a.L[il].s[i] = t->scale;
+        }
+        if (ln_dt != IRIS_DT_BF16 || !is_aligned16(w[IRIS_DL_INPUT_NORM]->data) ||
+            !is_aligned16(w[IRIS_DL_POST_NORM]->data) || !vec_ok(w[IRIS_DL_INPUT_NORM], H, ln_dt) ||
+            !vec_ok(w[IRIS_DL_POST_NORM], H, ln_dt) ||
+            !vec_ok(w[IRIS_DL_Q_NORM], hd, qk_dt) || !vec_ok(w[IRIS_DL_K_NORM], hd, qk_dt))
+            return 1;
+        if (kv->dtype != IRIS_DT_BF16 || kv->n_kv_heads != nkv || kv->head_dim != hd || !kv->k || !kv->v) return 1;
+        a.L[il].ln1 = w[IRIS_DL_INPUT_NORM]->data, a.L[il].ln2 = w[IRIS_DL_POST_NORM]->data;
+        a.L[il].qn = w[IRIS_DL_Q_NORM]->data, a.L[il].kn = w[IRIS_DL_K_NORM]->data;
+        a.L[il].kc = (bf16 *)kv->k, a.L[il].vc = (bf16 *)kv->v;
+    }
+    /* shared memory: the head, x (the step's rows of the widest input), the ring of weight slots */
+    const int64_t kmax = H > FF ? (H > (int64_t)nq * hd ? H : (int64_t)nq * hd) : (FF > (int64_t)nq * hd ? FF : (int64_t)nq * hd);
+    const size_t x_off = (sizeof(ds_head) + 127) & ~(size_t)127, xld = (size_t)kmax + 8;
+    const size_t ring_off = (x_off + (size_t)R * xld * 2 + 127) & ~(size_t)127;
+    const size_t slot_bytes = 16 * (size_t)(cw + DS_PAD) + 16, smax = c->prop.sharedMemPerBlockOptin;
+    if (ring_off + DS_MIN_RING * slot_bytes > smax) return 1;
+    int ring = (int)((smax - ring_off) / slot_bytes);
+    if (ring > DS_MAX_RING) ring = DS_MAX_RING;
+    const size_t smem = ring_off + (size_t)ring * slot_bytes;
+    static size_t allowed;
+    if (smem > allowed) {
+        if (cudaFuncSetAttribute(k_decode_stack, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+            cudaGetLastError();
+            return 1;
+        }
+        allowed = smem;
+    }
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_decode_stack, DS_THREADS, smem) != cudaSuccess ||
+        per_sm < 1) {
+        cudaGetLastError();
+        return 1;
+    }
+    const int grid = c->prop.multiProcessorCount; /* one CTA an SM: every CTA resident (the grid barriers) */
+    int splits = grid / (R * nkv);
+    splits = splits < 1 ? 1 : splits > DS_MAX_SPLITS ? DS_MAX_SPLITS : splits;
+    while (splits > 1 && (size_t)R * nq * splits * (hd + 2) > c->attn_part_elems) splits--;
+    if (splits > 1 && c->attn_count_n == 0) splits = 1;
+
+    a.n_layers = NL, a.R = R, a.H = (int)H, a.FF = (int)FF, a.nq = nq, a.nkv = nkv, a.g = nq / nkv, a.cw = cw;
+    a.ring = ring, a.splits = splits, a.max_blocks = mt->max_blocks, a.pos_stride = d->pos_stride, a.xld = (int)xld;
+    a.ln_dt = ln_dt, a.qk_dt = qk_dt;
+    a.x_off = (unsigned)x_off, a.ring_off = (unsigned)ring_off, a.slot_bytes = (unsigned)slot_bytes;
+    a.eps = d->eps, a.scale = 1.0f / sqrtf((float)hd);
+    a.h = (bf16 *)d->h->data, a.q = (bf16 *)d->q->data, a.k = (bf16 *)d->k->data, a.v = (bf16 *)d->v->data;
+    a.o = (bf16 *)d->o->data, a.gb = (bf16 *)d->g->data;
+    a.part = c->attn_part, a.count = c->attn_count, a.bar = c->ds_bar;
+    a.row_seq = mt->row_seq, a.row_ctx = mt->row_ctx, a.block_tables = mt->block_tables, a.slot = mt->slot;
+    a.pos = d->pos, a.n_slots = (int64_t)d->kv[0].n_blocks * IRIS_KV_BLOCK;
+    for (int j = 0; j < hd / 2; j++) a.inv_freq[j] = d->inv_freq[j], a.dim_of[j] = d->dim_of[j];
+
+    const char *trf = getenv("IRIS_CUDA_DS_TRACE");
+    /* A measuring aid (not for graphs: a replay does not come back here): every CTA's stamps at the
+     * phase ends of every layer, written to the file $IRIS_CUDA_DS_TRACE (raw u64, [grid][layers][14])
+     * after the step; bench/ds_trace.py sums them up.  Its buffer is a cudaMalloc of its own. */
+    static unsigned long long *trace;
+    size_t trace_n = (size_t)grid * NL * DS_EVENTS;
+    if (trf && *trf) {
+        static size_t trace_cap;
+        if (trace_cap < trace_n) {
+            cudaFree(trace);
+            if (cudaMalloc((void **)&trace, trace_n * 8) != cudaSuccess) trace = NULL, trace_n = 0;
+            trace_cap = trace ? trace_n : 0;
+        }
+        a.trace = trace;
+    }
+    if (cudaMemsetAsync(c->ds_bar, 0, sizeof(unsigned), c->stream) != cudaSuccess)
+        return iris_cuda_status(b, cudaGetLastError(), "decode_layers: barrier reset");
+    k_decode_stack<<<grid, DS_THREADS, smem, c->stream>>>(a);
+    c->ds_runs++;
+    int rc = iris_cuda_check(b, "decode_layers");
+    if (!rc && a.trace) {
+        unsigned long long *h = (unsigned long long *)malloc(trace_n * 8);
+        FILE *f = h && cudaStreamSynchronize(c->stream) == cudaSuccess &&
+                          cudaMemcpy(h, a.trace, trace_n * 8, cudaMemcpyDeviceToHost) == cudaSuccess
+                      ? fopen(trf, "wb")
+                      : NULL;
+        if (f) {
+            int hdr[3] = {grid, NL, DS_EVENTS};
+            fwrite(hdr, sizeof hdr, 1, f);
+            fwrite(h, 8, trace_n, f);
+            fclose(f);
+        }
+        free(h);
+    }
+    return rc;
+}
