@@ -378,7 +378,12 @@ static __device__ __forceinline__ void qk_head(const bf16 *x, const float *wv, c
  * o_proj's and down_proj's GEMV doing the residual add and the next RMSNorm in its last CTA to
  * finish (fence, counter, the norm by that CTA) instead of k_add_rms_block after it: 2B-FP8 batch 1
  * 625 -> 598, batch 8 3,533 -> 2,355, 4B-FP8 batch 1 305 -> 282 (a kernel boundary under PDL costs
- * less than that serial tail). */
+ * less than that serial tail).  Nor the other way round: the q/k/v and gate/up GEMV making its own x
+ * from the residual stream (each CTA: h + d and the RMSNorm into shared memory after pdl_wait, the
+ * norm weight copied in before it, CTA 0 storing h + d to a second residual buffer; add_rms_norm's
+ * kernel gone, same bits): 2B-FP8 batch 1 638, 639 -> 624, 627 tok/s, batch 2 1,207 -> 1,113, batch 4
+ * 2,245 -> 1,978, 4B-FP8 batch 1 308 -> 277 (H100, alternating runs; every CTA's own trip for h and
+ * its reduction cost more than the kernel they replace). */
 static __device__ __forceinline__ void pdl_launch_next() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
