@@ -136,6 +136,11 @@ struct ds_head {
     } u;
 };
 
+/* The device code is sm_90's (bulk copies, mbarrier waits): older targets compile the kernel empty
+ * (never launched there: the host declines before sm_90). */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define DS_DEVICE 1
+
 /* ---- mbarriers, bulk copies, barriers ---- */
 
 static __device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
@@ -590,7 +595,10 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
     }
 }
 
+#endif /* sm_90 */
+
 __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_constant__ ds_args a) {
+#ifdef DS_DEVICE
     extern __shared__ __align__(1024) uint8_t smem[];
     ds_head &S = *(ds_head *)smem;
     bf16 *x_s = (bf16 *)(smem + a.x_off);
@@ -649,6 +657,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         if (il + 1 < a.n_layers) nw = norm_weights(a, a.L[il + 1].ln1), grid_sync(a.bar, target);
         stamp(il, 13);
     }
+#endif
 }
 
 /* ---- host ---- */
