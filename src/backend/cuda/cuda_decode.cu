@@ -85,7 +85,6 @@
 #define DS_MAX_SPLITS 64
 #define DS_DU 2                          /* key rounds in flight in the attention walk */
 #define DS_EVENTS 14                     /* trace stamps a layer (k_decode_stack) */
-#define DS_U 1                           /* ring chunks a consumer warp takes at once (measured: 1 best) */
 
 enum { W_Q, W_K, W_V, W_O, W_G, W_U, W_D, W_N };
 
@@ -313,51 +312,48 @@ static __device__ void prep_copy(const ds_args &a, const bf16 *src, int K, bf16 
     cons_sync();
 }
 
-/* The tiles of phase ph (0 q/k/v, 1 o_proj, 2 gate/up, 3 down_proj) this CTA owns; n counts the
- * ring's chunks.  A warp takes DS_U chunks at a time (their super-steps into DS_U accumulators, so
- * the dequantization and the mma chains of DS_U chunks overlap), then frees their slots; chunk q
- * of a tile belongs to matrix q % mats (gate, up alternate), so accumulator u to matrix u % mats. */
-template <int U>
-static __device__ void gemv_phase_u(const ds_args &a, int ph, ds_head &S, const uint8_t *ring, const bf16 *x_s,
-                                    unsigned &n) {
+/* Where the consumers are in the ring: the next chunk's slot and the parity of its fill. */
+struct ds_cursor {
+    int slot;
+    unsigned parity;
+};
+
+/* The tiles of phase PH (0 q/k/v, 1 o_proj, 2 gate/up, 3 down_proj) this CTA owns.  A chunk holds
+ * ss = cw / 64 super-steps of its tile; of chunk ch, warp w takes super-step w % ss when ch ≡ w / ss
+ * (mod DS_WARPS / ss), so each super-step of the tile is one warp's.  Chunk q of a tile belongs to
+ * matrix q % mats (gate, up alternate).  The loop keeps its indices by increments: at decode sizes a
+ * division per chunk was as much work as the products (Nsight Compute: 241 instructions a
+ * super-step, 96 of them the dequantization). */
+template <int PH>
+static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *ring, const bf16 *x_s, ds_cursor &cur) {
+    constexpr int mats = PH == 2 ? 2 : 1;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int cw = a.cw, K = ph_k(a, ph), nch = K / cw, ss = cw / 64, mats = ph == 2 ? 2 : 1, nq = nch * mats;
-    const int rs = cw + DS_PAD;
-    const bf16 *xr = x_s + min(g, a.R - 1) * a.xld;
-    for (int tile = blockIdx.x; tile < ph_tiles(a, ph); tile += gridDim.x) {
-        constexpr int UA = U < 2 ? 2 : U; /* accumulator i takes matrix i % mats's chunks */
-        float acc[UA][1][4] = {};
-        for (int q0 = 0; q0 < nq; q0 += U) {
-            const int cnt = min(U, nq - q0);
+    const int cw = a.cw, nch = ph_k(a, PH) / cw, ss = cw / 64, per = DS_WARPS / ss;
+    const int my_j = warp % ss, my_grp = warp / ss, rs = cw + DS_PAD;
+    const int wcol = my_j * 64 + t * 16, sc_i = my_j / 2;
+    const uint8_t *w_off = ring + g * rs + wcol;                       /* + the slot's offset */
+    const bf16 *xb = x_s + min(g, a.R - 1) * a.xld + wcol;             /* + the chunk's columns */
+    const unsigned slot_bytes = a.slot_bytes;
+    for (int tile = blockIdx.x; tile < ph_tiles(a, PH); tile += gridDim.x) {
+        float c[2][1][4] = {};
+        int chm = 0;
+        for (int ch = 0; ch < nch; ch++) {
+            const bf16 *xp = xb + ch * cw;
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                if (u < cnt) mbar_wait(&S.full[(n + u) % a.ring], ((n + u) / a.ring) & 1);
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (u >= cnt) continue;
-                /* the chunk's super-steps are the tile's ch·ss .. ch·ss + ss - 1; this warp's is j, if any */
-                const int ch = (q0 + u) / mats, j = warp % ss;
-                if (ch % (DS_WARPS / ss) != warp / ss) continue;
-                const uint8_t *sl = ring + (size_t)((n + u) % a.ring) * a.slot_bytes;
-                const float *sc = (const float *)(sl + 16 * rs);
-                const int col = j * 64 + t * 16;
-                const bf16 *xp = xr + ch * cw + col;
-                uint4 x0 = *(const uint4 *)xp, x1 = *(const uint4 *)(xp + 8);
-                const uint32_t X[1][8] = {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}};
-                step_mma<1>(acc[U < 2 ? (q0 + u) % mats : u], *(const uint4 *)(sl + g * rs + col), *(const uint4 *)(sl + (g + 8) * rs + col),
-                            sc[j / 2], X);
+            for (int m = 0; m < mats; m++) {
+                mbar_wait(&S.full[cur.slot], cur.parity);
+                if (chm == my_grp) {
+                    const unsigned so = (unsigned)cur.slot * slot_bytes;
+                    const float *sc = (const float *)(ring + so + 16 * rs);
+                    uint4 x0 = *(const uint4 *)xp, x1 = *(const uint4 *)(xp + 8);
+                    const uint32_t X[1][8] = {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}};
+                    step_mma<1>(c[m], *(const uint4 *)(w_off + so), *(const uint4 *)(w_off + so + 8 * rs), sc[sc_i], X);
+                }
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&S.empty[cur.slot]);
+                if (++cur.slot == a.ring) cur.slot = 0, cur.parity ^= 1;
             }
-            __syncwarp();
-            if (lane < cnt) mbar_arrive(&S.empty[(n + lane) % a.ring]);
-            n += cnt;
-        }
-        float c[2][1][4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            c[0][0][k] = acc[0][0][k], c[1][0][k] = acc[1][0][k];
-#pragma unroll
-            for (int i = 2; i < UA; i++) c[i & 1][0][k] += acc[i][0][k];
-            if (mats == 1) c[0][0][k] += c[1][0][k];
+            if (++chm == per) chm = 0;
         }
         /* c[m][0][0], [1]: row g, tokens 2t, 2t + 1; [2], [3]: row g + 8 */
 #pragma unroll
@@ -377,11 +373,11 @@ static __device__ void gemv_phase_u(const ds_args &a, int ph, ds_head &S, const 
                 s0 += S.u.red[w][0][row][tok];
                 if (mats == 2) s1 += S.u.red[w][1][row][tok];
             }
-            int r0, wi = ph_mat(a, ph, tile, 0, &r0), r = r0 + row;
-            if (ph == 0) {
+            int r0, wi = ph_mat(a, PH, tile, 0, &r0), r = r0 + row;
+            if (PH == 0) {
                 bf16 *y = wi == W_Q ? a.q + (int64_t)tok * a.nq * DS_HD : (wi == W_K ? a.k : a.v) + (int64_t)tok * a.nkv * DS_HD;
                 y[r] = f2bf(s0);
-            } else if (ph == 2) { /* linear, linear, silu_mul */
+            } else if (PH == 2) { /* linear, linear, silu_mul */
                 float gg = round_bf16(s0), uu = round_bf16(s1);
                 a.gb[(int64_t)tok * a.FF + r] = f2bf(round_bf16(gg / (1.0f + expf(-gg))) * uu);
             } else { /* the linear's bf16 output added into the residual stream */
@@ -391,11 +387,6 @@ static __device__ void gemv_phase_u(const ds_args &a, int ph, ds_head &S, const 
         }
         cons_sync();
     }
-}
-
-static __device__ __forceinline__ void gemv_phase(const ds_args &a, int ph, ds_head &S, const uint8_t *ring,
-                                                  const bf16 *x_s, unsigned &n) {
-    gemv_phase_u<DS_U>(a, ph, S, ring, x_s, n);
 }
 
 /* Phase 2: the attention items this CTA owns (cuda_attn.cu's k_attn_decode with QK, for 8 warps:
@@ -615,7 +606,8 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         producer(a, S, ring, lane, warp - DS_WARPS);
         return;
     }
-    unsigned n = 0, target = 0;
+    unsigned target = 0;
+    ds_cursor cur = {0, 0};
     unsigned long long *tr = a.trace ? a.trace + (size_t)blockIdx.x * a.n_layers * DS_EVENTS : NULL;
     auto stamp = [&](int il, int e) {
         if (tr && threadIdx.x == 0) {
@@ -629,7 +621,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         const ds_layer &L = a.L[il];
         prep_norm(a, nw, x_s, S);
         stamp(il, 0);
-        gemv_phase(a, 0, S, ring, x_s, n);
+        gemv_phase<0>(a, S, ring, x_s, cur);
         stamp(il, 1);
         grid_sync(a.bar, target);
         stamp(il, 2);
@@ -639,20 +631,20 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         stamp(il, 4);
         prep_copy(a, a.o, a.nq * DS_HD, x_s);
         stamp(il, 5);
-        gemv_phase(a, 1, S, ring, x_s, n);
+        gemv_phase<1>(a, S, ring, x_s, cur);
         stamp(il, 6);
         nw = norm_weights(a, L.ln2);
         grid_sync(a.bar, target);
         stamp(il, 7);
         prep_norm(a, nw, x_s, S);
         stamp(il, 8);
-        gemv_phase(a, 2, S, ring, x_s, n);
+        gemv_phase<2>(a, S, ring, x_s, cur);
         stamp(il, 9);
         grid_sync(a.bar, target);
         stamp(il, 10);
         prep_copy(a, a.gb, a.FF, x_s);
         stamp(il, 11);
-        gemv_phase(a, 3, S, ring, x_s, n);
+        gemv_phase<3>(a, S, ring, x_s, cur);
         stamp(il, 12);
         if (il + 1 < a.n_layers) nw = norm_weights(a, a.L[il + 1].ln1), grid_sync(a.bar, target);
         stamp(il, 13);
