@@ -90,7 +90,9 @@ static uint16_t *dget(iris_backend *b, const void *d, size_t n) {
 }
 
 /* One decode step of len(n_past) sequences through n_layers random layers, both ways. */
-static void check_stack(iris_backend *b, int H, int FF, int nq, int nkv, int n_layers, const int *n_past, int R) {
+/* want_run 0: the backend must decline the step (decode_layers returns 1), nothing else checked. */
+static void check_stack(iris_backend *b, int H, int FF, int nq, int nkv, int n_layers, const int *n_past, int R,
+                        int want_run) {
     const int hd = 128, qw = nq * hd, kw = nkv * hd;
     const float eps = 1e-6f;
     dev_mem m = {.b = b};
@@ -158,6 +160,12 @@ static void check_stack(iris_backend *b, int H, int FF, int nq, int nkv, int n_l
                                     .inv_freq = inv, .meta = &meta};
             REQUIRE(b->decode_layers != NULL);
             rc = b->decode_layers(b, &ds);
+            if (!want_run) {
+                CHECKF(rc == 1, "decode_layers took a step of %d rows it should decline (rc %d)", R, rc);
+                free(kv), free(out[0]), free(cache[0]);
+                out[0] = out[1] = cache[0] = cache[1] = NULL;
+                goto done;
+            }
         } else {
             for (int il = 0; !rc && il < n_layers; il++) {
                 const iris_tensor *const *w = wl[il];
@@ -211,6 +219,7 @@ static void check_stack(iris_backend *b, int H, int FF, int nq, int nkv, int n_l
     CHECKF(maxd <= 1e-2 * maxref, "%s: h differs by %g (max %g)", what, maxd, maxref);
     CHECKF(maxcd <= 1e-2 * maxc, "%s: new cache rows differ by %g (max %g)", what, maxcd, maxc);
     CHECKF(moved == 0, "%s: %lld cache values outside the step's slots changed", what, (long long)moved);
+done:
     for (int i = 0; i < m.n; i++) b->free(b, m.bufs[i]);
     free(bt), free(pos), free(W), free(wl), free(h0), free(c0);
     for (int p = 0; p < 2; p++) free(out[p]), free(cache[p]);
@@ -226,12 +235,18 @@ IRIS_TEST(gpu_ops_decode_stack) {
     REQUIRE(iris_backend_cuda_open(0, (size_t)2 << 30, &b, &err) == 0);
     iris_cuda_set_decode_stack(b, 1); /* opt-in (cuda_decode.cu) */
     const int p1[] = {1023}, p3[] = {0, 37, 700}, p4[] = {2999, 15, 16, 1}, p0[] = {0};
-    check_stack(b, 2048, 6144, 16, 8, 2, p1, 1); /* 2B's shapes */
-    check_stack(b, 2048, 6144, 16, 8, 2, p0, 1);
-    check_stack(b, 2048, 6144, 16, 8, 2, p3, 3);
-    check_stack(b, 2560, 9728, 32, 8, 2, p1, 1); /* 4B's */
-    check_stack(b, 2560, 9728, 32, 8, 2, p4, 4);
-    check_stack(b, 128, 384, 2, 1, 3, p3, 3);    /* narrow (the tiny synth shape): 128-column chunks */
+    check_stack(b, 2048, 6144, 16, 8, 2, p1, 1, 1); /* 2B's shapes */
+    check_stack(b, 2048, 6144, 16, 8, 2, p0, 1, 1);
+    check_stack(b, 2048, 6144, 16, 8, 2, p3, 3, 1);
+    check_stack(b, 2560, 9728, 32, 8, 2, p1, 1, 1); /* 4B's */
+    check_stack(b, 2560, 9728, 32, 8, 2, p4, 4, 1);
+    check_stack(b, 128, 384, 2, 1, 3, p3, 3, 1);    /* narrow (the tiny synth shape): 128-column chunks */
+    /* the default takes 1-2 rows, and 3-4 only for layers of 64 MiB or more (cuda_decode.cu) */
+    iris_cuda_set_decode_stack(b, -1);
+    check_stack(b, 2048, 6144, 16, 8, 2, p3, 2, 1);
+    check_stack(b, 2048, 6144, 16, 8, 2, p3, 3, 0);
+    check_stack(b, 2560, 9728, 32, 8, 2, p4, 4, 1);
+    iris_cuda_set_decode_stack(b, 1);
     /* what it declines leaves the step to the ops: more than 4 rows */
     iris_tensor h = tview(NULL, IRIS_DT_BF16, 5, 2048);
     iris_attn_meta meta = {5, NULL, NULL, NULL, 1, NULL, 5};

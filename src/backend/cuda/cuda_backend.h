@@ -52,9 +52,10 @@ void iris_cuda_set_gemv_smem(iris_backend *b, int on);
  * IRIS_CUDA_QK_ATTN=0 at open); off: the two kernels. */
 void iris_cuda_set_qk_attn(iris_backend *b, int on);
 /* Decode-only steps of 1..4 sequences through every decoder layer in one persistent kernel
- * (backend.h decode_layers, cuda_decode.cu; off unless IRIS_CUDA_DECODE_STACK=1 at open: measured
- * slower than the ops one by one so far); off: the ops. */
-void iris_cuda_set_decode_stack(iris_backend *b, int on);
+ * (backend.h decode_layers, cuda_decode.cu): mode -1 where it measured faster than the ops (the
+ * default: 1-2 sequences, 3-4 for decoder layers of 64 MiB or more), 1 every step it takes, 0 never
+ * (IRIS_CUDA_DECODE_STACK=1 / 0 at open). */
+void iris_cuda_set_decode_stack(iris_backend *b, int mode);
 /* Launches of that kernel so far (graph captures included; replays not), for the tests. */
 int iris_cuda_decode_stack_runs(iris_backend *b);
 

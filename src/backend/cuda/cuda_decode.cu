@@ -1,8 +1,7 @@
 /* cuda_decode.cu: every decoder layer of a decode-only step of 1..4 sequences in one persistent
- * kernel (backend.h decode_layers), for FP8 checkpoints on sm_90 and newer.  Off by default
- * (IRIS_CUDA_DECODE_STACK=1 or iris_cuda_set_decode_stack turns it on): measured slower than the
- * ops one by one, below; kept, tested, as the base of the persistent decode kernel that issue #5
- * still needs.
+ * kernel (backend.h decode_layers), for FP8 checkpoints on sm_90 and newer.  By default it takes the
+ * steps where it measured faster than the ops one by one (iris_cuda_decode_layers: 1-2 sequences,
+ * 3-4 for 4B-sized layers); IRIS_CUDA_DECODE_STACK=1 every step it can, =0 none.
  *
  * Why: op by op, a batch-1 decode layer is ~9 kernels whose every boundary drains the GPU: each
  * GEMV fills the SMs' registers, so the next kernel's CTAs (and their early weight loads) start
@@ -41,32 +40,27 @@
  * weights, an E4M3 KV cache, head_dim other than 128, GQA groups over 4, hidden sizes over 4,096,
  * more than 4 rows, shapes not in whole 16-row tiles or 128-column chunks, cards before sm_90.
  *
- * Measured (H100, 2B-FP8 synth checkpoint, batch 1 at a 1,024-token context, iris bench; per-phase
- * times from IRIS_CUDA_DS_TRACE and bench/ds_trace.py, the latest CTA's stamps):
- *   - the ops: 615-634 tok/s; this kernel: 457 tok/s as first written (one producer warp, ~69 us a
- *     layer), ~495 at best (4 producers, one chunk at a time; ~64 us a layer: q/k/v 6.5, attention
- *     12.3, o 3.8, gate/up 19.6, down 9.9, five barriers 1.0-1.7 each, norms 1.5-2.0).
- *   - the weight stream alone (consumers only waiting and freeing slots, GEMV phases only): one
- *     producer warp 39 us a layer (1.27 TB/s; bulk copies) or 57 (cp.async); four 23.6 (2.1 TB/s).
- *     With the products it is 38-43 us: the consumers' ~0.3-0.6 us a chunk keeps slots from
- *     refilling, and the ring (~20 slots of 8 KB an SM) is what is in flight.
- *   - the latency-bound phases do not hide under the stream: the ring covers ~8 us of an SM's
- *     share, the attention, norms and barriers take ~25 us, and their own loads queue behind the
- *     stream's (attention 12-16 us here against ~14 us as its own kernel).
- *   - taking 4 chunks a warp at once (more products in flight) freed slots later: slower.
- *   - Nsight Compute on one launch (SM clock locked at 1.49 GHz: 1.86 ms): 0.34 instructions issued a
- *     scheduler a cycle, 3 warps a scheduler (12 warps: registers, 168 each, and shared memory allow
- *     one CTA); stalls 28% long scoreboard, 24% wait, 16% barrier; the producers' waits for free
- *     slots are ~22% of all samples (they wait 2/3 of the time: the ring is full, the consumers are
- *     behind); a consumer warp spends ~240 instructions on a chunk's super-step (1 KB of weights:
- *     the dequantization, 6 instructions a weight pair, is most of it), in dependent chains with
- *     only 2 consumer warps a scheduler to hide them; 646 K local-memory (spill) requests.
- * What it would take: consumers several times faster per chunk (more warps, which the 168-register
- * budget of 12 warps and the attention's registers forbid as written: e.g. 16 warps at 128 registers
- * with the attention in fewer registers; or the chunk's dequantization split over more lanes), the
- * attention's merge and
- * the barriers off the stream's queues (cluster-wide merges in distributed shared memory, per-tile
- * flags instead of grid barriers), and bigger copies (2-D tensor maps) than 16 rows of 512 bytes. */
+ * Measured (H100, synth checkpoints, 1,024-token context, iris bench with graphs; per-phase times
+ * from IRIS_CUDA_DS_TRACE and bench/ds_trace.py, the latest CTA's stamps, graphs off):
+ *   - now: 2B-FP8 batch 1 676-678 tok/s against 629 op by op, 4B-FP8 362-364 against 307-309 (the
+ *     rule above for more rows); a 2B layer ~43.7 us: q/k/v 3.0, attention 12.5, o 2.1, gate/up 8.4,
+ *     down 4.8, five barriers 1.0-2.7 each, norms 1.5 + 0.9.
+ *   - as first written (one producer warp, divisions in the chunk loop): 457 tok/s, ~69 us a layer.
+ *     The weight stream alone (consumers only waiting and freeing slots) took 39 us a layer with one
+ *     producer warp (1.27 TB/s; cp.async instead of bulk copies: 57), 23.6 with four (2.1 TB/s).
+ *     Nsight Compute then: 0.34 instructions issued a scheduler a cycle, 3 warps a scheduler (12
+ *     warps, 168 registers each, one CTA an SM), the producers waiting for free slots 2/3 of the time
+ *     (the consumers behind), a consumer super-step (1 KB of weights) 241 instructions of which 96
+ *     the dequantization and ~120 the divisions of the ring and owner arithmetic: taking those by
+ *     increments made the GEMV phases 38 -> 18 us a layer.
+ *   - tried and dropped: taking 4 chunks a warp at once (slots freed later: slower); L2 bulk
+ *     prefetches of each attention item's keys before the layer (attention 12.4 -> 11.3 us, the rest
+ *     slower: 677 -> 663 tok/s); the grid barrier over 8 counters instead of one (no change);
+ *     the split merge in one round trip with an acquire-release atomic, with 4 key rounds in flight
+ *     for groups of 2 (registers spilled: 2B 677 -> 655, 4B 363 -> 340).
+ * What is left: the attention (12.5 us, its own loads queue behind the weight stream, and the last
+ * split's merge is a serial tail), the five grid barriers (~9 us), and the consumers' registers (168
+ * with 12 warps; the attention spills a little). */
 #include <stdio.h>
 
 #include "cuda_internal.cuh"
@@ -666,7 +660,7 @@ static int vec_ok(const iris_tensor *t, int64_t n, int dt) {
            (dt == IRIS_DT_BF16 || dt == IRIS_DT_F16 || dt == IRIS_DT_F32);
 }
 
-extern "C" void iris_cuda_set_decode_stack(iris_backend *b, int on) { cuda_of(b)->decode_stack = on; }
+extern "C" void iris_cuda_set_decode_stack(iris_backend *b, int mode) { cuda_of(b)->decode_stack = mode; }
 extern "C" int iris_cuda_decode_stack_runs(iris_backend *b) { return cuda_of(b)->ds_runs; }
 
 int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
@@ -686,6 +680,13 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     int cw = 512;
     while (cw >= 128 && (H % cw || FF % cw || ((int64_t)nq * hd) % cw)) cw /= 2;
     if (cw < 128 || H > 2 * DS_WARPS * 256) return 1;
+    /* By default (mode -1) only where it measured faster than the ops (H100, iris bench, 1,024-token
+     * context, alternating runs): 1-2 rows, and 3-4 where a layer's weights take long enough to stream
+     * to cover 3-4 rows' attention: 2B-FP8 (50 MB a layer) batch 1 629 -> 677 tok/s, batch 2 1,199 ->
+     * 1,245, batch 4 2,222 -> 2,097 (slower); 4B-FP8 (101 MB) batch 1 308 -> 363, batch 2 613 -> 673,
+     * batch 4 1,021 -> 1,158. */
+    const int64_t layer_bytes = ((int64_t)(nq + 2 * nkv) * hd + 3 * FF) * H + H * (int64_t)nq * hd;
+    if (c->decode_stack < 0 && R > 2 && layer_bytes < ((int64_t)64 << 20)) return 1;
     const int ln_dt = d->w[0][IRIS_DL_INPUT_NORM]->dtype, qk_dt = d->w[0][IRIS_DL_Q_NORM]->dtype;
     static ds_args a; /* ~11 KB of kernel parameters (one engine thread owns the backend) */
     memset(&a, 0, sizeof a);

@@ -69,7 +69,8 @@ struct cuda_ctx {
     int attn_min_keys;      /* decode attention: keys a context split takes at least (IRIS_CUDA_ATTN_MIN_KEYS) */
     int pdl;                /* decode kernels launched as programmatic dependents (sm_90+; IRIS_CUDA_PDL=0: off) */
     int qk_attn;            /* decode attention does qk_norm_rope_kv itself (IRIS_CUDA_QK_ATTN=0: off) */
-    int decode_stack;       /* decode_layers: the persistent decode kernel (cuda_decode.cu; IRIS_CUDA_DECODE_STACK=1: on) */
+    int decode_stack;       /* decode_layers, the persistent decode kernel (cuda_decode.cu): -1 where measured faster
+                               (the default), 1 every step it takes, 0 off (IRIS_CUDA_DECODE_STACK=1 / 0) */
     unsigned *ds_bar;       /* its grid barrier's counter (carved at open, zeroed before each launch) */
     int ds_runs;            /* its launches (graph captures included), for the tests */
     int fp8_mma_noted;      /* said once that cuBLASLt had no block-scaled FP8 algorithm */

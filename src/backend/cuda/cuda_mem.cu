@@ -453,8 +453,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->attn_min_keys = mk && atoi(mk) >= 16 ? atoi(mk) : 32;
     c->pdl = c->prop.major >= 9 && env_on("IRIS_CUDA_PDL");
     c->qk_attn = env_on("IRIS_CUDA_QK_ATTN");
-    const char *ds = getenv("IRIS_CUDA_DECODE_STACK"); /* opt-in: slower than the ops so far (cuda_decode.cu) */
-    c->decode_stack = ds && !strcmp(ds, "1");
+    const char *ds = getenv("IRIS_CUDA_DECODE_STACK"); /* 0 off, 1 every step it takes, else where it is faster */
+    c->decode_stack = ds && !strcmp(ds, "0") ? 0 : ds && !strcmp(ds, "1") ? 1 : -1;
 
     b->name = "cuda";
     b->act = IRIS_DT_BF16;
