@@ -57,7 +57,10 @@
  *     prefetches of each attention item's keys before the layer (attention 12.4 -> 11.3 us, the rest
  *     slower: 677 -> 663 tok/s); the grid barrier over 8 counters instead of one (no change);
  *     the split merge in one round trip with an acquire-release atomic, with 4 key rounds in flight
- *     for groups of 2 (registers spilled: 2B 677 -> 655, 4B 363 -> 340).
+ *     for groups of 2 (registers spilled: 2B 677 -> 655, 4B 363 -> 340); the same merge alone, and
+ *     with the attention waiting on per-kv-head counters of its q/k/v tiles instead of the grid
+ *     barrier before it (2B 676-680 -> 675-690 tok/s, batch 2 1,245-1,253 -> 1,234-1,280; 4B 363 ->
+ *     346-358: the longer-lived prologue registers spilled more).
  * What is left: the attention (12.5 us, its own loads queue behind the weight stream, and the last
  * split's merge is a serial tail), the five grid barriers (~9 us), and the consumers' registers (168
  * with 12 warps; the attention spills a little). */
