@@ -322,16 +322,7 @@ IRIS_TEST(gpu_text_decode_stack) {
         CHECKF(runs == steps, "tiny-fp8, %d sequence(s): the persistent kernel ran %d times in %d steps", ns, runs, steps);
         float d = max_abs_diff(a, s, (int64_t)n), top = 0;
         for (size_t i = 0; i < n; i++) top = fabsf(a[i]) > top ? fabsf(a[i]) : top;
-        int same = 0, decided = 0;
-        for (int r = 0; r < steps * ns; r++) {
-            const float *la = a + (size_t)r * V, *ls = s + (size_t)r * V;
-            int ba = 0, bs = 0;
-            for (int v = 1; v < V; v++) ba = la[v] > la[ba] ? v : ba, bs = ls[v] > ls[bs] ? v : bs;
-            float second = -INFINITY;
-            for (int v = 0; v < V; v++)
-                if (v != ba && la[v] > second) second = la[v];
-            if (la[ba] - second > 2 * d) decided++, same += ba == bs;
-        }
+        int decided = 0, same = tiny_greedy_same(s, a, steps * ns, V, 2 * d, &decided);
         printf("  tiny-fp8, %d sequence(s), %d decode steps: max|d| %.3g of max|logit| %.3g; greedy tokens equal on "
                "%d of %d decided rows\n", ns, steps, d, top, same, decided);
         CHECK(d <= 1e-2f * top);

@@ -357,16 +357,7 @@ static void check_fp8_kv(const char *model, const char *scenario, const tmodel *
     const float *ref = sc->logits.f32;
     float d = max_abs(logits, ref, (int64_t)n * V), lo = INFINITY, hi = -INFINITY;
     for (int64_t i = 0; i < (int64_t)n * V; i++) lo = ref[i] < lo ? ref[i] : lo, hi = ref[i] > hi ? ref[i] : hi;
-    int checked = 0, same = 0;
-    for (int r = 0; r < n; r++) {
-        const float *a = logits + (size_t)r * V, *w = ref + (size_t)r * V;
-        int ia = 0, i1 = 0;
-        for (int v = 1; v < V; v++) ia = a[v] > a[ia] ? v : ia, i1 = w[v] > w[i1] ? v : i1;
-        float second = -INFINITY;
-        for (int v = 0; v < V; v++)
-            if (v != i1 && w[v] > second) second = w[v];
-        if (w[i1] - second > 2 * d) checked++, same += ia == i1;
-    }
+    int checked = 0, same = tiny_greedy_same(logits, ref, n, V, 2 * d, &checked);
     printf("  %s / %s, fp8 KV: logits max-abs %.3g (range %.3g: %.2f%%); greedy equal on %d of %d clear rows\n",
            model, scenario, d, hi - lo, 100 * d / (hi - lo), same, checked);
     CHECKF(d <= 0.0625f * (hi - lo) && d > TOL, "%s/%s: fp8 KV logits max-abs %g: not in (%g, 2^-4 of %g]",

@@ -2,6 +2,7 @@
  * through src/base/npy.h). */
 #include "tiny_fixture.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,21 @@ int tiny_exists(const char *rel) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", TINY_DIR, rel);
     return access(path, R_OK) == 0;
+}
+
+int tiny_greedy_same(const float *got, const float *ref, int rows, int V, float margin, int *decided) {
+    int same = 0;
+    *decided = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *g = got + (size_t)r * V, *w = ref + (size_t)r * V;
+        int ig = 0, iw = 0;
+        for (int v = 1; v < V; v++) ig = g[v] > g[ig] ? v : ig, iw = w[v] > w[iw] ? v : iw;
+        float second = -INFINITY;
+        for (int v = 0; v < V; v++)
+            if (v != iw && w[v] > second) second = w[v];
+        if (w[iw] - second > margin) ++*decided, same += ig == iw;
+    }
+    return same;
 }
 
 static int read_i64(const char *path, tiny_arr *out) {

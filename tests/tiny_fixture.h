@@ -20,5 +20,8 @@ typedef struct tiny_arr {
 int tiny_load(const char *rel, tiny_arr *out);
 void tiny_free(tiny_arr *a);
 int tiny_exists(const char *rel);
+/* Greedy agreement of logits `got` with `ref` ([rows, V] each): of the rows whose reference top-2
+ * margin exceeds `margin` (*decided of them), how many have the same arg-max in got. */
+int tiny_greedy_same(const float *got, const float *ref, int rows, int V, float margin, int *decided);
 
 #endif
