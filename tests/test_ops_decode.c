@@ -241,9 +241,12 @@ IRIS_TEST(gpu_ops_decode_stack) {
     check_stack(b, 2560, 9728, 32, 8, 2, p1, 1, 1); /* 4B's */
     check_stack(b, 2560, 9728, 32, 8, 2, p4, 4, 1);
     check_stack(b, 128, 384, 2, 1, 3, p3, 3, 1);    /* narrow (the tiny synth shape): 128-column chunks */
-    /* the default takes 1-2 rows, and 3-4 only for layers of 64 MiB or more (cuda_decode.cu) */
+    /* the default takes 1-2 rows within 3,072 tokens, and 1-4 at any length only for layers of 64 MiB
+     * or more (cuda_decode.cu) */
     iris_cuda_set_decode_stack(b, -1);
-    check_stack(b, 2048, 6144, 16, 8, 2, p3, 2, 1);
+    const int p2[] = {3071, 5}, p2l[] = {3072, 5};
+    check_stack(b, 2048, 6144, 16, 8, 2, p2, 2, 1);
+    check_stack(b, 2048, 6144, 16, 8, 2, p2l, 2, 0);
     check_stack(b, 2048, 6144, 16, 8, 2, p3, 3, 0);
     check_stack(b, 2560, 9728, 32, 8, 2, p4, 4, 1);
     iris_cuda_set_decode_stack(b, 1);

@@ -1,7 +1,8 @@
 /* cuda_decode.cu: every decoder layer of a decode-only step of 1..4 sequences in one persistent
  * kernel (backend.h decode_layers), for FP8 checkpoints on sm_90 and newer.  By default it takes the
- * steps where it measured faster than the ops one by one (iris_cuda_decode_layers: 1-2 sequences,
- * 3-4 for 4B-sized layers); IRIS_CUDA_DECODE_STACK=1 every step it can, =0 none.
+ * steps where it measured faster than the ops one by one (iris_cuda_decode_layers: 1-2 sequences
+ * within 3,072 tokens, and 1-4 at any length for 4B-sized layers); IRIS_CUDA_DECODE_STACK=1 every
+ * step it can, =0 none.
  *
  * Why: op by op, a batch-1 decode layer is ~9 kernels whose every boundary drains the GPU: each
  * GEMV fills the SMs' registers, so the next kernel's CTAs (and their early weight loads) start
@@ -687,9 +688,11 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
      * context, alternating runs): 1-2 rows, and 3-4 where a layer's weights take long enough to stream
      * to cover 3-4 rows' attention: 2B-FP8 (50 MB a layer) batch 1 629 -> 677 tok/s, batch 2 1,199 ->
      * 1,245, batch 4 2,222 -> 2,097 (slower); 4B-FP8 (101 MB) batch 1 308 -> 363, batch 2 613 -> 673,
-     * batch 4 1,021 -> 1,158. */
+     * batch 4 1,021 -> 1,158; and, the attention's share growing with the context, not past 3,072
+     * tokens for the smaller layers: at 4,096 tokens batch 1 2B 542 -> 537, 4B 263 -> 296. */
     const int64_t layer_bytes = ((int64_t)(nq + 2 * nkv) * hd + 3 * FF) * H + H * (int64_t)nq * hd;
-    if (c->decode_stack < 0 && R > 2 && layer_bytes < ((int64_t)64 << 20)) return 1;
+    const int big = layer_bytes >= ((int64_t)64 << 20);
+    if (c->decode_stack < 0 && !big && (R > 2 || (int64_t)mt->max_blocks * IRIS_KV_BLOCK > 3072)) return 1;
     const int ln_dt = d->w[0][IRIS_DL_INPUT_NORM]->dtype, qk_dt = d->w[0][IRIS_DL_Q_NORM]->dtype;
     static ds_args a; /* ~11 KB of kernel parameters (one engine thread owns the backend) */
     memset(&a, 0, sizeof a);
