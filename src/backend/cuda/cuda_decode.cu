@@ -335,6 +335,12 @@ static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *r
     for (int tile = blockIdx.x; tile < ph_tiles(a, PH); tile += gridDim.x) {
         float c[2][1][4] = {};
         int chm = 0;
+        /* o_proj, down_proj: the residual values the epilogue adds to, loaded now, not after the
+         * products (the rows of tile t are this CTA's in both phases and every layer, and the thread
+         * that reads one wrote it last) */
+        bf16 h_old = f2bf(0.0f);
+        if ((PH == 1 || PH == 3) && (int)(threadIdx.x >> 4) < a.R)
+            h_old = __ldcg(a.h + (int64_t)(threadIdx.x >> 4) * a.H + tile * 16 + (threadIdx.x & 15));
         for (int ch = 0; ch < nch; ch++) {
             const bf16 *xp = xb + ch * cw;
 #pragma unroll
@@ -379,8 +385,7 @@ static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *r
                 float gg = round_bf16(s0), uu = round_bf16(s1);
                 a.gb[(int64_t)tok * a.FF + r] = f2bf(round_bf16(gg / (1.0f + expf(-gg))) * uu);
             } else { /* the linear's bf16 output added into the residual stream */
-                bf16 *hp = a.h + (int64_t)tok * a.H + r;
-                *hp = f2bf(bf2f(__ldcg(hp)) + round_bf16(s0));
+                a.h[(int64_t)tok * a.H + r] = f2bf(bf2f(h_old) + round_bf16(s0));
             }
         }
         cons_sync();
