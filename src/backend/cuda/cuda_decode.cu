@@ -43,9 +43,10 @@
  *
  * Measured (H100, synth checkpoints, 1,024-token context, iris bench with graphs; per-phase times
  * from IRIS_CUDA_DS_TRACE and bench/ds_trace.py, the latest CTA's stamps, graphs off):
- *   - now: 2B-FP8 batch 1 676-678 tok/s against 629 op by op, 4B-FP8 362-364 against 307-309 (the
- *     rule above for more rows); a 2B layer ~43.7 us: q/k/v 3.0, attention 12.5, o 2.1, gate/up 8.4,
- *     down 4.8, five barriers 1.0-2.7 each, norms 1.5 + 0.9.
+ *   - now: 2B-FP8 batch 1 671-679 tok/s against 629 op by op, 4B-FP8 369 against 307-309 (the rule
+ *     above for more rows); a 2B layer ~43.7 us: q/k/v 3.0, attention 12.5, o 2.1, gate/up 8.4,
+ *     down 4.8, five barriers 1.0-2.7 each, norms 1.5 + 0.9 (before the o/down epilogues' residual
+ *     loads moved ahead of their products: +1-2%).
  *   - as first written (one producer warp, divisions in the chunk loop): 457 tok/s, ~69 us a layer.
  *     The weight stream alone (consumers only waiting and freeing slots) took 39 us a layer with one
  *     producer warp (1.27 TB/s; cp.async instead of bulk copies: 57), 23.6 with four (2.1 TB/s).
