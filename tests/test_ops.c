@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "model/quantize.h"
+#include "ops_util.h"
 #include "test.h"
 
 #ifdef IRIS_CUDA
@@ -26,27 +27,10 @@
 /* ---- helpers ------------------------------------------------------------------------------ */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd_u32(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 11);
-}
-static float rnd_uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32() & 0xffffff) / 16777216.0f; }
+static uint32_t rnd_u32(void) { return ops_rand(&g_rng); }
+static float rnd_uniform(float lo, float hi) { return ops_uniform(&g_rng, lo, hi); }
 
-static uint16_t f2bf_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u = (u + 0x7fffu + ((u >> 16) & 1)) >> 16;
-    return (uint16_t)u;
-}
-static float bf_bits2f(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static float round_bf(float f) { return bf_bits2f(f2bf_bits(f)); }
+static float round_bf(float f) { return ops_bf16_val(ops_bf16_bits(f)); }
 
 /* n random bf16-valued floats in [lo, hi). */
 static float *rnd_vec(int64_t n, float lo, float hi) {
@@ -79,7 +63,7 @@ static int backends(void) {
 /* Device bf16 copy of host floats (already bf16-valued). */
 static void *dev_bf16(const float *h, int64_t n) {
     uint16_t *t = malloc(2 * (size_t)(n ? n : 1));
-    for (int64_t i = 0; i < n; i++) t[i] = f2bf_bits(h[i]);
+    for (int64_t i = 0; i < n; i++) t[i] = ops_bf16_bits(h[i]);
     void *d = g_cuda->alloc(g_cuda, 2 * (size_t)(n ? n : 1));
     if (d) g_cuda->upload(g_cuda, d, t, 2 * (size_t)n);
     free(t);
@@ -104,7 +88,7 @@ static float *dev_read_bf16(const void *d, int64_t n) {
     int rc = g_cuda->sync(g_cuda);
     if (!rc) rc = g_cuda->download(g_cuda, t, d, 2 * (size_t)n);
     if (rc) fprintf(stderr, "  cuda: %s\n", g_cuda->err.msg);
-    for (int64_t i = 0; i < n; i++) f[i] = rc ? NAN : bf_bits2f(t[i]);
+    for (int64_t i = 0; i < n; i++) f[i] = rc ? NAN : ops_bf16_val(t[i]);
     free(t);
     return f;
 }
@@ -649,7 +633,7 @@ IRIS_TEST(gpu_ops_put_get) {
     CHECKF(iris_backend_put_f32(g_cuda, d, x, (size_t)n) == 0, "%s", g_cuda->err.msg);
     float *got = dev_read_bf16(d, n);
     int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) bad += got[i] != bf_bits2f(f2bf_bits(x[i]));
+    for (int64_t i = 0; i < n; i++) bad += got[i] != ops_bf16_val(ops_bf16_bits(x[i]));
     CHECKF(bad == 0, "put_f32: %lld of %lld values are not the input rounded to bf16", (long long)bad, (long long)n);
     CHECKF(iris_backend_get_f32(g_cuda, back, d, (size_t)n) == 0, "%s", g_cuda->err.msg);
     bad = 0;

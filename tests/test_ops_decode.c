@@ -16,30 +16,14 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "ops_util.h"
 #include "test.h"
 
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_backend.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
-static float unif(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f; }
-static uint16_t bf_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-static float bf_val(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+static float unif(float lo, float hi) { return ops_uniform(&rng, lo, hi); }
 
 typedef struct {
     iris_backend *b;
@@ -58,7 +42,7 @@ static void *dput(dev_mem *m, const void *h, size_t bytes) {
 /* n random bf16 values in [lo, hi) on the device */
 static void *drand_bf16(dev_mem *m, int64_t n, float lo, float hi) {
     uint16_t *t = malloc(2 * (size_t)n);
-    for (int64_t i = 0; i < n; i++) t[i] = bf_bits(unif(lo, hi));
+    for (int64_t i = 0; i < n; i++) t[i] = ops_bf16_bits(unif(lo, hi));
     void *d = dput(m, t, 2 * (size_t)n);
     free(t);
     return d;
@@ -71,7 +55,7 @@ static iris_tensor tview(void *p, iris_dtype dt, int64_t rows, int64_t cols) {
 static iris_tensor drand_fp8(dev_mem *m, int64_t out, int64_t in) {
     uint8_t *w = malloc((size_t)(out * in));
     for (int64_t i = 0; i < out * in; i++) {
-        uint8_t q = (uint8_t)rnd();
+        uint8_t q = (uint8_t)ops_rand(&rng);
         w[i] = (q & 0x7f) == 0x7f ? q ^ 1 : q;
     }
     int64_t ns = ((out + 127) / 128) * ((in + 127) / 128);
@@ -106,7 +90,7 @@ static void check_stack(iris_backend *b, int H, int FF, int nq, int nkv, int n_l
         meta_h[0][s] = s;                                                           /* row_seq */
         meta_h[1][s] = n_past[s] + 1;                                               /* row_ctx */
         meta_h[2][s] = bt[s * max_blocks + n_past[s] / 16] * 16 + n_past[s] % 16; /* slot */
-        for (int d = 0; d < 3; d++) pos[d * R + s] = n_past[s] + (int32_t)(rnd() % 5);
+        for (int d = 0; d < 3; d++) pos[d * R + s] = n_past[s] + (int32_t)(ops_rand(&rng) % 5);
     }
     int dim_of[64];
     float inv[64];
@@ -135,8 +119,8 @@ static void check_stack(iris_backend *b, int H, int FF, int nq, int nkv, int n_l
     /* the embeddings and the caches' history (random everywhere, as earlier steps left them) */
     const size_t ce = (size_t)n_blocks * 16 * kw;
     uint16_t *h0 = malloc(2 * (size_t)R * H), *c0 = malloc(2 * ce * 2 * n_layers);
-    for (int64_t i = 0; i < (int64_t)R * H; i++) h0[i] = bf_bits(unif(-1, 1));
-    for (size_t i = 0; i < ce * 2 * n_layers; i++) c0[i] = bf_bits(unif(-1, 1));
+    for (int64_t i = 0; i < (int64_t)R * H; i++) h0[i] = ops_bf16_bits(unif(-1, 1));
+    for (size_t i = 0; i < ce * 2 * n_layers; i++) c0[i] = ops_bf16_bits(unif(-1, 1));
     uint16_t *out[2], *cache[2];
     int runs_before = iris_cuda_decode_stack_runs(b);
     for (int p = 0; p < 2; p++) { /* p = 0: the ops; 1: decode_layers */
@@ -194,7 +178,7 @@ static void check_stack(iris_backend *b, int H, int FF, int nq, int nkv, int n_l
     CHECKF(iris_cuda_decode_stack_runs(b) == runs_before + 1, "%s: the persistent kernel did not run", what);
     double maxref = 0, maxd = 0;
     for (int64_t i = 0; i < (int64_t)R * H; i++) {
-        double r = bf_val(out[0][i]), d = fabs(bf_val(out[1][i]) - r);
+        double r = ops_bf16_val(out[0][i]), d = fabs(ops_bf16_val(out[1][i]) - r);
         maxref = fmax(maxref, fabs(r));
         maxd = isnan(d) || d > maxd ? (isnan(d) ? INFINITY : d) : maxd;
     }
@@ -211,7 +195,7 @@ static void check_stack(iris_backend *b, int H, int FF, int nq, int nkv, int n_l
                 moved += cache[0][i] != c0[i] || cache[1][i] != c0[i];
                 continue;
             }
-            double r = bf_val(cache[0][i]), d = fabs(bf_val(cache[1][i]) - r);
+            double r = ops_bf16_val(cache[0][i]), d = fabs(ops_bf16_val(cache[1][i]) - r);
             maxc = fmax(maxc, fabs(r));
             maxcd = isnan(d) || d > maxcd ? (isnan(d) ? INFINITY : d) : maxcd;
         }

@@ -22,17 +22,12 @@
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "model/text.h"
+#include "ops_util.h"
 #include "test.h"
 #include "tiny_fixture.h"
 
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_backend.h"
-
-static uint16_t to_bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
 
 static float max_abs_diff(const float *a, const float *b, int64_t n) {
     float d = 0;
@@ -74,8 +69,8 @@ static int run_scenario(iris_text *t, iris_backend *b, const char *model, const 
         for (int d = 0; d < q.n_deepstack; d++) q.deepstack[d] = ds.f32 + (size_t)d * emb.shape[0] * emb.shape[1];
         if (bf16) {
             e16 = malloc(sizeof(uint16_t) * emb.n), d16 = malloc(sizeof(uint16_t) * (ds.n ? ds.n : 1));
-            for (int64_t i = 0; i < (int64_t)emb.n; i++) e16[i] = to_bf16_bits(emb.f32[i]);
-            for (int64_t i = 0; i < (int64_t)ds.n; i++) d16[i] = to_bf16_bits(ds.f32[i]);
+            for (int64_t i = 0; i < (int64_t)emb.n; i++) e16[i] = ops_bf16_bits(emb.f32[i]);
+            for (int64_t i = 0; i < (int64_t)ds.n; i++) d16[i] = ops_bf16_bits(ds.f32[i]);
             q.image_embeds = NULL, q.image_embeds16 = e16;
             for (int d = 0; d < q.n_deepstack; d++)
                 q.deepstack[d] = NULL, q.deepstack16[d] = d16 + (size_t)d * emb.shape[0] * emb.shape[1];

@@ -146,6 +146,21 @@ int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris
 #undef VEC
 #undef LIN
     }
+    /* the table decode_layers takes (backend.h), once: the tensors' addresses do not move */
+    t->dl_weights = malloc(sizeof *t->dl_weights * (size_t)c->num_hidden_layers);
+    if (!t->dl_weights) {
+        rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int il = 0; il < c->num_hidden_layers; il++) {
+        iris_text_layer *Ly = &t->layers[il];
+        const iris_tensor *w[IRIS_DL_N] = {
+            [IRIS_DL_INPUT_NORM] = &Ly->input_layernorm, [IRIS_DL_POST_NORM] = &Ly->post_attention_layernorm,
+            [IRIS_DL_Q_NORM] = &Ly->q_norm, [IRIS_DL_K_NORM] = &Ly->k_norm, [IRIS_DL_Q] = &Ly->q_proj,
+            [IRIS_DL_K] = &Ly->k_proj, [IRIS_DL_V] = &Ly->v_proj, [IRIS_DL_O] = &Ly->o_proj,
+            [IRIS_DL_GATE] = &Ly->gate_proj, [IRIS_DL_UP] = &Ly->up_proj, [IRIS_DL_DOWN] = &Ly->down_proj};
+        memcpy(t->dl_weights[il], w, sizeof w);
+    }
     return IRIS_OK;
 fail:
     iris_text_free(t);
@@ -190,6 +205,8 @@ void iris_text_free(iris_text *t) {
     t->graphs = NULL;
     free(t->layers);
     t->layers = NULL;
+    free(t->dl_weights);
+    t->dl_weights = NULL;
 }
 
 int iris_kv_cache_init(iris_kv_cache *kv, const iris_text_config *c, int n_blocks, iris_backend *b, iris_err *err) {
@@ -594,27 +611,12 @@ static int forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const
     /* A decode-only step may take every layer in one backend call (decode_layers; it declines the
      * steps it does not take, and the ops below run them). */
     int stacked = 0;
-    if (b->decode_layers && !trace && n_img == 0 && R == n_seqs) {
-        const iris_tensor *(*wl)[IRIS_DL_N] = malloc(sizeof *wl * (size_t)L);
-        if (!wl) {
-            rc = iris_err_set(err, IRIS_ENOMEM, "out of memory for a %d-token step", R);
-            goto done;
-        }
-        for (int il = 0; il < L; il++) {
-            const iris_text_layer *Ly = &t->layers[il];
-            const iris_tensor *w[IRIS_DL_N] = {
-                [IRIS_DL_INPUT_NORM] = &Ly->input_layernorm, [IRIS_DL_POST_NORM] = &Ly->post_attention_layernorm,
-                [IRIS_DL_Q_NORM] = &Ly->q_norm, [IRIS_DL_K_NORM] = &Ly->k_norm, [IRIS_DL_Q] = &Ly->q_proj,
-                [IRIS_DL_K] = &Ly->k_proj, [IRIS_DL_V] = &Ly->v_proj, [IRIS_DL_O] = &Ly->o_proj,
-                [IRIS_DL_GATE] = &Ly->gate_proj, [IRIS_DL_UP] = &Ly->up_proj, [IRIS_DL_DOWN] = &Ly->down_proj};
-            memcpy(wl[il], w, sizeof w);
-        }
-        iris_decode_stack ds = {.n_layers = L, .w = (const iris_tensor *const(*)[IRIS_DL_N])wl, .kv = kv->layers,
+    if (b->decode_layers && t->dl_weights && !trace && n_img == 0 && R == n_seqs) {
+        iris_decode_stack ds = {.n_layers = L, .w = (const iris_tensor *const(*)[IRIS_DL_N])t->dl_weights, .kv = kv->layers,
                                 .h = &h, .q = &q, .k = &k, .v = &v, .o = &o, .g = &g, .eps = c->rms_norm_eps,
                                 .n_q_heads = nq, .pos = d_pos, .pos_stride = R, .dim_of = t->dim_of,
                                 .inv_freq = t->inv_freq, .meta = &meta};
         rc = b->decode_layers(b, &ds);
-        free(wl);
         if (rc < 0) OP(rc);
         stacked = rc == 0;
         rc = IRIS_OK;

@@ -44,6 +44,8 @@ typedef struct iris_text {
     int image_token_id, video_token_id;
     iris_tensor embed_tokens, norm, lm_head;  /* lm_head = embed_tokens when tied */
     iris_text_layer *layers;                  /* cfg.num_hidden_layers, malloc'd */
+    const iris_tensor *(*dl_weights)[IRIS_DL_N]; /* [layers] each layer's weights in backend.h decode_layers'
+                                                 order (into `layers`), malloc'd */
     int n_fp8;                                /* how many linears are FP8 */
     float inv_freq[512];                      /* rotary frequencies, head_dim/2 */
     int dim_of[512];                          /* frequency slot -> position component (t, h, w) */

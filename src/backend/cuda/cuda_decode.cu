@@ -613,45 +613,45 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
     unsigned target = 0;
     ds_cursor cur = {0, 0};
     unsigned long long *tr = a.trace ? a.trace + (size_t)blockIdx.x * a.n_layers * DS_EVENTS : NULL;
-    auto stamp = [&](int il, int e) {
+    auto stamp = [&]() { /* the next of the CTA's DS_EVENTS a layer (thread 0 keeps the place) */
         if (tr && threadIdx.x == 0) {
             unsigned long long t;
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            tr[il * DS_EVENTS + e] = t;
+            *tr++ = t;
         }
     };
     ds_normw nw = norm_weights(a, a.L[0].ln1);
     for (int il = 0; il < a.n_layers; il++) {
         const ds_layer &L = a.L[il];
         prep_norm(a, nw, x_s, S);
-        stamp(il, 0);
+        stamp();
         gemv_phase<0>(a, S, ring, x_s, cur);
-        stamp(il, 1);
+        stamp();
         grid_sync(a.bar, target);
-        stamp(il, 2);
+        stamp();
         attn_phase(a, L, S);
-        stamp(il, 3);
+        stamp();
         grid_sync(a.bar, target);
-        stamp(il, 4);
+        stamp();
         prep_copy(a, a.o, a.nq * DS_HD, x_s);
-        stamp(il, 5);
+        stamp();
         gemv_phase<1>(a, S, ring, x_s, cur);
-        stamp(il, 6);
+        stamp();
         nw = norm_weights(a, L.ln2);
         grid_sync(a.bar, target);
-        stamp(il, 7);
+        stamp();
         prep_norm(a, nw, x_s, S);
-        stamp(il, 8);
+        stamp();
         gemv_phase<2>(a, S, ring, x_s, cur);
-        stamp(il, 9);
+        stamp();
         grid_sync(a.bar, target);
-        stamp(il, 10);
+        stamp();
         prep_copy(a, a.gb, a.FF, x_s);
-        stamp(il, 11);
+        stamp();
         gemv_phase<3>(a, S, ring, x_s, cur);
-        stamp(il, 12);
+        stamp();
         if (il + 1 < a.n_layers) nw = norm_weights(a, a.L[il + 1].ln1), grid_sync(a.bar, target);
-        stamp(il, 13);
+        stamp();
     }
 #endif
 }
@@ -764,20 +764,19 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     a.pos = d->pos, a.n_slots = (int64_t)d->kv[0].n_blocks * IRIS_KV_BLOCK;
     for (int j = 0; j < hd / 2; j++) a.inv_freq[j] = d->inv_freq[j], a.dim_of[j] = d->dim_of[j];
 
-    const char *trf = getenv("IRIS_CUDA_DS_TRACE");
-    /* A measuring aid (not for graphs: a replay does not come back here): every CTA's stamps at the
-     * phase ends of every layer, written to the file $IRIS_CUDA_DS_TRACE (raw u64, [grid][layers][14])
-     * after the step; bench/ds_trace.py sums them up.  Its buffer is a cudaMalloc of its own. */
-    static unsigned long long *trace;
-    size_t trace_n = (size_t)grid * NL * DS_EVENTS;
-    if (trf && *trf) {
-        static size_t trace_cap;
-        if (trace_cap < trace_n) {
-            cudaFree(trace);
-            if (cudaMalloc((void **)&trace, trace_n * 8) != cudaSuccess) trace = NULL, trace_n = 0;
-            trace_cap = trace ? trace_n : 0;
+    /* A measuring aid (IRIS_CUDA_DS_TRACE=FILE, read at open): every CTA's stamps at the phase ends
+     * of every layer, written to FILE (raw u64, [grid][layers][DS_EVENTS]) after the step, for
+     * bench/ds_trace.py.  Not while a graph is recorded (a replay does not come back here; use
+     * IRIS_CUDA_GRAPHS=0); its buffer is a cudaMalloc of its own, freed at close. */
+    const size_t trace_n = (size_t)grid * NL * DS_EVENTS;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (c->ds_trace && cudaStreamIsCapturing(c->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
+        if (c->ds_trace_n < trace_n) {
+            cudaFree(c->ds_trace_buf);
+            c->ds_trace_n = cudaMalloc((void **)&c->ds_trace_buf, trace_n * 8) == cudaSuccess ? trace_n : 0;
+            if (!c->ds_trace_n) c->ds_trace_buf = NULL;
         }
-        a.trace = trace;
+        a.trace = c->ds_trace_buf;
     }
     if (cudaMemsetAsync(c->ds_bar, 0, sizeof(unsigned), c->stream) != cudaSuccess)
         return iris_cuda_status(b, cudaGetLastError(), "decode_layers: barrier reset");
@@ -788,7 +787,7 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
         unsigned long long *h = (unsigned long long *)malloc(trace_n * 8);
         FILE *f = h && cudaStreamSynchronize(c->stream) == cudaSuccess &&
                           cudaMemcpy(h, a.trace, trace_n * 8, cudaMemcpyDeviceToHost) == cudaSuccess
-                      ? fopen(trf, "wb")
+                      ? fopen(c->ds_trace, "wb")
                       : NULL;
         if (f) {
             int hdr[3] = {grid, NL, DS_EVENTS};

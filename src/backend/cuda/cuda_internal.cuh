@@ -73,6 +73,9 @@ struct cuda_ctx {
                                (the default), 1 every step it takes, 0 off (IRIS_CUDA_DECODE_STACK=1 / 0) */
     unsigned *ds_bar;       /* its grid barrier's counter (carved at open, zeroed before each launch) */
     int ds_runs;            /* its launches (graph captures included), for the tests */
+    const char *ds_trace;   /* IRIS_CUDA_DS_TRACE: the file its phase stamps go to (a measuring aid), or NULL */
+    unsigned long long *ds_trace_buf; /* their device buffer (cudaMalloc'd when first used), ds_trace_n stamps */
+    size_t ds_trace_n;
     int fp8_mma_noted;      /* said once that cuBLASLt had no block-scaled FP8 algorithm */
     int fp8_mma;            /* FP8 linears of larger batches on FP8 tensor cores (W8A8), iris_cuda_set_fp8_mma */
     int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu) */

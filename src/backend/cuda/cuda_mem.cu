@@ -364,6 +364,7 @@ static void cu_destroy(iris_backend *b) {
         if (c->ev1) cudaEventDestroy(c->ev1);
         if (c->stream) cudaStreamDestroy(c->stream);
         if (c->arena) cudaFree(c->arena);
+        if (c->ds_trace_buf) cudaFree(c->ds_trace_buf);
         if (c->pinned) cudaFreeHost(c->pinned);
         free(c->spans);
         free(c);
@@ -455,6 +456,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->qk_attn = env_on("IRIS_CUDA_QK_ATTN");
     const char *ds = getenv("IRIS_CUDA_DECODE_STACK"); /* 0 off, 1 every step it takes, else where it is faster */
     c->decode_stack = ds && !strcmp(ds, "0") ? 0 : ds && !strcmp(ds, "1") ? 1 : -1;
+    c->ds_trace = getenv("IRIS_CUDA_DS_TRACE");
+    if (c->ds_trace && !*c->ds_trace) c->ds_trace = NULL;
 
     b->name = "cuda";
     b->act = IRIS_DT_BF16;
