@@ -123,6 +123,7 @@ int iris_cuda_interp4(iris_backend *b, const iris_tensor *table, const int32_t *
                       iris_tensor *y);
 
 int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, int32_t *ids, float *vals); /* cuda_sample.cu */
+int iris_cuda_download_staged(iris_backend *b, const void *src, size_t bytes, const void **host); /* cuda_mem.cu */
 int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d);                         /* cuda_decode.cu */
 
 /* Sets the optional fused ops of backend.h (cuda_fused.cu). */

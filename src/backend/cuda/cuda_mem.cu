@@ -189,6 +189,18 @@ static void convert(int widen, void *dst, const void *src, size_t n) {
     else iris_pool_for((int64_t)n, conv_range, &j);
 }
 
+/* bytes of device memory into the page-locked staging buffer, returned in *host once the copy is
+ * done (valid until the next staged copy).  One copy and one wait where a pageable download pays
+ * the driver's own staging: a decode step's top-k candidates come back this way. */
+int iris_cuda_download_staged(iris_backend *b, const void *src, size_t bytes, const void **host) {
+    cuda_ctx *c = cuda_of(b);
+    if (pinned_room(b, bytes)) return b->err.code;
+    int rc = iris_cuda_status(b, cudaMemcpyAsync(c->pinned, src, bytes, cudaMemcpyDeviceToHost, c->stream), "download");
+    if (!rc) rc = iris_cuda_status(b, cudaStreamSynchronize(c->stream), "download");
+    *host = c->pinned;
+    return rc;
+}
+
 static int cu_get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
     cuda_ctx *c = cuda_of(b);
     if (pinned_room(b, n * 2)) return b->err.code;

@@ -133,8 +133,12 @@ int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, int32_t *id
         if (rc) return rc;
         k_topk_merge<<<(unsigned)g, TOPK_THREADS, merge_smem, c->stream>>>(part, n_part, k, d_ids, d_vals);
         if ((rc = iris_cuda_check(b, "get_topk merge"))) return rc;
-        if ((rc = b->download(b, ids + r0 * k, d_ids, (size_t)g * k * sizeof(int32_t)))) return rc;
-        if ((rc = b->download(b, vals + r0 * k, d_vals, (size_t)g * k * sizeof(float)))) return rc;
+        /* ids and values are adjacent: one copy (a step's wait for its candidates is on the path) */
+        const void *h;
+        const size_t nb = (size_t)g * k * sizeof(int32_t);
+        if ((rc = iris_cuda_download_staged(b, d_ids, 2 * nb, &h))) return rc;
+        memcpy(ids + r0 * k, h, nb);
+        memcpy(vals + r0 * k, (const char *)h + nb, nb);
     }
     return 0;
 }
