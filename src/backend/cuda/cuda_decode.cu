@@ -43,10 +43,11 @@
  *
  * Measured (H100, synth checkpoints, 1,024-token context, iris bench with graphs; per-phase times
  * from IRIS_CUDA_DS_TRACE and bench/ds_trace.py, the latest CTA's stamps, graphs off):
- *   - now: 2B-FP8 batch 1 671-679 tok/s against 629 op by op, 4B-FP8 369 against 307-309 (the rule
- *     above for more rows); a 2B layer ~43.7 us: q/k/v 3.0, attention 12.5, o 2.1, gate/up 8.4,
- *     down 4.8, five barriers 1.0-2.7 each, norms 1.5 + 0.9 (before the o/down epilogues' residual
- *     loads moved ahead of their products: +1-2%).
+ *   - now (with the early slot release below and the top-k candidates in one copy): 2B-FP8 batch 1
+ *     700-705 tok/s against 629 op by op, 4B-FP8 377-378 against 307-309 (the rule above for more
+ *     rows); a 2B layer ~42.5 us: q/k/v 3.0, attention 11.9, o 1.6, gate/up 8.0, down 3.8, five
+ *     barriers 1.0-3.4 each (~11 in all), norms 1.1 + 0.9, copies 0.9.  A step (CUPTI trace): this
+ *     kernel 1,178 us, the lm_head (BF16, 622 MB, 3.1 TB/s) 199 us, top-k 11 us, the rest ~30 us.
  *   - as first written (one producer warp, divisions in the chunk loop): 457 tok/s, ~69 us a layer.
  *     The weight stream alone (consumers only waiting and freeing slots) took 39 us a layer with one
  *     producer warp (1.27 TB/s; cp.async instead of bulk copies: 57), 23.6 with four (2.1 TB/s).
@@ -63,9 +64,27 @@
  *     with the attention waiting on per-kv-head counters of its q/k/v tiles instead of the grid
  *     barrier before it (2B 676-680 -> 675-690 tok/s, batch 2 1,245-1,253 -> 1,234-1,280; 4B 363 ->
  *     346-358: the longer-lived prologue registers spilled more).
- * What is left: the attention (12.5 us, its own loads queue behind the weight stream, and the last
- * split's merge is a serial tail), the five grid barriers (~9 us), and the consumers' registers (168
- * with 12 warps; the attention spills a little). */
+ *   - 2026-11-25 (second session), with probes beside the kernel: the stream alone is not the limit
+ *     (bench/stream_probe.cu: 4 producer warps of 16 row copies of 512 bytes stream 2.97 TB/s when the
+ *     slots are freed at once; one 8 KB copy a chunk 2.93-2.98), nor the consumers' arithmetic
+ *     (bench/dq_probe.cu: a super-step, dequantization and 4 mmas, 329 cycles a warp with 8 warps, ~2x
+ *     the stream's share of an SM; the e4m3 -> f16 step in integer operations, bit-exact, is slower:
+ *     440).  Every consumer slot (20 of 20; 19 for 4B) was ready at the start of every GEMV phase
+ *     of every layer (mbarrier test_wait at the phase start): the weights wait in shared memory, and
+ *     the phases still take about the stream's time (gate/up ~560 cycles a chunk against the probe's
+ *     329).  The attention of a 2B layer, per CTA: 3.3 us from the barrier to the end of the
+ *     prologue (reading the q/k/v just written, the norms), 4.2 us of key walk (two rounds), 1.6 us
+ *     for the partials and the counter, the last split's merge 0.4 (3.4 for the CTA that merges).
+ *     Kept: a warp frees its slot once the super-step's values are in registers, before the
+ *     products (2B-FP8 batch 1 +1-2%, 4B even).  Tried and dropped (H100, alternating runs): 2 or 4
+ *     accumulators a row group (no change), loading a chunk ahead (GEMV phases slower, 7.7 -> 8.4
+ *     us), the producers' wait with a suspend-time hint (no change), holding o_proj's tiles until the
+ *     keys are loaded (attention 12 -> 17 us), the rotary angles made once a step in shared memory
+ *     (prologue unchanged), the item's first keys and norm weights loaded before the barrier
+ *     (prologue 3.3 -> 0.7 us, but the barrier +1.7 us and more spills: 2B 704 -> 700 tok/s).
+ * What is left: the attention (~12 us, latency: each dependent global access costs 1-3 us while
+ * the other SMs stream), the five grid barriers (~10 us), and the GEMV phases (~17 us, not at the
+ * consumers' probe speed: why is open). */
 #include <stdio.h>
 
 #include "cuda_internal.cuh"
@@ -346,17 +365,21 @@ static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *r
             const bf16 *xp = xb + ch * cw;
 #pragma unroll
             for (int m = 0; m < mats; m++) {
+                /* the super-step's values into registers (every warp loads, only the owner multiplies:
+                 * the loads stay unconditional, a conditional set spilled), then the slot is free
+                 * for the producers before the products */
                 mbar_wait(&S.full[cur.slot], cur.parity);
-                if (chm == my_grp) {
-                    const unsigned so = (unsigned)cur.slot * slot_bytes;
-                    const float *sc = (const float *)(ring + so + 16 * rs);
-                    uint4 x0 = *(const uint4 *)xp, x1 = *(const uint4 *)(xp + 8);
-                    const uint32_t X[1][8] = {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}};
-                    step_mma<1>(c[m], *(const uint4 *)(w_off + so), *(const uint4 *)(w_off + so + 8 * rs), sc[sc_i], X);
-                }
+                const unsigned so = (unsigned)cur.slot * slot_bytes;
+                const float sc = ((const float *)(ring + so + 16 * rs))[sc_i];
+                const uint4 wa = *(const uint4 *)(w_off + so), wb = *(const uint4 *)(w_off + so + 8 * rs);
+                const uint4 x0 = *(const uint4 *)xp, x1 = *(const uint4 *)(xp + 8);
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&S.empty[cur.slot]);
                 if (++cur.slot == a.ring) cur.slot = 0, cur.parity ^= 1;
+                if (chm == my_grp) {
+                    const uint32_t X[1][8] = {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}};
+                    step_mma<1>(c[m], wa, wb, sc, X);
+                }
             }
             if (++chm == per) chm = 0;
         }
