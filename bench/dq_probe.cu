@@ -6,28 +6,14 @@
  *   cvt-nomma / int-nomma   the dequantization alone;  mma-only   the products alone
  * Prints cycles a super-step a warp and the bytes a cycle an SM that makes; checks that `int` gives
  * dq16's bits for every e4m3 code but the NaNs over a spread of scales.
- *   nvcc -O3 -arch=sm_90 -o dq_probe bench/dq_probe.cu && ./dq_probe
+ *   nvcc -O3 -arch=sm_90 -Iinclude -Isrc -Isrc/base -o dq_probe bench/dq_probe.cu && ./dq_probe
  * Measured (H100 80GB HBM3, 2026-11-25): int matches dq16 on every code and scale tried; cycles a
  * super-step a warp: cvt 328.8 (24.9 bytes a cycle an SM), int 439.6, cvt-nomma 319.8, int-nomma
  * 412.7, mma-only 96.6.  The dequantization's arithmetic, not the conversion unit, bounds it, and the
  * integer form only adds instructions. */
 #include <cstdio>
-#include <cstdint>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-#include <cuda_runtime.h>
 
-static __device__ __forceinline__ void dq16_cvt(uint4 q, float s, uint32_t *w) {
-    const __nv_fp8x2_storage_t *p = (const __nv_fp8x2_storage_t *)&q;
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(p[k], __NV_E4M3);
-        float2 v = __half22float2(*(__half2 *)&h);
-        __nv_bfloat162 b = __floats2bfloat162_rn(v.x * s, v.y * s);
-        w[k] = *(uint32_t *)&b;
-    }
-}
+#include "backend/cuda/cuda_internal.cuh" /* dq16, mma16816: the kernel's own */
 
 /* codes c0 (low) and c1 of a word's bytes 2i, 2i+1 -> f16x2 of c * 2^-8 (exact, NaN codes aside):
  * z = c << 7 in each 16-bit half puts the exponent and mantissa in place and the sign at bit 14;
@@ -47,13 +33,6 @@ static __device__ __forceinline__ void dq16_int(uint4 q, float s, uint32_t *w) {
         __nv_bfloat162 b = __floats2bfloat162_rn(v.x * s8, v.y * s8);
         w[k] = *(uint32_t *)&b;
     }
-}
-
-static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 template <int V>
@@ -76,7 +55,7 @@ __global__ void __launch_bounds__(384, 1) k_probe(int iters, float *out, long lo
         uint4 x0 = *(const uint4 *)(xp + o), x1 = *(const uint4 *)(xp + o + 8);
         float s = ((const float *)(slot + 16 * 576))[it & 3] * 1e-30f + 0.01f;
         uint32_t A[8], B[8];
-        if (V == 0 || V == 2) dq16_cvt(wa, s, A), dq16_cvt(wb, s, B);
+        if (V == 0 || V == 2) dq16(wa, s, A), dq16(wb, s, B);
         if (V == 1 || V == 3) dq16_int(wa, s, A), dq16_int(wb, s, B);
         if (V == 4) {
             const uint32_t ua[4] = {wa.x, wa.y, wa.z, wa.w}, ub[4] = {wb.x, wb.y, wb.z, wb.w};
@@ -91,7 +70,7 @@ __global__ void __launch_bounds__(384, 1) k_probe(int iters, float *out, long lo
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const uint32_t a[4] = {A[2 * j], B[2 * j], A[2 * j + 1], B[2 * j + 1]};
-                mma(c, a, X[2 * j], X[2 * j + 1]);
+                mma16816(c, a, X[2 * j], X[2 * j + 1]);
             }
         }
     }
@@ -107,7 +86,7 @@ __global__ void k_check(int *bad) {
         float s = ldexpf(1.0f + si * 0.0137f, si - 40);
         uint4 q = make_uint4(code * 0x01010101u, 0, 0, 0);
         uint32_t a[8], b[8];
-        dq16_cvt(q, s, a);
+        dq16(q, s, a);
         dq16_int(q, s, b);
         for (int k = 0; k < 8; k++)
             if (a[k] != b[k]) atomicAdd(bad, 1);
