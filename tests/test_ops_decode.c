@@ -225,6 +225,10 @@ IRIS_TEST(gpu_ops_decode_stack) {
     check_stack(b, 2560, 9728, 32, 8, 2, p1, 1, 1); /* 4B's */
     check_stack(b, 2560, 9728, 32, 8, 2, p4, 4, 1);
     check_stack(b, 128, 384, 2, 1, 3, p3, 3, 1);    /* narrow (the tiny synth shape): 128-column chunks */
+    /* an attention item of more keys than the block-table entries the kernel keeps in shared memory
+     * (64 blocks): row 0's items read their entries from global memory, row 1's from the copy */
+    const int plong[] = {17000, 5};
+    check_stack(b, 2048, 6144, 16, 8, 2, plong, 2, 1);
     /* the default takes 1-2 rows within 3,072 tokens, and 1-4 at any length only for layers of 64 MiB
      * or more (cuda_decode.cu) */
     iris_cuda_set_decode_stack(b, -1);

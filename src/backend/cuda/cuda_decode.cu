@@ -43,11 +43,12 @@
  *
  * Measured (H100, synth checkpoints, 1,024-token context, iris bench with graphs; per-phase times
  * from IRIS_CUDA_DS_TRACE and bench/ds_trace.py, the latest CTA's stamps, graphs off):
- *   - now (with the early slot release below and the top-k candidates in one copy): 2B-FP8 batch 1
- *     700-705 tok/s against 629 op by op, 4B-FP8 377-378 against 307-309 (the rule above for more
- *     rows); a 2B layer ~42.5 us: q/k/v 3.0, attention 11.9, o 1.6, gate/up 8.0, down 3.8, five
- *     barriers 1.0-3.4 each (~11 in all), norms 1.1 + 0.9, copies 0.9.  A step (CUPTI trace): this
- *     kernel 1,178 us, the lm_head (BF16, 622 MB, 3.1 TB/s) 199 us, top-k 11 us, the rest ~30 us.
+ *   - now (with this session's changes below and the top-k candidates in one copy): 2B-FP8 batch 1
+ *     714-718 tok/s against 629 op by op, 4B-FP8 379-381 against 307-309 (the rule above for more
+ *     rows); a 2B layer ~41.1 us: q/k/v 3.1, attention 11.3, o 1.7, gate/up 7.9, down 3.8, five
+ *     barriers 0.9-3.3 each (~10 in all), norms 1.4 + 1.2, copies 0.9.  A step (CUPTI trace, before
+ *     the metadata change): this kernel 1,178 us, the lm_head (BF16, 622 MB, 3.1 TB/s) 199 us,
+ *     top-k 11 us, the rest ~30 us.
  *   - as first written (one producer warp, divisions in the chunk loop): 457 tok/s, ~69 us a layer.
  *     The weight stream alone (consumers only waiting and freeing slots) took 39 us a layer with one
  *     producer warp (1.27 TB/s; cp.async instead of bulk copies: 57), 23.6 with four (2.1 TB/s).
@@ -76,12 +77,17 @@
  *     prologue (reading the q/k/v just written, the norms), 4.2 us of key walk (two rounds), 1.6 us
  *     for the partials and the counter, the last split's merge 0.4 (3.4 for the CTA that merges).
  *     Kept: a warp frees its slot once the super-step's values are in registers, before the
- *     products (2B-FP8 batch 1 +1-2%, 4B even).  Tried and dropped (H100, alternating runs): 2 or 4
+ *     products (2B-FP8 batch 1 +1-2%, 4B even); the step's metadata (rows' context, sequence,
+ *     slot, rotary angles) and the CTA's attention item's block-table entries read once into
+ *     shared memory at the start, not in every layer's chain of dependent loads (the attention
+ *     11.9 -> 11.3 us; 2B-FP8 batch 1 705-708 -> 714-718 tok/s, 4B 376-378 -> 379-381).  Tried and dropped (H100, alternating runs): 2 or 4
  *     accumulators a row group (no change), loading a chunk ahead (GEMV phases slower, 7.7 -> 8.4
  *     us), the producers' wait with a suspend-time hint (no change), holding o_proj's tiles until the
  *     keys are loaded (attention 12 -> 17 us), the rotary angles made once a step in shared memory
  *     (prologue unchanged), the item's first keys and norm weights loaded before the barrier
- *     (prologue 3.3 -> 0.7 us, but the barrier +1.7 us and more spills: 2B 704 -> 700 tok/s).
+ *     (prologue 3.3 -> 0.7 us, but the barrier +1.7 us and more spills: 2B 704 -> 700 tok/s); the
+ *     slots freed 4-12 chunks late, so that the refills do not come in bursts during the attention
+ *     and barriers (attention unchanged, 4B slower); the own split's value row read with its key.
  * What is left: the attention (~12 us, latency: each dependent global access costs 1-3 us while
  * the other SMs stream), the five grid barriers (~10 us), and the GEMV phases (~17 us, not at the
  * consumers' probe speed: why is open). */
@@ -103,6 +109,7 @@
 #define DS_MAX_SPLITS 64
 #define DS_DU 2                          /* key rounds in flight in the attention walk */
 #define DS_EVENTS 14                     /* trace stamps a layer (k_decode_stack) */
+#define DS_BT 64                         /* block-table entries of the CTA's attention item kept in shared memory */
 
 enum { W_Q, W_K, W_V, W_O, W_G, W_U, W_D, W_N };
 
@@ -146,6 +153,12 @@ struct ds_head {
     uint64_t full[DS_MAX_RING], empty[DS_MAX_RING];
     float inv[DS_HD / 2];
     int dim[DS_HD / 2];
+    /* the step's metadata, read once (not in every layer's attention chain): the rows' context,
+     * sequence, cache slot and rotary angles; the block-table entries of this CTA's attention item
+     * (item blockIdx.x: keys from bt0·16, nbt entries; nbt 0: read them from global memory) */
+    int ctx[DS_MAX_ROWS], seq[DS_MAX_ROWS], slot[DS_MAX_ROWS];
+    float sn[DS_MAX_ROWS][DS_HD / 2], cs[DS_MAX_ROWS][DS_HD / 2];
+    int bt[DS_BT], bt0, nbt;
     float ss[DS_WARPS][DS_MAX_ROWS];
     union {
         ds_attn_smem at;
@@ -424,12 +437,15 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
     const int kvw = a.nkv * DS_HD, G = a.g, items = a.R * a.nkv * a.splits;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
         const int row = item / (a.nkv * a.splits), kvh = item / a.splits % a.nkv, split = item % a.splits;
-        const int ctx = a.row_ctx[row], seq = a.row_seq[row];
+        const int ctx = S.ctx[row];
         const int chunk = max(16, (ctx + a.splits - 1) / a.splits), active = (ctx + chunk - 1) / chunk;
         if (split >= active) continue;
         const int jb = split * chunk, je = min(ctx, jb + chunk);
         const bool own = split == active - 1; /* holds the newest key, ctx - 1 */
-        const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks;
+        /* its block-table entries: S.bt's copy (from entry S.bt0) for the CTA's first item */
+        const bool cached = item == (int)blockIdx.x && S.nbt > 0;
+        const int32_t *bt = cached ? S.bt : a.block_tables + (int64_t)S.seq[row] * a.max_blocks;
+        const int bt0 = cached ? S.bt0 : 0;
         const int64_t col = (int64_t)kvh * DS_HD + dl * 8;
         uint4 kr[DS_DU], vr[DS_DU];
         auto key_of = [&](int base0, int u) { return min(base0 + u * 16 + sub, je - 1); };
@@ -439,7 +455,7 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
                 vr[u] = *(const uint4 *)(A.v + dl * 8);
                 return;
             }
-            int64_t sl = (int64_t)bt[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+            int64_t sl = (int64_t)bt[j / IRIS_KV_BLOCK - bt0] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
             kr[u] = *(const uint4 *)(L.kc + sl * kvw + col);
             vr[u] = *(const uint4 *)(L.vc + sl * kvw + col);
         };
@@ -454,9 +470,9 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
         /* prologue: warp i < G the query head kvh·G + i; warp G (own split) the k head and v */
         if (warp < G + own) {
             const bool isk = warp == G;
-            float wv[4], sn[2], cs[2];
+            float wv[4];
             qk_weights<64>(wv, isk ? L.kn : L.qn, a.qk_dt, DS_HD, lane);
-            qk_angles<64>(sn, cs, a.pos, a.pos_stride, DS_HD, row, S.inv, S.dim, lane);
+            const float sn[2] = {S.sn[row][lane], S.sn[row][lane + 32]}, cs[2] = {S.cs[row][lane], S.cs[row][lane + 32]};
             const bf16 *src = isk ? a.k + (int64_t)row * kvw + kvh * DS_HD
                                   : a.q + (int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + warp) * DS_HD;
             if (lane < 16) *(uint4 *)&A.in[warp][lane * 8] = __ldcg((const uint4 *)(src + lane * 8));
@@ -474,7 +490,7 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
                 const bf16 *vsrc = a.v + (int64_t)row * kvw + kvh * DS_HD;
                 if (lane < 16) *(uint4 *)&A.v[lane * 8] = __ldcg((const uint4 *)(vsrc + lane * 8));
                 __syncwarp();
-                int64_t sl = a.slot[row];
+                int64_t sl = S.slot[row];
                 if (sl >= 0 && sl < a.n_slots && lane < 16) {
                     *(uint4 *)(L.kc + sl * kvw + kvh * DS_HD + lane * 8) = *(const uint4 *)&A.k[lane * 8];
                     *(uint4 *)(L.vc + sl * kvw + kvh * DS_HD + lane * 8) = *(const uint4 *)&A.v[lane * 8];
@@ -633,6 +649,29 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         producer(a, S, ring, lane, warp - DS_WARPS);
         return;
     }
+    /* the step's metadata and this CTA's attention item's block-table entries, once (qk_angles' angles) */
+    if (threadIdx.x < a.R)
+        S.ctx[threadIdx.x] = a.row_ctx[threadIdx.x], S.seq[threadIdx.x] = a.row_seq[threadIdx.x],
+        S.slot[threadIdx.x] = a.slot[threadIdx.x];
+    for (int e = threadIdx.x; e < a.R * DS_HD / 2; e += DS_WARPS * 32) {
+        const int r = e / (DS_HD / 2), j = e % (DS_HD / 2);
+        sincosf((float)a.pos[(int64_t)S.dim[j] * a.pos_stride + r] * S.inv[j], &S.sn[r][j], &S.cs[r][j]);
+    }
+    cons_sync();
+    {
+        const int item = blockIdx.x, row = item / (a.nkv * a.splits), split = item % a.splits;
+        int nbt = 0, b0 = 0;
+        if (item < a.R * a.nkv * a.splits) {
+            const int ctx = S.ctx[row], chunk = max(16, (ctx + a.splits - 1) / a.splits);
+            const int jb = split * chunk, je = min(ctx, jb + chunk);
+            if (jb < je) b0 = jb / IRIS_KV_BLOCK, nbt = (je - 1) / IRIS_KV_BLOCK - b0 + 1;
+            if (nbt > DS_BT) nbt = 0;
+            for (int k = threadIdx.x; k < nbt; k += DS_WARPS * 32)
+                S.bt[k] = a.block_tables[(int64_t)S.seq[row] * a.max_blocks + b0 + k];
+        }
+        if (threadIdx.x == 0) S.bt0 = b0, S.nbt = nbt;
+    }
+    cons_sync();
     unsigned target = 0;
     ds_cursor cur = {0, 0};
     unsigned long long *tr = a.trace ? a.trace + (size_t)blockIdx.x * a.n_layers * DS_EVENTS : NULL;
