@@ -87,7 +87,9 @@
  *     (prologue unchanged), the item's first keys and norm weights loaded before the barrier
  *     (prologue 3.3 -> 0.7 us, but the barrier +1.7 us and more spills: 2B 704 -> 700 tok/s); the
  *     slots freed 4-12 chunks late, so that the refills do not come in bursts during the attention
- *     and barriers (attention unchanged, 4B slower); the own split's value row read with its key.
+ *     and barriers (attention unchanged, 4B slower); the own split's value row read with its key;
+ *     the next layer's q/k norm weights copied into shared memory a layer ahead (2B 714-719 ->
+ *     706-715, 4B 380-382 -> 382-384: noise).
  * What is left: the attention (~12 us, latency: each dependent global access costs 1-3 us while
  * the other SMs stream), the five grid barriers (~10 us), and the GEMV phases (~17 us, not at the
  * consumers' probe speed: why is open). */
