@@ -89,10 +89,13 @@
  *     slots freed 4-12 chunks late, so that the refills do not come in bursts during the attention
  *     and barriers (attention unchanged, 4B slower); the own split's value row read with its key;
  *     the next layer's q/k norm weights copied into shared memory a layer ahead (2B 714-719 ->
- *     706-715, 4B 380-382 -> 382-384: noise).
- * What is left: the attention (~12 us, latency: each dependent global access costs 1-3 us while
- * the other SMs stream), the five grid barriers (~10 us), and the GEMV phases (~17 us, not at the
- * consumers' probe speed: why is open). */
+ *     706-715, 4B 380-382 -> 382-384: noise); at most 4, 6, 8 or 12 chunks on the way from each
+ *     CTA's producers at once, in case the deep queues of the stream slowed the barriers and the
+ *     attention's loads (2B 694-715 tok/s for every cap and none, barriers unchanged: they do not).
+ *     So the attention's and the barriers' latencies are their own, not the stream's.
+ * What is left: the attention (~11 us: 2-3 us to the end of its prologue, ~4 us of key walk, the
+ * split merge), the five grid barriers (~10 us, 1-3 us each from the last arrival), and the GEMV
+ * phases (~17 us, not at the consumers' probe speed: why is open). */
 #include <stdio.h>
 
 #include "cuda_internal.cuh"
