@@ -38,8 +38,12 @@ NVFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -Isrc/base $(foreach a,$(CUDA_ARCHS),-
            -Xcompiler -fPIC -MMD -MP
 endif
 
+# Probes: bench/NAME.cu, stand-alone measurements of one mechanism on an H100 (sm_90 whatever
+# CUDA_ARCHS says), built with the library so that CI compiles them; scripts/gpu-check runs them.
+PROBES := $(if $(filter 1,$(CUDA)),$(patsubst bench/%.cu,$(BUILD)/bench/%,$(wildcard bench/*.cu)))
+
 .PHONY: all test demo setup clean fuzz-smoke bench-tok examples
-all: $(BUILD)/iris $(BUILD)/libiris.a
+all: $(BUILD)/iris $(BUILD)/libiris.a $(PROBES)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -95,6 +99,11 @@ fuzz-smoke: $(FUZZ_BIN)
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libiris.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libiris.a $(LDLIBS)
+
+# Probes (PROBES above): bench/NAME.cu -> $(BUILD)/bench/NAME.
+$(BUILD)/bench/%: bench/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -Iinclude -Isrc -Isrc/base -gencode arch=compute_90,code=sm_90 -o $@ $<
 
 # Examples: examples/NAME.c -> $(BUILD)/examples/NAME, clients of `iris serve` (libcurl + jansson).
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
