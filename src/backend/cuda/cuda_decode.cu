@@ -434,6 +434,15 @@ static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *r
     }
 }
 
+/* The keys [*jb, *je) of context split `split` of a row of ctx keys (a.splits even pieces of at
+ * least 16 keys); returns how many splits hold keys (the last holds the newest key).  The attention
+ * and the block-table copy at the kernel's start both place their items by it. */
+static __device__ __forceinline__ int ds_split_keys(const ds_args &a, int ctx, int split, int *jb, int *je) {
+    const int chunk = max(16, (ctx + a.splits - 1) / a.splits);
+    *jb = split * chunk, *je = min(ctx, *jb + chunk);
+    return (ctx + chunk - 1) / chunk;
+}
+
 /* Phase 2: the attention items this CTA owns (cuda_attn.cu's k_attn_decode with QK, for 8 warps:
  * 16 lanes a key row, 2 keys a warp step). */
 static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &S) {
@@ -443,9 +452,9 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
         const int row = item / (a.nkv * a.splits), kvh = item / a.splits % a.nkv, split = item % a.splits;
         const int ctx = S.ctx[row];
-        const int chunk = max(16, (ctx + a.splits - 1) / a.splits), active = (ctx + chunk - 1) / chunk;
+        int jb, je;
+        const int active = ds_split_keys(a, ctx, split, &jb, &je);
         if (split >= active) continue;
-        const int jb = split * chunk, je = min(ctx, jb + chunk);
         const bool own = split == active - 1; /* holds the newest key, ctx - 1 */
         /* its block-table entries: S.bt's copy (from entry S.bt0) for the CTA's first item */
         const bool cached = item == (int)blockIdx.x && S.nbt > 0;
@@ -658,17 +667,18 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
     if (threadIdx.x < a.R)
         S.ctx[threadIdx.x] = a.row_ctx[threadIdx.x], S.seq[threadIdx.x] = a.row_seq[threadIdx.x],
         S.slot[threadIdx.x] = a.slot[threadIdx.x];
-    for (int e = threadIdx.x; e < a.R * DS_HD / 2; e += DS_WARPS * 32) {
-        const int r = e / (DS_HD / 2), j = e % (DS_HD / 2);
-        sincosf((float)a.pos[(int64_t)S.dim[j] * a.pos_stride + r] * S.inv[j], &S.sn[r][j], &S.cs[r][j]);
+    if (warp < a.R) { /* warp r row r's, as qk_angles makes them for the ops */
+        float sn[2], cs[2];
+        qk_angles<64>(sn, cs, a.pos, a.pos_stride, DS_HD, warp, S.inv, S.dim, lane);
+        for (int i = 0; i < 2; i++) S.sn[warp][lane + 32 * i] = sn[i], S.cs[warp][lane + 32 * i] = cs[i];
     }
     cons_sync();
     {
         const int item = blockIdx.x, row = item / (a.nkv * a.splits), split = item % a.splits;
         int nbt = 0, b0 = 0;
         if (item < a.R * a.nkv * a.splits) {
-            const int ctx = S.ctx[row], chunk = max(16, (ctx + a.splits - 1) / a.splits);
-            const int jb = split * chunk, je = min(ctx, jb + chunk);
+            int jb, je;
+            ds_split_keys(a, S.ctx[row], split, &jb, &je);
             if (jb < je) b0 = jb / IRIS_KV_BLOCK, nbt = (je - 1) / IRIS_KV_BLOCK - b0 + 1;
             if (nbt > DS_BT) nbt = 0;
             for (int k = threadIdx.x; k < nbt; k += DS_WARPS * 32)
