@@ -8,7 +8,6 @@ of the critical path; and the mean per-CTA time in it (how long a CTA itself spe
 import struct
 import sys
 
-STREAM_NAMES = ["q/k/v GEMV", "o GEMV", "gate/up GEMV", "down GEMV"]
 NAMES = ["norm 1", "q/k/v GEMV", "barrier", "attention", "barrier", "copy o", "o GEMV", "barrier",
          "norm 2", "gate/up GEMV", "barrier", "copy g", "down GEMV", "barrier"]
 
@@ -16,12 +15,10 @@ NAMES = ["norm 1", "q/k/v GEMV", "barrier", "attention", "barrier", "copy o", "o
 def main():
     data = open(sys.argv[1], "rb").read()
     grid, layers, ev = struct.unpack_from("3i", data, 0)
-    stream = "--stream" in sys.argv  # IRIS_CUDA_DS_DBG=4: the four GEMV phases' stamps alone
+    if ev != len(NAMES):
+        sys.exit("ds_trace: %d stamps a layer, not the kernel's %d" % (ev, len(NAMES)))
     n = grid * layers * ev
     t = struct.unpack_from("%dQ" % n, data, 12)
-    if stream:  # keep stamps 0..3 of each layer
-        t = [t[(i // 4) * ev + i % 4] for i in range(grid * layers * 4)]
-        ev = 4
     at = lambda b, l, e: t[(b * layers + l) * ev + e]
     mid = range(1, layers - 1) if layers > 2 else range(layers)
     crit = [0.0] * ev
@@ -41,7 +38,7 @@ def main():
                                                                                (end - first) / 1000 / layers))
     print("%-14s %10s %10s" % ("phase", "path us", "per-CTA us"))
     for e in range(ev):
-        print("%-14s %10.2f %10.2f" % ((STREAM_NAMES if stream else NAMES)[e], crit[e], own[e]))
+        print("%-14s %10.2f %10.2f" % (NAMES[e], crit[e], own[e]))
     print("%-14s %10.2f" % ("layer", sum(crit)))
 
 
