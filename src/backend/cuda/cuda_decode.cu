@@ -93,6 +93,17 @@
  *     CTA's producers at once, in case the deep queues of the stream slowed the barriers and the
  *     attention's loads (2B 694-715 tok/s for every cap and none, barriers unchanged: they do not).
  *     So the attention's and the barriers' latencies are their own, not the stream's.
+ *   - 2026-11-26 (H200: alternating runs of one build's variants, 2B-FP8 / 4B-FP8 batch 1 and 2): the
+ *     registers moved from the producer warpgroup to the consumers' (setmaxnreg, sm_90a: 56 and 224
+ *     a thread instead of 168 for all; no spills left, 64 bytes before): 2B 781-789 -> 790-804 tok/s,
+ *     4B 405-406 -> 412-413; then the grid barrier before the attention split in two, the first
+ *     keys and the q/k norm weights loaded between the arrival and the wait (before the arrival, as
+ *     tried earlier, the release waited for them): 2B 827-830 (batch 2 1,413-1,426 -> 1,496-1,498),
+ *     4B 418-422 (741-742 -> 768-774); a 2B layer 37.9 -> 36.5 us (the attention's path 10.3 -> 8.1,
+ *     the barrier's 1.5 -> 2.4).  All keys of a split in one round (DS_DU 4, which the registers now
+ *     allow): 1-2% slower than two.  Dropped: the producers prefetching their chunks into L2 16-64
+ *     chunks past the ring (cp.async.bulk.prefetch.L2), so that the memory keeps streaming while the
+ *     ring is full: 2B 780 -> 715-721, 4B 401 -> 315-318 (slower at every depth).
  * What is left: the attention (~11 us: 2-3 us to the end of its prologue, ~4 us of key walk, the
  * split merge), the five grid barriers (~10 us, 1-3 us each from the last arrival), and the GEMV
  * phases (~17 us, not at the consumers' probe speed: why is open). */
@@ -112,6 +123,13 @@
 #define DS_MAX_RING 32
 #define DS_MIN_RING 4
 #define DS_MAX_SPLITS 64
+#ifndef DS_SETMAXNREG /* sm_90a: the registers moved from the producers to the consumers (k_decode_stack) */
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+#define DS_SETMAXNREG 1
+#else
+#define DS_SETMAXNREG 0
+#endif
+#endif
 #define DS_DU 2                          /* key rounds in flight in the attention walk */
 #define DS_EVENTS 14                     /* trace stamps a layer (k_decode_stack) */
 #define DS_BT 64                         /* block-table entries of the CTA's attention item kept in shared memory */
@@ -215,17 +233,26 @@ static __device__ __forceinline__ void cp4_arrive(void *dst, const void *src, ui
 /* the consumer warps only (the producer runs on its own) */
 static __device__ __forceinline__ void cons_sync() { asm volatile("bar.sync 1, %0;" ::"n"(DS_WARPS * 32) : "memory"); }
 
-/* Every CTA's consumers reach the barrier; what each wrote before is visible to all after it. */
-static __device__ __forceinline__ void grid_sync(unsigned *bar, unsigned &target) {
+/* Every CTA's consumers reach the barrier; what each wrote before is visible to all after it.  In
+ * two halves: between the arrival and the wait go loads of what does not depend on the barrier (the
+ * attention's first keys), issued after the release so that it does not wait for them. */
+static __device__ __forceinline__ void grid_arrive(unsigned *bar, unsigned &target) {
     cons_sync();
     target += gridDim.x;
-    if (threadIdx.x == 0) { /* release: the CTA's writes (ordered before by the bar.sync) go first */
+    if (threadIdx.x == 0) /* release: the CTA's writes (ordered before by the bar.sync) go first */
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+}
+static __device__ __forceinline__ void grid_wait(const unsigned *bar, unsigned target) {
+    if (threadIdx.x == 0) {
         unsigned v;
         do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
         while (v < target);
     }
     cons_sync();
+}
+static __device__ __forceinline__ void grid_sync(unsigned *bar, unsigned &target) {
+    grid_arrive(bar, target);
+    grid_wait(bar, target);
 }
 
 /* ---- the weight tiles: the same order for the producer and the consumers ---- */
@@ -444,8 +471,11 @@ static __device__ __forceinline__ int ds_split_keys(const ds_args &a, int ctx, i
 }
 
 /* Phase 2: the attention items this CTA owns (cuda_attn.cu's k_attn_decode with QK, for 8 warps:
- * 16 lanes a key row, 2 keys a warp step). */
-static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &S) {
+ * 16 lanes a key row, 2 keys a warp step).  Entered after the arrival at the grid barrier behind the
+ * q/k/v GEMV: `wait` (which completes it the first time, and then does nothing) comes once the first
+ * item's first keys and norm weights are on the way. */
+template <typename Wait>
+static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &S, Wait wait) {
     ds_attn_smem &A = S.u.at;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, sub = lane / 16, dl = lane % 16;
     const int kvw = a.nkv * DS_HD, G = a.g, items = a.R * a.nkv * a.splits;
@@ -474,18 +504,20 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
             vr[u] = *(const uint4 *)(L.vc + sl * kvw + col);
         };
         const int first = jb + warp * 2;
-        /* the first round of earlier steps' keys before the prologue (its loads overlap it) */
+        /* the first round of earlier steps' keys before the prologue (its loads overlap it; for the
+         * first item, the barrier's wait too) */
         if (first < je)
 #pragma unroll
             for (int u = 0; u < DS_DU; u++) {
                 int j = key_of(first, u);
                 if (!(own && j == ctx - 1)) load_key(u, j);
             }
+        const bool isk = warp == G;
+        float wv[4];
+        if (warp < G + own) qk_weights<64>(wv, isk ? L.kn : L.qn, a.qk_dt, DS_HD, lane);
+        wait(); /* (once) */
         /* prologue: warp i < G the query head kvh·G + i; warp G (own split) the k head and v */
         if (warp < G + own) {
-            const bool isk = warp == G;
-            float wv[4];
-            qk_weights<64>(wv, isk ? L.kn : L.qn, a.qk_dt, DS_HD, lane);
             const float sn[2] = {S.sn[row][lane], S.sn[row][lane + 32]}, cs[2] = {S.cs[row][lane], S.cs[row][lane + 32]};
             const bf16 *src = isk ? a.k + (int64_t)row * kvw + kvh * DS_HD
                                   : a.q + (int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + warp) * DS_HD;
@@ -660,9 +692,15 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the barriers, as the copy engine sees them */
     __syncthreads();
     if (warp >= DS_WARPS) {
+#if DS_SETMAXNREG
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;" ::: "memory");
+#endif
         producer(a, S, ring, lane, warp - DS_WARPS);
         return;
     }
+#if DS_SETMAXNREG /* the producers' registers to the consumers: 128 x 56 + 256 x 224 <= 65,536 */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;" ::: "memory");
+#endif
     /* the step's metadata and this CTA's attention item's block-table entries, once (qk_angles' angles) */
     if (threadIdx.x < a.R)
         S.ctx[threadIdx.x] = a.row_ctx[threadIdx.x], S.seq[threadIdx.x] = a.row_seq[threadIdx.x],
@@ -704,9 +742,16 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         stamp();
         gemv_phase<0>(a, S, ring, x_s, cur);
         stamp();
-        grid_sync(a.bar, target);
-        stamp();
-        attn_phase(a, L, S);
+        grid_arrive(a.bar, target);
+        bool waited = false;
+        auto wait = [&]() {
+            if (waited) return;
+            grid_wait(a.bar, target);
+            waited = true;
+            stamp();
+        };
+        attn_phase(a, L, S, wait);
+        wait(); /* when the CTA had no item */
         stamp();
         grid_sync(a.bar, target);
         stamp();
