@@ -103,7 +103,12 @@
  *     the barrier's 1.5 -> 2.4).  All keys of a split in one round (DS_DU 4, which the registers now
  *     allow): 1-2% slower than two.  Dropped: the producers prefetching their chunks into L2 16-64
  *     chunks past the ring (cp.async.bulk.prefetch.L2), so that the memory keeps streaming while the
- *     ring is full: 2B 780 -> 715-721, 4B 401 -> 315-318 (slower at every depth).
+ *     ring is full: 2B 780 -> 715-721, 4B 401 -> 315-318 (slower at every depth); the first 2, 3 or 4
+ *     chunks of each GEMV phase taken from the ring and dequantized into registers while the barrier
+ *     before it is waited for (2B 808-813 -> 773-782, 694-703, 633-642 tok/s: the held registers
+ *     cost more than the dequantization saved); the barrier polled by 2, 4 or 8 staggered relaxed
+ *     loads in flight (2B 822-827 -> 783-795, 771-775, 756-767: the polls crowd the counter), or by
+ *     one with a 32-250 ns sleep between polls (no change).
  * What is left: the attention (~11 us: 2-3 us to the end of its prologue, ~4 us of key walk, the
  * split merge), the five grid barriers (~10 us, 1-3 us each from the last arrival), and the GEMV
  * phases (~17 us, not at the consumers' probe speed: why is open). */
