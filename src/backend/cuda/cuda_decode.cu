@@ -108,7 +108,13 @@
  *     before it is waited for (2B 808-813 -> 773-782, 694-703, 633-642 tok/s: the held registers
  *     cost more than the dequantization saved); the barrier polled by 2, 4 or 8 staggered relaxed
  *     loads in flight (2B 822-827 -> 783-795, 771-775, 756-767: the polls crowd the counter), or by
- *     one with a 32-250 ns sleep between polls (no change).
+ *     one with a 32-250 ns sleep between polls (no change).  On an H100 (the same day): a warp of its
+ *     own prefetching the producers' next 12-48 chunks into L2 (2B 745-755 -> 609-731, 4B 397-401 ->
+ *     300-327: slower again, so the stream is not helped by L2 prefetches of it); 16 or 32 bytes of
+ *     row padding in a slot instead of 64 (as conflict-free: 2 more slots, 22 for 2B, 21 for 4B; no
+ *     change: the ring's depth does not bound even 4B's GEMV phases).  Now 2B-FP8 745-756 tok/s at
+ *     batch 1, 4B-FP8 396-401; a 2B step (CUPTI) 1,331 us: this kernel 1,086, the lm_head 199, the
+ *     embedding gather with the host's time between steps 26, top-k 12.
  * What is left: the attention (~11 us: 2-3 us to the end of its prologue, ~4 us of key walk, the
  * split merge), the five grid barriers (~10 us, 1-3 us each from the last arrival), and the GEMV
  * phases (~17 us, not at the consumers' probe speed: why is open). */
