@@ -115,6 +115,18 @@
  *     change: the ring's depth does not bound even 4B's GEMV phases).  Now 2B-FP8 745-756 tok/s at
  *     batch 1, 4B-FP8 396-401; a 2B step (CUPTI) 1,331 us: this kernel 1,086, the lm_head 199, the
  *     embedding gather with the host's time between steps 26, top-k 12.
+ *     Why the GEMV phases run at about half the consumers' probe speed, looked at (H100): a chunk's
+ *     stamps (layer 14's gate/up, one CTA) came every ~350 ns (~700 cycles) with every slot already
+ *     full at its wait, so the consumers, not the stream, pace them; Nsight Compute's samples over
+ *     that loop (135 instructions a unit, 96 of them the dequantization: 16 e4m3x2 -> f16x2, 32
+ *     f16 -> f32, 32 multiplies, 16 packs) are 29% dependency waits, 27% issuing, 15% not selected
+ *     (another warp issued), 7% each branch resolution and math-pipe throttle: two consumer warps a
+ *     scheduler do not hide the chains.  Tried and dropped: a unit's weights as their exact bf16
+ *     codes (e4m3 -> f16 -> bf16 bits, times 2^112) with the block scale applied to the mma sum
+ *     (fewer conversions, other numbers: 2B 755-758 -> 746-750 tok/s, and past the 1% test bound
+ *     against the ops); two units loaded, then both multiplied (gate and up, or even and odd
+ *     chunks into two accumulators) for more independent work a warp (gate/up 7.8 -> 8.3 us; 2B
+ *     754-757 -> 743-745).
  * What is left: the attention (~11 us: 2-3 us to the end of its prologue, ~4 us of key walk, the
  * split merge), the five grid barriers (~10 us, 1-3 us each from the last arrival), and the GEMV
  * phases (~17 us, not at the consumers' probe speed: why is open). */
