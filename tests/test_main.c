@@ -1,5 +1,7 @@
 /* test_main.c: the runner of build/iris-test (see test.h). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "test.h"
 
 #include <stdarg.h>

@@ -909,7 +909,7 @@ static void mrope_tables(int hd, int *dim_of, float *inv) {
 }
 
 static void check_qk_prologue(int n, int nq, int nkv, int hd) {
-    int half = hd / 2, n_blocks = (n + 15) / 16 + 2;
+    int n_blocks = (n + 15) / 16 + 2;
     int64_t wq = (int64_t)nq * hd, wk = (int64_t)nkv * hd;
     float *q = rnd_vec(n * wq, -2, 2), *k = rnd_vec(n * wk, -2, 2), *v = rnd_vec(n * wk, -2, 2);
     float *qw = rnd_vec(hd, 0.5f, 1.5f), *kw = rnd_vec(hd, 0.5f, 1.5f);
@@ -977,7 +977,7 @@ static void check_qk_prologue(int n, int nq, int nkv, int hd) {
  * the decode kernel doing qk_norm_rope_kv itself gives the bits of the two kernels, in o and in the
  * whole cache (each path on its own copy of the cache, q and k). */
 static void check_qk_attn(const int *n_past, int n, int nq, int nkv, int hd) {
-    int half = hd / 2, width = nkv * hd, max_blocks = 0;
+    int width = nkv * hd, max_blocks = 0;
     for (int s = 0; s < n; s++)
         if ((n_past[s] + 16) / 16 > max_blocks) max_blocks = (n_past[s] + 16) / 16;
     int n_blocks = n * max_blocks + 2, n_hist = 0;

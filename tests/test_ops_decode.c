@@ -210,10 +210,7 @@ done:
 }
 
 IRIS_TEST(gpu_ops_decode_stack) {
-    if (iris_cuda_device_count() == 0) {
-        fprintf(stderr, "  (no CUDA device: GPU decode-stack test not run)\n");
-        return;
-    }
+    OPS_NEED_GPU("GPU decode-stack test");
     iris_err err = {0};
     iris_backend *b = NULL;
     REQUIRE(iris_backend_cuda_open(0, (size_t)2 << 30, &b, &err) == 0);

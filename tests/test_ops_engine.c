@@ -17,6 +17,7 @@
 
 #include "iris.h"
 #include "test.h"
+#include "ops_util.h"
 #include "tiny_fixture.h"
 
 #ifdef IRIS_CUDA
@@ -89,10 +90,7 @@ static int ask(const char *device, const char *kv_dtype, const char *image, answ
 }
 
 IRIS_TEST(gpu_engine_matches_cpu_engine) {
-    if (iris_cuda_device_count() == 0) {
-        fprintf(stderr, "  (no CUDA device: GPU engine test not run)\n");
-        return;
-    }
+    OPS_NEED_GPU("GPU engine test");
     tiny_arr f32, b16;
     REQUIRE(tiny_load("tiny-gqa/image/logits.npy", &f32) == 0);
     REQUIRE(tiny_load("tiny-gqa/image/logits_bf16.npy", &b16) == 0);
@@ -148,10 +146,7 @@ IRIS_TEST(gpu_engine_matches_cpu_engine) {
  * gives the tokens that sampling from the whole downloaded row gives (a request with logprobs
  * takes whole rows), greedy, seeded top-k/top-p and with penalties, on the same device logits. */
 IRIS_TEST(gpu_engine_top_sampling_equals_whole_rows) {
-    if (iris_cuda_device_count() == 0) {
-        fprintf(stderr, "  (no CUDA device: GPU engine test not run)\n");
-        return;
-    }
+    OPS_NEED_GPU("GPU engine test");
     const char *img = "tests/fixtures/images/images/png_rgb_224x224.png";
     char msg[1024];
     static const char *what[] = {"greedy", "seeded top-k/top-p", "seeded, presence 1.5 + repetition 1.05"};
