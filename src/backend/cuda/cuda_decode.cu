@@ -129,8 +129,9 @@
  *     754-757 -> 743-745); 12 consumer warps instead of 8 (the phase's super-steps round the warps,
  *     152 registers a consumer thread, some spilled; correct, 21/21): the GEMV phases no faster
  *     (gate/up 7.8 -> 8.2 us), the norms slower, 2B 761-763 -> 709-710 tok/s, 4B 400 -> 374-375.  So
- *     not the warps' latencies either: the SM's issue of the dequantization (the same instructions
- *     however many warps share them) is what a chunk costs.
+ *     not the warps' latencies: the SM's own work on a chunk (the same instructions however many
+ *     warps share them) paces it; which unit binds (issue, the conversions' pipe) is open, since
+ *     the cheaper exact-code dequantization above was no faster either.
  * What is left: the attention (~11 us: 2-3 us to the end of its prologue, ~4 us of key walk, the
  * split merge), the five grid barriers (~10 us, 1-3 us each from the last arrival), and the GEMV
  * phases (~17 us, not at the consumers' probe speed: why is open). */
