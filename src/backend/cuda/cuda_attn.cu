@@ -290,16 +290,10 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk
      * counter for the next launch.  The merge is a few round trips to L2, not one a split: every
      * split's (max, sum) is loaded at once into shared memory and turned into its weight there,
      * then each output sums its splits with the loads of 32 splits in flight. */
-    __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int *cnt = a.count + (int64_t)row * gridDim.y + kvh;
-        last = atomicAdd(cnt, 1) == a.n_splits - 1;
-        if (last) *cnt = 0;
-    }
+    if (threadIdx.x == 0) last = split_count_last(a.count + (int64_t)row * gridDim.y + kvh, a.n_splits);
     __syncthreads();
     if (!last) return;
-    __threadfence();
     __shared__ float sw[ATTN_MAX_SPLITS][GMAX], sl[ATTN_MAX_SPLITS][GMAX], sL[GMAX];
     const float *ph = a.part + ((int64_t)row * a.nq + kvh * a.g) * a.n_splits * (HD + 2); /* head i, split s */
     for (int e = threadIdx.x; e < a.n_splits * a.g; e += DW * 32) {

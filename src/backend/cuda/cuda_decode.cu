@@ -132,6 +132,12 @@
  *     not the warps' latencies: the SM's own work on a chunk (the same instructions however many
  *     warps share them) paces it; which unit binds (issue, the conversions' pipe) is open, since
  *     the cheaper exact-code dequantization above was no faster either.
+ *     Kept: the split counter's add made acquire-release by thread 0 alone (split_count_last), in
+ *     place of every thread's sequentially consistent __threadfence before and after a plain add
+ *     (Nsight Compute had the merge's fence among the attention's costliest instructions): the
+ *     attention's path 8.5 -> 7.8 us, 2B-FP8 742-755 -> 766-770 tok/s (batch 2 1,364-1,396 ->
+ *     1,407-1,419), 4B-FP8 396-401 -> 404-405 (741-750 -> 757-758); the same in cuda_attn.cu's
+ *     op-by-op decode attention.
  * What is left: the attention (~11 us: 2-3 us to the end of its prologue, ~4 us of key walk, the
  * split merge), the five grid barriers (~10 us, 1-3 us each from the last arrival), and the GEMV
  * phases (~17 us, not at the consumers' probe speed: why is open). */
@@ -652,16 +658,10 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
             }
         }
         if (active > 1) { /* the last split of (row, kv head) to finish merges, in split order */
-            __threadfence();
             cons_sync();
-            if (threadIdx.x == 0) {
-                int *cnt = a.count + (int64_t)row * a.nkv + kvh;
-                A.last = atomicAdd(cnt, 1) == active - 1;
-                if (A.last) *cnt = 0;
-            }
+            if (threadIdx.x == 0) A.last = split_count_last(a.count + (int64_t)row * a.nkv + kvh, active);
             cons_sync();
             if (A.last) {
-                __threadfence();
                 for (int e = threadIdx.x; e < active * G; e += DS_WARPS * 32) {
                     int s = e / G, i = e % G;
                     const float *p = ph + ((int64_t)i * a.splits + s) * (DS_HD + 2);
