@@ -138,6 +138,14 @@
  *     attention's path 8.5 -> 7.8 us, 2B-FP8 742-755 -> 766-770 tok/s (batch 2 1,364-1,396 ->
  *     1,407-1,419), 4B-FP8 396-401 -> 404-405 (741-750 -> 757-758); the same in cuda_attn.cu's
  *     op-by-op decode attention.
+ *     Dropped: h handed from the o_proj and down_proj epilogues to the next norm as 64-bit words of
+ *     two bf16 values and an epoch (each written and read whole, the reader waiting for its
+ *     epoch), in place of the two barriers before the norms (correct, 21/21): the barriers' paths
+ *     went to ~0.1 us, the norms' from 0.8 to 3.1-3.3 us, 2B-FP8 762-770 -> 760-764 tok/s, 4B-FP8
+ *     400-406 -> 393-396 (batch 4 1,277 -> 974, the readers' polls in the way).  So a barrier's
+ *     ~2-3 us after a GEMV phase is the time for the last epilogue's stores to reach the other SMs
+ *     while the stream keeps the memory busy, not the counter: after the attention, with the ring
+ *     full and the stream idle, the same barrier takes 0.9 us.
  * What is left: the attention (~11 us: 2-3 us to the end of its prologue, ~4 us of key walk, the
  * split merge), the five grid barriers (~10 us, 1-3 us each from the last arrival), and the GEMV
  * phases (~17 us, not at the consumers' probe speed: why is open). */
