@@ -145,7 +145,14 @@
  *     400-406 -> 393-396 (batch 4 1,277 -> 974, the readers' polls in the way).  So a barrier's
  *     ~2-3 us after a GEMV phase is the time for the last epilogue's stores to reach the other SMs
  *     while the stream keeps the memory busy, not the counter: after the attention, with the ring
- *     full and the stream idle, the same barrier takes 0.9 us.
+ *     full and the stream idle, the same barrier takes 0.9 us.  Confirmed and dropped: the producers
+ *     holding back chunks of later phases from the start of a CTA's last tile of a GEMV phase until
+ *     the barrier after it (and, in a second variant, through the attention): the barriers' paths
+ *     2-3 -> ~1 us, but the held-back chunks then came late (the attention 7.7 -> 11.2 us when they
+ *     came during it; the GEMV phases slower when held past it): 2B-FP8 762-769 -> 757-761 tok/s,
+ *     4B-FP8 404-405 -> 368-387.  The stream's bytes cost the same wherever they go: a layer is the
+ *     stream's ~16 us (2B) plus what of the latency chain it cannot hide, and the chain's latencies
+ *     are those of a memory kept busy.
  * What is left: the attention (~11 us: 2-3 us to the end of its prologue, ~4 us of key walk, the
  * split merge), the five grid barriers (~10 us, 1-3 us each from the last arrival), and the GEMV
  * phases (~17 us, not at the consumers' probe speed: why is open). */
