@@ -43,9 +43,11 @@
  *
  * Measured (H100, synth checkpoints, 1,024-token context, iris bench with graphs; per-phase times
  * from IRIS_CUDA_DS_TRACE and bench/ds_trace.py, the latest CTA's stamps, graphs off):
- *   - now (with this session's changes below and the top-k candidates in one copy): 2B-FP8 batch 1
- *     714-718 tok/s against 629 op by op, 4B-FP8 379-381 against 307-309 (the rule above for more
- *     rows); a 2B layer ~41.1 us: q/k/v 3.1, attention 11.3, o 1.7, gate/up 7.9, down 3.8, five
+ *   - now (2026-11-26, everything kept below): 2B-FP8 batch 1 766-772 tok/s against 629 op by op,
+ *     4B-FP8 404-406 against 307-309; a 2B layer ~37.9 us (q/k/v 3.2, its barrier 2.7, attention
+ *     7.7, o 1.8, gate/up 8.0, down 3.8, the other four barriers ~8.3, norms and copies 2.4).
+ *   - 2026-11-25 (the top-k candidates in one copy): 2B-FP8 batch 1 714-718 tok/s, 4B-FP8 379-381
+ *     (the rule above for more rows); a 2B layer ~41.1 us: q/k/v 3.1, attention 11.3, o 1.7, gate/up 7.9, down 3.8, five
  *     barriers 0.9-3.3 each (~10 in all), norms 1.4 + 1.2, copies 0.9.  A step (CUPTI trace, before
  *     the metadata change): this kernel 1,178 us, the lm_head (BF16, 622 MB, 3.1 TB/s) 199 us,
  *     top-k 11 us, the rest ~30 us.
