@@ -155,9 +155,12 @@
  *     4B-FP8 404-405 -> 368-387.  The stream's bytes cost the same wherever they go: a layer is the
  *     stream's ~16 us (2B) plus what of the latency chain it cannot hide, and the chain's latencies
  *     are those of a memory kept busy.
- * What is left: the attention (~11 us: 2-3 us to the end of its prologue, ~4 us of key walk, the
- * split merge), the five grid barriers (~10 us, 1-3 us each from the last arrival), and the GEMV
- * phases (~17 us, not at the consumers' probe speed: why is open). */
+ * What is left (2B on an H100, ~37.9 us a layer against ~16.5 of weight bytes): the GEMV phases
+ * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
+ * 12 consumer warps, with cheaper or paired dequantizations: what binds the SM there is open (the
+ * probe's 329 cycles is the target); the barriers and the attention (~19 us) are the latencies of a
+ * memory the stream keeps busy, so a quieter stream only moves the time (above); what could still
+ * shorten them is fewer round trips on the chain (a barrier fewer, the merge's two loads in one). */
 #include <stdio.h>
 
 #include "cuda_internal.cuh"
