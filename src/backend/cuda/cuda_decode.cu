@@ -154,7 +154,8 @@
  *     came during it; the GEMV phases slower when held past it): 2B-FP8 762-769 -> 757-761 tok/s,
  *     4B-FP8 404-405 -> 368-387.  The stream's bytes cost the same wherever they go: a layer is the
  *     stream's ~16 us (2B) plus what of the latency chain it cannot hide, and the chain's latencies
- *     are those of a memory kept busy.
+ *     are those of a memory kept busy.  Also no change: every lane arriving on a slot's empty barrier
+ *     (count 256) in place of the warp sync and lane 0's arrival (2B 769-770 either way).
  * What is left (2B on an H100, ~37.9 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations: what binds the SM there is open (the
