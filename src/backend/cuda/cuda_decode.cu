@@ -155,13 +155,17 @@
  *     4B-FP8 404-405 -> 368-387.  The stream's bytes cost the same wherever they go: a layer is the
  *     stream's ~16 us (2B) plus what of the latency chain it cannot hide, and the chain's latencies
  *     are those of a memory kept busy.  Also no change: every lane arriving on a slot's empty barrier
- *     (count 256) in place of the warp sync and lane 0's arrival (2B 769-770 either way).
+ *     (count 256) in place of the warp sync and lane 0's arrival (2B 769-770 either way).  Slower: the
+ *     last split's merge in one round trip (each output's thread loading every split's max, sum and
+ *     value at once, up to 16 splits): the attention 7.7 -> 8.0 us, 2B 770-771 -> 764-766, 4B 406 ->
+ *     399-400.
  * What is left (2B on an H100, ~37.9 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations: what binds the SM there is open (the
  * probe's 329 cycles is the target); the barriers and the attention (~19 us) are the latencies of a
  * memory the stream keeps busy, so a quieter stream only moves the time (above); what could still
- * shorten them is fewer round trips on the chain (a barrier fewer, the merge's two loads in one). */
+ * shorten them is fewer round trips on the chain (a barrier fewer; the merge's two loads in one was
+ * slower, above). */
 #include <stdio.h>
 
 #include "cuda_internal.cuh"
