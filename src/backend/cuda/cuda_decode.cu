@@ -163,13 +163,21 @@
  *     FMA 12.6%, FMA-heavy 15.6%, shared memory 3.1%; the producers' empty-slot waits 13.8 M
  *     try-wait rounds (41 M instructions), and a chunk's 16 row copies issued one lane at a time (the
  *     bulk copy takes uniform registers: 8 instructions a row).
+ *     The design's floor, measured (H100, trace, graphs off): the same kernel with the products
+ *     left out (consumers only wait, load, free the slot and fold the values in with one add; wrong
+ *     numbers, timing only) takes 35.6 us a 2B layer against 37.9: the GEMV phases drop from 16.7
+ *     to 6.9 us, but the barriers after them grow from 2.6-2.9 to 4.3-5.8 us (the freed slots'
+ *     refills all in flight at once) and the rest stays.  So faster consumers alone buy at most ~6%
+ *     (~800 tok/s): a layer is bounded by its weights' ~16.5 us of stream plus the latency chain that
+ *     the stream's traffic slows; the targets need the chain's handoffs off the congested path
+ *     (cluster / distributed shared memory in place of global round trips) or fewer of them.
  * What is left (2B on an H100, ~37.9 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
- * 12 consumer warps, with cheaper or paired dequantizations: what binds the SM there is open (the
- * probe's 329 cycles is the target); the barriers and the attention (~19 us) are the latencies of a
- * memory the stream keeps busy, so a quieter stream only moves the time (above); what could still
- * shorten them is fewer round trips on the chain (a barrier fewer; the merge's two loads in one was
- * slower, above). */
+ * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
+ * with no products at all a layer still takes 35.6 us (above): the barriers and the attention are
+ * the latencies of a memory the stream keeps busy, and a quieter stream only moves the time.  The
+ * way on is a shorter chain: handoffs that do not cross the congested memory path (thread-block
+ * clusters, distributed shared memory), fewer grid-wide steps a layer. */
 #include <stdio.h>
 
 #include "cuda_internal.cuh"
