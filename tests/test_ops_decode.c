@@ -226,13 +226,16 @@ IRIS_TEST(gpu_ops_decode_stack) {
      * (64 blocks): row 0's items read their entries from global memory, row 1's from the copy */
     const int plong[] = {17000, 5};
     check_stack(b, 2048, 6144, 16, 8, 2, plong, 2, 1);
-    /* the default takes 1-2 rows within 3,072 tokens, and 1-4 at any length only for layers of 64 MiB
-     * or more (cuda_decode.cu) */
+    /* the default takes, for layers under 64 MiB, 1 row while the block tables are within 8,448
+     * tokens, 2 within 3,200, 3-4 within 1,152; every step of larger layers (cuda_decode.cu) */
     iris_cuda_set_decode_stack(b, -1);
-    const int p2[] = {3071, 5}, p2l[] = {3072, 5};
+    const int p1d[] = {8447}, p1l[] = {8448}, p2[] = {3199, 5}, p2l[] = {3200, 5}, p3l[] = {1152, 5, 9};
+    check_stack(b, 2048, 6144, 16, 8, 2, p1d, 1, 1);
+    check_stack(b, 2048, 6144, 16, 8, 2, p1l, 1, 0);
     check_stack(b, 2048, 6144, 16, 8, 2, p2, 2, 1);
     check_stack(b, 2048, 6144, 16, 8, 2, p2l, 2, 0);
-    check_stack(b, 2048, 6144, 16, 8, 2, p3, 3, 0);
+    check_stack(b, 2048, 6144, 16, 8, 2, p3, 3, 1);
+    check_stack(b, 2048, 6144, 16, 8, 2, p3l, 3, 0);
     check_stack(b, 2560, 9728, 32, 8, 2, p4, 4, 1);
     iris_cuda_set_decode_stack(b, 1);
     /* what it declines leaves the step to the ops: more than 4 rows */
