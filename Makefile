@@ -27,7 +27,8 @@ TEST_SO := $(patsubst tests/preload/%.c,$(BUILD)/tests/preload/%.so,$(wildcard t
 
 # CUDA: one .cu per op family, C headers in front.
 CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDA_ARCHS  ?= 90a  # 90a: sm_90 with its arch-specific instructions (setmaxnreg, cuda_decode.cu)
+# 90a: sm_90 with its arch-specific instructions (setmaxnreg in cuda_decode.cu)
+CUDA_ARCHS  ?= 90a
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)
 CUDA    ?= $(if $(and $(NVCC),$(CU_SRC)),1,0)
 ifeq ($(CUDA),1)
