@@ -196,12 +196,10 @@
 #define DS_MAX_RING 32
 #define DS_MIN_RING 4
 #define DS_MAX_SPLITS 64
-#ifndef DS_SETMAXNREG /* sm_90a: the registers moved from the producers to the consumers (k_decode_stack) */
-#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL /* sm_90a: the registers moved from the producers to the consumers (k_decode_stack) */
 #define DS_SETMAXNREG 1
 #else
 #define DS_SETMAXNREG 0
-#endif
 #endif
 #define DS_DU 2                          /* key rounds in flight in the attention walk */
 #define DS_EVENTS 14                     /* trace stamps a layer (k_decode_stack) */
