@@ -55,15 +55,12 @@ static iris_engine *open_engine(int kv_blocks, int max_num_seqs, int max_batch_t
     return e;
 }
 
-/* Stats are published after each step, so a caller can see a DONE event
- * before the step that sent it is counted: wait for the engine to be idle. */
+/* The stats once every request seen has had its DONE event: the engine publishes them
+ * before it sends each DONE, so they are final then (no waiting for the step to end). */
 static void idle_stats(iris_engine *e, iris_engine_stats *st) {
-    for (int i = 0; i < 2000; i++) {
-        iris_engine_get_stats(e, st);
-        if (st->n_running + st->n_waiting == 0 && st->kv_blocks_used == 0) return;
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+    iris_engine_get_stats(e, st);
+    CHECKF(st->n_running + st->n_waiting == 0, "%d running, %d waiting after the last DONE", st->n_running,
+           st->n_waiting);
 }
 
 static char *messages_for(const job *j) {
@@ -298,6 +295,8 @@ typedef struct cb_state {
     pthread_mutex_t mu;
     int n_delta, done, finish;
     char text[1024];
+    iris_engine *e;
+    iris_engine_stats at_done;  /* the stats as the DONE event came */
 } cb_state;
 
 static void on_event(void *ud, const iris_event *ev) {
@@ -307,6 +306,7 @@ static void on_event(void *ud, const iris_event *ev) {
     if (ev->text_len && o + ev->text_len < sizeof s->text) memcpy(s->text + o, ev->text, ev->text_len), s->text[o + ev->text_len] = 0;
     if (ev->kind == IRIS_EVENT_DELTA) s->n_delta++;
     else s->done = 1, s->finish = ev->finish_reason;
+    if (ev->kind == IRIS_EVENT_DONE && s->e) iris_engine_get_stats(s->e, &s->at_done);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -337,12 +337,17 @@ IRIS_TEST(engine_stop_strings_and_callback) {
     p.do_sample = 0, p.temperature = 0;
     p.stop[0] = stop;
     p.n_stop = 1;
-    cb_state s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    cb_state s = {.mu = PTHREAD_MUTEX_INITIALIZER, .e = e};
     p.on_event = on_event;
     p.ud = &s;
     REQUIRE(iris_engine_submit(e, &p, &r, &err) == 0);
     iris_engine_shutdown(e);  /* drains: the request finishes before this returns */
     CHECK(s.done);
+    /* The stats were published before the DONE event left (mid-step): the request is
+     * counted and no longer running, its blocks are free (a /metrics read after an answer). */
+    CHECK_EQ_INT(s.at_done.requests_finished, 2);
+    CHECK_EQ_INT(s.at_done.n_running + s.at_done.n_waiting, 0);
+    CHECK_EQ_INT(s.at_done.kv_blocks_used, 0);
     CHECK_EQ_INT(s.finish, IRIS_FINISH_REASON_STOP);
     CHECK_EQ_INT(strlen(s.text), (size_t)(first - a.out));
     CHECK(!strncmp(s.text, a.out, (size_t)(first - a.out)));

@@ -68,7 +68,30 @@ void iris_engine_model_info(const iris_engine *e, iris_model_info *out) {
 
 /* ---- finishing requests ------------------------------------------------------------------- */
 
-static void finish(iris_engine *e, iris_request *r, int reason, const iris_err *why) {
+/* The counters readers see (iris_engine_get_stats); under e->mu. */
+static void publish_stats(iris_engine *e) {
+    iris_engine_stats *s = &e->stats;
+    s->n_running = e->sched.n_running;
+    s->n_waiting = e->sched.n_waiting + e->n_inbox;
+    s->kv_blocks_total = e->n_blocks;
+    s->kv_blocks_used = iris_kv_pool_n_used(e->pool);
+    s->kv_blocks_cached = iris_kv_pool_n_cached(e->pool);
+    s->steps = e->sched.stats.steps;
+    s->requests_finished = e->requests_finished;
+    s->prompt_tokens = e->prompt_tokens;
+    s->prefill_tokens = e->sched.stats.prefill_tokens;
+    s->prefix_hit_tokens = e->sched.stats.prefix_hit_tokens;
+    s->generated_tokens = e->generated_tokens;
+    s->images_encoded = e->images_encoded;
+    s->images_cached = e->sched.stats.images_cached;
+    s->preemptions = e->sched.stats.preemptions;
+}
+
+/* Finish r: its last event, with the usage.  The stats are published first (the scheduler
+ * has let go of r's sequence by now), so whoever gets the event and then asks for the stats
+ * (a client reading /metrics after its answer) finds the request counted and no longer
+ * running.  have_mu: the caller holds e->mu. */
+static void finish_at(iris_engine *e, iris_request *r, int reason, const iris_err *why, int have_mu) {
     if (r->finished) return;
     r->finished = 1;
     iris_event ev = {.kind = IRIS_EVENT_DONE, .finish_reason = reason, .text = ""};
@@ -93,6 +116,9 @@ static void finish(iris_engine *e, iris_request *r, int reason, const iris_err *
              (long long)r->seq.id, iris_finish_reason_name(reason), ev.usage.prompt_tokens, ev.usage.cached_tokens,
              ev.usage.completion_tokens, ev.usage.total_s);
     e->requests_finished++;
+    if (!have_mu) pthread_mutex_lock(&e->mu);
+    publish_stats(e);
+    if (!have_mu) pthread_mutex_unlock(&e->mu);
     iris_req_emit(r, &ev);
     for (int i = 0; r->vout && i < r->prompt.n_images; i++) iris_vision_out_free(&r->vout[i]);
     /* The step may still look at r (its batch): let go of it at the end of the step. */
@@ -106,6 +132,10 @@ static void finish(iris_engine *e, iris_request *r, int reason, const iris_err *
         e->done = nd, e->cap_done = nc;
     }
     e->done[e->n_done++] = r;
+}
+
+static void finish(iris_engine *e, iris_request *r, int reason, const iris_err *why) {
+    finish_at(e, r, reason, why, 0);
 }
 
 static void release_done(iris_engine *e) {
@@ -380,41 +410,24 @@ static void step(iris_engine *e) {
     }
 }
 
-static void publish_stats(iris_engine *e) {
-    iris_engine_stats *s = &e->stats;
-    s->n_running = e->sched.n_running;
-    s->n_waiting = e->sched.n_waiting + e->n_inbox;
-    s->kv_blocks_total = e->n_blocks;
-    s->kv_blocks_used = iris_kv_pool_n_used(e->pool);
-    s->kv_blocks_cached = iris_kv_pool_n_cached(e->pool);
-    s->steps = e->sched.stats.steps;
-    s->requests_finished = e->requests_finished;
-    s->prompt_tokens = e->prompt_tokens;
-    s->prefill_tokens = e->sched.stats.prefill_tokens;
-    s->prefix_hit_tokens = e->sched.stats.prefix_hit_tokens;
-    s->generated_tokens = e->generated_tokens;
-    s->images_encoded = e->images_encoded;
-    s->images_cached = e->sched.stats.images_cached;
-    s->preemptions = e->sched.stats.preemptions;
-}
-
 static void *engine_main(void *arg) {
     iris_engine *e = arg;
     pthread_mutex_lock(&e->mu);
     for (;;) {
         while (!e->n_inbox && !iris_sched_busy(&e->sched) && !e->stopping) pthread_cond_wait(&e->cv, &e->mu);
         if (e->stopping && !e->n_inbox && !iris_sched_busy(&e->sched)) break;
-        for (int i = 0; i < e->n_inbox; i++) {
+        int n_in = e->n_inbox;
+        for (int i = 0; i < n_in; i++) {
             iris_request *r = e->inbox[i];
+            e->n_inbox = n_in - i - 1;  /* r leaves the inbox (stats published meanwhile count it once) */
             iris_err err = {0};
             if (iris_sched_add(&e->sched, &r->seq, &err)) {
-                finish(e, r, IRIS_FINISH_REASON_ERROR, &err);
+                finish_at(e, r, IRIS_FINISH_REASON_ERROR, &err, 1);
                 e->n_queued--;
                 continue;
             }
             e->prompt_tokens += (uint64_t)r->seq.n_prompt;
         }
-        e->n_inbox = 0;
         release_done(e);
         pthread_mutex_unlock(&e->mu);
 
