@@ -27,7 +27,8 @@ TEST_SO := $(patsubst tests/preload/%.c,$(BUILD)/tests/preload/%.so,$(wildcard t
 
 # CUDA: one .cu per op family, C headers in front.
 CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-# 90a: sm_90 with its arch-specific instructions (setmaxnreg in cuda_decode.cu)
+# 90a: sm_90 with its arch-specific instructions (setmaxnreg in cuda_decode.cu); a release
+# build: "80 86 89 90a 120f" (120f: the RTX 50 family, setmaxnreg too)
 CUDA_ARCHS  ?= 90a
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)
 CUDA    ?= $(if $(and $(NVCC),$(CU_SRC)),1,0)
@@ -43,7 +44,7 @@ endif
 # CUDA_ARCHS says), built with the library so that CI compiles them; scripts/gpu-check runs them.
 PROBES := $(if $(filter 1,$(CUDA)),$(patsubst bench/%.cu,$(BUILD)/bench/%,$(wildcard bench/*.cu)))
 
-.PHONY: all test demo setup clean fuzz-smoke bench-tok examples
+.PHONY: all test demo setup clean fuzz-smoke bench-tok examples spill-check
 all: $(BUILD)/iris $(BUILD)/libiris.a $(PROBES)
 
 $(BUILD)/%.o: %.c
@@ -116,9 +117,14 @@ $(BUILD)/examples/%: examples/%.c examples/iris_client.h
 setup:
 	@scripts/setup
 
+# The persistent decode kernel spills no registers on sm_90a and sm_120f (compile only).
+spill-check:
+	@$(if $(filter 1,$(CUDA)),NVCC=$(NVCC) scripts/spill-check,echo "spill-check: no CUDA in this build")
+
 test: setup
 	@$(MAKE) --no-print-directory -j$$(nproc) all $(BUILD)/iris-test
 	@$(MAKE) --no-print-directory -j$$(nproc) fuzz-smoke
+	@$(MAKE) --no-print-directory spill-check
 	@IRIS_ROOT=$(CURDIR) IRIS_BIN=$${IRIS_BIN:-$(BUILD)/iris} $(BUILD)/iris-test
 
 demo: setup

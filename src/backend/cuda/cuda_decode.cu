@@ -171,6 +171,11 @@
  *     (~800 tok/s): a layer is bounded by its weights' ~16.5 us of stream plus the latency chain that
  *     the stream's traffic slows; the targets need fewer hand-offs on the chain (bench/sync_probe.cu:
  *     cluster shared memory is not much quicker than L2 under the stream).
+ *   - 2026-11-26 (compile only: no sm_120 card here): for sm_120a/f ptxas ignored setmaxnreg
+ *     ("to maintain compatibility into 'extern' call") because the bulk copy named its destination
+ *     shared::cluster, which it lowers to a call there; named shared::cta (the same CTA-local
+ *     address, PTX 8.6) it keeps setmaxnreg, and the kernel built for sm_120f has no spills (208-byte
+ *     frame, 176 bytes of spill stores before).  The sm_90a cubin is byte for byte the same.
  * What is left (2B on an H100, ~37.9 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
@@ -196,7 +201,9 @@
 #define DS_MAX_RING 32
 #define DS_MIN_RING 4
 #define DS_MAX_SPLITS 64
-#ifdef __CUDA_ARCH_FEAT_SM90_ALL /* sm_90a: the registers moved from the producers to the consumers (k_decode_stack) */
+/* arch- or family-specific targets (sm_90a, sm_120a, sm_120f, ...): the registers moved from the
+ * producers to the consumers (k_decode_stack; plain sm_90 / sm_120 have no setmaxnreg) */
+#if defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 900
 #define DS_SETMAXNREG 1
 #else
 #define DS_SETMAXNREG 0
@@ -288,7 +295,7 @@ static __device__ __forceinline__ void mbar_arrive_tx(uint64_t *b, unsigned tx) 
 /* bytes (a multiple of 16, both ends 16-byte aligned) global → shared, completing on bar */
 static __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+    asm volatile("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                      smem_u32(dst)),
                  "l"(src), "r"(bytes), "r"(smem_u32(bar))
                  : "memory");
