@@ -176,6 +176,16 @@
  *     shared::cluster, which it lowers to a call there; named shared::cta (the same CTA-local
  *     address, PTX 8.6) it keeps setmaxnreg, and the kernel built for sm_120f has no spills (208-byte
  *     frame, 176 bytes of spill stores before).  The sm_90a cubin is byte for byte the same.
+ *   - 2026-11-26 (H100, one build's variants alternating, 2B-FP8 / 4B-FP8 batch 1, 2, 4; the decode
+ *     tests passed for each): (1) the grid barrier after the attention replaced by a counter a
+ *     (row, kv head), released by the split that writes the head's output and acquired by every
+ *     CTA before o_proj: 2B 764-766 -> 763-766, 4B 404-405 -> 402-403: the barrier is not what
+ *     the chain waits on there; the last merge is.  (2) No merge in the attention at all: every
+ *     split counts its partial in (release), and each CTA's o_proj prep merges all partials itself
+ *     (16 heads x 16 splits x 132 floats, 135 KB a CTA for 2B, through L2, 4 or 8 splits a round
+ *     of loads; 16 spilled): 2B 764-766 -> 716-718, 4B 404-405 -> 365-369.  Each SM pulling that
+ *     much from L2 under the weight stream costs ~3 us a layer more than the merge's round trips
+ *     it saves (~30 GB/s an SM, about its share of the stream's own bandwidth).
  * What is left (2B on an H100, ~37.9 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
