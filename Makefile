@@ -27,17 +27,23 @@ TEST_SO := $(patsubst tests/preload/%.c,$(BUILD)/tests/preload/%.so,$(wildcard t
 
 # CUDA: one .cu per op family, C headers in front.
 CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-# 90a: sm_90 with its arch-specific instructions (setmaxnreg in cuda_decode.cu); a release
-# build: "80 86 89 90a 120f" (120f: the RTX 50 family, setmaxnreg too)
-CUDA_ARCHS  ?= 90a
+# CUDA_ARCHS: by default the GPUs of this machine (scripts/cuda-archs: an RTX 5060 gives 120f, an
+# H100 90a), else 90a (no GPU: CI).  90a / 120f: with their arch- and family-specific instructions
+# (setmaxnreg in cuda_decode.cu).  A release build: "80 86 89 90a 120f".
+ifeq ($(origin CUDA_ARCHS),undefined)
+CUDA_ARCHS := $(shell scripts/cuda-archs)
+endif
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)
 CUDA    ?= $(if $(and $(NVCC),$(CU_SRC)),1,0)
 ifeq ($(CUDA),1)
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
+# the CUDA objects are rebuilt when CUDA_ARCHS changes: a file that holds it, rewritten only then
+CU_STAMP := $(BUILD)/cuda_archs
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(CU_STAMP) 2>/dev/null)" = "$(CUDA_ARCHS)" ] || echo "$(CUDA_ARCHS)" > $(CU_STAMP); })
 CFLAGS  += -DIRIS_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 NVFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -Isrc/base $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
-           -Xcompiler -fPIC -MMD -MP
+           -Xcompiler -fPIC -MMD -MP -DIRIS_CUDA_ARCHS='"$(CUDA_ARCHS)"'
 endif
 
 # Probes: bench/NAME.cu, stand-alone measurements of one mechanism on an H100 (sm_90 whatever
@@ -51,7 +57,7 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(CU_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 

@@ -105,6 +105,8 @@ int iris_cmd_ls(int argc, char **argv) {
     if (!vram && iris_cuda_device_memory(0, &gfree, &gtotal) == 0 && gtotal > 0) {
         vram = gtotal;
         reserved = gtotal - gfree;
+        char why[512];
+        if (!iris_cuda_kernels_for(0, why, sizeof why)) fprintf(stderr, "iris ls: warning: %s\n", why);
     }
 #endif
     if (reserved && reserved >= vram) {

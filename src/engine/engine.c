@@ -452,7 +452,8 @@ static void *engine_main(void *arg) {
 
 /* ---- open / close ------------------------------------------------------------------------- */
 
-/* Which backend: cpu, cuda, or auto (cuda when this build has it and a GPU is there). */
+/* Which backend: cpu, cuda, or auto (cuda when this build has it, a GPU is there and the build
+ * has kernels for it; else the CPU, with a warning that says why when there is a GPU). */
 static int pick_device(const char *d, int *cuda, iris_err *err) {
     *cuda = 0;
     if (d && strcmp(d, "cpu") && strcmp(d, "cuda") && strcmp(d, "auto"))
@@ -461,7 +462,13 @@ static int pick_device(const char *d, int *cuda, iris_err *err) {
 #ifdef IRIS_CUDA
     int n = iris_cuda_device_count();
     if (n > 0) {
-        *cuda = 1;
+        char why[512];
+        if (iris_cuda_kernels_for(0, why, sizeof why)) {
+            *cuda = 1;
+            return IRIS_OK;
+        }
+        if (d && !strcmp(d, "cuda")) return iris_err_set(err, IRIS_EDEVICE, "device cuda: %s; or use --device cpu", why);
+        iris_log(IRIS_LOG_WARN, "engine", "the GPU is not used: %s; running on the CPU", why);
         return IRIS_OK;
     }
     if (d && !strcmp(d, "cuda"))

@@ -1,6 +1,8 @@
 /* cuda_info.cu: what the device has, for commands that plan without opening
- * a backend (`iris ls`, `iris plan` on this machine).  Host-only; no kernels. */
+ * a backend (`iris ls`, `iris plan` on this machine), and whether this build
+ * has kernels for it (one empty probe kernel). */
 #include <cuda_runtime.h>
+#include <stdio.h>
 
 #include "cuda_info.h"
 
@@ -24,5 +26,39 @@ int iris_cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes)
         cudaGetLastError();
         return -1;
     }
+    return 0;
+}
+
+#ifndef IRIS_CUDA_ARCHS
+#define IRIS_CUDA_ARCHS "?"
+#endif
+
+/* Built like every other kernel (the same -gencode list, SASS only, no PTX to compile at run
+ * time): when the device has no image of it, it has none of the others either. */
+static __global__ void k_probe(void) {}
+
+int iris_cuda_kernels_for(int device, char *why, size_t n) {
+    cudaDeviceProp p;
+    if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(why, n, "CUDA device %d cannot be used (no such device, or no driver)", device);
+        return 0;
+    }
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, (const void *)k_probe);
+    if (e == cudaSuccess) return 1;
+    cudaGetLastError();
+    /* the target scripts/cuda-archs would pick for this card */
+    char arch[16];
+    if (p.major == 9) snprintf(arch, sizeof arch, "90a");
+    else if (p.major == 10 || p.major == 12) snprintf(arch, sizeof arch, "%d0f", p.major);
+    else snprintf(arch, sizeof arch, "%d%d", p.major, p.minor);
+    if (p.major < 8)
+        snprintf(why, n, "%s (compute capability %d.%d) is older than iris supports (8.0 and newer)", p.name, p.major,
+                 p.minor);
+    else
+        snprintf(why, n, "this iris was built with CUDA_ARCHS=\"%s\", which has no kernels for %s (compute "
+                         "capability %d.%d; %s); rebuild with `make CUDA_ARCHS=%s` (the default on a machine "
+                         "with this GPU)", IRIS_CUDA_ARCHS, p.name, p.major, p.minor, cudaGetErrorString(e), arch);
     return 0;
 }

@@ -1,5 +1,6 @@
 /* cuda_info.h: the device's memory, for commands that plan without opening a
- * backend (`iris ls`).  C header; only in CUDA builds (IRIS_CUDA). */
+ * backend (`iris ls`), and whether this build can run on it.  C header; only in
+ * CUDA builds (IRIS_CUDA). */
 #ifndef IRIS_CUDA_INFO_H
 #define IRIS_CUDA_INFO_H
 
@@ -16,6 +17,10 @@ int iris_cuda_small_stack(void);
 /* Free and total memory of `device` now (cudaMemGetInfo); -1 when there is no
  * such device or no driver.  Creates the primary context on first use. */
 int iris_cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes);
+
+/* 1 when this build has kernels for `device` (its CUDA_ARCHS cover the card); else 0, and
+ * why[0..n) says what the card is, what the build covers and how to rebuild. */
+int iris_cuda_kernels_for(int device, char *why, size_t n);
 
 #ifdef __cplusplus
 }

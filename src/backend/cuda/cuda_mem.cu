@@ -407,6 +407,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     if (n == 0) return iris_err_set(err, IRIS_EDEVICE, "cuda: no CUDA device found (driver missing or no GPU)");
     if (device < 0 || device >= n)
         return iris_err_set(err, IRIS_EINVAL, "cuda: device %d does not exist (%d device%s)", device, n, n == 1 ? "" : "s");
+    char why[512];
+    if (!iris_cuda_kernels_for(device, why, sizeof why)) return iris_err_set(err, IRIS_EDEVICE, "cuda: %s", why);
 
     iris_backend *b = (iris_backend *)calloc(1, sizeof *b);
     cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
