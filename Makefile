@@ -33,6 +33,7 @@ CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 ifeq ($(origin CUDA_ARCHS),undefined)
 CUDA_ARCHS := $(shell scripts/cuda-archs)
 endif
+export CUDA_ARCHS  # to the sub-makes of `make test` (asked once)
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)
 CUDA    ?= $(if $(and $(NVCC),$(CU_SRC)),1,0)
 ifeq ($(CUDA),1)

@@ -65,7 +65,8 @@ IRIS_TEST(build_cuda_archs_follow_the_gpus) {
 
     /* The Makefile's default follows them; CUDA_ARCHS given wins.  (CUDA=1 and a stand-in nvcc:
      * make -n runs no compiler.) */
-    const char *mk = "make -n --no-print-directory CUDA=1 NVCC=/bin/true BUILD=%s/b %s %s/b/src/backend/cuda/cuda_info.o";
+    const char *mk = "unset CUDA_ARCHS MAKEFLAGS MFLAGS; "  /* (`make test` exports them) */
+                     "make -n --no-print-directory CUDA=1 NVCC=/bin/true BUILD=%s/b %s %s/b/src/backend/cuda/cuda_info.o";
     fake_smi(dir, "8.6\\n12.0\\n");
     char line[1024];
     snprintf(line, sizeof line, mk, dir, "", dir);
