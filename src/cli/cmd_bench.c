@@ -351,6 +351,7 @@ int iris_cmd_bench(int argc, char **argv) {
 #ifdef IRIS_CUDA
         rc = iris_backend_cuda_open(0, arena, &x.b, &err);
 #else
+        (void)arena;
         rc = iris_err_set(&err, IRIS_EUNSUPPORTED, "this iris was built without CUDA; use --device cpu");
 #endif
     }
