@@ -186,6 +186,15 @@
  *     of loads; 16 spilled): 2B 764-766 -> 716-718, 4B 404-405 -> 365-369.  Each SM pulling that
  *     much from L2 under the weight stream costs ~3 us a layer more than the merge's round trips
  *     it saves (~30 GB/s an SM, about its share of the stream's own bandwidth).
+ *   - 2026-11-26 (H100, alternating, 3 rounds): the weight stream's bulk copies with an L2
+ *     evict-first policy (createpolicy, .L2::cache_hint), so that what the chain hands between CTAs
+ *     stays in L2: kept.  2B batch 1 767-770 -> 768-773, 2 1,416-1,417 -> 1,422-1,425, 4 2,346-2,350
+ *     -> 2,349-2,366; 4B batch 1 403-405 -> 408-409, 2 751-755 -> 768-769, 4 1,272-1,275 ->
+ *     1,309-1,311 (the decode tests passed).  Dropped: the attention's key/value loads evict-first
+ *     too (2B 766-771, 4B 407-409 at batch 1: no gain), and the same hint on the ops' FP8 GEMV
+ *     weights (cuda_gemv_mma.cu; 2B batch 8 3,669-3,702 -> 3,730-3,740, 4B 1,806 -> 1,834-1,838,
+ *     batch 64 unchanged): a build with both met an illegal instruction in the GPU tests, and no
+ *     device time was left to tell which of the two; worth a retry of the GEMV one alone.
  * What is left (2B on an H100, ~37.9 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
@@ -302,12 +311,13 @@ static __device__ __forceinline__ void mbar_arrive_tx(uint64_t *b, unsigned tx) 
                  "r"(tx)
                  : "memory");
 }
-/* bytes (a multiple of 16, both ends 16-byte aligned) global → shared, completing on bar */
-static __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+/* bytes (a multiple of 16, both ends 16-byte aligned) global → shared, completing on bar; pol: an L2
+ * cache policy (the weight stream's: evict first, producer) */
+static __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *bar, uint64_t pol) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+    asm volatile("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
                      smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(pol)
                  : "memory");
 #endif
 }
@@ -367,6 +377,10 @@ static __device__ __forceinline__ int ph_mat(const ds_args &a, int ph, int tile,
 static __device__ void producer(const ds_args &a, ds_head &S, uint8_t *ring, int lane, int p) {
     const int cw = a.cw, nsc = cw / 128;
     unsigned n = 0;
+    /* the stream's lines leave L2 first: each is read once, and what the latency chain passes
+     * between CTAs (h, the attention's partials, the barrier) stays */
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
     for (int il = 0; il < a.n_layers; il++)
         for (int ph = 0; ph < 4; ph++) {
             const int K = ph_k(a, ph), nch = K / cw, mats = ph == 2 ? 2 : 1, scols = (K + 127) / 128;
@@ -383,7 +397,7 @@ static __device__ void producer(const ds_args &a, ds_head &S, uint8_t *ring, int
                         if (lane == 0) mbar_arrive_tx(&S.full[slot], 16u * cw);
                         __syncwarp();
                         if (lane < 16)
-                            bulk_g2s(dst + lane * (cw + DS_PAD), W + (int64_t)lane * K, (unsigned)cw, &S.full[slot]);
+                            bulk_g2s(dst + lane * (cw + DS_PAD), W + (int64_t)lane * K, (unsigned)cw, &S.full[slot], pol);
                         else if (lane < 16 + nsc)
                             cp4_arrive(dst + 16 * (cw + DS_PAD) + (lane - 16) * 4, sc + (lane - 16), &S.full[slot]);
                     }
