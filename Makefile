@@ -48,8 +48,11 @@ NVFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -Isrc/base $(foreach a,$(CUDA_ARCHS),-
 endif
 
 # Probes: bench/NAME.cu, stand-alone measurements of one mechanism on an H100 (sm_90 whatever
-# CUDA_ARCHS says), built with the library so that CI compiles them; scripts/gpu-check runs them.
+# CUDA_ARCHS says, beside its newer targets), built with the library so that CI compiles them;
+# scripts/gpu-check runs them.
 PROBES := $(if $(filter 1,$(CUDA)),$(patsubst bench/%.cu,$(BUILD)/bench/%,$(wildcard bench/*.cu)))
+# and for the newer GPUs CUDA_ARCHS names (an RTX 50 card: 120f), so that gpu-check runs them there too
+PROBE_ARCHS := $(filter 100% 101% 103% 110% 120% 121%,$(CUDA_ARCHS))
 
 .PHONY: all test demo setup clean fuzz-smoke bench-tok examples spill-check
 all: $(BUILD)/iris $(BUILD)/libiris.a $(PROBES)
@@ -110,9 +113,10 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libiris.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libiris.a $(LDLIBS)
 
 # Probes (PROBES above): bench/NAME.cu -> $(BUILD)/bench/NAME.
-$(BUILD)/bench/%: bench/%.cu
+$(BUILD)/bench/%: bench/%.cu $(CU_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 -Iinclude -Isrc -Isrc/base -gencode arch=compute_90,code=sm_90 -o $@ $<
+	$(NVCC) -O3 -std=c++17 -Iinclude -Isrc -Isrc/base -gencode arch=compute_90,code=sm_90 \
+	    $(foreach a,$(PROBE_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -o $@ $<
 
 # Examples: examples/NAME.c -> $(BUILD)/examples/NAME, clients of `iris serve` (libcurl + jansson).
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))

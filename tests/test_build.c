@@ -1,6 +1,6 @@
 /* test_build.c: the build targets this machine's GPUs.  scripts/cuda-archs maps what nvidia-smi
- * lists to CUDA_ARCHS (a fake nvidia-smi here), and the Makefile compiles the CUDA code for them
- * when CUDA_ARCHS is not given (make -n: nothing is built). */
+ * lists to CUDA_ARCHS (a fake nvidia-smi here), and the Makefile compiles the CUDA code (and the
+ * probes, beside sm_90) for them when CUDA_ARCHS is not given (make -n: nothing is built). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +76,18 @@ IRIS_TEST(build_cuda_archs_follow_the_gpus) {
     CHECKF(strstr(out, "arch=compute_86,code=sm_86") && strstr(out, "arch=compute_120f,code=sm_120f") &&
                strstr(out, "IRIS_CUDA_ARCHS='\"86 120f\"'"),
            "make -n: %s", out);
+    free(out);
+    /* the probes: sm_90 (H100 measurements) and the newer targets beside it */
+    snprintf(line, sizeof line,
+             "unset CUDA_ARCHS MAKEFLAGS MFLAGS; make -n --no-print-directory CUDA=1 NVCC=/bin/true BUILD=%s/b "
+             "%s/b/bench/sync_probe",
+             dir, dir);
+    snprintf(cmd, sizeof cmd, "PATH=%s:$PATH %s 2>&1", dir, line);
+    out = run(cmd);
+    REQUIRE(out);
+    CHECKF(strstr(out, "arch=compute_90,code=sm_90 ") && strstr(out, "arch=compute_120f,code=sm_120f") &&
+               !strstr(out, "sm_86"),
+           "make -n (probe): %s", out);
     free(out);
     snprintf(line, sizeof line, mk, dir, "CUDA_ARCHS=89", dir);
     snprintf(cmd, sizeof cmd, "PATH=%s:$PATH %s 2>&1", dir, line);
