@@ -107,6 +107,9 @@ int iris_cmd_ls(int argc, char **argv) {
         reserved = gtotal - gfree;
         char why[512];
         if (!iris_cuda_kernels_for(0, why, sizeof why)) fprintf(stderr, "iris ls: warning: %s\n", why);
+    } else if (!vram) {
+        char why[512];
+        if (iris_cuda_driver_why(why, sizeof why)) fprintf(stderr, "iris ls: warning: %s\n", why);
     }
 #endif
     if (reserved && reserved >= vram) {

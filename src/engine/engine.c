@@ -453,7 +453,8 @@ static void *engine_main(void *arg) {
 /* ---- open / close ------------------------------------------------------------------------- */
 
 /* Which backend: cpu, cuda, or auto (cuda when this build has it, a GPU is there and the build
- * has kernels for it; else the CPU, with a warning that says why when there is a GPU). */
+ * has kernels for it; else the CPU, with a warning that says why when there is a GPU or a
+ * driver that cannot serve this build). */
 static int pick_device(const char *d, int *cuda, iris_err *err) {
     *cuda = 0;
     if (d && strcmp(d, "cpu") && strcmp(d, "cuda") && strcmp(d, "auto"))
@@ -467,6 +468,12 @@ static int pick_device(const char *d, int *cuda, iris_err *err) {
             *cuda = 1;
             return IRIS_OK;
         }
+        if (d && !strcmp(d, "cuda")) return iris_err_set(err, IRIS_EDEVICE, "device cuda: %s; or use --device cpu", why);
+        iris_log(IRIS_LOG_WARN, "engine", "the GPU is not used: %s; running on the CPU", why);
+        return IRIS_OK;
+    }
+    char why[512];
+    if (iris_cuda_driver_why(why, sizeof why)) {
         if (d && !strcmp(d, "cuda")) return iris_err_set(err, IRIS_EDEVICE, "device cuda: %s; or use --device cpu", why);
         iris_log(IRIS_LOG_WARN, "engine", "the GPU is not used: %s; running on the CPU", why);
         return IRIS_OK;

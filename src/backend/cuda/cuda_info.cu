@@ -62,3 +62,25 @@ int iris_cuda_kernels_for(int device, char *why, size_t n) {
                          "with this GPU)", IRIS_CUDA_ARCHS, p.name, p.major, p.minor, cudaGetErrorString(e), arch);
     return 0;
 }
+
+int iris_cuda_driver_why(char *why, size_t n) {
+    int drv = 0, rt = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess || drv == 0) {
+        cudaGetLastError();
+        return 0; /* no NVIDIA driver: a machine without a GPU */
+    }
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) cudaGetLastError();
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    cudaGetLastError();
+    if (e == cudaSuccess && count > 0) return 0;
+    if (rt > 0 && drv < rt)
+        snprintf(why, n, "the NVIDIA driver supports CUDA %d.%d and this iris was built with CUDA %d.%d: update the "
+                         "driver (under WSL2, the Windows one)", drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+    else if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0))
+        return 0; /* a driver and no GPU it can see */
+    else
+        snprintf(why, n, "the NVIDIA driver (CUDA %d.%d) cannot be used: %s", drv / 1000, drv % 1000 / 10,
+                 cudaGetErrorString(e));
+    return 1;
+}

@@ -22,6 +22,11 @@ int iris_cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes)
  * why[0..n) says what the card is, what the build covers and how to rebuild. */
 int iris_cuda_kernels_for(int device, char *why, size_t n);
 
+/* 1 when an NVIDIA driver is installed but no device can be used through it (older than this
+ * build's CUDA runtime, or failing), with why[0..n) saying so and what to do; 0 when there is no
+ * driver, no GPU, or a usable one. */
+int iris_cuda_driver_why(char *why, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
