@@ -76,9 +76,10 @@ $(BUILD)/iris-test: $(TEST_OBJ) $(BUILD)/libiris.a | $(TEST_SO)
 	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libiris.a $(LDLIBS)
 
 # Shared libraries the tests load into the iris binary with LD_PRELOAD (tests/preload/; see each file).
-$(BUILD)/tests/preload/%.so: tests/preload/%.c
+$(BUILD)/tests/preload/%.so: tests/preload/%.c $(CU_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -O2 -shared -fPIC -o $@ $<
+	$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -O2 -shared -fPIC \
+	    $(if $(filter 1,$(CUDA)),-DIRIS_CUDA=1 -I$(CUDA_HOME)/include) -o $@ $<
 
 # GPU checks (every CUDA op against the CPU backend): run on a GPU machine by scripts/gpu-check, not by `make test`.
 $(BUILD)/iris-test-gpu: $(GPU_TEST_OBJ) $(BUILD)/libiris.a
