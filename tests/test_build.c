@@ -9,14 +9,11 @@
 
 #include "test.h"
 
+/* stdout of cmd, "" when it failed */
 static char *run(const char *cmd) {
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, k;
-    char *out = malloc(cap);
-    while (out && (k = fread(out + n, 1, cap - 1 - n, f)) > 0) n += k;
-    if (out) out[n] = 0;
-    if (pclose(f) != 0 && out) out[0] = 0;
+    int st;
+    char *out = iris_test_popen(cmd, &st);
+    if (out && st != 0) out[0] = 0;
     return out;
 }
 

@@ -10,65 +10,57 @@
 
 #include "test.h"
 
-static char *run(const char *cmd, int *status) {
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, k;
-    char *out = malloc(cap);
-    while (out && (k = fread(out + n, 1, cap - 1 - n, f)) > 0) n += k;
-    if (out) out[n] = 0;
-    *status = pclose(f);
-    return out;
-}
-
 static const char *bin_path(void) { return getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris"; }
 
-/* The preload library `name` beside the binary's build, and whether the binary has CUDA. */
+/* The preload library `name` beside the binary's build (0 when it is there), and whether the
+ * binary has CUDA. */
 static int preload_of(const char *name, char *so, size_t n, int *cuda) {
     const char *bin = bin_path(), *slash = strrchr(bin, '/');
     snprintf(so, n, "%.*s/tests/preload/%s", (int)(slash ? slash - bin : 1), slash ? bin : ".", name);
     char cmd[1024];
     int st = 0;
     snprintf(cmd, sizeof cmd, "%s version 2>&1", bin);
-    char *ver = run(cmd, &st);
+    char *ver = iris_test_popen(cmd, &st);
     *cuda = ver && strstr(ver, "cuda: yes") != NULL;
     free(ver);
     return access(so, R_OK);
 }
 
+/* `iris run` on a tiny model under the preload library so_name: with --device auto it answers on
+ * the CPU and (a CUDA build) says every one of auto_says; with --device cuda it fails, saying every
+ * one of cuda_says (a build without CUDA: that it has none). */
+static void check_pick(const char *so_name, const char *const *auto_says, const char *const *cuda_says) {
+    const char *bin = bin_path(), *model = "tests/fixtures/tiny/tiny-gqa/model";
+    char so[512], cmd[2048];
+    int st = 0, cuda = 0;
+    REQUIRE(preload_of(so_name, so, sizeof so, &cuda) == 0);
+    for (int dev = 0; dev < 2; dev++) {
+        snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s %s run %s Hello --temperature 0 --max-tokens 4%s 2>&1", so, bin,
+                 model, dev ? " --device cuda" : "");
+        char *out = iris_test_popen(cmd, &st);
+        REQUIRE(out);
+        if (!dev) CHECKF(st == 0 && strstr(out, "4 generated"), "%s, auto: exit %d, no answer on the CPU: %s", so_name, st, out);
+        else CHECKF(st != 0, "%s, cuda: exit 0: %s", so_name, out);
+        const char *const *says = dev ? cuda_says : auto_says;
+        for (int i = 0; cuda && says[i]; i++) CHECKF(strstr(out, says[i]), "%s, %s: no \"%s\" in: %s", so_name, dev ? "cuda" : "auto", says[i], out);
+        if (dev && !cuda) CHECKF(strstr(out, "built without CUDA"), "%s, cuda (no CUDA build): %s", so_name, out);
+        free(out);
+    }
+}
+
 IRIS_TEST(device_pick_old_driver) {
-    const char *bin = bin_path();
-    const char *model = "tests/fixtures/tiny/tiny-gqa/model";
+    static const char *const auto_says[] = {
+        "the GPU is not used: the NVIDIA driver supports CUDA 12.4 and this iris was built with CUDA 13.",
+        "update the driver", "running on the CPU", NULL};
+    static const char *const cuda_says[] = {"device cuda: the NVIDIA driver supports CUDA 12.4", "--device cpu", NULL};
+    check_pick("old_driver.so", auto_says, cuda_says);
+
+    /* iris ls plans for this machine's GPU: it says why there is none to plan for */
     char so[512], cmd[2048];
     int st = 0, cuda = 0;
     REQUIRE(preload_of("old_driver.so", so, sizeof so, &cuda) == 0);
-
-    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s %s run %s Hello --temperature 0 --max-tokens 4 2>&1", so, bin, model);
-    char *out = run(cmd, &st);
-    REQUIRE(out);
-    CHECKF(st == 0, "auto: exit %d: %s", st, out);
-    CHECKF(strstr(out, "4 generated"), "auto: no answer on the CPU: %s", out);
-    if (cuda)
-        CHECKF(strstr(out, "the GPU is not used: the NVIDIA driver supports CUDA 12.4 and this iris was built with "
-                           "CUDA 13.") && strstr(out, "update the driver") && strstr(out, "running on the CPU"),
-               "auto: %s", out);
-    free(out);
-
-    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s %s run %s Hello --temperature 0 --max-tokens 4 --device cuda 2>&1", so,
-             bin, model);
-    out = run(cmd, &st);
-    REQUIRE(out);
-    CHECKF(st != 0, "cuda: exit 0: %s", out);
-    if (cuda)
-        CHECKF(strstr(out, "device cuda: the NVIDIA driver supports CUDA 12.4") && strstr(out, "--device cpu"),
-               "cuda: %s", out);
-    else
-        CHECKF(strstr(out, "built without CUDA"), "cuda (no CUDA build): %s", out);
-    free(out);
-
-    /* iris ls plans for this machine's GPU: it says why there is none to plan for */
-    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s HF_HUB_CACHE=/nonexistent-iris-cache %s ls 2>&1", so, bin);
-    out = run(cmd, &st);
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s HF_HUB_CACHE=/nonexistent-iris-cache %s ls 2>&1", so, bin_path());
+    char *out = iris_test_popen(cmd, &st);
     REQUIRE(out);
     if (cuda) CHECKF(strstr(out, "iris ls: warning: the NVIDIA driver supports CUDA 12.4"), "ls: %s", out);
     else CHECKF(!strstr(out, "warning"), "ls (no CUDA build): %s", out);
@@ -76,29 +68,11 @@ IRIS_TEST(device_pick_old_driver) {
 }
 
 IRIS_TEST(device_pick_no_kernels_for_the_gpu) {
-    const char *bin = bin_path();
-    const char *model = "tests/fixtures/tiny/tiny-gqa/model";
-    char so[512], cmd[2048];
-    int st = 0, cuda = 0;
-    REQUIRE(preload_of("no_kernels.so", so, sizeof so, &cuda) == 0);
-    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s %s run %s Hello --temperature 0 --max-tokens 4 2>&1", so, bin, model);
-    char *out = run(cmd, &st);
-    REQUIRE(out);
-    CHECKF(st == 0 && strstr(out, "4 generated"), "auto: exit %d: %s", st, out);
-    if (cuda)
-        CHECKF(strstr(out, "the GPU is not used: this iris was built with CUDA_ARCHS=") &&
-                   strstr(out, "no kernels for NVIDIA GeForce RTX 5060 (played) (compute capability 12.0") &&
-                   strstr(out, "rebuild with `make CUDA_ARCHS=120f`") && strstr(out, "running on the CPU"),
-               "auto: %s", out);
-    free(out);
-    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s %s run %s Hello --temperature 0 --max-tokens 4 --device cuda 2>&1", so,
-             bin, model);
-    out = run(cmd, &st);
-    REQUIRE(out);
-    CHECKF(st != 0, "cuda: exit 0: %s", out);
-    if (cuda)
-        CHECKF(strstr(out, "device cuda: this iris was built with CUDA_ARCHS=") &&
-                   strstr(out, "make CUDA_ARCHS=120f") && strstr(out, "--device cpu"),
-               "cuda: %s", out);
-    free(out);
+    static const char *const auto_says[] = {
+        "the GPU is not used: this iris was built with CUDA_ARCHS=",
+        "no kernels for NVIDIA GeForce RTX 5060 (played) (compute capability 12.0",
+        "rebuild with `make CUDA_ARCHS=120f`", "running on the CPU", NULL};
+    static const char *const cuda_says[] = {"device cuda: this iris was built with CUDA_ARCHS=", "make CUDA_ARCHS=120f",
+                                            "--device cpu", NULL};
+    check_pick("no_kernels.so", auto_says, cuda_says);
 }

@@ -44,6 +44,18 @@ const char *iris_test_asset(const char *name) {
     return access(path, R_OK) == 0 ? path : NULL;
 }
 
+char *iris_test_popen(const char *cmd, int *status) {
+    FILE *f = popen(cmd, "r");
+    *status = -1;
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, k;
+    char *out = malloc(cap);
+    while (out && (k = fread(out + n, 1, cap - 1 - n, f)) > 0) n += k;
+    if (out) out[n] = 0;
+    *status = pclose(f);
+    return out;
+}
+
 static int cmp_test(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
