@@ -200,7 +200,8 @@ void iris_request_cancel(iris_request *r);
 /* Releases the caller's handle (cancels the request if it is still running). */
 void iris_request_free(iris_request *r);
 
-/* Counters since open, for /metrics, benchmarks and tests. */
+/* Counters since open, for /metrics, benchmarks and tests.  Published after each step and before
+ * each request's DONE event: whoever has a request's DONE sees it counted and no longer running. */
 typedef struct iris_engine_stats {
     int n_running, n_waiting;           /* now */
     int kv_blocks_total, kv_blocks_used, kv_blocks_cached; /* now: held by sequences / reusable cached */
