@@ -50,7 +50,7 @@ static void check_pick(const char *so_name, const char *const *auto_says, const 
 
 IRIS_TEST(device_pick_old_driver) {
     static const char *const auto_says[] = {
-        "the GPU is not used: the NVIDIA driver supports CUDA 12.4 and this iris was built with CUDA 13.",
+        "the GPU is not used: the NVIDIA driver supports CUDA 12.4 and this iris was built with CUDA ",
         "update the driver", "running on the CPU", NULL};
     static const char *const cuda_says[] = {"device cuda: the NVIDIA driver supports CUDA 12.4", "--device cpu", NULL};
     check_pick("old_driver.so", auto_says, cuda_says);
@@ -75,4 +75,29 @@ IRIS_TEST(device_pick_no_kernels_for_the_gpu) {
     static const char *const cuda_says[] = {"device cuda: this iris was built with CUDA_ARCHS=", "make CUDA_ARCHS=120f",
                                             "--device cpu", NULL};
     check_pick("no_kernels.so", auto_says, cuda_says);
+}
+
+/* `iris version` says what GPUs the binary can serve: its CUDA_ARCHS (as the build recorded them
+ * beside it) and the CUDA runtime the driver must support. */
+IRIS_TEST(version_names_the_cuda_build) {
+    const char *bin = bin_path(), *slash = strrchr(bin, '/');
+    char cmd[1024], path[512];
+    int st = 0;
+    snprintf(cmd, sizeof cmd, "%s version 2>&1", bin);
+    char *out = iris_test_popen(cmd, &st);
+    REQUIRE(out && st == 0);
+    CHECKF(!strncmp(out, "iris ", 5), "%s", out);
+    if (strstr(out, "cuda: yes")) {
+        snprintf(path, sizeof path, "%.*s/cuda_archs", (int)(slash ? slash - bin : 1), slash ? bin : ".");
+        FILE *f = fopen(path, "r");
+        char archs[256] = {0}, want[300];
+        REQUIRE(f && fgets(archs, sizeof archs, f));
+        fclose(f);
+        archs[strcspn(archs, "\n")] = 0;
+        snprintf(want, sizeof want, "CUDA_ARCHS=\"%s\")", archs);
+        CHECKF(strstr(out, want) && strstr(out, "; CUDA "), "version: %s (want %s)", out, want);
+    } else {
+        CHECKF(strstr(out, "(cuda: no)"), "version: %s", out);
+    }
+    free(out);
 }

@@ -2,15 +2,20 @@
 #include <stdio.h>
 
 #include "cli.h"
+#ifdef IRIS_CUDA
+#include "backend/cuda/cuda_info.h"
+#endif
 
 int iris_cmd_version(int argc, char **argv) {
     (void)argc;
     (void)argv;
 #ifdef IRIS_CUDA
-    const char *cuda = "yes";
+    /* what GPUs it can run on: the kernels' targets and the runtime the driver must support */
+    int rt = iris_cuda_runtime_version();
+    printf("iris %s (cuda: yes; CUDA %d.%d, CUDA_ARCHS=\"%s\")\n", IRIS_VERSION, rt / 1000, rt % 1000 / 10,
+           iris_cuda_archs());
 #else
-    const char *cuda = "no";
+    printf("iris %s (cuda: no)\n", IRIS_VERSION);
 #endif
-    printf("iris %s (cuda: %s)\n", IRIS_VERSION, cuda);
     return 0;
 }

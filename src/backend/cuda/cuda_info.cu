@@ -33,6 +33,14 @@ int iris_cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes)
 #define IRIS_CUDA_ARCHS "?"
 #endif
 
+const char *iris_cuda_archs(void) { return IRIS_CUDA_ARCHS; }
+
+int iris_cuda_runtime_version(void) {
+    int v = 0;
+    if (cudaRuntimeGetVersion(&v) != cudaSuccess) cudaGetLastError(), v = 0;
+    return v;
+}
+
 /* Built like every other kernel (the same -gencode list, SASS only, no PTX to compile at run
  * time): when the device has no image of it, it has none of the others either. */
 static __global__ void k_probe(void) {}

@@ -18,6 +18,11 @@ int iris_cuda_small_stack(void);
  * such device or no driver.  Creates the primary context on first use. */
 int iris_cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes);
 
+/* The CUDA_ARCHS this build was compiled for ("90a", "80 86 89 90a 120f"), and the CUDA runtime's
+ * version (13000 for 13.0; 0 when it cannot say). */
+const char *iris_cuda_archs(void);
+int iris_cuda_runtime_version(void);
+
 /* 1 when this build has kernels for `device` (its CUDA_ARCHS cover the card); else 0, and
  * why[0..n) says what the card is, what the build covers and how to rebuild. */
 int iris_cuda_kernels_for(int device, char *why, size_t n);
