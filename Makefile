@@ -30,13 +30,13 @@ CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # CUDA_ARCHS: by default the GPUs of this machine (scripts/cuda-archs: an RTX 5060 gives 120f, an
 # H100 90a), else 90a (no GPU: CI).  90a / 120f: with their arch- and family-specific instructions
 # (setmaxnreg in cuda_decode.cu).  A release build: "80 86 89 90a 120f".
+CU_SRC  := $(wildcard src/backend/cuda/*.cu)
+CUDA    ?= $(if $(and $(NVCC),$(CU_SRC)),1,0)
+ifeq ($(CUDA),1)
 ifeq ($(origin CUDA_ARCHS),undefined)
 CUDA_ARCHS := $(shell scripts/cuda-archs)
 endif
 export CUDA_ARCHS  # to the sub-makes of `make test` (asked once)
-CU_SRC  := $(wildcard src/backend/cuda/*.cu)
-CUDA    ?= $(if $(and $(NVCC),$(CU_SRC)),1,0)
-ifeq ($(CUDA),1)
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
 # the CUDA objects are rebuilt when CUDA_ARCHS changes: a file that holds it, rewritten only then
 CU_STAMP := $(BUILD)/cuda_archs
