@@ -31,6 +31,7 @@ CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # H100 90a), else 90a (no GPU: CI).  90a / 120f: with their arch- and family-specific instructions
 # (setmaxnreg in cuda_decode.cu).  A release build: "80 86 89 90a 120f".
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)
+gencode  = $(foreach a,$(1),-gencode arch=compute_$(a),code=sm_$(a))
 CUDA    ?= $(if $(and $(NVCC),$(CU_SRC)),1,0)
 ifeq ($(CUDA),1)
 ifeq ($(origin CUDA_ARCHS),undefined)
@@ -43,7 +44,7 @@ CU_STAMP := $(BUILD)/cuda_archs
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CU_STAMP) 2>/dev/null)" = "$(CUDA_ARCHS)" ] || echo "$(CUDA_ARCHS)" > $(CU_STAMP); })
 CFLAGS  += -DIRIS_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
-NVFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -Isrc/base $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+NVFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -Isrc/base $(call gencode,$(CUDA_ARCHS)) \
            -Xcompiler -fPIC -MMD -MP -DIRIS_CUDA_ARCHS='"$(CUDA_ARCHS)"'
 endif
 
@@ -116,8 +117,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libiris.a
 # Probes (PROBES above): bench/NAME.cu -> $(BUILD)/bench/NAME.
 $(BUILD)/bench/%: bench/%.cu $(CU_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 -Iinclude -Isrc -Isrc/base -gencode arch=compute_90,code=sm_90 \
-	    $(foreach a,$(PROBE_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) -o $@ $<
+	$(NVCC) -O3 -std=c++17 -Iinclude -Isrc -Isrc/base $(call gencode,90 $(PROBE_ARCHS)) -o $@ $<
 
 # Examples: examples/NAME.c -> $(BUILD)/examples/NAME, clients of `iris serve` (libcurl + jansson).
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
@@ -129,9 +129,13 @@ $(BUILD)/examples/%: examples/%.c examples/iris_client.h
 setup:
 	@scripts/setup
 
-# The persistent decode kernel spills no registers on sm_90a and sm_120f (compile only).
-spill-check:
-	@$(if $(filter 1,$(CUDA)),NVCC=$(NVCC) scripts/spill-check,echo "spill-check: no CUDA in this build")
+# The persistent decode kernel spills no registers on sm_90a and sm_120f (compile only; again when
+# its sources change).
+spill-check: $(if $(filter 1,$(CUDA)),$(BUILD)/spill-check.ok)
+	@$(if $(filter 1,$(CUDA)),,echo "spill-check: no CUDA in this build")
+$(BUILD)/spill-check.ok: src/backend/cuda/cuda_decode.cu src/backend/cuda/cuda_internal.cuh scripts/spill-check
+	@mkdir -p $(dir $@)
+	@NVCC=$(NVCC) scripts/spill-check > $@.tmp; st=$$?; cat $@.tmp; [ $$st = 0 ] && mv $@.tmp $@
 
 test: setup
 	@$(MAKE) --no-print-directory -j$$(nproc) all $(BUILD)/iris-test

@@ -101,15 +101,14 @@ int iris_cmd_ls(int argc, char **argv) {
     }
 #ifdef IRIS_CUDA
     /* Without --vram: this machine's GPU, as it is now (what others hold counts as reserved). */
-    size_t gfree = 0, gtotal = 0;
-    if (!vram && iris_cuda_device_memory(0, &gfree, &gtotal) == 0 && gtotal > 0) {
-        vram = gtotal;
-        reserved = gtotal - gfree;
+    if (!vram) {
+        size_t gfree = 0, gtotal = 0;
         char why[512];
-        if (!iris_cuda_kernels_for(0, why, sizeof why)) fprintf(stderr, "iris ls: warning: %s\n", why);
-    } else if (!vram) {
-        char why[512];
-        if (iris_cuda_driver_why(why, sizeof why)) fprintf(stderr, "iris ls: warning: %s\n", why);
+        if (!iris_cuda_usable(0, why, sizeof why) && why[0]) fprintf(stderr, "iris ls: warning: %s\n", why);
+        if (iris_cuda_device_memory(0, &gfree, &gtotal) == 0 && gtotal > 0) {
+            vram = gtotal;
+            reserved = gtotal - gfree;
+        }
     }
 #endif
     if (reserved && reserved >= vram) {

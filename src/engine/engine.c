@@ -461,26 +461,15 @@ static int pick_device(const char *d, int *cuda, iris_err *err) {
         return iris_err_set(err, IRIS_EINVAL, "device \"%s\": use cpu, cuda or auto", d);
     if (d && !strcmp(d, "cpu")) return IRIS_OK;
 #ifdef IRIS_CUDA
-    int n = iris_cuda_device_count();
-    if (n > 0) {
-        char why[512];
-        if (iris_cuda_kernels_for(0, why, sizeof why)) {
-            *cuda = 1;
-            return IRIS_OK;
-        }
-        if (d && !strcmp(d, "cuda")) return iris_err_set(err, IRIS_EDEVICE, "device cuda: %s; or use --device cpu", why);
-        iris_log(IRIS_LOG_WARN, "engine", "the GPU is not used: %s; running on the CPU", why);
-        return IRIS_OK;
-    }
     char why[512];
-    if (iris_cuda_driver_why(why, sizeof why)) {
-        if (d && !strcmp(d, "cuda")) return iris_err_set(err, IRIS_EDEVICE, "device cuda: %s; or use --device cpu", why);
-        iris_log(IRIS_LOG_WARN, "engine", "the GPU is not used: %s; running on the CPU", why);
+    if (iris_cuda_usable(0, why, sizeof why)) {
+        *cuda = 1;
         return IRIS_OK;
     }
     if (d && !strcmp(d, "cuda"))
-        return iris_err_set(err, IRIS_EDEVICE, "device cuda: no CUDA device is usable here (no GPU, or no driver); "
-                                               "use --device cpu");
+        return iris_err_set(err, IRIS_EDEVICE, "device cuda: %s; use --device cpu",
+                            why[0] ? why : "no CUDA device is usable here (no GPU, or no driver)");
+    if (why[0]) iris_log(IRIS_LOG_WARN, "engine", "the GPU is not used: %s; running on the CPU", why);
 #else
     if (d && !strcmp(d, "cuda"))
         return iris_err_set(err, IRIS_EUNSUPPORTED, "device cuda: this iris was built without CUDA (nvcc was not "

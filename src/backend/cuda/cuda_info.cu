@@ -45,18 +45,21 @@ int iris_cuda_runtime_version(void) {
  * time): when the device has no image of it, it has none of the others either. */
 static __global__ void k_probe(void) {}
 
-int iris_cuda_kernels_for(int device, char *why, size_t n) {
-    cudaDeviceProp p;
-    if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&p, device) != cudaSuccess) {
-        cudaGetLastError();
-        snprintf(why, n, "CUDA device %d cannot be used (no such device, or no driver)", device);
-        return 0;
-    }
+/* Whether this build has kernels for `device` (the probe's attributes; the card's properties only
+ * to say why not). */
+static int kernels_for(int device, char *why, size_t n) {
     cudaFuncAttributes fa;
-    cudaError_t e = cudaFuncGetAttributes(&fa, (const void *)k_probe);
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, (const void *)k_probe);
     if (e == cudaSuccess) return 1;
     cudaGetLastError();
-    /* the target scripts/cuda-archs would pick for this card */
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(why, n, "CUDA device %d cannot be used: %s", device, cudaGetErrorString(e));
+        return 0;
+    }
+    /* the target scripts/cuda-archs picks for this card */
     char arch[16];
     if (p.major == 9) snprintf(arch, sizeof arch, "90a");
     else if (p.major == 10 || p.major == 12) snprintf(arch, sizeof arch, "%d0f", p.major);
@@ -71,24 +74,34 @@ int iris_cuda_kernels_for(int device, char *why, size_t n) {
     return 0;
 }
 
-int iris_cuda_driver_why(char *why, size_t n) {
-    int drv = 0, rt = 0;
+/* No device counted (e, the count's error): a driver that cannot serve this build says why;
+ * no driver, or a driver with no GPU, says nothing. */
+static void driver_why(cudaError_t e, char *why, size_t n) {
+    int drv = 0, rt = iris_cuda_runtime_version();
     if (cudaDriverGetVersion(&drv) != cudaSuccess || drv == 0) {
         cudaGetLastError();
-        return 0; /* no NVIDIA driver: a machine without a GPU */
+        return; /* no NVIDIA driver: a machine without a GPU */
     }
-    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) cudaGetLastError();
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    cudaGetLastError();
-    if (e == cudaSuccess && count > 0) return 0;
     if (rt > 0 && drv < rt)
         snprintf(why, n, "the NVIDIA driver supports CUDA %d.%d and this iris was built with CUDA %d.%d: update the "
                          "driver (under WSL2, the Windows one)", drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
-    else if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0))
-        return 0; /* a driver and no GPU it can see */
-    else
+    else if (e != cudaSuccess && e != cudaErrorNoDevice)
         snprintf(why, n, "the NVIDIA driver (CUDA %d.%d) cannot be used: %s", drv / 1000, drv % 1000 / 10,
                  cudaGetErrorString(e));
-    return 1;
+}
+
+int iris_cuda_usable(int device, char *why, size_t n) {
+    why[0] = 0;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    cudaGetLastError();
+    if (e != cudaSuccess || count == 0) {
+        driver_why(e, why, n);
+        return 0;
+    }
+    if (device < 0 || device >= count) {
+        snprintf(why, n, "CUDA device %d does not exist (%d device%s)", device, count, count == 1 ? "" : "s");
+        return 0;
+    }
+    return kernels_for(device, why, n);
 }

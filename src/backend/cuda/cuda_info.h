@@ -23,14 +23,11 @@ int iris_cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes)
 const char *iris_cuda_archs(void);
 int iris_cuda_runtime_version(void);
 
-/* 1 when this build has kernels for `device` (its CUDA_ARCHS cover the card); else 0, and
- * why[0..n) says what the card is, what the build covers and how to rebuild. */
-int iris_cuda_kernels_for(int device, char *why, size_t n);
-
-/* 1 when an NVIDIA driver is installed but no device can be used through it (older than this
- * build's CUDA runtime, or failing), with why[0..n) saying so and what to do; 0 when there is no
- * driver, no GPU, or a usable one. */
-int iris_cuda_driver_why(char *why, size_t n);
+/* 1 when `device` can run this build: a driver at least as new as its CUDA runtime, the device
+ * there, and kernels for it in the build's CUDA_ARCHS.  0 otherwise, with why[0..n) saying what
+ * stands in the way and what to do (a driver too old, a build without kernels for the card), or
+ * empty when there is simply no GPU or no driver. */
+int iris_cuda_usable(int device, char *why, size_t n);
 
 #ifdef __cplusplus
 }

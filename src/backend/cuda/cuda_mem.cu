@@ -404,15 +404,11 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
         return iris_err_set(err, IRIS_EINVAL, "cuda: arena of %zu bytes is too small: the backend's scratch alone takes %zu",
                             arena_bytes, scratch);
     int n = iris_cuda_device_count();
-    if (n == 0) {
-        char why[512];
-        if (iris_cuda_driver_why(why, sizeof why)) return iris_err_set(err, IRIS_EDEVICE, "cuda: %s", why);
-        return iris_err_set(err, IRIS_EDEVICE, "cuda: no CUDA device found (driver missing or no GPU)");
-    }
-    if (device < 0 || device >= n)
+    if (n > 0 && (device < 0 || device >= n))
         return iris_err_set(err, IRIS_EINVAL, "cuda: device %d does not exist (%d device%s)", device, n, n == 1 ? "" : "s");
     char why[512];
-    if (!iris_cuda_kernels_for(device, why, sizeof why)) return iris_err_set(err, IRIS_EDEVICE, "cuda: %s", why);
+    if (!iris_cuda_usable(device, why, sizeof why))
+        return iris_err_set(err, IRIS_EDEVICE, "cuda: %s", why[0] ? why : "no CUDA device found (driver missing or no GPU)");
 
     iris_backend *b = (iris_backend *)calloc(1, sizeof *b);
     cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
