@@ -230,6 +230,8 @@
 #define DS_DU 2                          /* key rounds in flight in the attention walk */
 #define DS_EVENTS 14                     /* trace stamps a layer (k_decode_stack) */
 #define DS_BT 64                         /* block-table entries of the CTA's attention item kept in shared memory */
+#define DS_GP (2 * 16 * DS_MAX_ROWS)     /* a stream-K piece's partial sums: [row of x][16 rows][gate, up] */
+#define DS_MAX_GRID 256                  /* CTAs (SMs) whose pieces' sums c->ds_part holds (DS_PART_BYTES) */
 
 enum { W_Q, W_K, W_V, W_O, W_G, W_U, W_D, W_N };
 
@@ -244,6 +246,8 @@ struct ds_args {
     ds_layer L[DS_MAX_LAYERS];
     int n_layers, R, H, FF, nq, nkv, g, cw, ring, splits, max_blocks, pos_stride, xld;
     int ln_dt, qk_dt;
+    int run[4];    /* GEMV phase ph stream-K in runs of run[ph] chunks (0: whole tiles; ds_pieces) */
+    unsigned long long *gpart; /* stream-K pieces' tagged partial sums: [grid][DS_GP], zero between launches */
     unsigned x_off, ring_off, slot_bytes;
     float eps, scale;
     bf16 *h, *q, *k, *v, *o, *gb;
@@ -328,6 +332,20 @@ static __device__ __forceinline__ void cp4_arrive(void *dst, const void *src, ui
                  "l"(src), "r"(smem_u32(bar))
                  : "memory");
 }
+/* A stream-K partial sum as one 64-bit word, the value's bits and a tag: a reader on another SM
+ * sees both or neither (ds_pieces). */
+#define DS_TAG 0xa5a5a5a500000000ull
+static __device__ __forceinline__ void st_tagged(unsigned long long *p, float v) {
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(DS_TAG | __float_as_uint(v)) : "memory");
+}
+static __device__ __forceinline__ void st_tagged_clear(unsigned long long *p) {
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(0ull) : "memory");
+}
+static __device__ __forceinline__ unsigned long long ld_tagged(const unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
 /* the consumer warps only (the producer runs on its own) */
 static __device__ __forceinline__ void cons_sync() { asm volatile("bar.sync 1, %0;" ::"n"(DS_WARPS * 32) : "memory"); }
 
@@ -374,6 +392,34 @@ static __device__ __forceinline__ int ph_mat(const ds_args &a, int ph, int tile,
     return ph == 1 ? W_O : ph == 3 ? W_D : m ? W_U : W_G;
 }
 
+/* Which chunks of phase ph's tiles this CTA takes.  By default whole tiles, b, b + grid, ...; where
+ * that shares out unevenly (4B's o_proj and down_proj: 160 tiles of 8 and 19 chunks over 132 CTAs,
+ * so some CTAs take two tiles and the phase waits for them), stream-K: the phase's chunks in
+ * tile-major order are cut into runs of a.run[ph] (the even share, rounded up), CTA b's from
+ * b · run.  A tile cut between runs is finished by the CTA of its first piece, at the end of that
+ * CTA's run: the later pieces, each at the start of its CTA's run, are done by then and left their
+ * sums in a.gpart, each value in one 64-bit word with a tag (no fence, no counter: the finisher's
+ * load sees both or neither); the finisher adds them in piece order and clears the tags
+ * (gemv_phase).  The producer and the consumers walk the same pieces. */
+/* phase ph's run (0: whole tiles) in the kernel for stream-K mask SKM (-1: any, from a.run) */
+template <int SKM>
+static __device__ __forceinline__ int ph_run(const ds_args &a, int ph) {
+    return SKM < 0 || ((SKM >> ph) & 1) ? a.run[ph] : 0;
+}
+struct ds_pieces {
+    int run, nch, tiles, lo, hi, tile;
+    __device__ ds_pieces(const ds_args &a, int ph, int run_) {
+        run = run_, nch = ph_k(a, ph) / a.cw, tiles = ph_tiles(a, ph);
+        lo = blockIdx.x * run, hi = min(lo + run, tiles * nch);
+        tile = run ? lo / nch : blockIdx.x;
+    }
+    __device__ bool more() const { return run ? tile * nch < hi : tile < tiles; }
+    __device__ int c0() const { return run ? max(lo - tile * nch, 0) : 0; }
+    __device__ int c1() const { return run ? min(hi - tile * nch, nch) : nch; }
+    __device__ void next() { tile += run ? 1 : gridDim.x; }
+};
+
+template <int SKM>
 static __device__ void producer(const ds_args &a, ds_head &S, uint8_t *ring, int lane, int p) {
     const int cw = a.cw, nsc = cw / 128;
     unsigned n = 0;
@@ -383,9 +429,9 @@ static __device__ void producer(const ds_args &a, ds_head &S, uint8_t *ring, int
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
     for (int il = 0; il < a.n_layers; il++)
         for (int ph = 0; ph < 4; ph++) {
-            const int K = ph_k(a, ph), nch = K / cw, mats = ph == 2 ? 2 : 1, scols = (K + 127) / 128;
-            for (int tile = blockIdx.x; tile < ph_tiles(a, ph); tile += gridDim.x)
-                for (int c = 0; c < nch; c++)
+            const int K = ph_k(a, ph), mats = ph == 2 ? 2 : 1, scols = (K + 127) / 128;
+            for (ds_pieces pc(a, ph, ph_run<SKM>(a, ph)); pc.more(); pc.next())
+                for (int c = pc.c0(), tile = pc.tile; c < pc.c1(); c++)
                     for (int m = 0; m < mats; m++, n++) {
                         if (n % DS_PRODUCERS != (unsigned)p) continue;
                         int slot = n % a.ring, r0;
@@ -489,26 +535,26 @@ struct ds_cursor {
  * matrix q % mats (gate, up alternate).  The loop keeps its indices by increments: at decode sizes a
  * division per chunk was as much work as the products (Nsight Compute: 241 instructions a
  * super-step, 96 of them the dequantization). */
-template <int PH>
+template <int PH, int SKM>
 static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *ring, const bf16 *x_s, ds_cursor &cur) {
     constexpr int mats = PH == 2 ? 2 : 1;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int cw = a.cw, nch = ph_k(a, PH) / cw, ss = cw / 64, per = DS_WARPS / ss;
+    const int cw = a.cw, ss = cw / 64, per = DS_WARPS / ss;
     const int my_j = warp % ss, my_grp = warp / ss, rs = cw + DS_PAD;
     const int wcol = my_j * 64 + t * 16, sc_i = my_j / 2;
     const uint8_t *w_off = ring + g * rs + wcol;                       /* + the slot's offset */
     const bf16 *xb = x_s + min(g, a.R - 1) * a.xld + wcol;             /* + the chunk's columns */
     const unsigned slot_bytes = a.slot_bytes;
-    for (int tile = blockIdx.x; tile < ph_tiles(a, PH); tile += gridDim.x) {
+    for (ds_pieces pc(a, PH, ph_run<SKM>(a, PH)); pc.more(); pc.next()) {
+        const int tile = pc.tile, c0 = pc.c0(), c1 = pc.c1();
         float c[2][1][4] = {};
         int chm = 0;
         /* o_proj, down_proj: the residual values the epilogue adds to, loaded now, not after the
-         * products (the rows of tile t are this CTA's in both phases and every layer, and the thread
-         * that reads one wrote it last) */
+         * products (what wrote them last, a phase or more ago, is behind a grid barrier) */
         bf16 h_old = f2bf(0.0f);
         if ((PH == 1 || PH == 3) && (int)(threadIdx.x >> 4) < a.R)
             h_old = __ldcg(a.h + (int64_t)(threadIdx.x >> 4) * a.H + tile * 16 + (threadIdx.x & 15));
-        for (int ch = 0; ch < nch; ch++) {
+        for (int ch = c0; ch < c1; ch++) {
             const bf16 *xp = xb + ch * cw;
 #pragma unroll
             for (int m = 0; m < mats; m++) {
@@ -542,12 +588,35 @@ static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *r
         }
         cons_sync();
         int e = threadIdx.x, row = e & 15, tok = e >> 4;
-        if (tok < a.R) {
-            float s0 = 0, s1 = 0;
+        float s0 = 0, s1 = 0;
+        if (tok < a.R)
             for (int w = 0; w < DS_WARPS; w++) {
                 s0 += S.u.red[w][0][row][tok];
                 if (mats == 2) s1 += S.u.red[w][1][row][tok];
             }
+        bool fin = true;
+        unsigned long long *gp = a.gpart + (tok * 16 + row) * mats;
+        if (c0 > 0) { /* a stream-K piece that starts inside the tile: its sums for the tile's finisher */
+            if (tok < a.R) {
+                gp += (int64_t)blockIdx.x * DS_GP;
+                st_tagged(gp, s0);
+                if (mats == 2) st_tagged(gp + 1, s1);
+            }
+            fin = false;
+        } else if (c1 < pc.nch && tok < a.R) { /* the tile's first piece (the end of this CTA's run) finishes it */
+            for (int o = blockIdx.x + 1; o * pc.run < (tile + 1) * pc.nch; o++) { /* in piece order */
+                unsigned long long *w = gp + (int64_t)o * DS_GP, v0, v1 = DS_TAG;
+                do {
+                    v0 = ld_tagged(w);
+                    if (mats == 2) v1 = ld_tagged(w + 1);
+                } while ((v0 & DS_TAG) != DS_TAG || (v1 & DS_TAG) != DS_TAG);
+                st_tagged_clear(w);
+                if (mats == 2) st_tagged_clear(w + 1);
+                s0 += __uint_as_float((unsigned)v0);
+                if (mats == 2) s1 += __uint_as_float((unsigned)v1);
+            }
+        }
+        if (fin && tok < a.R) {
             int r0, wi = ph_mat(a, PH, tile, 0, &r0), r = r0 + row;
             if (PH == 0) {
                 bf16 *y = wi == W_Q ? a.q + (int64_t)tok * a.nq * DS_HD : (wi == W_K ? a.k : a.v) + (int64_t)tok * a.nkv * DS_HD;
@@ -773,6 +842,9 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
 
 #endif /* sm_90 */
 
+/* SKM: the GEMV phases that go stream-K, fixed for the common cases so that the others' loops are
+ * the plain ones (0: none; 0xa: o_proj and down_proj, 4B on 132 SMs), -1 any (a.run) */
+template <int SKM>
 __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_constant__ ds_args a) {
 #ifdef DS_DEVICE
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -791,7 +863,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
 #if DS_SETMAXNREG
         asm volatile("setmaxnreg.dec.sync.aligned.u32 56;" ::: "memory");
 #endif
-        producer(a, S, ring, lane, warp - DS_WARPS);
+        producer<SKM>(a, S, ring, lane, warp - DS_WARPS);
         return;
     }
 #if DS_SETMAXNREG /* the producers' registers to the consumers: 128 x 56 + 256 x 224 <= 65,536 */
@@ -836,7 +908,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         const ds_layer &L = a.L[il];
         prep_norm(a, nw, x_s, S);
         stamp();
-        gemv_phase<0>(a, S, ring, x_s, cur);
+        gemv_phase<0, SKM>(a, S, ring, x_s, cur);
         stamp();
         grid_arrive(a.bar, target);
         bool waited = false;
@@ -853,20 +925,20 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         stamp();
         prep_copy(a, a.o, a.nq * DS_HD, x_s);
         stamp();
-        gemv_phase<1>(a, S, ring, x_s, cur);
+        gemv_phase<1, SKM>(a, S, ring, x_s, cur);
         stamp();
         nw = norm_weights(a, L.ln2);
         grid_sync(a.bar, target);
         stamp();
         prep_norm(a, nw, x_s, S);
         stamp();
-        gemv_phase<2>(a, S, ring, x_s, cur);
+        gemv_phase<2, SKM>(a, S, ring, x_s, cur);
         stamp();
         grid_sync(a.bar, target);
         stamp();
         prep_copy(a, a.gb, a.FF, x_s);
         stamp();
-        gemv_phase<3>(a, S, ring, x_s, cur);
+        gemv_phase<3, SKM>(a, S, ring, x_s, cur);
         stamp();
         if (il + 1 < a.n_layers) nw = norm_weights(a, a.L[il + 1].ln1), grid_sync(a.bar, target);
         stamp();
@@ -890,6 +962,8 @@ static int vec_ok(const iris_tensor *t, int64_t n, int dt) {
 
 extern "C" void iris_cuda_set_decode_stack(iris_backend *b, int mode) { cuda_of(b)->decode_stack = mode; }
 extern "C" int iris_cuda_decode_stack_runs(iris_backend *b) { return cuda_of(b)->ds_runs; }
+extern "C" void iris_cuda_set_decode_split(iris_backend *b, int mask) { cuda_of(b)->ds_split = mask < 0 ? -1 : mask & 15; }
+extern "C" int iris_cuda_decode_split_last(iris_backend *b) { return cuda_of(b)->ds_split_last; }
 
 int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     cuda_ctx *c = cuda_of(b);
@@ -957,21 +1031,37 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     int ring = (int)((smax - ring_off) / slot_bytes);
     if (ring > DS_MAX_RING) ring = DS_MAX_RING;
     const size_t smem = ring_off + (size_t)ring * slot_bytes;
-    static size_t allowed;
-    if (smem > allowed) {
-        if (cudaFuncSetAttribute(k_decode_stack, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+    const int grid = c->prop.multiProcessorCount; /* one CTA an SM: every CTA resident (the grid barriers) */
+    if (grid > DS_MAX_GRID || !c->ds_part) return 1;
+    /* Stream-K for a GEMV phase whose whole tiles share out unevenly: where the CTA with the most
+     * chunks has 15% more than an even share would give it (4B: o_proj 16 against 10 chunks, down_proj
+     * 38 against 24; 2B none: every phase within 4%); IRIS_CUDA_DS_SPLIT / iris_cuda_set_decode_split
+     * choose the phases instead. */
+    int sk = 0, run[4] = {0, 0, 0, 0};
+    for (int ph = 0; ph < 4; ph++) {
+        const int64_t K = ph == 1 ? (int64_t)nq * hd : ph == 3 ? FF : H;
+        const int64_t tiles = ph == 0 ? ((int64_t)nq + 2 * nkv) * hd / 16 : ph == 2 ? FF / 16 : H / 16, nch = K / cw;
+        const int64_t whole = (tiles + grid - 1) / grid * nch, even = (tiles * nch + grid - 1) / grid;
+        const int want = c->ds_split >= 0 ? (c->ds_split >> ph) & 1 : whole * 100 >= even * 115;
+        if (want && tiles * nch >= 2 * grid) sk |= 1 << ph, run[ph] = (int)even;
+    }
+    /* the kernel built for these stream-K phases, or the one for any */
+    const int ki = sk == 0 ? 0 : sk == 0xa ? 1 : 2;
+    void (*const kern)(ds_args) = ki == 0 ? k_decode_stack<0> : ki == 1 ? k_decode_stack<0xa> : k_decode_stack<-1>;
+    static size_t allowed[3];
+    if (smem > allowed[ki]) {
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
             cudaGetLastError();
             return 1;
         }
-        allowed = smem;
+        allowed[ki] = smem;
     }
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_decode_stack, DS_THREADS, smem) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, DS_THREADS, smem) != cudaSuccess ||
         per_sm < 1) {
         cudaGetLastError();
         return 1;
     }
-    const int grid = c->prop.multiProcessorCount; /* one CTA an SM: every CTA resident (the grid barriers) */
     int splits = grid / (R * nkv);
     splits = splits < 1 ? 1 : splits > DS_MAX_SPLITS ? DS_MAX_SPLITS : splits;
     while (splits > 1 && (size_t)R * nq * splits * (hd + 2) > c->attn_part_elems) splits--;
@@ -980,6 +1070,8 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     a.n_layers = NL, a.R = R, a.H = (int)H, a.FF = (int)FF, a.nq = nq, a.nkv = nkv, a.g = nq / nkv, a.cw = cw;
     a.ring = ring, a.splits = splits, a.max_blocks = mt->max_blocks, a.pos_stride = d->pos_stride, a.xld = (int)xld;
     a.ln_dt = ln_dt, a.qk_dt = qk_dt;
+    for (int ph = 0; ph < 4; ph++) a.run[ph] = run[ph];
+    a.gpart = (unsigned long long *)c->ds_part;
     a.x_off = (unsigned)x_off, a.ring_off = (unsigned)ring_off, a.slot_bytes = (unsigned)slot_bytes;
     a.eps = d->eps, a.scale = 1.0f / sqrtf((float)hd);
     a.h = (bf16 *)d->h->data, a.q = (bf16 *)d->q->data, a.k = (bf16 *)d->k->data, a.v = (bf16 *)d->v->data;
@@ -1005,8 +1097,9 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     }
     if (cudaMemsetAsync(c->ds_bar, 0, sizeof(unsigned), c->stream) != cudaSuccess)
         return iris_cuda_status(b, cudaGetLastError(), "decode_layers: barrier reset");
-    k_decode_stack<<<grid, DS_THREADS, smem, c->stream>>>(a);
+    kern<<<grid, DS_THREADS, smem, c->stream>>>(a);
     c->ds_runs++;
+    c->ds_split_last = sk;
     int rc = iris_cuda_check(b, "decode_layers");
     if (!rc && a.trace) {
         unsigned long long *h = (unsigned long long *)malloc(trace_n * 8);

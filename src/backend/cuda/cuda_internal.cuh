@@ -73,6 +73,9 @@ struct cuda_ctx {
                                (the default), 1 every step it takes, 0 off (IRIS_CUDA_DECODE_STACK=1 / 0) */
     unsigned *ds_bar;       /* its grid barrier's counter (carved at open, zeroed before each launch) */
     int ds_runs;            /* its launches (graph captures included), for the tests */
+    int ds_split;           /* its GEMV phases shared out stream-K: -1 where uneven, else a mask (bit = phase) */
+    int ds_split_last;      /* the mask its last launch used, for the tests */
+    void *ds_part;          /* its stream-K pieces' tagged partial sums (zero between launches) */
     const char *ds_trace;   /* IRIS_CUDA_DS_TRACE: the file its phase stamps go to (a measuring aid), or NULL */
     unsigned long long *ds_trace_buf; /* their device buffer (cudaMalloc'd when first used), ds_trace_n stamps */
     size_t ds_trace_n;

@@ -393,9 +393,10 @@ static void cu_destroy(iris_backend *b) {
 #define ATTN_PART_ELEMS (2u << 20)
 #define ATTN_COUNT_N 4096u /* >= the (row, kv head) pairs of a split launch: fewer than 4 CTAs an SM */
 #define DS_BAR_BYTES 256u  /* the persistent decode kernel's grid barrier (cuda_decode.cu) */
+#define DS_PART_BYTES (256u * 128u * 8u) /* its stream-K partial sums: DS_MAX_GRID x DS_GP tagged words */
 
 /* The scratch carved at open besides the cuBLASLt workspace (which the memory plan counts). */
-extern "C" size_t iris_cuda_scratch_bytes(void) { return (size_t)DQ_ELEMS * 2 + (size_t)ATTN_PART_ELEMS * 4 + (size_t)ATTN_COUNT_N * 4 + DS_BAR_BYTES + 5 * ARENA_ALIGN; }
+extern "C" size_t iris_cuda_scratch_bytes(void) { return (size_t)DQ_ELEMS * 2 + (size_t)ATTN_PART_ELEMS * 4 + (size_t)ATTN_COUNT_N * 4 + DS_BAR_BYTES + DS_PART_BYTES + 6 * ARENA_ALIGN; }
 
 extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, iris_err *err) {
     *out = NULL;
@@ -456,6 +457,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     if (!c->attn_count || cudaMemsetAsync(c->attn_count, 0, c->attn_count_n * 4, c->stream) != cudaSuccess)
         c->attn_count_n = 0; /* no merge counters: decode attention does not split */
     c->ds_bar = (unsigned *)arena_alloc(c, DS_BAR_BYTES);
+    c->ds_part = arena_alloc(c, DS_PART_BYTES);
+    if (c->ds_part && cudaMemsetAsync(c->ds_part, 0, DS_PART_BYTES, c->stream) != cudaSuccess) c->ds_part = NULL;
     iris_cuda_set_gemv_rows(b, -1);
     const char *mma = getenv("IRIS_CUDA_FP8_MMA");
     c->fp8_mma = mma && !strcmp(mma, "1") && c->prop.major == 9;
@@ -470,6 +473,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->qk_attn = env_on("IRIS_CUDA_QK_ATTN");
     const char *ds = getenv("IRIS_CUDA_DECODE_STACK"); /* 0 off, 1 every step it takes, else where it is faster */
     c->decode_stack = ds && !strcmp(ds, "0") ? 0 : ds && !strcmp(ds, "1") ? 1 : -1;
+    const char *dsp = getenv("IRIS_CUDA_DS_SPLIT");
+    c->ds_split = dsp && *dsp >= '0' && *dsp <= '9' ? atoi(dsp) & 15 : -1;
     c->ds_trace = getenv("IRIS_CUDA_DS_TRACE");
     if (c->ds_trace && !*c->ds_trace) c->ds_trace = NULL;
 
