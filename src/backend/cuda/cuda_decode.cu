@@ -27,6 +27,8 @@
  *   4. x = rms_norm(h) · post_attention_layernorm, then gate and up (a tile holds both, 16 rows
  *      each) and silu(gate) · up into g;
  *   5. down_proj over g, added into h.
+ * A GEMV phase whose whole tiles share out unevenly over the CTAs goes stream-K instead (ds_pieces:
+ * even runs of chunks, a tile cut between two CTAs finished by one of them).
  * A tile's weights arrive as chunks of 16 rows x CW columns (CW 512, or 256/128 for narrow
  * models) with their block scales; warp w takes the 64-column super-steps w, w + 8, ... of the tile
  * and multiplies them on the tensor cores exactly as cuda_gemv_mma.cu does (bf16(q · scale),
@@ -195,6 +197,27 @@
  *     weights (cuda_gemv_mma.cu; 2B batch 8 3,669-3,702 -> 3,730-3,740, 4B 1,806 -> 1,834-1,838,
  *     batch 64 unchanged): a build with both met an illegal instruction in the GPU tests, and no
  *     device time was left to tell which of the two; worth a retry of the GEMV one alone.
+ *   - 2026-11-26 (third session; H100, builds alternating in one run, 3 rounds, the decode tests
+ *     passed for each): stream-K for the phases whose whole tiles share out unevenly (ds_pieces;
+ *     4B's o_proj, 160 tiles of 8 chunks, and down_proj, 160 of 19, over 132 CTAs: before, 28 CTAs
+ *     took two tiles and the rest idled; per-phase paths from the trace o 5.3 -> 4.7 us, down 10.5
+ *     -> 8.1, the barrier after down 1.6 -> 2.7 as the stream's refills bunch up; a 4B layer 59.3 ->
+ *     58.2 us): 4B-FP8 batch 1 405-409 -> 416-418 tok/s, batch 4 1,303-1,315 -> 1,320-1,330; 2B
+ *     unchanged (its phases share out within 4%, none goes stream-K: 764-771 either way).  How the
+ *     cut tiles are finished mattered: the last piece to finish adding them up after an
+ *     acquire-release count (as the attention's merge) cost two L2 round trips a cut tile and
+ *     made 4B slower (380-381 -> 368-372); the fixed finisher reading tagged words, one.  And the
+ *     generic loops (every phase's run from the arguments) cost 3-4% by themselves, on both models,
+ *     though the instructions they add are few (2B 771-773 -> 737-740 with no phase stream-K; the
+ *     64-bit divisions of the first version alone ~2%): hence one instance of the kernel per
+ *     common mask (none; o_proj + down_proj) and a generic one for the rest.  Every phase
+ *     stream-K (IRIS_CUDA_DS_SPLIT=15) is slower: 2B 732-736, 4B 404-408.  Dropped the same day:
+ *     the attention's split merge by split 0 from tagged partials (no counter, one round trip
+ *     less; attention path 7.8 -> 7.4 us, but 2B 767-772 -> 768-771 and 4B +0.8%, and 16 bytes
+ *     spilled on sm_120f); an instance for GQA groups of 2 (2B 764-771 -> 764-768); a batch-1
+ *     instance (DS_MAX_ROWS 1: 2B 769 against 766-771, 4B 400 against 405-410), though with both
+ *     (groups of 2, one row) 2B measured 784 once, which looked like code placement rather than
+ *     work saved (the kernel is ~140 KB of code).
  * What is left (2B on an H100, ~37.9 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
