@@ -196,7 +196,12 @@
  *     too (2B 766-771, 4B 407-409 at batch 1: no gain), and the same hint on the ops' FP8 GEMV
  *     weights (cuda_gemv_mma.cu; 2B batch 8 3,669-3,702 -> 3,730-3,740, 4B 1,806 -> 1,834-1,838,
  *     batch 64 unchanged): a build with both met an illegal instruction in the GPU tests, and no
- *     device time was left to tell which of the two; worth a retry of the GEMV one alone.
+ *     device time was left to tell which of the two.  Retried alone the next session (plain loads
+ *     ld.global.nc.L2::cache_hint, the shared-memory tiles' copies cp.async...L2::cache_hint): the
+ *     GPU tests met the illegal instruction again (in gpu_ops_decode_stack's op-by-op step; which
+ *     form is unresolved, the benchmark's batches of 4 and more, register loads only, ran), and
+ *     batch 32 was slower (2B 7,366-7,436 -> 7,148-7,192 tok/s, 4B 3,524-3,533 ->
+ *     3,431-3,443; batch 8 +1%): dropped.
  *   - 2026-11-26 (third session; H100, builds alternating in one run, 3 rounds, the decode tests
  *     passed for each): stream-K for the phases whose whole tiles share out unevenly (ds_pieces;
  *     4B's o_proj, 160 tiles of 8 chunks, and down_proj, 160 of 19, over 132 CTAs: before, 28 CTAs
