@@ -616,44 +616,40 @@ static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *r
         }
         cons_sync();
         int e = threadIdx.x, row = e & 15, tok = e >> 4;
-        float s0 = 0, s1 = 0;
-        if (tok < a.R)
+        if (tok < a.R) {
+            float s0 = 0, s1 = 0;
             for (int w = 0; w < DS_WARPS; w++) {
                 s0 += S.u.red[w][0][row][tok];
                 if (mats == 2) s1 += S.u.red[w][1][row][tok];
             }
-        bool fin = true;
-        unsigned long long *gp = a.gpart + (tok * 16 + row) * mats;
-        if (c0 > 0) { /* a stream-K piece that starts inside the tile: its sums for the tile's finisher */
-            if (tok < a.R) {
+            unsigned long long *gp = a.gpart + (tok * 16 + row) * mats;
+            if (c0 > 0) { /* a stream-K piece that starts inside the tile: its sums for the tile's finisher */
                 gp += (int64_t)blockIdx.x * DS_GP;
                 st_tagged(gp, s0);
                 if (mats == 2) st_tagged(gp + 1, s1);
-            }
-            fin = false;
-        } else if (c1 < pc.nch && tok < a.R) { /* the tile's first piece (the end of this CTA's run) finishes it */
-            for (int o = blockIdx.x + 1; o * pc.run < (tile + 1) * pc.nch; o++) { /* in piece order */
-                unsigned long long *w = gp + (int64_t)o * DS_GP, v0, v1 = DS_TAG;
-                do {
-                    v0 = ld_tagged(w);
-                    if (mats == 2) v1 = ld_tagged(w + 1);
-                } while ((v0 & DS_TAG) != DS_TAG || (v1 & DS_TAG) != DS_TAG);
-                st_tagged_clear(w);
-                if (mats == 2) st_tagged_clear(w + 1);
-                s0 += __uint_as_float((unsigned)v0);
-                if (mats == 2) s1 += __uint_as_float((unsigned)v1);
-            }
-        }
-        if (fin && tok < a.R) {
-            int r0, wi = ph_mat(a, PH, tile, 0, &r0), r = r0 + row;
-            if (PH == 0) {
-                bf16 *y = wi == W_Q ? a.q + (int64_t)tok * a.nq * DS_HD : (wi == W_K ? a.k : a.v) + (int64_t)tok * a.nkv * DS_HD;
-                y[r] = f2bf(s0);
-            } else if (PH == 2) { /* linear, linear, silu_mul */
-                float gg = round_bf16(s0), uu = round_bf16(s1);
-                a.gb[(int64_t)tok * a.FF + r] = f2bf(round_bf16(gg / (1.0f + expf(-gg))) * uu);
-            } else { /* the linear's bf16 output added into the residual stream */
-                a.h[(int64_t)tok * a.H + r] = f2bf(bf2f(h_old) + round_bf16(s0));
+            } else {
+                if (c1 < pc.nch) /* the tile's first piece (the end of this CTA's run) finishes it */
+                    for (int o = blockIdx.x + 1; o * pc.run < (tile + 1) * pc.nch; o++) { /* in piece order */
+                        unsigned long long *w = gp + (int64_t)o * DS_GP, v0, v1 = DS_TAG;
+                        do {
+                            v0 = ld_tagged(w);
+                            if (mats == 2) v1 = ld_tagged(w + 1);
+                        } while ((v0 & DS_TAG) != DS_TAG || (v1 & DS_TAG) != DS_TAG);
+                        st_tagged_clear(w);
+                        if (mats == 2) st_tagged_clear(w + 1);
+                        s0 += __uint_as_float((unsigned)v0);
+                        if (mats == 2) s1 += __uint_as_float((unsigned)v1);
+                    }
+                int r0, wi = ph_mat(a, PH, tile, 0, &r0), r = r0 + row;
+                if (PH == 0) {
+                    bf16 *y = wi == W_Q ? a.q + (int64_t)tok * a.nq * DS_HD : (wi == W_K ? a.k : a.v) + (int64_t)tok * a.nkv * DS_HD;
+                    y[r] = f2bf(s0);
+                } else if (PH == 2) { /* linear, linear, silu_mul */
+                    float gg = round_bf16(s0), uu = round_bf16(s1);
+                    a.gb[(int64_t)tok * a.FF + r] = f2bf(round_bf16(gg / (1.0f + expf(-gg))) * uu);
+                } else { /* the linear's bf16 output added into the residual stream */
+                    a.h[(int64_t)tok * a.H + r] = f2bf(bf2f(h_old) + round_bf16(s0));
+                }
             }
         }
         cons_sync();
