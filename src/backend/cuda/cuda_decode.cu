@@ -215,7 +215,9 @@
  *     generic loops (every phase's run from the arguments) cost 3-4% by themselves, on both models,
  *     though the instructions they add are few (2B 771-773 -> 737-740 with no phase stream-K; the
  *     64-bit divisions of the first version alone ~2%): hence one instance of the kernel per
- *     common mask (none; o_proj + down_proj) and a generic one for the rest.  Every phase
+ *     common mask (none; o_proj + down_proj) and a generic one for the rest, and the tile's
+ *     epilogue one branch per thread as before (a piece's store, or the finisher's sums and the
+ *     output): 2B 759-768 -> 767-770 against 764-774 before stream-K.  Every phase
  *     stream-K (IRIS_CUDA_DS_SPLIT=15) is slower: 2B 732-736, 4B 404-408.  Dropped the same day:
  *     the attention's split merge by split 0 from tagged partials (no counter, one round trip
  *     less; attention path 7.8 -> 7.4 us, but 2B 767-772 -> 768-771 and 4B +0.8%, and 16 bytes
