@@ -211,8 +211,9 @@ done:
     for (int p = 0; p < 2; p++) free(out[p]), free(cache[p]);
 }
 
-/* The GEMV phases the kernel shares out stream-K by default on a GPU of `sms` SMs: those where the
- * CTA with the most chunks of whole tiles would have 15% more than an even share (cuda_decode.cu). */
+/* The GEMV phases the kernel shares out stream-K by default on a GPU of `sms` SMs: o_proj and
+ * down_proj when in both the CTA with the most chunks of whole tiles would have 15% more than an
+ * even share, else none (cuda_decode.cu). */
 static int default_split(int sms, int H, int FF, int nq, int nkv) {
     int cw = 512, mask = 0;
     while (H % cw || FF % cw || (nq * 128) % cw) cw /= 2;
@@ -220,9 +221,9 @@ static int default_split(int sms, int H, int FF, int nq, int nkv) {
         long K = ph == 1 ? nq * 128 : ph == 3 ? FF : H, nch = K / cw;
         long tiles = ph == 0 ? (nq + 2 * nkv) * 128 / 16 : ph == 2 ? FF / 16 : H / 16;
         long whole = (tiles + sms - 1) / sms * nch, even = (tiles * nch + sms - 1) / sms;
-        if (whole * 100 >= even * 115 && tiles * nch >= 2 * sms) mask |= 1 << ph;
+        if ((ph & 1) && whole * 100 >= even * 115 && tiles * nch >= 2 * sms) mask |= 1 << ph;
     }
-    return mask;
+    return mask == 0xa ? mask : 0;
 }
 
 IRIS_TEST(gpu_ops_decode_stack) {
@@ -244,6 +245,9 @@ IRIS_TEST(gpu_ops_decode_stack) {
            iris_cuda_decode_split_last(b));
     if (sms == 132) /* H100, H200: 4B's o_proj (160 tiles of 8 chunks) and down_proj (160 of 19); 2B's share out */
         CHECK(default_split(sms, 2560, 9728, 32, 8) == 0xa && default_split(sms, 2048, 6144, 16, 8) == 0);
+    /* elsewhere: 30 SMs (an RTX 5060) would split only 2B's down_proj, a mask without its own
+     * kernel instance: none; 114 (an H100 PCIe) 4B's q/k/v too, which the default leaves whole */
+    CHECK(default_split(30, 2048, 6144, 16, 8) == 0 && default_split(114, 2560, 9728, 32, 8) == 0xa);
     check_stack(b, 2560, 9728, 32, 8, 2, p4, 4, 1);
     check_stack(b, 128, 384, 2, 1, 3, p3, 3, 1);    /* narrow (the tiny synth shape): 128-column chunks */
     /* every phase stream-K (tiles cut between CTAs, finished by the last piece), and none */

@@ -60,8 +60,9 @@ void iris_cuda_set_decode_stack(iris_backend *b, int mode);
 /* Launches of that kernel so far (graph captures included; replays not), for the tests. */
 int iris_cuda_decode_stack_runs(iris_backend *b);
 /* Its GEMV phases (bit 0 q/k/v, 1 o_proj, 2 gate/up, 3 down_proj) that share their chunks out
- * stream-K rather than by whole tiles: -1 (the default) those whose whole tiles share out unevenly
- * over the SMs, else the mask (IRIS_CUDA_DS_SPLIT=MASK at open); and the mask of its last launch. */
+ * stream-K rather than by whole tiles: -1 (the default) o_proj and down_proj where the whole tiles
+ * of both share out unevenly over the SMs (4B on 132), else none; or the mask given
+ * (IRIS_CUDA_DS_SPLIT=MASK at open); and the mask of its last launch. */
 void iris_cuda_set_decode_split(iris_backend *b, int mask);
 int iris_cuda_decode_split_last(iris_backend *b);
 

@@ -1060,17 +1060,20 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     const int grid = c->prop.multiProcessorCount; /* one CTA an SM: every CTA resident (the grid barriers) */
     if (grid > DS_MAX_GRID || !c->ds_part) return 1;
     /* Stream-K for a GEMV phase whose whole tiles share out unevenly: where the CTA with the most
-     * chunks has 15% more than an even share would give it (4B: o_proj 16 against 10 chunks, down_proj
-     * 38 against 24; 2B none: every phase within 4%); IRIS_CUDA_DS_SPLIT / iris_cuda_set_decode_split
-     * choose the phases instead. */
+     * chunks has 15% more than an even share would give it.  By default only o_proj and down_proj,
+     * and only both together (4B on 132 SMs: o_proj 16 against 10 chunks, down_proj 38 against 24;
+     * 2B none, every phase within 4%): the one mask with a kernel instance of its own that measured
+     * faster; others would take the generic instance, whose loops alone cost 3-4%.
+     * IRIS_CUDA_DS_SPLIT / iris_cuda_set_decode_split choose any phases instead. */
     int sk = 0, run[4] = {0, 0, 0, 0};
     for (int ph = 0; ph < 4; ph++) {
         const int64_t K = ph == 1 ? (int64_t)nq * hd : ph == 3 ? FF : H;
         const int64_t tiles = ph == 0 ? ((int64_t)nq + 2 * nkv) * hd / 16 : ph == 2 ? FF / 16 : H / 16, nch = K / cw;
         const int64_t whole = (tiles + grid - 1) / grid * nch, even = (tiles * nch + grid - 1) / grid;
-        const int want = c->ds_split >= 0 ? (c->ds_split >> ph) & 1 : whole * 100 >= even * 115;
+        const int want = c->ds_split >= 0 ? (c->ds_split >> ph) & 1 : (ph & 1) && whole * 100 >= even * 115;
         if (want && tiles * nch >= 2 * grid) sk |= 1 << ph, run[ph] = (int)even;
     }
+    if (c->ds_split < 0 && sk != 0xa) sk = 0, memset(run, 0, sizeof run);
     /* the kernel built for these stream-K phases, or the one for any */
     const int ki = sk == 0 ? 0 : sk == 0xa ? 1 : 2;
     void (*const kern)(ds_args) = ki == 0 ? k_decode_stack<0> : ki == 1 ? k_decode_stack<0xa> : k_decode_stack<-1>;
