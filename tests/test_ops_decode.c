@@ -211,21 +211,6 @@ done:
     for (int p = 0; p < 2; p++) free(out[p]), free(cache[p]);
 }
 
-/* The GEMV phases the kernel shares out stream-K by default on a GPU of `sms` SMs: o_proj and
- * down_proj when in both the CTA with the most chunks of whole tiles would have 15% more than an
- * even share, else none (cuda_decode.cu). */
-static int default_split(int sms, int H, int FF, int nq, int nkv) {
-    int cw = 512, mask = 0;
-    while (H % cw || FF % cw || (nq * 128) % cw) cw /= 2;
-    for (int ph = 0; ph < 4; ph++) {
-        long K = ph == 1 ? nq * 128 : ph == 3 ? FF : H, nch = K / cw;
-        long tiles = ph == 0 ? (nq + 2 * nkv) * 128 / 16 : ph == 2 ? FF / 16 : H / 16;
-        long whole = (tiles + sms - 1) / sms * nch, even = (tiles * nch + sms - 1) / sms;
-        if ((ph & 1) && whole * 100 >= even * 115 && tiles * nch >= 2 * sms) mask |= 1 << ph;
-    }
-    return mask == 0xa ? mask : 0;
-}
-
 IRIS_TEST(gpu_ops_decode_stack) {
     OPS_NEED_GPU("GPU decode-stack test");
     iris_err err = {0};
@@ -238,19 +223,23 @@ IRIS_TEST(gpu_ops_decode_stack) {
     check_stack(b, 2048, 6144, 16, 8, 2, p3, 3, 1);
     int sms = 0;
     REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess && sms > 0);
-    CHECKF(iris_cuda_decode_split_last(b) == default_split(sms, 2048, 6144, 16, 8), "2B: stream-K phases %#x",
-           iris_cuda_decode_split_last(b));
+    CHECKF(iris_cuda_decode_split_last(b) == iris_cuda_decode_split_default(sms, 2048, 6144, 16, 8),
+           "2B: stream-K phases %#x", iris_cuda_decode_split_last(b));
     check_stack(b, 2560, 9728, 32, 8, 2, p1, 1, 1); /* 4B's */
-    CHECKF(iris_cuda_decode_split_last(b) == default_split(sms, 2560, 9728, 32, 8), "4B: stream-K phases %#x",
-           iris_cuda_decode_split_last(b));
-    if (sms == 132) /* H100, H200: 4B's o_proj (160 tiles of 8 chunks) and down_proj (160 of 19); 2B's share out */
-        CHECK(default_split(sms, 2560, 9728, 32, 8) == 0xa && default_split(sms, 2048, 6144, 16, 8) == 0);
-    /* elsewhere: 30 SMs (an RTX 5060) would split only 2B's down_proj, a mask without its own
-     * kernel instance: none; 114 (an H100 PCIe) 4B's q/k/v too, which the default leaves whole */
-    CHECK(default_split(30, 2048, 6144, 16, 8) == 0 && default_split(114, 2560, 9728, 32, 8) == 0xa);
+    CHECKF(iris_cuda_decode_split_last(b) == iris_cuda_decode_split_default(sms, 2560, 9728, 32, 8),
+           "4B: stream-K phases %#x", iris_cuda_decode_split_last(b));
+    /* the rule: on 132 SMs (H100, H200) 4B's o_proj (160 tiles of 8 chunks) and down_proj (160 of
+     * 19), while 2B's share out; on 30 (an RTX 5060) 2B's down_proj alone would qualify, a mask
+     * without its own kernel instance: none; on 114 (an H100 PCIe) 4B's q/k/v too, which the default
+     * leaves whole; past 256 SMs none (the pieces' sums would not fit) */
+    CHECK(iris_cuda_decode_split_default(132, 2560, 9728, 32, 8) == 0xa);
+    CHECK(iris_cuda_decode_split_default(132, 2048, 6144, 16, 8) == 0);
+    CHECK(iris_cuda_decode_split_default(30, 2048, 6144, 16, 8) == 0);
+    CHECK(iris_cuda_decode_split_default(114, 2560, 9728, 32, 8) == 0xa);
+    CHECK(iris_cuda_decode_split_default(300, 2560, 9728, 32, 8) == 0);
     check_stack(b, 2560, 9728, 32, 8, 2, p4, 4, 1);
     check_stack(b, 128, 384, 2, 1, 3, p3, 3, 1);    /* narrow (the tiny synth shape): 128-column chunks */
-    /* every phase stream-K (tiles cut between CTAs, finished by the last piece), and none */
+    /* every phase stream-K (tiles cut between CTAs, each finished by its first piece's CTA), and none */
     iris_cuda_set_decode_split(b, 15);
     check_stack(b, 2048, 6144, 16, 8, 2, p3, 3, 1);
     CHECK(iris_cuda_decode_split_last(b) == 15);

@@ -65,6 +65,9 @@ int iris_cuda_decode_stack_runs(iris_backend *b);
  * (IRIS_CUDA_DS_SPLIT=MASK at open); and the mask of its last launch. */
 void iris_cuda_set_decode_split(iris_backend *b, int mask);
 int iris_cuda_decode_split_last(iris_backend *b);
+/* The mask the default gives decoder layers of these shapes (hidden H, intermediate FF, nq / nkv
+ * heads of 128) on a GPU of `sms` SMs. */
+int iris_cuda_decode_split_default(int sms, int H, int FF, int nq, int nkv);
 
 /* CUDA graphs: ops issued between capture_begin and capture_end are recorded,
  * not run; replay runs them again with the same pointers (the caller

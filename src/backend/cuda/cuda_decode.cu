@@ -261,7 +261,10 @@
 #define DS_EVENTS 14                     /* trace stamps a layer (k_decode_stack) */
 #define DS_BT 64                         /* block-table entries of the CTA's attention item kept in shared memory */
 #define DS_GP (2 * 16 * DS_MAX_ROWS)     /* a stream-K piece's partial sums: [row of x][16 rows][gate, up] */
-#define DS_MAX_GRID 256                  /* CTAs (SMs) whose pieces' sums c->ds_part holds (DS_PART_BYTES) */
+#define DS_MAX_GRID 256                  /* CTAs (SMs) whose pieces' sums c->ds_part holds */
+#define DS_SK_OP 0xa                     /* o_proj + down_proj: the stream-K mask of the default, with a kernel
+                                            instance of its own */
+static_assert((size_t)DS_MAX_GRID * DS_GP * 8 <= DS_PART_BYTES, "c->ds_part holds every CTA's piece sums");
 
 enum { W_Q, W_K, W_V, W_O, W_G, W_U, W_D, W_N };
 
@@ -319,6 +322,15 @@ struct ds_head {
         float red[DS_WARPS][2][16][8];   /* [warp][gate, up][row][token] */
     } u;
 };
+
+/* Phase ph's (0 q/k/v, 1 o_proj, 2 gate/up, 3 down_proj) 16-row tiles and input width, for the
+ * kernel's walk and the host's stream-K rule alike. */
+static __host__ __device__ __forceinline__ int ds_tiles(int ph, int H, int FF, int nq, int nkv) {
+    return ph == 0 ? (nq + 2 * nkv) * DS_HD / 16 : ph == 2 ? FF / 16 : H / 16;
+}
+static __host__ __device__ __forceinline__ int ds_k(int ph, int H, int FF, int nq) {
+    return ph == 1 ? nq * DS_HD : ph == 3 ? FF : H;
+}
 
 /* The device code is sm_90's (bulk copies, mbarrier waits): older targets compile the kernel empty
  * (never launched there: the host declines before sm_90). */
@@ -403,12 +415,8 @@ static __device__ __forceinline__ void grid_sync(unsigned *bar, unsigned &target
 
 /* ---- the weight tiles: the same order for the producer and the consumers ---- */
 
-static __device__ __forceinline__ int ph_tiles(const ds_args &a, int ph) {
-    return ph == 0 ? (a.nq + 2 * a.nkv) * DS_HD / 16 : ph == 2 ? a.FF / 16 : a.H / 16;
-}
-static __device__ __forceinline__ int ph_k(const ds_args &a, int ph) {
-    return ph == 1 ? a.nq * DS_HD : ph == 3 ? a.FF : a.H;
-}
+static __device__ __forceinline__ int ph_tiles(const ds_args &a, int ph) { return ds_tiles(ph, a.H, a.FF, a.nq, a.nkv); }
+static __device__ __forceinline__ int ph_k(const ds_args &a, int ph) { return ds_k(ph, a.H, a.FF, a.nq); }
 /* Matrix m (0, or 1 = up in phase 2) of tile `tile` of phase ph: its weight, scales, first row. */
 static __device__ __forceinline__ int ph_mat(const ds_args &a, int ph, int tile, int m, int *r0) {
     int r = tile * 16;
@@ -986,6 +994,38 @@ static int vec_ok(const iris_tensor *t, int64_t n, int dt) {
            (dt == IRIS_DT_BF16 || dt == IRIS_DT_F16 || dt == IRIS_DT_F32);
 }
 
+/* The chunk width for these shapes: 512 columns, or 256 / 128 where a matrix's width needs it; 0 if
+ * none fits. */
+static int ds_chunk_width(int64_t H, int64_t FF, int64_t qw) {
+    int cw = 512;
+    while (cw >= 128 && (H % cw || FF % cw || qw % cw)) cw /= 2;
+    return cw >= 128 ? cw : 0;
+}
+
+/* The GEMV phases that go stream-K on `grid` CTAs, and their runs (chunks a CTA).  A phase may where
+ * the CTA with the most chunks of whole tiles would have 15% more than an even share.  By default
+ * (force < 0) only o_proj and down_proj, and only both together (4B on 132 SMs: o_proj 16 against
+ * 10 chunks, down_proj 38 against 24; 2B none, every phase within 4%): the one mask with a kernel
+ * instance of its own that measured faster; any other would take the generic instance, whose
+ * loops alone cost 3-4%.  force >= 0: the phases of that mask that have enough chunks. */
+static int ds_split_rule(int grid, int H, int FF, int nq, int nkv, int cw, int force, int run[4]) {
+    int sk = 0;
+    for (int ph = 0; ph < 4; ph++) {
+        const int64_t tiles = ds_tiles(ph, H, FF, nq, nkv), nch = ds_k(ph, H, FF, nq) / cw;
+        const int64_t whole = (tiles + grid - 1) / grid * nch, even = (tiles * nch + grid - 1) / grid;
+        const int want = force >= 0 ? (force >> ph) & 1 : (ph & 1) && whole * 100 >= even * 115;
+        run[ph] = want && tiles * nch >= 2 * grid && grid <= DS_MAX_GRID ? (int)even : 0;
+        if (run[ph]) sk |= 1 << ph;
+    }
+    if (force < 0 && sk != DS_SK_OP) sk = 0, memset(run, 0, 4 * sizeof *run);
+    return sk;
+}
+
+extern "C" int iris_cuda_decode_split_default(int sms, int H, int FF, int nq, int nkv) {
+    const int cw = ds_chunk_width(H, FF, (int64_t)nq * DS_HD);
+    int run[4];
+    return cw && sms > 0 ? ds_split_rule(sms, H, FF, nq, nkv, cw, -1, run) : 0;
+}
 extern "C" void iris_cuda_set_decode_stack(iris_backend *b, int mode) { cuda_of(b)->decode_stack = mode; }
 extern "C" int iris_cuda_decode_stack_runs(iris_backend *b) { return cuda_of(b)->ds_runs; }
 extern "C" void iris_cuda_set_decode_split(iris_backend *b, int mask) { cuda_of(b)->ds_split = mask < 0 ? -1 : mask & 15; }
@@ -1005,9 +1045,8 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     if (!act_ok(d->h, R, H) || !act_ok(d->q, R, (int64_t)nq * hd) || !act_ok(d->k, R, (int64_t)nkv * hd) ||
         !act_ok(d->v, R, (int64_t)nkv * hd) || !act_ok(d->o, R, (int64_t)nq * hd) || !act_ok(d->g, R, FF))
         return 1;
-    int cw = 512;
-    while (cw >= 128 && (H % cw || FF % cw || ((int64_t)nq * hd) % cw)) cw /= 2;
-    if (cw < 128 || H > 2 * DS_WARPS * 256) return 1;
+    const int cw = ds_chunk_width(H, FF, (int64_t)nq * hd);
+    if (!cw || H > 2 * DS_WARPS * 256) return 1;
     /* By default (mode -1) only where it measured faster than the ops (H100, iris bench, alternating
      * runs), while the block tables' width (the context rounded up to 128 tokens) is within a limit
      * that falls with the rows, the attention's share growing with both.  Layers of 64 MiB or more
@@ -1058,25 +1097,11 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     if (ring > DS_MAX_RING) ring = DS_MAX_RING;
     const size_t smem = ring_off + (size_t)ring * slot_bytes;
     const int grid = c->prop.multiProcessorCount; /* one CTA an SM: every CTA resident (the grid barriers) */
-    if (grid > DS_MAX_GRID || !c->ds_part) return 1;
-    /* Stream-K for a GEMV phase whose whole tiles share out unevenly: where the CTA with the most
-     * chunks has 15% more than an even share would give it.  By default only o_proj and down_proj,
-     * and only both together (4B on 132 SMs: o_proj 16 against 10 chunks, down_proj 38 against 24;
-     * 2B none, every phase within 4%): the one mask with a kernel instance of its own that measured
-     * faster; others would take the generic instance, whose loops alone cost 3-4%.
-     * IRIS_CUDA_DS_SPLIT / iris_cuda_set_decode_split choose any phases instead. */
-    int sk = 0, run[4] = {0, 0, 0, 0};
-    for (int ph = 0; ph < 4; ph++) {
-        const int64_t K = ph == 1 ? (int64_t)nq * hd : ph == 3 ? FF : H;
-        const int64_t tiles = ph == 0 ? ((int64_t)nq + 2 * nkv) * hd / 16 : ph == 2 ? FF / 16 : H / 16, nch = K / cw;
-        const int64_t whole = (tiles + grid - 1) / grid * nch, even = (tiles * nch + grid - 1) / grid;
-        const int want = c->ds_split >= 0 ? (c->ds_split >> ph) & 1 : (ph & 1) && whole * 100 >= even * 115;
-        if (want && tiles * nch >= 2 * grid) sk |= 1 << ph, run[ph] = (int)even;
-    }
-    if (c->ds_split < 0 && sk != 0xa) sk = 0, memset(run, 0, sizeof run);
+    int run[4] = {0, 0, 0, 0};
+    const int sk = c->ds_part ? ds_split_rule(grid, (int)H, (int)FF, nq, nkv, cw, c->ds_split, run) : 0;
     /* the kernel built for these stream-K phases, or the one for any */
-    const int ki = sk == 0 ? 0 : sk == 0xa ? 1 : 2;
-    void (*const kern)(ds_args) = ki == 0 ? k_decode_stack<0> : ki == 1 ? k_decode_stack<0xa> : k_decode_stack<-1>;
+    const int ki = sk == 0 ? 0 : sk == DS_SK_OP ? 1 : 2;
+    void (*const kern)(ds_args) = ki == 0 ? k_decode_stack<0> : ki == 1 ? k_decode_stack<DS_SK_OP> : k_decode_stack<-1>;
     static size_t allowed[3];
     if (smem > allowed[ki]) {
         if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {

@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The persistent decode kernel's stream-K partial sums (cuda_decode.cu, carved at open): 256 CTAs x
+ * 128 tagged 64-bit words. */
+#define DS_PART_BYTES (256u * 128u * 8u)
+
 extern "C" {
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -75,7 +79,7 @@ struct cuda_ctx {
     int ds_runs;            /* its launches (graph captures included), for the tests */
     int ds_split;           /* its GEMV phases shared out stream-K: -1 where uneven, else a mask (bit = phase) */
     int ds_split_last;      /* the mask its last launch used, for the tests */
-    void *ds_part;          /* its stream-K pieces' tagged partial sums (zero between launches) */
+    void *ds_part;          /* its stream-K pieces' tagged partial sums (DS_PART_BYTES, zero between launches) */
     const char *ds_trace;   /* IRIS_CUDA_DS_TRACE: the file its phase stamps go to (a measuring aid), or NULL */
     unsigned long long *ds_trace_buf; /* their device buffer (cudaMalloc'd when first used), ds_trace_n stamps */
     size_t ds_trace_n;

@@ -393,7 +393,6 @@ static void cu_destroy(iris_backend *b) {
 #define ATTN_PART_ELEMS (2u << 20)
 #define ATTN_COUNT_N 4096u /* >= the (row, kv head) pairs of a split launch: fewer than 4 CTAs an SM */
 #define DS_BAR_BYTES 256u  /* the persistent decode kernel's grid barrier (cuda_decode.cu) */
-#define DS_PART_BYTES (256u * 128u * 8u) /* its stream-K partial sums: DS_MAX_GRID x DS_GP tagged words */
 
 /* The scratch carved at open besides the cuBLASLt workspace (which the memory plan counts). */
 extern "C" size_t iris_cuda_scratch_bytes(void) { return (size_t)DQ_ELEMS * 2 + (size_t)ATTN_PART_ELEMS * 4 + (size_t)ATTN_COUNT_N * 4 + DS_BAR_BYTES + DS_PART_BYTES + 6 * ARENA_ALIGN; }
