@@ -877,7 +877,7 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
 #endif /* sm_90 */
 
 /* SKM: the GEMV phases that go stream-K, fixed for the common cases so that the others' loops are
- * the plain ones (0: none; 0xa: o_proj and down_proj, 4B on 132 SMs), -1 any (a.run) */
+ * the plain ones (0: none; DS_SK_OP: o_proj and down_proj, 4B on 132 SMs), -1 any (a.run) */
 template <int SKM>
 __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_constant__ ds_args a) {
 #ifdef DS_DEVICE
