@@ -302,7 +302,7 @@ struct ds_attn_smem {
     __align__(16) bf16 k[DS_HD];         /* the newest key and value (the owning split) */
     __align__(16) bf16 v[DS_HD];
     float m[DS_WARPS][DS_GMAX], l[DS_WARPS][DS_GMAX];
-    float acc[DS_WARPS][DS_GMAX][DS_HD];
+    __align__(16) float acc[DS_WARPS][DS_GMAX][DS_HD]; /* also the walk's second round of keys (kv2) */
     float sw[DS_MAX_SPLITS][DS_GMAX], sl[DS_MAX_SPLITS][DS_GMAX], sL[DS_GMAX];
     int last;
 };
@@ -708,7 +708,24 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
             kr[u] = *(const uint4 *)(L.kc + sl * kvw + col);
             vr[u] = *(const uint4 *)(L.vc + sl * kvw + col);
         };
-        const int first = jb + warp * 2;
+        const int first = jb + warp * 2, second = first + DS_DU * 16;
+        /* the warp's second round of keys and values (earlier steps', not the newest) go by cp.async
+         * into its own 2 KB of A.acc, which the walk leaves untouched until its end ([u][sub] key,
+         * value), issued once the barrier is passed: not in registers (DS_DU 4 was slower), not with
+         * the first round (the barrier's wait then took longer) */
+        bf16 *kv2 = (bf16 *)&A.acc[warp][0][0];
+        auto kv2_issue = [&]() {
+            if (second >= je) return;
+#pragma unroll
+            for (int u = 0; u < DS_DU; u++) {
+                int j = key_of(second, u);
+                if (own && j == ctx - 1) continue;
+                int64_t sl = (int64_t)bt[j / IRIS_KV_BLOCK - bt0] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+                bf16 *d = kv2 + (u * 2 + sub) * 2 * DS_HD + dl * 8;
+                cp_async16(d, L.kc + sl * kvw + col);
+                cp_async16(d + DS_HD, L.vc + sl * kvw + col);
+            }
+        };
         /* the first round of earlier steps' keys before the prologue (its loads overlap it; for the
          * first item, the barrier's wait too) */
         if (first < je)
@@ -721,12 +738,16 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
         float wv[4];
         if (warp < G + own) qk_weights<64>(wv, isk ? L.kn : L.qn, a.qk_dt, DS_HD, lane);
         wait(); /* (once) */
+        if (warp >= G + own) kv2_issue();
         /* prologue: warp i < G the query head kvh·G + i; warp G (own split) the k head and v */
         if (warp < G + own) {
             const float sn[2] = {S.sn[row][lane], S.sn[row][lane + 32]}, cs[2] = {S.cs[row][lane], S.cs[row][lane + 32]};
             const bf16 *src = isk ? a.k + (int64_t)row * kvw + kvh * DS_HD
                                   : a.q + (int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + warp) * DS_HD;
-            if (lane < 16) *(uint4 *)&A.in[warp][lane * 8] = __ldcg((const uint4 *)(src + lane * 8));
+            uint4 in = make_uint4(0, 0, 0, 0);
+            if (lane < 16) in = __ldcg((const uint4 *)(src + lane * 8));
+            kv2_issue(); /* after the load that the prologue waits for */
+            if (lane < 16) *(uint4 *)&A.in[warp][lane * 8] = in;
             __syncwarp();
             if (!isk) {
                 qk_head<64>(A.in[warp], wv, sn, cs, A.x[warp], a.eps, DS_HD, lane, [&](int j, bf16 o0, bf16 o1) {
@@ -757,10 +778,18 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
             for (int k = 0; k < 8; k++) acc[i][k] = 0, qf[i][k] = i < G ? A.q[i][dl * 8 + k] * a.scale : 0.0f;
         }
         for (int base0 = first; base0 < je; base0 += DS_DU * 16) {
+            const bool from_s = base0 == second;
+            if (from_s) cp_async_wait_all(); /* each lane reads only what its own copies wrote */
 #pragma unroll
             for (int u = 0; u < DS_DU; u++) {
                 int j = key_of(base0, u);
-                if (base0 != first || (own && j == ctx - 1)) load_key(u, j);
+                if (from_s && !(own && j == ctx - 1)) {
+                    const bf16 *d = kv2 + (u * 2 + sub) * 2 * DS_HD + dl * 8;
+                    kr[u] = *(const uint4 *)d;
+                    vr[u] = *(const uint4 *)(d + DS_HD);
+                } else if (base0 != first || (own && j == ctx - 1)) {
+                    load_key(u, j);
+                }
             }
 #pragma unroll
             for (int u = 0; u < DS_DU; u++) {

@@ -34,14 +34,6 @@
 #define GM_PAD 64   /* bytes after each row of a shared-memory weight tile: rows g and g + 1 of a load
                        fall in different banks (a row is a multiple of 64 bytes) */
 
-/* 16 bytes global → shared without registers (sm_80+), and the wait for all of a thread's copies. */
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
 
 /* SWIGLU: p.W[0] gate, p.W[1] up, y = silu(bf16(gate)) ⊙ bf16(up) into p.y[0] (cuda_linear.cu's
  * k_gemv_swiglu roundings); else the CTAs walk p's matrices in order.

@@ -230,6 +230,16 @@ static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uin
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* 16 bytes global → shared without registers (cp.async, L2 only; sm_80+), and the wait for all of
+ * a thread's copies (cuda_gemv_mma.cu, cuda_decode.cu). */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
 /* ---- FP8 weights on the tensor cores (cuda_gemv_mma.cu, cuda_decode.cu) ---- */
 
 /* 16 e4m3 codes → 8 bf16 pairs bf16(q · s), element 2k in the low half of word k. */
