@@ -45,9 +45,11 @@
  *
  * Measured (H100, synth checkpoints, 1,024-token context, iris bench with graphs; per-phase times
  * from IRIS_CUDA_DS_TRACE and bench/ds_trace.py, the latest CTA's stamps, graphs off):
- *   - now (2026-11-26, everything kept below): 2B-FP8 batch 1 766-772 tok/s against 629 op by op,
- *     4B-FP8 404-406 against 307-309; a 2B layer ~37.9 us (q/k/v 3.2, its barrier 2.7, attention
- *     7.7, o 1.8, gate/up 8.0, down 3.8, the other four barriers ~8.3, norms and copies 2.4).
+ *   - now (2026-11-26, everything kept below): 2B-FP8 batch 1 771-782 tok/s against 629 op by op,
+ *     4B-FP8 426-429 against 307-309; a 2B layer ~36.8 us (q/k/v 3.2, its barrier 2.9, attention
+ *     6.8, o 1.7, gate/up 7.9, down 3.7, the other four barriers ~8.0, norms and copies 2.5); a 4B
+ *     layer ~56.8 us (q/k/v 5.3, its barrier 3.7, attention 9.4, o 4.7, gate/up 15.5, down 8.0,
+ *     the other four barriers ~7.1, norms and copies 3.0).
  *   - 2026-11-25 (the top-k candidates in one copy): 2B-FP8 batch 1 714-718 tok/s, 4B-FP8 379-381
  *     (the rule above for more rows); a 2B layer ~41.1 us: q/k/v 3.1, attention 11.3, o 1.7, gate/up 7.9, down 3.8, five
  *     barriers 0.9-3.3 each (~10 in all), norms 1.4 + 1.2, copies 0.9.  A step (CUPTI trace, before
@@ -225,7 +227,20 @@
  *     instance (DS_MAX_ROWS 1: 2B 769 against 766-771, 4B 400 against 405-410), though with both
  *     (groups of 2, one row) 2B measured 784 once, which looked like code placement rather than
  *     work saved (the kernel is ~140 KB of code).
- * What is left (2B on an H100, ~37.9 us a layer against ~16.5 of weight bytes): the GEMV phases
+ *   - 2026-11-26 (fourth session; H100, builds alternating in one run, 2-3 rounds, the decode tests
+ *     passed for each): the attention walk's second round of keys and values (keys 32-63 of a
+ *     split: every round past the first was loaded at the top of its turn, its latency in the
+ *     path) copied by cp.async into the warp's own 2 KB of A.acc, which the walk does not use
+ *     until its end: kept.  Issued once the barrier is passed (the prologue's warps after their
+ *     q/k/v load): 2B batch 1 766-774 -> 771-782 tok/s, 4B 417-423 -> 426-429 (batch 2 +1%); the
+ *     attention's path 7.7 -> 6.8 us (2B), 10.4 -> 9.4 (4B), the barrier before it +0.15.  Issued
+ *     with the first round, before the barrier's wait: the attention as fast, but the wait 2.7 ->
+ *     3.1 us, 2B 773 and 4B 420-425 (no gain).  Retried with the consumers' 224 registers: the GEMV
+ *     loop loading the next slot (wait, values, slot freed) before the products of this one, so
+ *     that the wait and the loads overlap them: slower again (2B 780-782 -> 761-773, 4B 427-429 ->
+ *     410-417; q/k/v 3.2 -> 3.7 us, down 3.7 -> 4.3, the barriers after them 0.4-0.6 shorter: the
+ *     freed slots' refills moved, not the consumers' pace).
+ * What is left (2B on an H100, ~36.8 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
  * with no products at all a layer still takes 35.6 us (above): the barriers and the attention are
