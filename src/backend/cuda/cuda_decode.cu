@@ -239,7 +239,14 @@
  *     loop loading the next slot (wait, values, slot freed) before the products of this one, so
  *     that the wait and the loads overlap them: slower again (2B 780-782 -> 761-773, 4B 427-429 ->
  *     410-417; q/k/v 3.2 -> 3.7 us, down 3.7 -> 4.3, the barriers after them 0.4-0.6 shorter: the
- *     freed slots' refills moved, not the consumers' pace).
+ *     freed slots' refills moved, not the consumers' pace).  The chunk loop unrolled by 2 or 4 (fewer
+ *     back edges): 2B 778-780 -> 773-777 and 711-715 tok/s, 4B 426 -> 417-423 and 387-389.  Nsight
+ *     Compute's samples over a 2B step (the kernel instance without stream-K): the four GEMV loops
+ *     hold 24% of all warps' samples (q/k/v 4.3%, o 2.0%, gate/up 12.0%, down 5.8%), 137-138
+ *     instructions a slot a warp (272 for gate/up's two), stalled on fixed-latency dependencies
+ *     28%, issuing 27%, another warp issuing 14%, the branch back to the loop's top 7-11%, the
+ *     full-slot test's result 5-7%, the math pipe 7%; the consumers' retry paths ran 0 times (every
+ *     slot full when reached), the producers' empty-slot tests ~8.5 million times a step.
  * What is left (2B on an H100, ~36.8 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
