@@ -247,6 +247,19 @@
  *     28%, issuing 27%, another warp issuing 14%, the branch back to the loop's top 7-11%, the
  *     full-slot test's result 5-7%, the math pipe 7%; the consumers' retry paths ran 0 times (every
  *     slot full when reached), the producers' empty-slot tests ~8.5 million times a step.
+ *     The attention's path split by stamps inside it (a trace build): 2B prologue 0.7 us, key walk
+ *     3.4, partials and split count 0.9, the last split's merge 2.0; 4B 0.7, 4.9, 1.1, 2.9.  The
+ *     walk waits for its keys: loads issued behind the weight stream's queued copies come back
+ *     after microseconds.  Tried and dropped (the decode tests passed for each): the first item's
+ *     second round copied at the layer's start (after norm 1, into A.acc, which the GEMV epilogue
+ *     does not touch): norm 1 0.8 -> 1.4 us (the copies' issue), the attention 6.8 -> 6.6, 2B
+ *     781-782 -> 775-779 tok/s, 4B 426-429 -> 422-424; the first 64 keys and values as four ring
+ *     slots in the producers' stream after the q/k/v chunks (a 256-byte bulk copy a key, the
+ *     producers given 64 registers, the consumers 216, against spills): the barrier before the
+ *     attention 2.9 -> 1.9 us but the attention 6.8 -> 8.5 (4B 9.5 -> 11.9), 2B 757-769, 4B
+ *     418-419 against 780-783 and 425-427 (the register split alone, the ring off: 767-774 and
+ *     412-415); the k head's warp loading v with k (lanes 16-31) instead of after its norm: no
+ *     change (2B 776-781 either way, 4B 421-427).
  * What is left (2B on an H100, ~36.8 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
