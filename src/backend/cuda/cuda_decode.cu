@@ -259,7 +259,11 @@
  *     attention 2.9 -> 1.9 us but the attention 6.8 -> 8.5 (4B 9.5 -> 11.9), 2B 757-769, 4B
  *     418-419 against 780-783 and 425-427 (the register split alone, the ring off: 767-774 and
  *     412-415); the k head's warp loading v with k (lanes 16-31) instead of after its norm: no
- *     change (2B 776-781 either way, 4B 421-427).
+ *     change (2B 776-781 either way, 4B 421-427).  The barrier's counter reset by the last CTA out
+ *     of each launch instead of a memset node before it (GPU tests 21/21): the kernel then starts
+ *     0.1 us after the embedding gather instead of ~5 us, but the graph's first kernel started ~7
+ *     us later after the step's upload, and the step (CUPTI trace, 2B batch 1) stayed 1,292 us
+ *     (2B 780-786 against 775-780 tok/s, 4B 426-428 against 419-428): dropped.
  * What is left (2B on an H100, ~36.8 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
