@@ -44,7 +44,9 @@ CU_STAMP := $(BUILD)/cuda_archs
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CU_STAMP) 2>/dev/null)" = "$(CUDA_ARCHS)" ] || echo "$(CUDA_ARCHS)" > $(CU_STAMP); })
 CFLAGS  += -DIRIS_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
-NVFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -Isrc/base $(call gencode,$(CUDA_ARCHS)) \
+# the flags every CUDA compile takes (scripts/spill-check's too)
+NVBASE  := -O3 -std=c++17 -Iinclude -Isrc -Isrc/base
+NVFLAGS ?= $(NVBASE) $(call gencode,$(CUDA_ARCHS)) \
            -Xcompiler -fPIC -MMD -MP -DIRIS_CUDA_ARCHS='"$(CUDA_ARCHS)"'
 endif
 
@@ -135,7 +137,7 @@ spill-check: $(if $(filter 1,$(CUDA)),$(BUILD)/spill-check.ok)
 	@$(if $(filter 1,$(CUDA)),,echo "spill-check: no CUDA in this build")
 $(BUILD)/spill-check.ok: src/backend/cuda/cuda_decode.cu src/backend/cuda/cuda_internal.cuh scripts/spill-check
 	@mkdir -p $(dir $@)
-	@NVCC=$(NVCC) scripts/spill-check > $@.tmp; st=$$?; cat $@.tmp; [ $$st = 0 ] && mv $@.tmp $@
+	@NVCC=$(NVCC) NVBASE="$(NVBASE)" scripts/spill-check > $@.tmp; st=$$?; cat $@.tmp; [ $$st = 0 ] && mv $@.tmp $@
 
 test: setup
 	@$(MAKE) --no-print-directory -j$$(nproc) all $(BUILD)/iris-test
