@@ -19,8 +19,8 @@ void iris_test_register(const char *name, iris_test_fn fn);
 void iris_test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Path of a cached asset (e.g. the real Qwen tokenizer), or NULL when absent. */
 const char *iris_test_asset(const char *name);
-/* A shell command's standard output (malloc'd, NUL-terminated; NULL when it cannot start) and
- * its pclose status in *status. */
+/* A shell command's standard output, whole (malloc'd, NUL-terminated; NULL when it cannot start),
+ * and its exit code in *status (-1: it did not exit normally or could not start). */
 char *iris_test_popen(const char *cmd, int *status);
 
 #define IRIS_TEST(name)                                                        \

@@ -21,12 +21,11 @@ static int iris(const char *args, char *out, size_t cap) {
     const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s %s 2>&1", bin, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    int st;
+    char *s = iris_test_popen(cmd, &st);
+    snprintf(out, cap, "%s", s ? s : "");
+    free(s);
+    return st;
 }
 
 /* A copy of the tiny model whose config.json has text/vision key `key` set

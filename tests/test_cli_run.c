@@ -10,13 +10,8 @@
 #include <unistd.h>
 
 static char *capture(const char *cmd) {
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    char *out = calloc(1, 65536);
-    size_t n = out ? fread(out, 1, 65535, f) : 0;
-    (void)n;
-    pclose(f);
-    return out;
+    int st;
+    return iris_test_popen(cmd, &st);
 }
 
 IRIS_TEST(cli_run_stop_and_threads) {

@@ -25,12 +25,11 @@ static int iris_out(const char *args, char *out, size_t cap) {
     const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s %s 2>/dev/null", bin, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    int st;
+    char *s = iris_test_popen(cmd, &st);
+    snprintf(out, cap, "%s", s ? s : "");
+    free(s);
+    return st;
 }
 
 static void chomp(char *s) {

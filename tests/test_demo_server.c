@@ -10,13 +10,8 @@
 #include "test.h"
 
 static char *sh(const char *cmd) {
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    char *out = calloc(1, 1 << 16);
-    size_t n = out ? fread(out, 1, (1 << 16) - 1, f) : 0;
-    (void)n;
-    pclose(f);
-    return out;
+    int st;
+    return iris_test_popen(cmd, &st);
 }
 
 IRIS_TEST(demo_server_caption_and_count) {

@@ -365,12 +365,11 @@ IRIS_TEST(hub_offline_and_ensure) {
 
 /* Runs a shell command, returns its exit status and its stdout+stderr. */
 static int run_cmd(const char *cmd, char *out, size_t out_size) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, out_size - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    int st;
+    char *s = iris_test_popen(cmd, &st);
+    snprintf(out, out_size, "%s", s ? s : "");
+    free(s);
+    return st;
 }
 
 IRIS_TEST(hub_cli_pull_ls) {

@@ -8,15 +8,8 @@
 #include "test.h"
 
 static char *run(const char *cmd) {
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *out = malloc(cap);
-    size_t k;
-    while (out && (k = fread(out + n, 1, cap - 1 - n, f)) > 0) n += k;
-    if (out) out[n] = 0;
-    pclose(f);
-    return out;
+    int st;
+    return iris_test_popen(cmd, &st);
 }
 
 IRIS_TEST(ls_vram_fits_column) {

@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include <stdarg.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,9 +51,17 @@ char *iris_test_popen(const char *cmd, int *status) {
     if (!f) return NULL;
     size_t cap = 1 << 16, n = 0, k;
     char *out = malloc(cap);
-    while (out && (k = fread(out + n, 1, cap - 1 - n, f)) > 0) n += k;
+    while (out && (k = fread(out + n, 1, cap - 1 - n, f)) > 0) {
+        n += k;
+        if (n + 1 == cap) {
+            char *grown = realloc(out, cap *= 2);
+            if (!grown) free(out);
+            out = grown;
+        }
+    }
     if (out) out[n] = 0;
-    *status = pclose(f);
+    int st = pclose(f);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     return out;
 }
 

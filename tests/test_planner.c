@@ -727,20 +727,7 @@ IRIS_TEST(planner_bad_input) {
 
 /* ---- the CLI ---- */
 
-static char *run(const char *cmd, int *status) {
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, k;
-    char *s = malloc(cap);
-    while (s && (k = fread(s + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (n + 1 == cap) s = realloc(s, cap *= 2);
-    }
-    int st = pclose(f);
-    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    if (s) s[n] = 0;
-    return s;
-}
+static char *run(const char *cmd, int *status) { return iris_test_popen(cmd, status); }
 
 IRIS_TEST(planner_cli) {
     const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";

@@ -429,20 +429,7 @@ static const char *iris_bin(void) {
 }
 
 /* Run a shell command; its stdout (and stderr when merge) into a malloc'd string. */
-static char *run_cmd(const char *cmd, int *status) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *out = malloc(cap);
-    for (size_t k; out && (k = fread(out + n, 1, cap - n - 1, p)) > 0;) {
-        n += k;
-        if (n + 1 == cap) out = realloc(out, cap *= 2);
-    }
-    int st = pclose(p);
-    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    if (out) out[n] = 0;
-    return out;
-}
+static char *run_cmd(const char *cmd, int *status) { return iris_test_popen(cmd, status); }
 
 IRIS_TEST(tokenizer_cli) {
     const char *tokpath = iris_test_asset("qwen3/tokenizer.json");
