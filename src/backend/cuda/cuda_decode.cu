@@ -263,7 +263,13 @@
  *     of each launch instead of a memset node before it (GPU tests 21/21): the kernel then starts
  *     0.1 us after the embedding gather instead of ~5 us, but the graph's first kernel started ~7
  *     us later after the step's upload, and the step (CUPTI trace, 2B batch 1) stayed 1,292 us
- *     (2B 780-786 against 775-780 tok/s, 4B 426-428 against 419-428): dropped.
+ *     (2B 780-786 against 775-780 tok/s, 4B 426-428 against 419-428): dropped.  Both rounds of
+ *     the next layer's first item copied (cp.async, into A.kv1 and A.acc, 16 KB more of shared
+ *     memory) at the end of this layer's attention, where the ring is full and the producers idle:
+ *     issuing them (16 copies a thread) took ~1.7 us on the path (the attention 6.8 -> 8.5 us, the
+ *     barrier before it 2.9 -> 2.2): 2B 763-765 against 782, 4B 417-423 against 424-428.  So the
+ *     consumers cannot fetch the keys early for free; a warp of their own, or the producers between
+ *     their slot waits, would have to.
  * What is left (2B on an H100, ~36.8 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
