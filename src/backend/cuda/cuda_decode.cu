@@ -268,8 +268,16 @@
  *     memory) at the end of this layer's attention, where the ring is full and the producers idle:
  *     issuing them (16 copies a thread) took ~1.7 us on the path (the attention 6.8 -> 8.5 us, the
  *     barrier before it 2.9 -> 2.2): 2B 763-765 against 782, 4B 417-423 against 424-428.  So the
- *     consumers cannot fetch the keys early for free; a warp of their own, or the producers between
- *     their slot waits, would have to.
+ *     consumers cannot fetch the keys early for free.  The producers then copied both rounds (16
+ *     cp.async a producer thread after the layer's q/k/v chunks, an mbarrier each way; correct,
+ *     21/21): the keys were in shared memory ~10 us before the attention, and the attention took as
+ *     long (7.1 us; 2B 775-782 against 782, 4B 415-419 against 426-427 with 16 bytes spilled).  So
+ *     the walk is not waiting for its keys any more (this session's kept change took the last
+ *     exposed load): Nsight Compute puts ~736 instructions a warp a layer in it, stalled on the
+ *     dependent chains of the 16-lane shuffle sums (fixed-latency and short-scoreboard waits) and,
+ *     29% of its samples, on the warps that finish early waiting at the barrier after it.  The next
+ *     step for the attention is the walk's own arithmetic: keys a lane for q·k (no shuffle sums),
+ *     dimensions a lane for p·v, the keys in shared memory.
  * What is left (2B on an H100, ~36.8 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
