@@ -751,13 +751,14 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
         const int64_t col = (int64_t)kvh * DS_HD + dl * 8;
         uint4 kr[DS_DU], vr[DS_DU];
         auto key_of = [&](int base0, int u) { return min(base0 + u * 16 + sub, je - 1); };
+        auto slot_of = [&](int j) { return (int64_t)bt[j / IRIS_KV_BLOCK - bt0] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK; };
         auto load_key = [&](int u, int j) {
             if (own && j == ctx - 1) { /* this step's: from shared memory (after the prologue) */
                 kr[u] = *(const uint4 *)(A.k + dl * 8);
                 vr[u] = *(const uint4 *)(A.v + dl * 8);
                 return;
             }
-            int64_t sl = (int64_t)bt[j / IRIS_KV_BLOCK - bt0] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+            const int64_t sl = slot_of(j);
             kr[u] = *(const uint4 *)(L.kc + sl * kvw + col);
             vr[u] = *(const uint4 *)(L.vc + sl * kvw + col);
         };
@@ -773,7 +774,7 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
             for (int u = 0; u < DS_DU; u++) {
                 int j = key_of(second, u);
                 if (own && j == ctx - 1) continue;
-                int64_t sl = (int64_t)bt[j / IRIS_KV_BLOCK - bt0] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+                const int64_t sl = slot_of(j);
                 bf16 *d = kv2 + (u * 2 + sub) * 2 * DS_HD + dl * 8;
                 cp_async16(d, L.kc + sl * kvw + col);
                 cp_async16(d + DS_HD, L.vc + sl * kvw + col);
