@@ -44,7 +44,7 @@ CU_STAMP := $(BUILD)/cuda_archs
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CU_STAMP) 2>/dev/null)" = "$(CUDA_ARCHS)" ] || echo "$(CUDA_ARCHS)" > $(CU_STAMP); })
 CFLAGS  += -DIRIS_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
-# the flags every CUDA compile takes (scripts/spill-check's too)
+# the flags every CUDA compile takes (the probes' and scripts/spill-check's too)
 NVBASE  := -O3 -std=c++17 -Iinclude -Isrc -Isrc/base
 NVFLAGS ?= $(NVBASE) $(call gencode,$(CUDA_ARCHS)) \
            -Xcompiler -fPIC -MMD -MP -DIRIS_CUDA_ARCHS='"$(CUDA_ARCHS)"'
@@ -119,7 +119,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libiris.a
 # Probes (PROBES above): bench/NAME.cu -> $(BUILD)/bench/NAME.
 $(BUILD)/bench/%: bench/%.cu $(CU_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 -Iinclude -Isrc -Isrc/base $(call gencode,90 $(PROBE_ARCHS)) -o $@ $<
+	$(NVCC) $(NVBASE) $(call gencode,90 $(PROBE_ARCHS)) -o $@ $<
 
 # Examples: examples/NAME.c -> $(BUILD)/examples/NAME, clients of `iris serve` (libcurl + jansson).
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))

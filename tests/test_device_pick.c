@@ -12,14 +12,20 @@
 
 static const char *bin_path(void) { return getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris"; }
 
+/* path: `name` in the binary's build folder */
+static void beside_bin(const char *name, char *path, size_t n) {
+    const char *bin = bin_path(), *slash = strrchr(bin, '/');
+    snprintf(path, n, "%.*s/%s", (int)(slash ? slash - bin : 1), slash ? bin : ".", name);
+}
+
 /* The preload library `name` beside the binary's build (0 when it is there), and whether the
  * binary has CUDA. */
 static int preload_of(const char *name, char *so, size_t n, int *cuda) {
-    const char *bin = bin_path(), *slash = strrchr(bin, '/');
-    snprintf(so, n, "%.*s/tests/preload/%s", (int)(slash ? slash - bin : 1), slash ? bin : ".", name);
-    char cmd[1024];
+    char cmd[1024], rel[256];
+    snprintf(rel, sizeof rel, "tests/preload/%s", name);
+    beside_bin(rel, so, n);
     int st = 0;
-    snprintf(cmd, sizeof cmd, "%s version 2>&1", bin);
+    snprintf(cmd, sizeof cmd, "%s version 2>&1", bin_path());
     char *ver = iris_test_popen(cmd, &st);
     *cuda = ver && strstr(ver, "cuda: yes") != NULL;
     free(ver);
@@ -80,7 +86,7 @@ IRIS_TEST(device_pick_no_kernels_for_the_gpu) {
 /* `iris version` says what GPUs the binary can serve: its CUDA_ARCHS (as the build recorded them
  * beside it) and the CUDA runtime the driver must support. */
 IRIS_TEST(version_names_the_cuda_build) {
-    const char *bin = bin_path(), *slash = strrchr(bin, '/');
+    const char *bin = bin_path();
     char cmd[1024], path[512];
     int st = 0;
     snprintf(cmd, sizeof cmd, "%s version 2>&1", bin);
@@ -88,7 +94,7 @@ IRIS_TEST(version_names_the_cuda_build) {
     REQUIRE(out && st == 0);
     CHECKF(!strncmp(out, "iris ", 5), "%s", out);
     if (strstr(out, "cuda: yes")) {
-        snprintf(path, sizeof path, "%.*s/cuda_archs", (int)(slash ? slash - bin : 1), slash ? bin : ".");
+        beside_bin("cuda_archs", path, sizeof path);
         FILE *f = fopen(path, "r");
         char archs[256] = {0}, want[300];
         REQUIRE(f && fgets(archs, sizeof archs, f));

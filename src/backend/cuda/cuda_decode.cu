@@ -767,7 +767,8 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
          * into its own 2 KB of A.acc, which the walk leaves untouched until its end ([u][sub] key,
          * value), issued once the barrier is passed: not in registers (DS_DU 4 was slower), not with
          * the first round (the barrier's wait then took longer) */
-        bf16 *kv2 = (bf16 *)&A.acc[warp][0][0];
+        bf16 *const kv2 = (bf16 *)&A.acc[warp][0][0];
+        auto kv2_at = [&](int u) { return kv2 + (u * 2 + sub) * 2 * DS_HD + dl * 8; }; /* lane's key; + DS_HD its value */
         auto kv2_issue = [&]() {
             if (second >= je) return;
 #pragma unroll
@@ -775,7 +776,7 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
                 int j = key_of(second, u);
                 if (own && j == ctx - 1) continue;
                 const int64_t sl = slot_of(j);
-                bf16 *d = kv2 + (u * 2 + sub) * 2 * DS_HD + dl * 8;
+                bf16 *d = kv2_at(u);
                 cp_async16(d, L.kc + sl * kvw + col);
                 cp_async16(d + DS_HD, L.vc + sl * kvw + col);
             }
@@ -838,7 +839,7 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
             for (int u = 0; u < DS_DU; u++) {
                 int j = key_of(base0, u);
                 if (from_s && !(own && j == ctx - 1)) {
-                    const bf16 *d = kv2 + (u * 2 + sub) * 2 * DS_HD + dl * 8;
+                    const bf16 *d = kv2_at(u);
                     kr[u] = *(const uint4 *)d;
                     vr[u] = *(const uint4 *)(d + DS_HD);
                 } else if (base0 != first || (own && j == ctx - 1)) {
