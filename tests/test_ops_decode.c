@@ -239,6 +239,9 @@ IRIS_TEST(gpu_ops_decode_stack) {
     CHECK(iris_cuda_decode_split_default(300, 2560, 9728, 32, 8) == 0);
     check_stack(b, 2560, 9728, 32, 8, 2, p4, 4, 1);
     check_stack(b, 128, 384, 2, 1, 3, p3, 3, 1);    /* narrow (the tiny synth shape): 128-column chunks */
+    /* GQA groups of 1 and 3 (the attention walk's lanes hold a key's quarter for every head of the group) */
+    check_stack(b, 2048, 6144, 8, 8, 2, p3, 3, 1);
+    check_stack(b, 2048, 6144, 24, 8, 2, p4, 4, 1);
     /* every phase stream-K (tiles cut between CTAs, each finished by its first piece's CTA), and none */
     iris_cuda_set_decode_split(b, 15);
     check_stack(b, 2048, 6144, 16, 8, 2, p3, 3, 1);

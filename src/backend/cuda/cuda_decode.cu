@@ -21,8 +21,9 @@
  *      and v rows: the 16-row tiles of [q; k; v] go round the CTAs (tile b, b + grid, ...);
  *   2. attention: items (row, kv head, context split) round the CTAs; each does the q/k norms and
  *      the rotary of its GQA group (and, for the split holding the newest key, the k head and v
- *      into the cache), walks its keys with an online softmax, and the last split of a (row, kv
- *      head) to finish merges the partials (cuda_attn.cu's flash-decoding, same counters);
+ *      into the cache), walks its keys with an online softmax (64 a round: for q·k a lane holds a
+ *      key's quarter, for p·v 4 dimensions of every head), and the last split of a (row, kv head)
+ *      to finish merges the partials (cuda_attn.cu's flash-decoding, same counters);
  *   3. o_proj over the attention rows; each tile's CTA adds its rows into h;
  *   4. x = rms_norm(h) · post_attention_layernorm, then gate and up (a tile holds both, 16 rows
  *      each) and silu(gate) · up into g;
@@ -278,6 +279,22 @@
  *     29% of its samples, on the warps that finish early waiting at the barrier after it.  The next
  *     step for the attention is the walk's own arithmetic: keys a lane for q·k (no shuffle sums),
  *     dimensions a lane for p·v, the keys in shared memory.
+ *   - 2026-11-26 (fifth session; H100, builds alternating in one run, 2-3 rounds, the decode tests
+ *     passed for each, 21/21): the attention walk in FlashDecoding's layout, kept: 64 keys a round, 8
+ *     a warp; for q·k a lane holds a key's quarter of the dimensions (registers) and multiplies it by
+ *     every head of the group (two shuffles add the quarters, where each key and head took four
+ *     dependent 16-lane shuffle sums), for p·v a lane holds 4 dimensions of every head and reads the
+ *     warp's 8 value rows from shared memory (cp.async into its own 2 KB of A.acc); the first
+ *     round's keys and values both requested before the barrier's wait.  Batch 1 even (2B 774-788
+ *     against 777-784 tok/s, 4B 424-430 against 425-428), batch 2 +1.5-2.5% (2B 1,430-1,435 ->
+ *     1,443-1,473, 4B 790-799 -> 808-814), batch 4 +5-6% (2B 2,342-2,401 -> 2,492-2,537, 4B
+ *     1,348-1,359 -> 1,418-1,428).  The attention's path at batch 1 (trace) 6.99 -> 6.36-6.52 us
+ *     (2B), 9.30 -> 8.94-9.09 (4B): at batch 1 the walk's arithmetic was not much of the path (its
+ *     round trips are: the q/k/v read, the split count, the merge's two reads); with more rows a
+ *     CTA walks more items and the arithmetic shows.  The values' copies issued after the wait
+ *     instead (as the old second round's were): the same.  The phases' tile counts now come in
+ *     ds_args (a.tiles): with the new walk ptxas had spilled one such product in the producers' 56
+ *     registers (4 bytes, found with nvdisasm on the device).
  * What is left (2B on an H100, ~36.8 us a layer against ~16.5 of weight bytes): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
@@ -310,7 +327,6 @@
 #else
 #define DS_SETMAXNREG 0
 #endif
-#define DS_DU 2                          /* key rounds in flight in the attention walk */
 #define DS_EVENTS 14                     /* trace stamps a layer (k_decode_stack) */
 #define DS_BT 64                         /* block-table entries of the CTA's attention item kept in shared memory */
 #define DS_GP (2 * 16 * DS_MAX_ROWS)     /* a stream-K piece's partial sums: [row of x][16 rows][gate, up] */
@@ -333,6 +349,7 @@ struct ds_args {
     int n_layers, R, H, FF, nq, nkv, g, cw, ring, splits, max_blocks, pos_stride, xld;
     int ln_dt, qk_dt;
     int run[4];    /* GEMV phase ph stream-K in runs of run[ph] chunks (0: whole tiles; ds_pieces) */
+    int tiles[4];  /* GEMV phase ph's 16-row tiles (ds_tiles), read as they are: no arithmetic to hold */
     unsigned long long *gpart; /* stream-K pieces' tagged partial sums: [grid][DS_GP], zero between launches */
     unsigned x_off, ring_off, slot_bytes;
     float eps, scale;
@@ -349,13 +366,14 @@ struct ds_args {
 
 /* Attention's shared memory (phase 2); the GEMV epilogue's sums (phases 1, 3-5) share it. */
 struct ds_attn_smem {
-    float q[DS_GMAX][DS_HD];             /* the group's query heads, normalized and rotated */
+    __align__(16) float q[DS_GMAX][4][36]; /* the group's query heads, normalized, rotated, scaled: quarters
+                                            of 32 padded to 36 (the walk's 4 quarters in different banks) */
     float x[DS_WARPS][DS_HD];            /* qk_head's scratch, a warp each */
     bf16 in[DS_WARPS][DS_HD];            /* a head's values as loaded */
     __align__(16) bf16 k[DS_HD];         /* the newest key and value (the owning split) */
     __align__(16) bf16 v[DS_HD];
     float m[DS_WARPS][DS_GMAX], l[DS_WARPS][DS_GMAX];
-    __align__(16) float acc[DS_WARPS][DS_GMAX][DS_HD]; /* also the walk's second round of keys (kv2) */
+    __align__(16) float acc[DS_WARPS][DS_GMAX][DS_HD]; /* also the walk's value rows, a warp's 2 KB */
     float sw[DS_MAX_SPLITS][DS_GMAX], sl[DS_MAX_SPLITS][DS_GMAX], sL[DS_GMAX];
     int last;
 };
@@ -468,7 +486,7 @@ static __device__ __forceinline__ void grid_sync(unsigned *bar, unsigned &target
 
 /* ---- the weight tiles: the same order for the producer and the consumers ---- */
 
-static __device__ __forceinline__ int ph_tiles(const ds_args &a, int ph) { return ds_tiles(ph, a.H, a.FF, a.nq, a.nkv); }
+static __device__ __forceinline__ int ph_tiles(const ds_args &a, int ph) { return a.tiles[ph]; }
 static __device__ __forceinline__ int ph_k(const ds_args &a, int ph) { return ds_k(ph, a.H, a.FF, a.nq); }
 /* Matrix m (0, or 1 = up in phase 2) of tile `tile` of phase ph: its weight, scales, first row. */
 static __device__ __forceinline__ int ph_mat(const ds_args &a, int ph, int tile, int m, int *r0) {
@@ -728,14 +746,14 @@ static __device__ __forceinline__ int ds_split_keys(const ds_args &a, int ctx, i
     return (ctx + chunk - 1) / chunk;
 }
 
-/* Phase 2: the attention items this CTA owns (cuda_attn.cu's k_attn_decode with QK, for 8 warps:
- * 16 lanes a key row, 2 keys a warp step).  Entered after the arrival at the grid barrier behind the
+/* Phase 2: the attention items this CTA owns (the numbers of cuda_attn.cu's k_attn_decode, 64 keys
+ * a round over 8 warps).  Entered after the arrival at the grid barrier behind the
  * q/k/v GEMV: `wait` (which completes it the first time, and then does nothing) comes once the first
  * item's first keys and norm weights are on the way. */
 template <typename Wait>
 static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &S, Wait wait) {
     ds_attn_smem &A = S.u.at;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, sub = lane / 16, dl = lane % 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int kvw = a.nkv * DS_HD, G = a.g, items = a.R * a.nkv * a.splits;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
         const int row = item / (a.nkv * a.splits), kvh = item / a.splits % a.nkv, split = item % a.splits;
@@ -748,66 +766,55 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
         const bool cached = item == (int)blockIdx.x && S.nbt > 0;
         const int32_t *bt = cached ? S.bt : a.block_tables + (int64_t)S.seq[row] * a.max_blocks;
         const int bt0 = cached ? S.bt0 : 0;
-        const int64_t col = (int64_t)kvh * DS_HD + dl * 8;
-        uint4 kr[DS_DU], vr[DS_DU];
-        auto key_of = [&](int base0, int u) { return min(base0 + u * 16 + sub, je - 1); };
+        const int64_t col = (int64_t)kvh * DS_HD;
+        /* The walk, in rounds of 64 keys a CTA: warp w takes keys base + 8w .. 8w + 7.  For q·k a lane
+         * holds one key's quarter of the dimensions (key kk = lane / 4, dimensions 32·pt ..), loaded into
+         * registers, and multiplies it by every query head's quarter (2 shuffles add the quarters: no
+         * 16-lane sums); for p·v a lane holds 4 dimensions of every query head (lane·4 ..) and takes the
+         * warp's 8 value rows from its own 2 KB of A.acc (cp.async; the walk leaves A.acc untouched until
+         * its end).  The first round's keys and values are on the way before the barrier's wait. */
+        const int kk = lane >> 2, pt = lane & 3;
+        const int nr = (je - jb + 63) / 64;
+        bf16 *const vs = (bf16 *)&A.acc[warp][0][0];
         auto slot_of = [&](int j) { return (int64_t)bt[j / IRIS_KV_BLOCK - bt0] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK; };
-        auto load_key = [&](int u, int j) {
-            if (own && j == ctx - 1) { /* this step's: from shared memory (after the prologue) */
-                kr[u] = *(const uint4 *)(A.k + dl * 8);
-                vr[u] = *(const uint4 *)(A.v + dl * 8);
-                return;
-            }
-            const int64_t sl = slot_of(j);
-            kr[u] = *(const uint4 *)(L.kc + sl * kvw + col);
-            vr[u] = *(const uint4 *)(L.vc + sl * kvw + col);
-        };
-        const int first = jb + warp * 2, second = first + DS_DU * 16;
-        /* the warp's second round of keys and values (earlier steps', not the newest) go by cp.async
-         * into its own 2 KB of A.acc, which the walk leaves untouched until its end ([u][sub] key,
-         * value), issued once the barrier is passed: not in registers (DS_DU 4 was slower), not with
-         * the first round (the barrier's wait then took longer) */
-        bf16 *const kv2 = (bf16 *)&A.acc[warp][0][0];
-        auto kv2_at = [&](int u) { return kv2 + (u * 2 + sub) * 2 * DS_HD + dl * 8; }; /* lane's key; + DS_HD its value */
-        auto kv2_issue = [&]() {
-            if (second >= je) return;
+        auto newest = [&](int j) { return own && j == ctx - 1; }; /* this step's key: A.k / A.v after the prologue */
+        uint4 kr[4];
+        auto k_load = [&](int r) {
+            const int j = min(jb + r * 64 + warp * 8 + kk, je - 1);
+            if (newest(j)) return;
+            const bf16 *src = L.kc + slot_of(j) * kvw + col + pt * 32;
 #pragma unroll
-            for (int u = 0; u < DS_DU; u++) {
-                int j = key_of(second, u);
-                if (own && j == ctx - 1) continue;
-                const int64_t sl = slot_of(j);
-                bf16 *d = kv2_at(u);
-                cp_async16(d, L.kc + sl * kvw + col);
-                cp_async16(d + DS_HD, L.vc + sl * kvw + col);
+            for (int c = 0; c < 4; c++) kr[c] = *(const uint4 *)(src + c * 8);
+        };
+        auto v_issue = [&](int r) { /* the warp's 8 value rows, 16 bytes a copy, 4 copies a lane */
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const int k = lane / 16 + 2 * t, j = jb + r * 64 + warp * 8 + k;
+                if (j >= je || newest(j)) continue;
+                cp_async16(vs + k * DS_HD + (lane % 16) * 8, L.vc + slot_of(j) * kvw + col + (lane % 16) * 8);
             }
         };
-        /* the first round of earlier steps' keys before the prologue (its loads overlap it; for the
-         * first item, the barrier's wait too) */
-        if (first < je)
-#pragma unroll
-            for (int u = 0; u < DS_DU; u++) {
-                int j = key_of(first, u);
-                if (!(own && j == ctx - 1)) load_key(u, j);
-            }
+        const bool walks = jb + warp * 8 < je; /* the warp has keys in the first round (and so in none later if not) */
+        if (walks) k_load(0), v_issue(0);
         const bool isk = warp == G;
         float wv[4];
         if (warp < G + own) qk_weights<64>(wv, isk ? L.kn : L.qn, a.qk_dt, DS_HD, lane);
         wait(); /* (once) */
-        if (warp >= G + own) kv2_issue();
-        /* prologue: warp i < G the query head kvh·G + i; warp G (own split) the k head and v */
+        /* prologue: warp i < G the query head kvh·G + i (times the softmax scale, into A.q's quarters);
+         * warp G (own split) the k head and v */
         if (warp < G + own) {
             const float sn[2] = {S.sn[row][lane], S.sn[row][lane + 32]}, cs[2] = {S.cs[row][lane], S.cs[row][lane + 32]};
             const bf16 *src = isk ? a.k + (int64_t)row * kvw + kvh * DS_HD
                                   : a.q + (int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + warp) * DS_HD;
             uint4 in = make_uint4(0, 0, 0, 0);
             if (lane < 16) in = __ldcg((const uint4 *)(src + lane * 8));
-            kv2_issue(); /* after the load that the prologue waits for */
             if (lane < 16) *(uint4 *)&A.in[warp][lane * 8] = in;
             __syncwarp();
             if (!isk) {
                 qk_head<64>(A.in[warp], wv, sn, cs, A.x[warp], a.eps, DS_HD, lane, [&](int j, bf16 o0, bf16 o1) {
-                    A.q[warp][j] = bf2f(o0);
-                    A.q[warp][j + DS_HD / 2] = bf2f(o1);
+                    const int j1 = j + DS_HD / 2;
+                    A.q[warp][j / 32][j % 32] = bf2f(o0) * a.scale;
+                    A.q[warp][j1 / 32][j1 % 32] = bf2f(o1) * a.scale;
                 });
             } else {
                 qk_head<64>(A.in[warp], wv, sn, cs, A.x[warp], a.eps, DS_HD, lane, [&](int j, bf16 o0, bf16 o1) {
@@ -825,70 +832,87 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
             }
         }
         cons_sync();
-        float qf[DS_GMAX][8], acc[DS_GMAX][8], m[DS_GMAX], l[DS_GMAX];
+        float acc[DS_GMAX][4], m[DS_GMAX], l[DS_GMAX];
 #pragma unroll
         for (int i = 0; i < DS_GMAX; i++) {
             m[i] = -INFINITY, l[i] = 0;
 #pragma unroll
-            for (int k = 0; k < 8; k++) acc[i][k] = 0, qf[i][k] = i < G ? A.q[i][dl * 8 + k] * a.scale : 0.0f;
+            for (int d = 0; d < 4; d++) acc[i][d] = 0;
         }
-        for (int base0 = first; base0 < je; base0 += DS_DU * 16) {
-            const bool from_s = base0 == second;
-            if (from_s) cp_async_wait_all(); /* each lane reads only what its own copies wrote */
+        for (int r = 0; r < nr && walks; r++) {
+            const int kb = jb + r * 64 + warp * 8; /* the warp's first key this round */
+            if (kb >= je) break;
+            const int j = kb + kk;
+            const bool valid = j < je;
+            if (newest(j))
 #pragma unroll
-            for (int u = 0; u < DS_DU; u++) {
-                int j = key_of(base0, u);
-                if (from_s && !(own && j == ctx - 1)) {
-                    const bf16 *d = kv2_at(u);
-                    kr[u] = *(const uint4 *)d;
-                    vr[u] = *(const uint4 *)(d + DS_HD);
-                } else if (base0 != first || (own && j == ctx - 1)) {
-                    load_key(u, j);
-                }
-            }
+                for (int c = 0; c < 4; c++) kr[c] = *(const uint4 *)(A.k + pt * 32 + c * 8);
+            /* q·k: each 8 dimensions of the lane's quarter converted once, then every head's products
+             * (two sums a head, for shorter chains) */
+            float s0[DS_GMAX] = {0, 0, 0, 0}, s1[DS_GMAX] = {0, 0, 0, 0};
 #pragma unroll
-            for (int u = 0; u < DS_DU; u++) {
-                int base = base0 + u * 16;
-                if (base >= je) break;
-                bool valid = base + sub < je;
-                float kf[8], vf[8];
-                const bf16 *ke = (const bf16 *)&kr[u], *ve = (const bf16 *)&vr[u];
+            for (int c = 0; c < 4; c++) {
+                const unsigned w[4] = {kr[c].x, kr[c].y, kr[c].z, kr[c].w};
+                float kf[8];
 #pragma unroll
-                for (int k = 0; k < 8; k++) kf[k] = valid ? bf2f(ke[k]) : 0.0f, vf[k] = valid ? bf2f(ve[k]) : 0.0f;
+                for (int e = 0; e < 4; e++) kf[e * 2] = __uint_as_float(w[e] << 16), kf[e * 2 + 1] = __uint_as_float(w[e] & 0xffff0000u);
 #pragma unroll
                 for (int i = 0; i < DS_GMAX; i++) {
                     if (i >= G) break;
-                    float s = 0;
-#pragma unroll
-                    for (int k = 0; k < 8; k++) s = fmaf(qf[i][k], kf[k], s);
-#pragma unroll
-                    for (int off = 8; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-                    if (!valid) continue;
-                    float mn = fmaxf(m[i], s), corr = __expf(m[i] - mn), p = __expf(s - mn);
-                    l[i] = l[i] * corr + p;
-#pragma unroll
-                    for (int k = 0; k < 8; k++) acc[i][k] = acc[i][k] * corr + p * vf[k];
-                    m[i] = mn;
+                    const float4 qa = *(const float4 *)&A.q[i][pt][c * 8], qb = *(const float4 *)&A.q[i][pt][c * 8 + 4];
+                    s0[i] = fmaf(qa.x, kf[0], s0[i]), s0[i] = fmaf(qa.y, kf[1], s0[i]);
+                    s0[i] = fmaf(qa.z, kf[2], s0[i]), s0[i] = fmaf(qa.w, kf[3], s0[i]);
+                    s1[i] = fmaf(qb.x, kf[4], s1[i]), s1[i] = fmaf(qb.y, kf[5], s1[i]);
+                    s1[i] = fmaf(qb.z, kf[6], s1[i]), s1[i] = fmaf(qb.w, kf[7], s1[i]);
                 }
             }
-        }
-        /* the warp's two key lanes-groups into one state, then the warps' through shared memory */
+            float p[DS_GMAX] = {0, 0, 0, 0};
 #pragma unroll
-        for (int i = 0; i < DS_GMAX; i++) {
-            float mo = __shfl_xor_sync(0xffffffffu, m[i], 16), lo = __shfl_xor_sync(0xffffffffu, l[i], 16);
-            float M = fmaxf(m[i], mo);
-            float w0 = m[i] == -INFINITY ? 0.0f : __expf(m[i] - M), w1 = mo == -INFINITY ? 0.0f : __expf(mo - M);
+            for (int i = 0; i < DS_GMAX; i++) {
+                if (i >= G) break;
+                float s = s0[i] + s1[i];
+                s += __shfl_xor_sync(0xffffffffu, s, 1);
+                s += __shfl_xor_sync(0xffffffffu, s, 2);
+                s = valid ? s : -INFINITY;
+                float mr = s;
+#pragma unroll
+                for (int off = 4; off < 32; off <<= 1) mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, off));
+                const float mn = fmaxf(m[i], mr), corr = __expf(m[i] - mn); /* mr finite: key kb is valid */
+                p[i] = __expf(s - mn);
+                l[i] = l[i] * corr + p[i]; /* this lane's keys' share; the lanes' added at the end */
+#pragma unroll
+                for (int d = 0; d < 4; d++) acc[i][d] *= corr;
+                m[i] = mn;
+            }
+            if (r + 1 < nr && kb + 64 < je) k_load(r + 1); /* the next round's keys while this one's run */
+            cp_async_wait_all();
+            __syncwarp(); /* every lane's value copies landed */
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                float ao = __shfl_xor_sync(0xffffffffu, acc[i][k], 16);
-                acc[i][k] = acc[i][k] * w0 + ao * w1;
-            }
-            l[i] = l[i] * w0 + lo * w1;
-            m[i] = M;
-            if (i < G && sub == 0) {
-                if (dl == 0) A.m[warp][i] = m[i], A.l[warp][i] = l[i];
+                if (kb + k >= je) break;
+                const bf16 *vrow = newest(kb + k) ? A.v : vs + k * DS_HD;
+                const uint2 vw = *(const uint2 *)(vrow + lane * 4);
+                const float vf[4] = {__uint_as_float(vw.x << 16), __uint_as_float(vw.x & 0xffff0000u), __uint_as_float(vw.y << 16),
+                                     __uint_as_float(vw.y & 0xffff0000u)};
 #pragma unroll
-                for (int k = 0; k < 8; k++) A.acc[warp][i][dl * 8 + k] = acc[i][k];
+                for (int i = 0; i < DS_GMAX; i++) {
+                    if (i >= G) break;
+                    const float pk = __shfl_sync(0xffffffffu, p[i], k * 4);
+#pragma unroll
+                    for (int d = 0; d < 4; d++) acc[i][d] = fmaf(pk, vf[d], acc[i][d]);
+                }
+            }
+            __syncwarp(); /* the value rows read before the next round's copies */
+            if (r + 1 < nr && kb + 64 < je) v_issue(r + 1);
+        }
+        /* the warp's state into shared memory (its values' 2 KB of A.acc, read by now) */
+#pragma unroll
+        for (int i = 0; i < DS_GMAX; i++) {
+#pragma unroll
+            for (int off = 4; off < 32; off <<= 1) l[i] += __shfl_xor_sync(0xffffffffu, l[i], off);
+            if (i < G) {
+                if (lane == 0) A.m[warp][i] = m[i], A.l[warp][i] = l[i];
+                *(float4 *)&A.acc[warp][i][lane * 4] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
             }
         }
         cons_sync();
@@ -1208,7 +1232,7 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     a.n_layers = NL, a.R = R, a.H = (int)H, a.FF = (int)FF, a.nq = nq, a.nkv = nkv, a.g = nq / nkv, a.cw = cw;
     a.ring = ring, a.splits = splits, a.max_blocks = mt->max_blocks, a.pos_stride = d->pos_stride, a.xld = (int)xld;
     a.ln_dt = ln_dt, a.qk_dt = qk_dt;
-    for (int ph = 0; ph < 4; ph++) a.run[ph] = run[ph];
+    for (int ph = 0; ph < 4; ph++) a.run[ph] = run[ph], a.tiles[ph] = ds_tiles(ph, (int)H, (int)FF, nq, nkv);
     a.gpart = (unsigned long long *)c->ds_part;
     a.x_off = (unsigned)x_off, a.ring_off = (unsigned)ring_off, a.slot_bytes = (unsigned)slot_bytes;
     a.eps = d->eps, a.scale = 1.0f / sqrtf((float)hd);
