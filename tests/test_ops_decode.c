@@ -257,22 +257,21 @@ IRIS_TEST(gpu_ops_decode_stack) {
      * (64 blocks): row 0's items read their entries from global memory, row 1's from the copy */
     const int plong[] = {17000, 5};
     check_stack(b, 2048, 6144, 16, 8, 2, plong, 2, 1);
-    /* the default takes, for layers under 64 MiB, 1 row while the block tables are within 8,448
-     * tokens, 2 within 3,200, 3-4 within 1,152; for larger layers 1 row at any length, 2-4 within
-     * 4,224 (cuda_decode.cu) */
+    /* the default takes, for layers under 64 MiB, 1 row at any length, 2 rows while the block
+     * tables are within 8,448 tokens, 3 within 3,200, 4 within 2,176; for larger layers 1-4 rows at
+     * any length (cuda_decode.cu) */
     iris_cuda_set_decode_stack(b, -1);
-    const int p1d[] = {8447}, p1l[] = {8448}, p2[] = {3199, 5}, p2l[] = {3200, 5}, p3l[] = {1152, 5, 9};
-    check_stack(b, 2048, 6144, 16, 8, 2, p1d, 1, 1);
-    check_stack(b, 2048, 6144, 16, 8, 2, p1l, 1, 0);
-    check_stack(b, 2048, 6144, 16, 8, 2, p2, 2, 1);
+    const int p2d[] = {8447, 5}, p2l[] = {8448, 5}, p3d[] = {3199, 5, 9}, p3l[] = {3200, 5, 9};
+    const int p4d[] = {2175, 5, 9, 1}, p4l[] = {2176, 5, 9, 1};
+    check_stack(b, 2048, 6144, 16, 8, 2, plong, 1, 1); /* one row of 17,001 tokens */
+    check_stack(b, 2048, 6144, 16, 8, 2, p2d, 2, 1);
     check_stack(b, 2048, 6144, 16, 8, 2, p2l, 2, 0);
-    check_stack(b, 2048, 6144, 16, 8, 2, p3, 3, 1);
+    check_stack(b, 2048, 6144, 16, 8, 2, p3d, 3, 1);
     check_stack(b, 2048, 6144, 16, 8, 2, p3l, 3, 0);
+    check_stack(b, 2048, 6144, 16, 8, 2, p4d, 4, 1);
+    check_stack(b, 2048, 6144, 16, 8, 2, p4l, 4, 0);
+    check_stack(b, 2560, 9728, 32, 8, 2, plong, 2, 1); /* two rows, one of 17,001 tokens */
     check_stack(b, 2560, 9728, 32, 8, 2, p4, 4, 1);
-    const int p4d[] = {4223, 5}, p4l[] = {4224, 5};
-    check_stack(b, 2560, 9728, 32, 8, 2, plong, 1, 1); /* one row of 17,000 tokens */
-    check_stack(b, 2560, 9728, 32, 8, 2, p4d, 2, 1);
-    check_stack(b, 2560, 9728, 32, 8, 2, p4l, 2, 0);
     iris_cuda_set_decode_stack(b, 1);
     /* what it declines leaves the step to the ops: more than 4 rows */
     iris_tensor h = tview(NULL, IRIS_DT_BF16, 5, 2048);

@@ -53,8 +53,8 @@ void iris_cuda_set_gemv_smem(iris_backend *b, int on);
 void iris_cuda_set_qk_attn(iris_backend *b, int on);
 /* Decode-only steps of 1..4 sequences through every decoder layer in one persistent kernel
  * (backend.h decode_layers, cuda_decode.cu): mode -1 where it measured faster than the ops (the
- * default: for decoder layers under 64 MiB 1 sequence within 8,448 tokens, 2 within 3,200, 3-4
- * within 1,152; for larger layers 1 at any length, 2-4 within 4,224), 1 every step it takes, 0 never
+ * default: for decoder layers under 64 MiB 1 sequence at any length, 2 within 8,448 tokens, 3
+ * within 3,200, 4 within 2,176; for larger layers 1-4 at any length), 1 every step it takes, 0 never
  * (IRIS_CUDA_DECODE_STACK=1 / 0 at open). */
 void iris_cuda_set_decode_stack(iris_backend *b, int mode);
 /* Launches of that kernel so far (graph captures included; replays not), for the tests. */

@@ -1,8 +1,8 @@
 /* cuda_decode.cu: every decoder layer of a decode-only step of 1..4 sequences in one persistent
  * kernel (backend.h decode_layers), for FP8 checkpoints on sm_90 and newer.  By default it takes the
  * steps where it measured faster than the ops one by one (iris_cuda_decode_layers: for 2B-sized
- * layers 1 sequence within 8,448 tokens, 2 within 3,200, 3-4 within 1,152; for 4B-sized layers 1 at
- * any length, 2-4 within 4,224); IRIS_CUDA_DECODE_STACK=1 every step it can, =0 none.
+ * layers 1 sequence at any length, 2 within 8,448 tokens, 3 within 3,200, 4 within 2,176; for
+ * 4B-sized layers 1-4 at any length); IRIS_CUDA_DECODE_STACK=1 every step it can, =0 none.
  *
  * Why: op by op, a batch-1 decode layer is ~9 kernels whose every boundary drains the GPU: each
  * GEMV fills the SMs' registers, so the next kernel's CTAs (and their early weight loads) start
@@ -1156,20 +1156,20 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     const int cw = ds_chunk_width(H, FF, (int64_t)nq * hd);
     if (!cw || H > 2 * DS_WARPS * 256) return 1;
     /* By default (mode -1) only where it measured faster than the ops (H100, iris bench, alternating
-     * runs), while the block tables' width (the context rounded up to 128 tokens) is within a limit
-     * that falls with the rows, the attention's share growing with both.  Layers of 64 MiB or more
-     * (4B-FP8, 101 MB a layer): 1 row at any length (ops -> kernel: 308 -> 404-406 tok/s at ~1,100
-     * tokens, 188 -> 201-203 at ~16,500), 2-4 rows to 4,224 (batch 2-4 even or faster at ~1,100 and
-     * ~4,200; at ~8,300 batch 4 561-564 -> 534, at ~16,500 batch 2 284-285 -> 273-274 and batch 4
-     * 386-387 -> 327-329).  Smaller layers (2B-FP8, 50 MB): 1 row to 8,448 tokens (ops -> kernel: 761-768 -> 766-769
-     * tok/s at ~1,100 tokens, 540-552 -> 630-632 at ~4,200, 461-472 -> 495-509 at ~8,300, 364-365 ->
-     * 356 at ~16,400), 2 rows to 3,200 (1,390-1,408 -> 1,408-1,413 at ~1,100, 1,240 -> 1,231-1,239 at
-     * ~2,100, 1,090-1,093 -> 1,115-1,123 at ~3,100, 1,028-1,047 -> 1,003-1,015 at ~4,200), 3-4 rows to
-     * 1,152 (batch 3 1,726-1,735 -> 1,909-1,916 and batch 4 2,247-2,254 -> 2,344-2,356 at ~1,100;
-     * 1,620-1,629 -> 1,599-1,611 and 2,072-2,080 -> 1,930-1,933 at ~2,100). */
+     * runs, 2026-11-26 with the walk of 64 keys a round), while the block tables' width (the context
+     * rounded up to 128 tokens) is within a limit that falls with the rows, the attention's share
+     * growing with both.  Layers of 64 MiB or more (4B-FP8, 101 MB a layer): 1-4 rows at any length
+     * (ops -> kernel, batch 1/2/4: ~2,100 tokens 294-297/531-532/941-942 -> 389-394/727-738/1,234-1,235
+     * tok/s, ~8,300 233/385-388/572-574 -> 304-311/493/681-682, ~16,400 189-190/285-286/386 ->
+     * 243/346/427-431, ~32,800 137/184/229 -> 168/216/245).  Smaller layers (2B-FP8, 50 MB): 1 row at
+     * any length (~2,100 604-605 -> 720-732, ~8,300 461-467 -> 539-562, ~16,400 361 -> 424-429,
+     * ~32,800 253 -> 295); 2 rows to 8,448 (~3,200 1,084-1,097 -> 1,224-1,234, ~6,300 969-971 ->
+     * 984-1,004, ~8,300 823-905 -> 861-878, ~12,300 799-804 -> 722-723); 3 to 3,200 (~2,100
+     * 1,601-1,618 -> 1,778-1,798, ~3,200 1,546-1,550 -> 1,565-1,571, ~4,200 1,433-1,459 ->
+     * 1,422-1,440); 4 to 2,176 (~2,100 1,908-1,915 -> 2,162, ~3,200 1,943-1,977 -> 1,895-1,902). */
     const int64_t layer_bytes = ((int64_t)(nq + 2 * nkv) * hd + 3 * FF) * H + H * (int64_t)nq * hd;
     const int big = layer_bytes >= ((int64_t)64 << 20);
-    const int64_t ctx_limit = big ? (R == 1 ? INT64_MAX : 4224) : R == 1 ? 8448 : R == 2 ? 3200 : 1152;
+    const int64_t ctx_limit = big || R == 1 ? INT64_MAX : R == 2 ? 8448 : R == 3 ? 3200 : 2176;
     if (c->decode_stack < 0 && (int64_t)mt->max_blocks * IRIS_KV_BLOCK > ctx_limit) return 1;
     const int ln_dt = d->w[0][IRIS_DL_INPUT_NORM]->dtype, qk_dt = d->w[0][IRIS_DL_Q_NORM]->dtype;
     static ds_args a; /* ~11 KB of kernel parameters (one engine thread owns the backend) */
