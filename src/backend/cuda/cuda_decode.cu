@@ -46,7 +46,7 @@
  *
  * Measured (H100, synth checkpoints, 1,024-token context, iris bench with graphs; per-phase times
  * from IRIS_CUDA_DS_TRACE and bench/ds_trace.py, the latest CTA's stamps, graphs off):
- *   - now (2026-11-26, everything kept below): 2B-FP8 batch 1 771-782 tok/s against 629 op by op,
+ *   - 2026-11-26 (fourth session): 2B-FP8 batch 1 771-782 tok/s against 629 op by op,
  *     4B-FP8 426-429 against 307-309; a 2B layer ~36.8 us (q/k/v 3.2, its barrier 2.9, attention
  *     6.8, o 1.7, gate/up 7.9, down 3.7, the other four barriers ~8.0, norms and copies 2.5); a 4B
  *     layer ~56.8 us (q/k/v 5.3, its barrier 3.7, attention 9.4, o 4.7, gate/up 15.5, down 8.0,
@@ -295,7 +295,18 @@
  *     instead (as the old second round's were): the same.  The phases' tile counts now come in
  *     ds_args (a.tiles): with the new walk ptxas had spilled one such product in the producers' 56
  *     registers (4 bytes, found with nvdisasm on the device).
- * What is left (2B on an H100, ~36.8 us a layer against ~16.5 of weight bytes): the GEMV phases
+ *     Then the last split's merge in one round trip, kept: each thread loads every split's
+ *     values for two outputs (a head's two adjacent dimensions) while its warp's lanes load the
+ *     head's splits' max and sum (a lane a split), and shuffles hand the weights round (before:
+ *     the max and sum into shared memory, a sync, the weights, a sync, then the values: two round
+ *     trips; the same numbers, summed in the same order).  The attention's path 6.4-6.5 -> 5.7 us
+ *     (2B), 8.9-9.1 -> 7.1 (4B); 2B batch 1 781-786 -> 802-804 tok/s, batch 2 1,461-1,468 ->
+ *     1,492-1,494, batch 4 2,512-2,529 -> 2,565-2,574; 4B 425-428 -> 434-439, 808-814 -> 823-832,
+ *     1,422-1,424 -> 1,442-1,448.  One output a thread (4B's groups of 4 then take two rounds, the
+ *     second output's loads after the first's: held at once they spilled 80 bytes): 2B the same,
+ *     4B 429-433.  (Tried in the third session with every thread loading every split's max and
+ *     sum itself: slower.)
+ * What is left (2B on an H100, ~36 us a layer against ~16.5 of weight bytes; 4B ~55 against ~33): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
  * with no products at all a layer still takes 35.6 us (above): the barriers and the attention are
@@ -374,7 +385,6 @@ struct ds_attn_smem {
     __align__(16) bf16 v[DS_HD];
     float m[DS_WARPS][DS_GMAX], l[DS_WARPS][DS_GMAX];
     __align__(16) float acc[DS_WARPS][DS_GMAX][DS_HD]; /* also the walk's value rows, a warp's 2 KB */
-    float sw[DS_MAX_SPLITS][DS_GMAX], sl[DS_MAX_SPLITS][DS_GMAX], sL[DS_GMAX];
     int last;
 };
 struct ds_head {
@@ -941,40 +951,47 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
             if (threadIdx.x == 0) A.last = split_count_last(a.count + (int64_t)row * a.nkv + kvh, active);
             cons_sync();
             if (A.last) {
-                for (int e = threadIdx.x; e < active * G; e += DS_WARPS * 32) {
-                    int s = e / G, i = e % G;
-                    const float *p = ph + ((int64_t)i * a.splits + s) * (DS_HD + 2);
-                    A.sw[s][i] = __ldcg(p);
-                    A.sl[s][i] = __ldcg(p + 1);
-                }
-                cons_sync();
-                if (warp < G) {
-                    float M = -INFINITY, Ls = 0;
-                    for (int s = lane; s < active; s += 32) M = fmaxf(M, A.sw[s][warp]);
-                    M = warp_max(M);
-                    for (int s = lane; s < active; s += 32) {
-                        float w = M == -INFINITY ? 0.0f : __expf(A.sw[s][warp] - M);
-                        Ls += A.sl[s][warp] * w;
-                        A.sw[s][warp] = w;
-                    }
-                    Ls = warp_sum(Ls);
-                    if (lane == 0) A.sL[warp] = Ls;
-                }
-                cons_sync();
-                for (int e = threadIdx.x; e < G * DS_HD; e += DS_WARPS * 32) {
-                    int i = e / DS_HD, d = e % DS_HD;
-                    const float *p = ph + (int64_t)i * a.splits * (DS_HD + 2) + 2 + d;
-                    float v[DS_MAX_SPLITS / 4], As = 0;
-                    for (int s0 = 0; s0 < active; s0 += DS_MAX_SPLITS / 4) {
+                /* in one round trip: a thread's two outputs (head i, dimensions d and d + 1: the group's
+                 * heads over 64 threads each, a warp's of one head) load every split's values while
+                 * the warp's lanes load the head's splits' max and sum (lane s split s, and s + 32),
+                 * which shuffles then hand round */
+                constexpr int NS = DS_MAX_SPLITS / 4;
+                const int i = threadIdx.x / (DS_HD / 2), d = threadIdx.x % (DS_HD / 2) * 2;
+                if (i < G) {
+                    const float *p = ph + (int64_t)i * a.splits * (DS_HD + 2);
+                    float2 v[NS];
+                    float mx[2], sm[2];
 #pragma unroll
-                        for (int s = 0; s < DS_MAX_SPLITS / 4; s++)
-                            v[s] = s0 + s < active ? __ldcg(p + (int64_t)(s0 + s) * (DS_HD + 2)) : 0.0f;
+                    for (int s = 0; s < NS; s++)
+                        v[s] = s < active ? __ldcg((const float2 *)(p + (int64_t)s * (DS_HD + 2) + 2 + d)) : make_float2(0, 0);
 #pragma unroll
-                        for (int s = 0; s < DS_MAX_SPLITS / 4; s++)
-                            if (s0 + s < active) As += v[s] * A.sw[s0 + s][i];
+                    for (int u = 0; u < 2; u++) {
+                        const int s = lane + 32 * u;
+                        mx[u] = s < active ? __ldcg(p + (int64_t)s * (DS_HD + 2)) : -INFINITY;
+                        sm[u] = s < active ? __ldcg(p + (int64_t)s * (DS_HD + 2) + 1) : 0.0f;
                     }
-                    a.o[(int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + i) * DS_HD + d] =
-                        f2bf(A.sL[i] > 0 ? As / A.sL[i] : 0.0f);
+                    const float M = warp_max(fmaxf(mx[0], mx[1]));
+                    float w[2];
+#pragma unroll
+                    for (int u = 0; u < 2; u++) w[u] = M == -INFINITY || mx[u] == -INFINITY ? 0.0f : __expf(mx[u] - M);
+                    const float Ls = warp_sum(sm[0] * w[0] + sm[1] * w[1]);
+                    float A0 = 0, A1 = 0;
+                    for (int s0 = 0; s0 < active; s0 += NS) {
+                        if (s0 > 0) /* past NS splits: another round trip */
+#pragma unroll
+                            for (int s = 0; s < NS; s++)
+                                v[s] = s0 + s < active ? __ldcg((const float2 *)(p + (int64_t)(s0 + s) * (DS_HD + 2) + 2 + d))
+                                                       : make_float2(0, 0);
+#pragma unroll
+                        for (int s = 0; s < NS; s++) {
+                            const int sp = s0 + s;
+                            const float ws = __shfl_sync(0xffffffffu, sp < 32 ? w[0] : w[1], sp % 32);
+                            if (sp < active) A0 += v[s].x * ws, A1 += v[s].y * ws;
+                        }
+                    }
+                    bf16 *out = a.o + (int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + i) * DS_HD + d;
+                    out[0] = f2bf(Ls > 0 ? A0 / Ls : 0.0f);
+                    out[1] = f2bf(Ls > 0 ? A1 / Ls : 0.0f);
                 }
             }
         }
