@@ -306,6 +306,21 @@
  *     second output's loads after the first's: held at once they spilled 80 bytes): 2B the same,
  *     4B 429-433.  (Tried in the third session with every thread loading every split's max and
  *     sum itself: slower.)
+ *     Dropped the same day: the partials as tagged 64-bit words (value and tag, in a zeroed region
+ *     of their own, zeroed again by the merger as it reads them) and the split count a relaxed add,
+ *     so that no split waits on a release fence for its partials' stores (correct, 21/21): 2B
+ *     788-792 against 795-801 tok/s, 4B 423-427 against 432-439 (one output a thread: two outputs'
+ *     64-bit words at once spilled); the attention's path 5.7 -> 5.9 us (2B).  The fence is not
+ *     what the split waits for.
+ *   - A step's time outside this kernel (CUPTI, 2B batch 1, 1,272 us traced against 1,247 untraced):
+ *     the lm_head 199 us, top-k 11, the gather and norm ~5, and ~20 us of the GPU idle (untraced:
+ *     the step's time less its kernels' and copies'), of which the host's between the top-k's
+ *     download and the next upload is most.  The traced gap from the barrier's memset to this
+ *     kernel (7.5-10.5 us) is not the kernel's 11 KB of parameters nor its shared memory:
+ *     bench/param_probe.cu starts such a node 2.5 us after the kernel two nodes before it, with 8
+ *     bytes or 11 KB of parameters, 1 KB or 200 KB of shared memory alike (H100).  At batch 64 the
+ *     op-by-op attention (cuda_attn.cu, the same 16-lane walk) reads the cache at ~3.2 TB/s (87 us
+ *     a layer for ~276 MB): memory-bound, nothing for this walk's layout to win there.
  * What is left (2B on an H100, ~36 us a layer against ~16.5 of weight bytes; 4B ~55 against ~33): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
