@@ -315,8 +315,9 @@
  *   - A step's time outside this kernel (CUPTI, 2B batch 1, 1,272 us traced against 1,247 untraced):
  *     the lm_head 199 us, top-k 11, the gather and norm ~5, and ~20 us of the GPU idle (untraced:
  *     the step's time less its kernels' and copies'; traced, the host's time between the top-k's
- *     download and the next upload alone is 30 us, inflated by the tracing).  The traced gap from the barrier's memset to this
- *     kernel (7.5-10.5 us) is not the kernel's 11 KB of parameters nor its shared memory:
+ *     download and the next upload alone is 30 us, inflated by the tracing).  The traced gap from
+ *     the barrier's memset to this kernel (7.5-10.5 us) is not the kernel's 11 KB of parameters nor
+ *     its shared memory:
  *     bench/param_probe.cu starts such a node 2.5 us after the kernel two nodes before it, with 8
  *     bytes or 11 KB of parameters, 1 KB or 200 KB of shared memory alike (H100).  At batch 64 the
  *     op-by-op attention (cuda_attn.cu, the same 16-lane walk) reads the cache at ~3.2 TB/s (87 us
