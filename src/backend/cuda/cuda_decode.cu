@@ -15,10 +15,13 @@
  * n % DS_PRODUCERS's) as fast as slots free up, through the grid barriers and the attention; the
  * 8 consumer warps take the slots in the same order.
  *
- * Per layer, five phases with a grid barrier after each (a counter in device memory, zeroed
- * before the launch; release add, acquire spin):
+ * Per layer, five phases with a grid barrier after each but the first (a counter in device memory,
+ * zeroed before the launch; release add, acquire spin):
  *   1. x = rms_norm(h) · input_layernorm (each CTA for itself, into shared memory), then the q, k
- *      and v rows: the 16-row tiles of [q; k; v] go round the CTAs (tile b, b + grid, ...);
+ *      and v rows: the 16-row tiles of [q; k; v] go round the CTAs (tile b, b + grid, ...), their
+ *      values out as tagged 64-bit words (value and tag in one word, so that a reader sees both or
+ *      neither), which the attention takes as they come (no barrier) and the writers zero after the
+ *      barrier behind it;
  *   2. attention: items (row, kv head, context split) round the CTAs; each does the q/k norms and
  *      the rotary of its GQA group (and, for the split holding the newest key, the k head and v
  *      into the cache), walks its keys with an online softmax (64 a round: for q·k a lane holds a
@@ -322,6 +325,14 @@
  *     bytes or 11 KB of parameters, 1 KB or 200 KB of shared memory alike (H100).  At batch 64 the
  *     op-by-op attention (cuda_attn.cu, the same 16-lane walk) reads the cache at ~3.2 TB/s (87 us
  *     a layer for ~276 MB): memory-bound, nothing for this walk's layout to win there.
+ *     Kept: no grid barrier between the q/k/v GEMV and the attention.  The GEMV writes its values
+ *     as tagged 64-bit words (c->ds_part, zeroed at open) and each attention prologue loads its
+ *     heads' words until every tag is there; after the barrier behind the attention the writers
+ *     zero theirs.  Correct (21/21); 2B batch 1 803-806 -> 805-809 tok/s, batch 4 2,543-2,594 ->
+ *     2,554-2,588; 4B 436-440 -> 442-444, 1,440-1,449 -> 1,457-1,458.  The trace: 2B's barrier
+ *     and attention 3.2 + 5.7 -> 0 + 8.3 us (a layer 36.1 -> 35.2), 4B's 3.9 + 7.1 -> 0 + 10.6 (55.0
+ *     -> 54.8): the attention now waits for the last q/k/v tile's stores itself, which were most
+ *     of that barrier (the stream's traffic in the way of them, not the barrier's own hand-off).
  * What is left (2B on an H100, ~36 us a layer against ~16.5 of weight bytes; 4B ~55 against ~33): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
@@ -330,7 +341,7 @@
  * bench/sync_probe.cu puts numbers on it (H100, the memory streaming at 3.1 TB/s): a grid barrier
  * 0.96 -> 1.99 us, a release/acquire hand-off one way through L2 0.54 -> 0.87 us, through a cluster
  * peer's shared memory 0.47 -> 0.73 us; so moving hand-offs into clusters buys little, and the way
- * on is fewer dependent steps a layer (five grid barriers and the attention's own round trips). */
+ * on is fewer dependent steps a layer (four grid barriers and the attention's own round trips). */
 #include <stdio.h>
 
 #include "cuda_internal.cuh"
@@ -360,7 +371,7 @@
 #define DS_MAX_GRID 256                  /* CTAs (SMs) whose pieces' sums c->ds_part holds */
 #define DS_SK_OP 0xa                     /* o_proj + down_proj: the stream-K mask of the default, with a kernel
                                             instance of its own */
-static_assert((size_t)DS_MAX_GRID * DS_GP * 8 <= DS_PART_BYTES, "c->ds_part holds every CTA's piece sums");
+static_assert((size_t)DS_MAX_GRID * DS_GP * 8 <= DS_SKPART_BYTES, "c->ds_part holds every CTA's piece sums");
 
 enum { W_Q, W_K, W_V, W_O, W_G, W_U, W_D, W_N };
 
@@ -378,6 +389,8 @@ struct ds_args {
     int run[4];    /* GEMV phase ph stream-K in runs of run[ph] chunks (0: whole tiles; ds_pieces) */
     int tiles[4];  /* GEMV phase ph's 16-row tiles (ds_tiles), read as they are: no arithmetic to hold */
     unsigned long long *gpart; /* stream-K pieces' tagged partial sums: [grid][DS_GP], zero between launches */
+    unsigned long long *qkvt;  /* the q/k/v GEMV's outputs as tagged words: [row][rows0], zero between layers */
+    int rows0;                 /* (nq + 2 nkv) · DS_HD: the rows of [q; k; v] */
     unsigned x_off, ring_off, slot_bytes;
     float eps, scale;
     bf16 *h, *q, *k, *v, *o, *gb;
@@ -488,9 +501,7 @@ static __device__ __forceinline__ unsigned long long ld_tagged(const unsigned lo
 /* the consumer warps only (the producer runs on its own) */
 static __device__ __forceinline__ void cons_sync() { asm volatile("bar.sync 1, %0;" ::"n"(DS_WARPS * 32) : "memory"); }
 
-/* Every CTA's consumers reach the barrier; what each wrote before is visible to all after it.  In
- * two halves: between the arrival and the wait go loads of what does not depend on the barrier (the
- * attention's first keys), issued after the release so that it does not wait for them. */
+/* Every CTA's consumers reach the barrier; what each wrote before is visible to all after it. */
 static __device__ __forceinline__ void grid_arrive(unsigned *bar, unsigned &target) {
     cons_sync();
     target += gridDim.x;
@@ -748,9 +759,9 @@ static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *r
                         if (mats == 2) s1 += __uint_as_float((unsigned)v1);
                     }
                 int r0, wi = ph_mat(a, PH, tile, 0, &r0), r = r0 + row;
-                if (PH == 0) {
-                    bf16 *y = wi == W_Q ? a.q + (int64_t)tok * a.nq * DS_HD : (wi == W_K ? a.k : a.v) + (int64_t)tok * a.nkv * DS_HD;
-                    y[r] = f2bf(s0);
+                if (PH == 0) { /* tagged, for the attention to take each value when its word has come */
+                    (void)wi, (void)r;
+                    st_tagged(a.qkvt + (int64_t)tok * a.rows0 + tile * 16 + row, round_bf16(s0));
                 } else if (PH == 2) { /* linear, linear, silu_mul */
                     float gg = round_bf16(s0), uu = round_bf16(s1);
                     a.gb[(int64_t)tok * a.FF + r] = f2bf(round_bf16(gg / (1.0f + expf(-gg))) * uu);
@@ -772,12 +783,39 @@ static __device__ __forceinline__ int ds_split_keys(const ds_args &a, int ctx, i
     return (ctx + chunk - 1) / chunk;
 }
 
+/* A head's 128 values from the q/k/v GEMV's tagged words (lane: 4 of them) into dst as bf16, each
+ * word loaded again until its tag is there. */
+static __device__ __forceinline__ void qkv_take(const unsigned long long *src, bf16 *dst, int lane) {
+    unsigned long long w[4];
+    bool miss;
+    do {
+#pragma unroll
+        for (int j = 0; j < 4; j += 2)
+            asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(w[j]), "=l"(w[j + 1]) : "l"(src + lane * 4 + j) : "memory");
+        miss = false;
+#pragma unroll
+        for (int j = 0; j < 4; j++) miss |= (w[j] & DS_TAG) != DS_TAG;
+    } while (__any_sync(0xffffffffu, miss));
+#pragma unroll
+    for (int j = 0; j < 4; j++) dst[lane * 4 + j] = __float2bfloat16_rn(__uint_as_float((unsigned)w[j]));
+}
+
+/* After the grid barrier behind the attention: the CTA zeroes the tagged q/k/v words its tiles
+ * wrote (the same threads write them in the next layer, after more barriers). */
+template <int SKM>
+static __device__ void qkv_clear(const ds_args &a) {
+    for (ds_pieces pc(a, 0, ph_run<SKM>(a, 0)); pc.more(); pc.next()) {
+        if (pc.c0() > 0) continue; /* a piece whose tile another CTA finished */
+        const int e = threadIdx.x, row = e & 15, tok = e >> 4;
+        if (tok < a.R) st_tagged_clear(a.qkvt + (int64_t)tok * a.rows0 + pc.tile * 16 + row);
+    }
+}
+
 /* Phase 2: the attention items this CTA owns (the numbers of cuda_attn.cu's k_attn_decode, 64 keys
  * a round over 8 warps).  Entered after the arrival at the grid barrier behind the
  * q/k/v GEMV: `wait` (which completes it the first time, and then does nothing) comes once the first
  * item's first keys and norm weights are on the way. */
-template <typename Wait>
-static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &S, Wait wait) {
+static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &S) {
     ds_attn_smem &A = S.u.at;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int kvw = a.nkv * DS_HD, G = a.g, items = a.R * a.nkv * a.splits;
@@ -825,16 +863,15 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
         const bool isk = warp == G;
         float wv[4];
         if (warp < G + own) qk_weights<64>(wv, isk ? L.kn : L.qn, a.qk_dt, DS_HD, lane);
-        wait(); /* (once) */
         /* prologue: warp i < G the query head kvh·G + i (times the softmax scale, into A.q's quarters);
          * warp G (own split) the k head and v */
         if (warp < G + own) {
             const float sn[2] = {S.sn[row][lane], S.sn[row][lane + 32]}, cs[2] = {S.cs[row][lane], S.cs[row][lane + 32]};
-            const bf16 *src = isk ? a.k + (int64_t)row * kvw + kvh * DS_HD
-                                  : a.q + (int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + warp) * DS_HD;
-            uint4 in = make_uint4(0, 0, 0, 0);
-            if (lane < 16) in = __ldcg((const uint4 *)(src + lane * 8));
-            if (lane < 16) *(uint4 *)&A.in[warp][lane * 8] = in;
+            /* the head's values from the q/k/v GEMV's tagged words (no grid barrier before the
+             * attention: a word not yet come is loaded again), as bf16 into A.in (and v into A.v) */
+            const unsigned long long *src = a.qkvt + (int64_t)row * a.rows0 + (isk ? a.nq * DS_HD + kvh * DS_HD : (kvh * G + warp) * DS_HD);
+            qkv_take(src, A.in[warp], lane);
+            if (isk) qkv_take(src + a.nkv * DS_HD, A.v, lane);
             __syncwarp();
             if (!isk) {
                 qk_head<64>(A.in[warp], wv, sn, cs, A.x[warp], a.eps, DS_HD, lane, [&](int j, bf16 o0, bf16 o1) {
@@ -847,9 +884,6 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
                     A.k[j] = o0;
                     A.k[j + DS_HD / 2] = o1;
                 });
-                const bf16 *vsrc = a.v + (int64_t)row * kvw + kvh * DS_HD;
-                if (lane < 16) *(uint4 *)&A.v[lane * 8] = __ldcg((const uint4 *)(vsrc + lane * 8));
-                __syncwarp();
                 int64_t sl = S.slot[row];
                 if (sl >= 0 && sl < a.n_slots && lane < 16) {
                     *(uint4 *)(L.kc + sl * kvw + kvh * DS_HD + lane * 8) = *(const uint4 *)&A.k[lane * 8];
@@ -1085,18 +1119,11 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         stamp();
         gemv_phase<0, SKM>(a, S, ring, x_s, cur);
         stamp();
-        grid_arrive(a.bar, target);
-        bool waited = false;
-        auto wait = [&]() {
-            if (waited) return;
-            grid_wait(a.bar, target);
-            waited = true;
-            stamp();
-        };
-        attn_phase(a, L, S, wait);
-        wait(); /* when the CTA had no item */
+        stamp(); /* (no grid barrier before the attention: its q/k/v come as tagged words) */
+        attn_phase(a, L, S);
         stamp();
         grid_sync(a.bar, target);
+        qkv_clear<SKM>(a);
         stamp();
         prep_copy(a, a.o, a.nq * DS_HD, x_s);
         stamp();
@@ -1181,7 +1208,8 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
         return 1;
     const int nq = d->n_q_heads, nkv = d->kv[0].n_kv_heads, hd = d->kv[0].head_dim;
     const int64_t H = d->h->cols, FF = d->g->cols;
-    if (hd != DS_HD || nkv <= 0 || nq % nkv || nq / nkv > DS_GMAX || (int64_t)R * nkv > (int64_t)c->attn_count_n)
+    if (hd != DS_HD || nkv <= 0 || nq % nkv || nq / nkv > DS_GMAX || (int64_t)R * nkv > (int64_t)c->attn_count_n ||
+        (int64_t)R * (nq + 2 * nkv) * hd * 8 > DS_QKV_BYTES)
         return 1;
     if (!act_ok(d->h, R, H) || !act_ok(d->q, R, (int64_t)nq * hd) || !act_ok(d->k, R, (int64_t)nkv * hd) ||
         !act_ok(d->v, R, (int64_t)nkv * hd) || !act_ok(d->o, R, (int64_t)nq * hd) || !act_ok(d->g, R, FF))
@@ -1267,6 +1295,7 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     a.ln_dt = ln_dt, a.qk_dt = qk_dt;
     for (int ph = 0; ph < 4; ph++) a.run[ph] = run[ph], a.tiles[ph] = ds_tiles(ph, (int)H, (int)FF, nq, nkv);
     a.gpart = (unsigned long long *)c->ds_part;
+    a.qkvt = (unsigned long long *)((char *)c->ds_part + DS_SKPART_BYTES), a.rows0 = (nq + 2 * nkv) * DS_HD;
     a.x_off = (unsigned)x_off, a.ring_off = (unsigned)ring_off, a.slot_bytes = (unsigned)slot_bytes;
     a.eps = d->eps, a.scale = 1.0f / sqrtf((float)hd);
     a.h = (bf16 *)d->h->data, a.q = (bf16 *)d->q->data, a.k = (bf16 *)d->k->data, a.v = (bf16 *)d->v->data;

@@ -19,9 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The persistent decode kernel's stream-K partial sums (cuda_decode.cu, carved at open): 256 CTAs x
- * 128 tagged 64-bit words. */
-#define DS_PART_BYTES (256u * 128u * 8u)
+/* The persistent decode kernel's tagged 64-bit words (cuda_decode.cu, carved at open, zeroed, and
+ * zero again after their use): its stream-K partial sums (256 CTAs x 128 words), then the step's
+ * q, k and v rows as its q/k/v GEMV writes them for the attention. */
+#define DS_SKPART_BYTES (256u * 128u * 8u)
+#define DS_QKV_BYTES (256u << 10)
+#define DS_PART_BYTES (DS_SKPART_BYTES + DS_QKV_BYTES)
 
 extern "C" {
 #include "backend/backend.h"
