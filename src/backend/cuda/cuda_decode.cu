@@ -393,7 +393,7 @@ struct ds_args {
     int rows0;                 /* (nq + 2 nkv) · DS_HD: the rows of [q; k; v] */
     unsigned x_off, ring_off, slot_bytes;
     float eps, scale;
-    bf16 *h, *q, *k, *v, *o, *gb;
+    bf16 *h, *o, *gb;
     float *part;
     int *count;
     unsigned *bar;
@@ -758,9 +758,10 @@ static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *r
                         s0 += __uint_as_float((unsigned)v0);
                         if (mats == 2) s1 += __uint_as_float((unsigned)v1);
                     }
-                int r0, wi = ph_mat(a, PH, tile, 0, &r0), r = r0 + row;
+                int r0;
+                ph_mat(a, PH, tile, 0, &r0);
+                const int r = r0 + row;
                 if (PH == 0) { /* tagged, for the attention to take each value when its word has come */
-                    (void)wi, (void)r;
                     st_tagged(a.qkvt + (int64_t)tok * a.rows0 + tile * 16 + row, round_bf16(s0));
                 } else if (PH == 2) { /* linear, linear, silu_mul */
                     float gg = round_bf16(s0), uu = round_bf16(s1);
@@ -836,7 +837,8 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
          * registers, and multiplies it by every query head's quarter (2 shuffles add the quarters: no
          * 16-lane sums); for p·v a lane holds 4 dimensions of every query head (lane·4 ..) and takes the
          * warp's 8 value rows from its own 2 KB of A.acc (cp.async; the walk leaves A.acc untouched until
-         * its end).  The first round's keys and values are on the way before the barrier's wait. */
+         * its end).  The first round's keys and values are requested before the prologue, which
+         * waits for the q/k/v GEMV's words. */
         const int kk = lane >> 2, pt = lane & 3;
         const int nr = (je - jb + 63) / 64;
         bf16 *const vs = (bf16 *)&A.acc[warp][0][0];
@@ -1298,7 +1300,7 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     a.qkvt = (unsigned long long *)((char *)c->ds_part + DS_SKPART_BYTES), a.rows0 = (nq + 2 * nkv) * DS_HD;
     a.x_off = (unsigned)x_off, a.ring_off = (unsigned)ring_off, a.slot_bytes = (unsigned)slot_bytes;
     a.eps = d->eps, a.scale = 1.0f / sqrtf((float)hd);
-    a.h = (bf16 *)d->h->data, a.q = (bf16 *)d->q->data, a.k = (bf16 *)d->k->data, a.v = (bf16 *)d->v->data;
+    a.h = (bf16 *)d->h->data;
     a.o = (bf16 *)d->o->data, a.gb = (bf16 *)d->g->data;
     a.part = c->attn_part, a.count = c->attn_count, a.bar = c->ds_bar;
     a.row_seq = mt->row_seq, a.row_ctx = mt->row_ctx, a.block_tables = mt->block_tables, a.slot = mt->slot;
