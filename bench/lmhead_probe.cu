@@ -1,0 +1,188 @@
+/* lmhead_probe.cu: can a lossless 12-bit form of the BF16 lm_head (2B: 151,936 x 2,048, 622 MB)
+ * be read by a batch-1 GEMV faster than the BF16 rows themselves?  The form: per weight its sign and
+ * 7 mantissa bits (a byte) and a 4-bit exponent offset (a nibble) from a base exponent kept per 64
+ * weights of a row (1 byte): 1.52 bytes a weight, 76% of BF16.  A group whose exponents span more
+ * than 16 binades (or holds a zero or subnormal) cannot be written so ("escapes", to be kept as BF16
+ * beside it); the probe counts them.  Weights: N(0, 0.02) as BF16 (like trained embeddings); x:
+ * N(0, 1).  Prints each GEMV's time (median of 20), its bytes' rate, the decoded weights' mismatches
+ * against the BF16 ones (must be 0 outside escaped groups) and the outputs' largest difference.
+ * H100, 2026-11-26: BF16 206 us (3.02 TB/s; the product's k_gemv_n 199), the 12-bit form 187.5 us
+ * (2.51 TB/s of its bytes, 91% of the time): the decode's integer work (~8 operations a weight) binds,
+ * not the bytes; 13,156 of 4,861,952 groups escape (0.27%), no other weight differs.  A decode of a
+ * few operations a weight (the exponent's low bit beside the mantissa, one byte permute a weight)
+ * would have to come first.
+ *   nvcc -arch=sm_90 -o lmhead_probe bench/lmhead_probe.cu && ./lmhead_probe */
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#define V 151936
+#define K 2048
+#define G 64 /* weights a base exponent */
+
+__device__ float rnorm(uint64_t i, uint64_t seed) { /* Box-Muller on a hash */
+    auto h = [](uint64_t z) {
+        z += 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    };
+    uint64_t a = h(i * 2 + seed), b = h(i * 2 + 1 + seed);
+    float u1 = ((a >> 40) + 1) * (1.0f / 16777217.0f), u2 = (b >> 40) * (1.0f / 16777216.0f);
+    return sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+}
+__global__ void k_fill(__nv_bfloat16 *w, float *x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (int64_t)V * K; i += (int64_t)gridDim.x * blockDim.x) {
+        w[i] = __float2bfloat16(0.02f * rnorm(i, 1));
+        if (i < K) x[i] = rnorm(i, 7);
+    }
+}
+/* one thread a group: base = max exponent - 15; escaped groups counted (their nibbles clamped) */
+__global__ void k_pack(const __nv_bfloat16 *w, uint8_t *sm, uint8_t *nib, uint8_t *base, unsigned *esc) {
+    int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (g >= (int64_t)V * K / G) return;
+    const uint16_t *b = (const uint16_t *)w + g * G;
+    int emax = 0, emin = 255;
+    for (int i = 0; i < G; i++) {
+        int e = (b[i] >> 7) & 0xff;
+        emax = max(emax, e), emin = min(emin, e);
+    }
+    int bs = max(emax - 15, 1);
+    if (emin < bs) atomicAdd(esc, 1u);
+    base[g] = (uint8_t)bs;
+    for (int i = 0; i < G; i++) {
+        int e = (b[i] >> 7) & 0xff, o = min(max(e - bs, 0), 15);
+        sm[g * G + i] = (uint8_t)(((b[i] >> 8) & 0x80) | (b[i] & 0x7f));
+        uint8_t *n = nib + (g * G + i) / 2;
+        if (i % 2 == 0) *n = (uint8_t)o;
+        else *n |= (uint8_t)(o << 4);
+    }
+}
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+
+/* BF16 rows: a warp a row, 16 bytes a lane a load */
+__global__ void __launch_bounds__(256) k_gemv_bf16(const __nv_bfloat16 *w, const float *x, float *y) {
+    __shared__ float xs[K];
+    for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = x[i];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, nw = gridDim.x * (blockDim.x / 32);
+    for (int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < V; row += nw) {
+        const uint4 *r = (const uint4 *)(w + (int64_t)row * K);
+        uint4 q[K / 256];
+#pragma unroll
+        for (int t = 0; t < K / 256; t++) q[t] = __ldcs(r + lane + 32 * t);
+        float acc = 0;
+#pragma unroll
+        for (int t = 0; t < K / 256; t++) {
+            const float *xp = xs + (lane + 32 * t) * 8;
+            const unsigned u[4] = {q[t].x, q[t].y, q[t].z, q[t].w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc = fmaf(bf_lo(u[j]), xp[2 * j], fmaf(bf_hi(u[j]), xp[2 * j + 1], acc));
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) y[row] = acc;
+    }
+}
+/* the 12-bit form: a lane 16 weights a piece (16 bytes of sign-and-mantissa, 8 of nibbles) */
+__global__ void __launch_bounds__(256) k_gemv_c12(const uint8_t *sm, const uint8_t *nib, const uint8_t *base,
+                                                  const float *x, float *y) {
+    __shared__ float xs[K];
+    for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = x[i];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, nw = gridDim.x * (blockDim.x / 32);
+    for (int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < V; row += nw) {
+        const uint4 *s4 = (const uint4 *)(sm + (int64_t)row * K);
+        const uint2 *n2 = (const uint2 *)(nib + (int64_t)row * K / 2);
+        const unsigned bw = __ldcs((const unsigned *)(base + (int64_t)row * (K / G)) + (lane & 7)); /* 4 bases a word */
+        uint4 s[K / 512];
+        uint2 n[K / 512];
+#pragma unroll
+        for (int t = 0; t < K / 512; t++) s[t] = __ldcs(s4 + lane + 32 * t), n[t] = __ldcs(n2 + lane + 32 * t);
+        float acc = 0;
+#pragma unroll
+        for (int t = 0; t < K / 512; t++) {
+            const int p = lane + 32 * t, grp = p / 4; /* 16-weight piece p, its group of 64 */
+            const unsigned bs = (__shfl_sync(0xffffffffu, bw, grp / 4) >> (8 * (grp % 4))) & 0xff;
+            const unsigned ebias = bs << 23;
+            const float *xp = xs + p * 16;
+            const unsigned sw[4] = {s[t].x, s[t].y, s[t].z, s[t].w}, nw2[2] = {n[t].x, n[t].y};
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const unsigned nq = nw2[q / 2] >> (16 * (q % 2));
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const unsigned by = (sw[q] >> (8 * j)) & 0xff, off = (nq >> (4 * j)) & 0xf;
+                    const unsigned bits = ((by & 0x80u) << 24) | (ebias + (off << 23)) | ((by & 0x7fu) << 16);
+                    acc = fmaf(__uint_as_float(bits), xp[q * 4 + j], acc);
+                }
+            }
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) y[row] = acc;
+    }
+}
+/* decoded weights against the BF16 ones: mismatches */
+__global__ void k_check(const __nv_bfloat16 *w, const uint8_t *sm, const uint8_t *nib, const uint8_t *base, unsigned *bad) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (int64_t)V * K; i += (int64_t)gridDim.x * blockDim.x) {
+        unsigned by = sm[i], off = (nib[i / 2] >> (4 * (i % 2))) & 0xf, bs = base[i / G];
+        unsigned short d = (unsigned short)(((by & 0x80u) << 8) | ((bs + off) << 7) | (by & 0x7fu));
+        if (d != ((const unsigned short *)w)[i]) atomicAdd(bad, 1u);
+    }
+}
+
+template <typename F> static float time_med(F f) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    std::vector<float> ms;
+    for (int r = 0; r < 25; r++) {
+        cudaEventRecord(a);
+        f();
+        cudaEventRecord(b);
+        cudaEventSynchronize(b);
+        float t;
+        cudaEventElapsedTime(&t, a, b);
+        if (r >= 5) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2] * 1000.0f;
+}
+
+int main() {
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    __nv_bfloat16 *w;
+    float *x, *y0, *y1;
+    uint8_t *sm, *nib, *base;
+    unsigned *cnt;
+    cudaMalloc(&w, (size_t)V * K * 2), cudaMalloc(&x, K * 4), cudaMalloc(&y0, V * 4), cudaMalloc(&y1, V * 4);
+    cudaMalloc(&sm, (size_t)V * K), cudaMalloc(&nib, (size_t)V * K / 2), cudaMalloc(&base, (size_t)V * K / G);
+    cudaMalloc(&cnt, 8), cudaMemset(cnt, 0, 8);
+    k_fill<<<sms * 8, 256>>>(w, x);
+    k_pack<<<(unsigned)(((int64_t)V * K / G + 255) / 256), 256>>>(w, sm, nib, base, cnt);
+    k_check<<<sms * 8, 256>>>(w, sm, nib, base, cnt + 1);
+    unsigned h[2];
+    cudaMemcpy(h, cnt, 8, cudaMemcpyDeviceToHost);
+    const double bb = (double)V * K * 2, bc = (double)V * K * 1.5 + (double)V * K / G;
+    for (int blocks = sms * 4; blocks <= sms * 8; blocks *= 2) {
+        float t0 = time_med([&] { k_gemv_bf16<<<blocks, 256>>>(w, x, y0); });
+        float t1 = time_med([&] { k_gemv_c12<<<blocks, 256>>>(sm, nib, base, x, y1); });
+        printf("%d CTAs: bf16 %.1f us (%.2f TB/s)   12-bit %.1f us (%.2f TB/s of its bytes, %.1f%% of bf16's time)\n", blocks, t0,
+               bb / t0 / 1e6, t1, bc / t1 / 1e6, 100.0 * t1 / t0);
+    }
+    std::vector<float> a(V), c(V);
+    cudaMemcpy(a.data(), y0, V * 4, cudaMemcpyDeviceToHost), cudaMemcpy(c.data(), y1, V * 4, cudaMemcpyDeviceToHost);
+    double md = 0, mx = 0;
+    for (int i = 0; i < V; i++) md = std::max(md, (double)fabsf(a[i] - c[i])), mx = std::max(mx, (double)fabsf(a[i]));
+    printf("groups escaping the 16-binade window: %u of %lld; decoded weights differing from BF16: %u; outputs: max |d| %.3g of max %.3g; %s\n",
+           h[0], (long long)V * K / G, h[1], md, mx, cudaGetErrorString(cudaGetLastError()));
+    return 0;
+}
