@@ -11,9 +11,10 @@
  * same (186.8-188.0 us) with form 2's ~4 (below): so not the decode's arithmetic but the reads bind
  * (two arrays of 16- and 8-byte loads a lane; 32-weight pieces of two 16-byte loads a lane each were
  * slower, 341 us, two rows a warp at once 198).  Escapes: 13,156 of 4,861,952 groups (0.27%; form
- * 2's 8-step window of the upper exponent bits 23,748, 0.49%); no other weight differs.  To get near
- * 76% of BF16's time the reads would need another shape (bulk copies into shared memory, as the
- * persistent decode kernel streams its FP8 weights).
+ * 2's 8-step window of the upper exponent bits 23,748, 0.49%); no other weight differs.  Read
+ * through bulk copies into shared memory instead (a CTA an SM, batches of 8 rows, 8 consumer warps):
+ * BF16 213 us (2.92 TB/s), form 2 196 us (2.40 TB/s of its bytes, 92%).  So ~8-10% of the lm_head's
+ * time either way, far from the bytes' 76%: not worth a weight format of its own yet.
  *   nvcc -arch=sm_90 -o lmhead_probe bench/lmhead_probe.cu && ./lmhead_probe */
 #include <algorithm>
 #include <cmath>
@@ -209,6 +210,108 @@ __global__ void __launch_bounds__(256) k_gemv_c12b(const uint8_t *lo, const uint
         if (lane == 0) y[row] = acc;
     }
 }
+/* The same two forms' reads reshaped: a CTA an SM, one producer thread streaming batches of RB rows
+ * (each array's rows contiguous: one bulk copy an array a batch) into a ring of NST stages in shared
+ * memory, 8 consumer warps a row each of a batch, decoding from shared memory. */
+#define RB 8
+static __device__ __forceinline__ unsigned su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+static __device__ __forceinline__ void mb_init(uint64_t *b, unsigned n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(su32(b)), "r"(n) : "memory");
+}
+static __device__ __forceinline__ void mb_wait(uint64_t *b, unsigned par) {
+    asm volatile("{\n .reg .pred p;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W_%=;\n}\n" ::"r"(su32(b)),
+                 "r"(par)
+                 : "memory");
+}
+static __device__ __forceinline__ void mb_arrive(uint64_t *b) {
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(su32(b)) : "memory");
+}
+static __device__ __forceinline__ void mb_expect(uint64_t *b, unsigned tx) {
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(su32(b)), "r"(tx) : "memory");
+}
+static __device__ __forceinline__ void bulk(void *dst, const void *src, unsigned n, uint64_t *b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(su32(dst)), "l"(src),
+                 "r"(n), "r"(su32(b))
+                 : "memory");
+}
+/* FORM 0: BF16 rows; 2: the 12-bit form 2 */
+template <int FORM, int NST>
+__global__ void __launch_bounds__(288, 1) k_gemv_bulk(const void *a0, const uint8_t *nib, const uint8_t *base, const float *x, float *y) {
+    constexpr unsigned LOB = FORM == 0 ? RB * K * 2 : RB * K, NIB = FORM == 0 ? 0 : RB * K / 2, BAS = FORM == 0 ? 0 : RB * K / G;
+    constexpr unsigned STB = LOB + NIB + BAS;
+    extern __shared__ __align__(128) uint8_t sm_[];
+    __shared__ float xs[K];
+    __shared__ uint64_t full[NST], empty[NST];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = x[i];
+    if (threadIdx.x == 0)
+        for (int i = 0; i < NST; i++) mb_init(&full[i], 1), mb_init(&empty[i], 8);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncthreads();
+    const int nb = V / RB;
+    if (warp == 8) {
+        if (lane == 0) {
+            int n = 0;
+            for (int b = blockIdx.x; b < nb; b += gridDim.x, n++) {
+                const int st = n % NST;
+                if (n >= NST) mb_wait(&empty[st], ((n / NST) - 1) & 1);
+                uint8_t *d = sm_ + st * STB;
+                mb_expect(&full[st], STB);
+                bulk(d, (const uint8_t *)a0 + (int64_t)b * LOB, LOB, &full[st]);
+                if (FORM != 0) bulk(d + LOB, nib + (int64_t)b * NIB, NIB, &full[st]), bulk(d + LOB + NIB, base + (int64_t)b * BAS, BAS, &full[st]);
+            }
+        }
+        return;
+    }
+    int n = 0;
+    for (int b = blockIdx.x; b < nb; b += gridDim.x, n++) {
+        const int st = n % NST;
+        mb_wait(&full[st], (n / NST) & 1);
+        const uint8_t *d = sm_ + st * STB;
+        float acc = 0;
+        if (FORM == 0) {
+            const uint4 *r = (const uint4 *)(d + warp * K * 2);
+#pragma unroll
+            for (int t = 0; t < K / 256; t++) {
+                const uint4 q = r[lane + 32 * t];
+                const float *xp = xs + (lane + 32 * t) * 8;
+                const unsigned u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc = fmaf(bf_lo(u[j]), xp[2 * j], fmaf(bf_hi(u[j]), xp[2 * j + 1], acc));
+            }
+        } else {
+            const uint4 *s4 = (const uint4 *)(d + warp * K);
+            const uint2 *n2 = (const uint2 *)(d + LOB + warp * K / 2);
+            const unsigned bw = ((const unsigned *)(d + LOB + NIB + warp * (K / G)))[lane & 7];
+#pragma unroll
+            for (int t = 0; t < K / 512; t++) {
+                const int p = lane + 32 * t, grp = p / 4;
+                const uint4 sq = s4[p];
+                const uint2 nq2 = n2[p];
+                const unsigned bh = (__shfl_sync(0xffffffffu, bw, grp / 4) >> (8 * (grp % 4))) & 0xff;
+                const unsigned tlo = bh * 0x01010101u + 0x03020100u, thi = tlo + 0x04040404u;
+                const float *xp = xs + p * 16;
+                const unsigned sw[4] = {sq.x, sq.y, sq.z, sq.w}, nw2[2] = {nq2.x, nq2.y};
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const unsigned nq = (nw2[q / 2] >> (16 * (q % 2))) & 0xffffu;
+                    unsigned h4 = prmt(tlo, thi, nq & 0x7777u);
+                    h4 |= ((nq & 0x8u) << 4) | ((nq & 0x80u) << 8) | ((nq & 0x800u) << 12) | ((nq & 0x8000u) << 16);
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const unsigned bits = prmt(sw[q], h4, ((4 + j) << 12) | (j << 8)) & 0xffff0000u;
+                        acc = fmaf(__uint_as_float(bits), xp[q * 4 + j], acc);
+                    }
+                }
+            }
+        }
+        __syncwarp();
+        if (lane == 0) mb_arrive(&empty[st]);
+        acc = warp_sum(acc);
+        if (lane == 0) y[b * RB + warp] = acc;
+    }
+}
+
 __global__ void k_check2(const __nv_bfloat16 *w, const uint8_t *lo, const uint8_t *nib, const uint8_t *base, unsigned *bad) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (int64_t)V * K; i += (int64_t)gridDim.x * blockDim.x) {
         unsigned v = (nib[i / 2] >> (4 * (i % 2))) & 0xf, bh = base[i / G];
@@ -267,6 +370,22 @@ int main() {
     }
     std::vector<float> a(V), c(V);
     cudaMemcpy(a.data(), y0, V * 4, cudaMemcpyDeviceToHost), cudaMemcpy(c.data(), y1, V * 4, cudaMemcpyDeviceToHost);
+    {
+        float *y3, *y4;
+        cudaMalloc(&y3, V * 4), cudaMalloc(&y4, V * 4);
+        constexpr unsigned s0 = RB * K * 2, s2 = RB * K + RB * K / 2 + RB * K / G;
+        cudaFuncSetAttribute(k_gemv_bulk<0, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * s0);
+        cudaFuncSetAttribute(k_gemv_bulk<2, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, 8 * s2);
+        float t5 = time_med([&] { k_gemv_bulk<0, 6><<<sms, 288, 6 * s0>>>(w, nullptr, nullptr, x, y3); });
+        float t6 = time_med([&] { k_gemv_bulk<2, 8><<<sms, 288, 8 * s2>>>(lo2, nib2, base2, x, y4); });
+        std::vector<float> a3(V), a4(V), a0(V);
+        cudaMemcpy(a0.data(), y0, V * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(a3.data(), y3, V * 4, cudaMemcpyDeviceToHost), cudaMemcpy(a4.data(), y4, V * 4, cudaMemcpyDeviceToHost);
+        double d3 = 0, d4 = 0;
+        for (int i = 0; i < V; i++) d3 = std::max(d3, (double)fabsf(a0[i] - a3[i])), d4 = std::max(d4, (double)fabsf(a0[i] - a4[i]));
+        printf("bulk copies into shared memory, a CTA an SM: bf16 %.1f us (%.2f TB/s, max |d| %.3g), form 2 %.1f us (%.2f TB/s of its bytes, %.1f%% of bf16's; max |d| %.3g)  %s\n",
+               t5, bb / t5 / 1e6, d3, t6, bc / t6 / 1e6, 100.0 * t6 / t5, d4, cudaGetErrorString(cudaGetLastError()));
+    }
     std::vector<float> c2(V);
     cudaMemcpy(c2.data(), y2, V * 4, cudaMemcpyDeviceToHost);
     double md = 0, md2 = 0, mx = 0;
