@@ -45,25 +45,30 @@ __global__ void k_fill(__nv_bfloat16 *w, float *x) {
         if (i < K) x[i] = rnorm(i, 7);
     }
 }
-/* one thread a group: base = max exponent - 15; escaped groups counted (their nibbles clamped) */
-__global__ void k_pack(const __nv_bfloat16 *w, uint8_t *sm, uint8_t *nib, uint8_t *base, unsigned *esc) {
+/* One thread a group; escaped groups counted (their offsets clamped).  Form 1: the byte is the sign
+ * and the mantissa, the nibble the exponent's offset from the group's base (its largest - 15).  Form 2,
+ * for a decode of a few operations a weight: the byte is the exponent's low bit and the mantissa (the
+ * fp32's bits 16-23), the nibble the sign and a 3-bit offset of the exponent's upper 7 bits from the
+ * group's base bh (their largest - 7): a byte permute looks the upper byte (sign clear) up in the
+ * group's 8-entry table (bh + 0..7), the signs go in, and a permute a weight joins the two bytes. */
+template <int FORM>
+__global__ void k_pack(const __nv_bfloat16 *w, uint8_t *lo, uint8_t *nib, uint8_t *base, unsigned *esc) {
     int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (g >= (int64_t)V * K / G) return;
     const uint16_t *b = (const uint16_t *)w + g * G;
-    int emax = 0, emin = 255;
-    for (int i = 0; i < G; i++) {
-        int e = (b[i] >> 7) & 0xff;
-        emax = max(emax, e), emin = min(emin, e);
-    }
-    int bs = max(emax - 15, 1);
-    if (emin < bs) atomicAdd(esc, 1u);
+    auto field = [](uint16_t u) { return FORM == 1 ? (u >> 7) & 0xff : (u >> 8) & 0x7f; };
+    const int win = FORM == 1 ? 15 : 7;
+    int fmax = 0, fmin = 255;
+    for (int i = 0; i < G; i++) fmax = max(fmax, (int)field(b[i])), fmin = min(fmin, (int)field(b[i]));
+    const int bs = max(fmax - win, FORM == 1 ? 1 : 0);
+    if (fmin < bs) atomicAdd(esc, 1u);
     base[g] = (uint8_t)bs;
     for (int i = 0; i < G; i++) {
-        int e = (b[i] >> 7) & 0xff, o = min(max(e - bs, 0), 15);
-        sm[g * G + i] = (uint8_t)(((b[i] >> 8) & 0x80) | (b[i] & 0x7f));
-        uint8_t *n = nib + (g * G + i) / 2;
-        if (i % 2 == 0) *n = (uint8_t)o;
-        else *n |= (uint8_t)(o << 4);
+        const int o = min(max((int)field(b[i]) - bs, 0), win);
+        lo[g * G + i] = (uint8_t)(FORM == 1 ? ((b[i] >> 8) & 0x80) | (b[i] & 0x7f) : b[i] & 0xff);
+        uint8_t *n = nib + (g * G + i) / 2, v = (uint8_t)(FORM == 1 ? o : (b[i] >> 15) << 3 | o);
+        if (i % 2 == 0) *n = v;
+        else *n |= (uint8_t)(v << 4);
     }
 }
 __device__ __forceinline__ float warp_sum(float v) {
@@ -73,61 +78,90 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float bf_lo(unsigned u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
 
-/* BF16 rows: a warp a row, 16 bytes a lane a load */
-__global__ void __launch_bounds__(256) k_gemv_bf16(const __nv_bfloat16 *w, const float *x, float *y) {
-    __shared__ float xs[K];
-    for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = x[i];
-    __syncthreads();
-    const int lane = threadIdx.x & 31, nw = gridDim.x * (blockDim.x / 32);
-    for (int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < V; row += nw) {
-        const uint4 *r = (const uint4 *)(w + (int64_t)row * K);
-        uint4 q[K / 256];
-#pragma unroll
-        for (int t = 0; t < K / 256; t++) q[t] = __ldcs(r + lane + 32 * t);
-        float acc = 0;
-#pragma unroll
-        for (int t = 0; t < K / 256; t++) {
-            const float *xp = xs + (lane + 32 * t) * 8;
-            const unsigned u[4] = {q[t].x, q[t].y, q[t].z, q[t].w};
-#pragma unroll
-            for (int j = 0; j < 4; j++) acc = fmaf(bf_lo(u[j]), xp[2 * j], fmaf(bf_hi(u[j]), xp[2 * j + 1], acc));
-        }
-        acc = warp_sum(acc);
-        if (lane == 0) y[row] = acc;
-    }
+__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned c) {
+    unsigned d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
 }
-/* the 12-bit form: a lane 16 weights a piece (16 bytes of sign-and-mantissa, 8 of nibbles) */
-__global__ void __launch_bounds__(256) k_gemv_c12(const uint8_t *sm, const uint8_t *nib, const uint8_t *base,
-                                                  const float *x, float *y) {
-    __shared__ float xs[K];
+/* x into shared memory, for every row */
+__device__ __forceinline__ void stage_x(float *xs, const float *x) {
     for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = x[i];
     __syncthreads();
+}
+/* the base byte of group grp of a row whose 32 bases lanes 0-7 hold 4 a word */
+__device__ __forceinline__ unsigned group_base(unsigned bw, int grp) {
+    return (__shfl_sync(0xffffffffu, bw, grp / 4) >> (8 * (grp % 4))) & 0xff;
+}
+/* Sums of 8 BF16 weights (a 16-byte load) and of 16 weights of each 12-bit form (16 bytes of the
+ * low bytes, 8 of nibbles) times x. */
+__device__ __forceinline__ float dot8_bf16(uint4 q, const float *xp, float acc) {
+    const unsigned u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) acc = fmaf(bf_lo(u[j]), xp[2 * j], fmaf(bf_hi(u[j]), xp[2 * j + 1], acc));
+    return acc;
+}
+__device__ __forceinline__ float dot16_form1(uint4 sq, uint2 nq2, unsigned bs, const float *xp, float acc) {
+    const unsigned sw[4] = {sq.x, sq.y, sq.z, sq.w}, nw2[2] = {nq2.x, nq2.y}, ebias = bs << 23;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const unsigned nq = nw2[q / 2] >> (16 * (q % 2));
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const unsigned by = (sw[q] >> (8 * j)) & 0xff, off = (nq >> (4 * j)) & 0xf;
+            const unsigned bits = ((by & 0x80u) << 24) | (ebias + (off << 23)) | ((by & 0x7fu) << 16);
+            acc = fmaf(__uint_as_float(bits), xp[q * 4 + j], acc);
+        }
+    }
+    return acc;
+}
+/* form 2 (k_pack<2>): a byte permute looks the 4 upper bytes up in the group's table bh + 0..7, the
+ * signs go in, and a permute a weight joins upper and lower bytes */
+__device__ __forceinline__ float dot16_form2(uint4 sq, uint2 nq2, unsigned bh, const float *xp, float acc) {
+    const unsigned tlo = bh * 0x01010101u + 0x03020100u, thi = tlo + 0x04040404u;
+    const unsigned sw[4] = {sq.x, sq.y, sq.z, sq.w}, nw2[2] = {nq2.x, nq2.y};
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const unsigned nq = (nw2[q / 2] >> (16 * (q % 2))) & 0xffffu;
+        unsigned h4 = prmt(tlo, thi, nq & 0x7777u);
+        h4 |= ((nq & 0x8u) << 4) | ((nq & 0x80u) << 8) | ((nq & 0x800u) << 12) | ((nq & 0x8000u) << 16);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const unsigned bits = prmt(sw[q], h4, ((4 + j) << 12) | (j << 8)) & 0xffff0000u;
+            acc = fmaf(__uint_as_float(bits), xp[q * 4 + j], acc);
+        }
+    }
+    return acc;
+}
+
+/* Register loads, a warp a row (16 bytes a lane a load of BF16, or of a 12-bit form's low bytes
+ * with 8 of its nibbles) */
+template <int FORM>
+__global__ void __launch_bounds__(256) k_gemv(const void *a0, const uint8_t *nib, const uint8_t *base, const float *x, float *y) {
+    __shared__ float xs[K];
+    stage_x(xs, x);
     const int lane = threadIdx.x & 31, nw = gridDim.x * (blockDim.x / 32);
     for (int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < V; row += nw) {
-        const uint4 *s4 = (const uint4 *)(sm + (int64_t)row * K);
-        const uint2 *n2 = (const uint2 *)(nib + (int64_t)row * K / 2);
-        const unsigned bw = __ldcs((const unsigned *)(base + (int64_t)row * (K / G)) + (lane & 7)); /* 4 bases a word */
-        uint4 s[K / 512];
-        uint2 n[K / 512];
-#pragma unroll
-        for (int t = 0; t < K / 512; t++) s[t] = __ldcs(s4 + lane + 32 * t), n[t] = __ldcs(n2 + lane + 32 * t);
         float acc = 0;
+        if (FORM == 0) {
+            const uint4 *r = (const uint4 *)((const __nv_bfloat16 *)a0 + (int64_t)row * K);
+            uint4 q[K / 256];
 #pragma unroll
-        for (int t = 0; t < K / 512; t++) {
-            const int p = lane + 32 * t, grp = p / 4; /* 16-weight piece p, its group of 64 */
-            const unsigned bs = (__shfl_sync(0xffffffffu, bw, grp / 4) >> (8 * (grp % 4))) & 0xff;
-            const unsigned ebias = bs << 23;
-            const float *xp = xs + p * 16;
-            const unsigned sw[4] = {s[t].x, s[t].y, s[t].z, s[t].w}, nw2[2] = {n[t].x, n[t].y};
+            for (int t = 0; t < K / 256; t++) q[t] = __ldcs(r + lane + 32 * t);
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const unsigned nq = nw2[q / 2] >> (16 * (q % 2));
+            for (int t = 0; t < K / 256; t++) acc = dot8_bf16(q[t], xs + (lane + 32 * t) * 8, acc);
+        } else {
+            const uint4 *s4 = (const uint4 *)((const uint8_t *)a0 + (int64_t)row * K);
+            const uint2 *n2 = (const uint2 *)(nib + (int64_t)row * K / 2);
+            const unsigned bw = __ldcs((const unsigned *)(base + (int64_t)row * (K / G)) + (lane & 7));
+            uint4 sq[K / 512];
+            uint2 nq[K / 512];
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const unsigned by = (sw[q] >> (8 * j)) & 0xff, off = (nq >> (4 * j)) & 0xf;
-                    const unsigned bits = ((by & 0x80u) << 24) | (ebias + (off << 23)) | ((by & 0x7fu) << 16);
-                    acc = fmaf(__uint_as_float(bits), xp[q * 4 + j], acc);
-                }
+            for (int t = 0; t < K / 512; t++) sq[t] = __ldcs(s4 + lane + 32 * t), nq[t] = __ldcs(n2 + lane + 32 * t);
+#pragma unroll
+            for (int t = 0; t < K / 512; t++) {
+                const int p = lane + 32 * t; /* 16-weight piece p, of group p / 4 */
+                const unsigned bb = group_base(bw, p / 4);
+                acc = FORM == 1 ? dot16_form1(sq[t], nq[t], bb, xs + p * 16, acc) : dot16_form2(sq[t], nq[t], bb, xs + p * 16, acc);
             }
         }
         acc = warp_sum(acc);
@@ -143,73 +177,6 @@ __global__ void k_check(const __nv_bfloat16 *w, const uint8_t *sm, const uint8_t
     }
 }
 
-/* Form 2, for a decode of a few operations a weight: the byte is the exponent's low bit and the
- * mantissa (the fp32's bits 16-23), the nibble the sign and a 3-bit offset of the exponent's upper 7
- * bits from the group's base (bh): a byte permute looks the upper byte (sign clear) up in the group's
- * 8-entry table (bh + 0..7), the signs are put in, and a permute a weight joins the two bytes. */
-__global__ void k_pack2(const __nv_bfloat16 *w, uint8_t *lo, uint8_t *nib, uint8_t *base, unsigned *esc) {
-    int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (g >= (int64_t)V * K / G) return;
-    const uint16_t *b = (const uint16_t *)w + g * G;
-    int hmax = 0, hmin = 255;
-    for (int i = 0; i < G; i++) {
-        int h = (b[i] >> 8) & 0x7f; /* the exponent's upper 7 bits */
-        hmax = max(hmax, h), hmin = min(hmin, h);
-    }
-    int bh = max(hmax - 7, 0);
-    if (hmin < bh) atomicAdd(esc, 1u);
-    base[g] = (uint8_t)bh;
-    for (int i = 0; i < G; i++) {
-        int h = (b[i] >> 8) & 0x7f, o = min(max(h - bh, 0), 7), sg = b[i] >> 15;
-        lo[g * G + i] = (uint8_t)(b[i] & 0xff);
-        uint8_t *n = nib + (g * G + i) / 2, v = (uint8_t)(sg << 3 | o);
-        if (i % 2 == 0) *n = v;
-        else *n |= (uint8_t)(v << 4);
-    }
-}
-__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned c) {
-    unsigned d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-__global__ void __launch_bounds__(256) k_gemv_c12b(const uint8_t *lo, const uint8_t *nib, const uint8_t *base,
-                                                   const float *x, float *y) {
-    __shared__ float xs[K];
-    for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = x[i];
-    __syncthreads();
-    const int lane = threadIdx.x & 31, nw = gridDim.x * (blockDim.x / 32);
-    for (int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < V; row += nw) {
-        const uint4 *s4 = (const uint4 *)(lo + (int64_t)row * K);
-        const uint2 *n2 = (const uint2 *)(nib + (int64_t)row * K / 2);
-        const unsigned bw = __ldcs((const unsigned *)(base + (int64_t)row * (K / G)) + (lane & 7));
-        uint4 s[K / 512];
-        uint2 n[K / 512];
-#pragma unroll
-        for (int t = 0; t < K / 512; t++) s[t] = __ldcs(s4 + lane + 32 * t), n[t] = __ldcs(n2 + lane + 32 * t);
-        float acc = 0;
-#pragma unroll
-        for (int t = 0; t < K / 512; t++) {
-            const int p = lane + 32 * t, grp = p / 4;
-            const unsigned bh = (__shfl_sync(0xffffffffu, bw, grp / 4) >> (8 * (grp % 4))) & 0xff;
-            const unsigned tlo = bh * 0x01010101u + 0x03020100u, thi = tlo + 0x04040404u; /* bh + 0..7 */
-            const float *xp = xs + p * 16;
-            const unsigned sw[4] = {s[t].x, s[t].y, s[t].z, s[t].w}, nw2[2] = {n[t].x, n[t].y};
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const unsigned nq = (nw2[q / 2] >> (16 * (q % 2))) & 0xffffu; /* 4 nibbles: sign, offset */
-                unsigned h4 = prmt(tlo, thi, nq & 0x7777u);                 /* the 4 upper bytes, sign clear */
-                h4 |= ((nq & 0x8u) << 4) | ((nq & 0x80u) << 8) | ((nq & 0x800u) << 12) | ((nq & 0x8000u) << 16);
-#pragma unroll
-                for (int j = 0; j < 4; j++) { /* bytes: upper (h4's j) then lower (sw's j) into the top half */
-                    const unsigned bits = prmt(sw[q], h4, ((4 + j) << 12) | (j << 8)) & 0xffff0000u;
-                    acc = fmaf(__uint_as_float(bits), xp[q * 4 + j], acc);
-                }
-            }
-        }
-        acc = warp_sum(acc);
-        if (lane == 0) y[row] = acc;
-    }
-}
 /* The same two forms' reads reshaped: a CTA an SM, one producer thread streaming batches of RB rows
  * (each array's rows contiguous: one bulk copy an array a batch) into a ring of NST stages in shared
  * memory, 8 consumer warps a row each of a batch, decoding from shared memory. */
@@ -243,11 +210,10 @@ __global__ void __launch_bounds__(288, 1) k_gemv_bulk(const void *a0, const uint
     __shared__ float xs[K];
     __shared__ uint64_t full[NST], empty[NST];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = x[i];
     if (threadIdx.x == 0)
         for (int i = 0; i < NST; i++) mb_init(&full[i], 1), mb_init(&empty[i], 8);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    __syncthreads();
+    stage_x(xs, x);
     const int nb = V / RB;
     if (warp == 8) {
         if (lane == 0) {
@@ -272,37 +238,15 @@ __global__ void __launch_bounds__(288, 1) k_gemv_bulk(const void *a0, const uint
         if (FORM == 0) {
             const uint4 *r = (const uint4 *)(d + warp * K * 2);
 #pragma unroll
-            for (int t = 0; t < K / 256; t++) {
-                const uint4 q = r[lane + 32 * t];
-                const float *xp = xs + (lane + 32 * t) * 8;
-                const unsigned u[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-                for (int j = 0; j < 4; j++) acc = fmaf(bf_lo(u[j]), xp[2 * j], fmaf(bf_hi(u[j]), xp[2 * j + 1], acc));
-            }
+            for (int t = 0; t < K / 256; t++) acc = dot8_bf16(r[lane + 32 * t], xs + (lane + 32 * t) * 8, acc);
         } else {
             const uint4 *s4 = (const uint4 *)(d + warp * K);
             const uint2 *n2 = (const uint2 *)(d + LOB + warp * K / 2);
             const unsigned bw = ((const unsigned *)(d + LOB + NIB + warp * (K / G)))[lane & 7];
 #pragma unroll
             for (int t = 0; t < K / 512; t++) {
-                const int p = lane + 32 * t, grp = p / 4;
-                const uint4 sq = s4[p];
-                const uint2 nq2 = n2[p];
-                const unsigned bh = (__shfl_sync(0xffffffffu, bw, grp / 4) >> (8 * (grp % 4))) & 0xff;
-                const unsigned tlo = bh * 0x01010101u + 0x03020100u, thi = tlo + 0x04040404u;
-                const float *xp = xs + p * 16;
-                const unsigned sw[4] = {sq.x, sq.y, sq.z, sq.w}, nw2[2] = {nq2.x, nq2.y};
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const unsigned nq = (nw2[q / 2] >> (16 * (q % 2))) & 0xffffu;
-                    unsigned h4 = prmt(tlo, thi, nq & 0x7777u);
-                    h4 |= ((nq & 0x8u) << 4) | ((nq & 0x80u) << 8) | ((nq & 0x800u) << 12) | ((nq & 0x8000u) << 16);
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const unsigned bits = prmt(sw[q], h4, ((4 + j) << 12) | (j << 8)) & 0xffff0000u;
-                        acc = fmaf(__uint_as_float(bits), xp[q * 4 + j], acc);
-                    }
-                }
+                const int p = lane + 32 * t;
+                acc = dot16_form2(s4[p], n2[p], group_base(bw, p / 4), xs + p * 16, acc);
             }
         }
         __syncwarp();
@@ -348,7 +292,7 @@ int main() {
     cudaMalloc(&sm, (size_t)V * K), cudaMalloc(&nib, (size_t)V * K / 2), cudaMalloc(&base, (size_t)V * K / G);
     cudaMalloc(&cnt, 8), cudaMemset(cnt, 0, 8);
     k_fill<<<sms * 8, 256>>>(w, x);
-    k_pack<<<(unsigned)(((int64_t)V * K / G + 255) / 256), 256>>>(w, sm, nib, base, cnt);
+    k_pack<1><<<(unsigned)(((int64_t)V * K / G + 255) / 256), 256>>>(w, sm, nib, base, cnt);
     k_check<<<sms * 8, 256>>>(w, sm, nib, base, cnt + 1);
     unsigned h[2];
     cudaMemcpy(h, cnt, 8, cudaMemcpyDeviceToHost);
@@ -357,14 +301,14 @@ int main() {
     float *y2;
     cudaMalloc(&lo2, (size_t)V * K), cudaMalloc(&nib2, (size_t)V * K / 2), cudaMalloc(&base2, (size_t)V * K / G);
     cudaMalloc(&cnt2, 8), cudaMemset(cnt2, 0, 8), cudaMalloc(&y2, V * 4);
-    k_pack2<<<(unsigned)(((int64_t)V * K / G + 255) / 256), 256>>>(w, lo2, nib2, base2, cnt2);
+    k_pack<2><<<(unsigned)(((int64_t)V * K / G + 255) / 256), 256>>>(w, lo2, nib2, base2, cnt2);
     k_check2<<<sms * 8, 256>>>(w, lo2, nib2, base2, cnt2 + 1);
     cudaMemcpy(h2, cnt2, 8, cudaMemcpyDeviceToHost);
     const double bb = (double)V * K * 2, bc = (double)V * K * 1.5 + (double)V * K / G;
     for (int blocks = sms * 4; blocks <= sms * 8; blocks *= 2) {
-        float t0 = time_med([&] { k_gemv_bf16<<<blocks, 256>>>(w, x, y0); });
-        float t1 = time_med([&] { k_gemv_c12<<<blocks, 256>>>(sm, nib, base, x, y1); });
-        float t2 = time_med([&] { k_gemv_c12b<<<blocks, 256>>>(lo2, nib2, base2, x, y2); });
+        float t0 = time_med([&] { k_gemv<0><<<blocks, 256>>>(w, nullptr, nullptr, x, y0); });
+        float t1 = time_med([&] { k_gemv<1><<<blocks, 256>>>(sm, nib, base, x, y1); });
+        float t2 = time_med([&] { k_gemv<2><<<blocks, 256>>>(lo2, nib2, base2, x, y2); });
         printf("%d CTAs: bf16 %.1f us (%.2f TB/s)   12-bit %.1f us (%.2f TB/s of its bytes, %.1f%% of bf16's time)   form 2 %.1f us (%.2f TB/s, %.1f%%)\n",
                blocks, t0, bb / t0 / 1e6, t1, bc / t1 / 1e6, 100.0 * t1 / t0, t2, bc / t2 / 1e6, 100.0 * t2 / t0);
     }
