@@ -8,7 +8,7 @@ of the critical path; and the mean per-CTA time in it (how long a CTA itself spe
 import struct
 import sys
 
-NAMES = ["norm 1", "q/k/v GEMV", "barrier", "attention", "barrier", "copy o", "o GEMV", "barrier",
+NAMES = ["norm 1", "q/k/v GEMV", "attention", "barrier", "copy o", "o GEMV", "barrier",
          "norm 2", "gate/up GEMV", "barrier", "copy g", "down GEMV", "barrier"]
 
 

@@ -727,8 +727,6 @@ IRIS_TEST(planner_bad_input) {
 
 /* ---- the CLI ---- */
 
-static char *run(const char *cmd, int *status) { return iris_test_popen(cmd, status); }
-
 IRIS_TEST(planner_cli) {
     const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
     REQUIRE(access(bin, X_OK) == 0 || (fprintf(stderr, "  %s not built (set IRIS_BIN)\n", bin), 0));
@@ -737,7 +735,7 @@ IRIS_TEST(planner_cli) {
     char cmd[1024];
     int status;
     snprintf(cmd, sizeof cmd, "%s plan %s --vram 8GiB --reserved 1GiB --plan-json 2>/dev/null", bin, d2);
-    char *out = run(cmd, &status);
+    char *out = iris_test_popen(cmd, &status);
     REQUIRE(out);
     CHECK_EQ_INT(status, 0);
     json_error_t je;
@@ -759,7 +757,7 @@ IRIS_TEST(planner_cli) {
     free(out);
     /* the table */
     snprintf(cmd, sizeof cmd, "%s plan %s --vram 8GiB --reserved 1GiB 2>&1", bin, d2);
-    out = run(cmd, &status);
+    out = iris_test_popen(cmd, &status);
     CHECK_EQ_INT(status, 0);
     CHECK_CONTAINS(out, "context: 30,336 tokens (the largest that fits");
     CHECK_CONTAINS(out, "full-length sequences at once: 1");
@@ -767,7 +765,7 @@ IRIS_TEST(planner_cli) {
     free(out);
     /* 4B-BF16 on the same card: one message on stderr, exit 1 */
     snprintf(cmd, sizeof cmd, "%s plan %s --vram 8GiB --reserved 1GiB 2>&1 >/dev/null", bin, d4);
-    out = run(cmd, &status);
+    out = iris_test_popen(cmd, &status);
     CHECK_EQ_INT(status, 1);
     CHECK_CONTAINS(out, "iris: ");
     CHECK_CONTAINS(out, "does not fit in 6.50 GiB");
@@ -776,7 +774,7 @@ IRIS_TEST(planner_cli) {
     free(out);
     /* the same under a 7 GiB limit with an FP8 KV cache still fails, as JSON */
     snprintf(cmd, sizeof cmd, "%s plan %s --gpu-memory-limit 7GiB --kv-cache-dtype fp8 --plan-json 2>/dev/null", bin, d4);
-    out = run(cmd, &status);
+    out = iris_test_popen(cmd, &status);
     CHECK_EQ_INT(status, 1);
     o = out ? json_loads(out, 0, &je) : NULL;
     CHECK(o && json_is_false(json_object_get(o, "fits")));
@@ -794,7 +792,7 @@ IRIS_TEST(planner_cli) {
     REQUIRE(system(cmd) == 0);
     snprintf(cwd_cmd, sizeof cwd_cmd, "HF_HUB_CACHE=%s %s plan Qwen/Qwen3-VL-4B-Instruct --vram 8GiB --reserved 1GiB 2>&1", hub,
              bin);
-    out = run(cwd_cmd, &status);
+    out = iris_test_popen(cwd_cmd, &status);
     CHECK_EQ_INT(status, 1);
     CHECK_CONTAINS(out, "iris: Qwen/Qwen3-VL-4B-Instruct does not fit in 6.50 GiB");
     CHECK_CONTAINS(out, "iris pull Qwen/Qwen3-VL-4B-Instruct-FP8");
@@ -803,12 +801,12 @@ IRIS_TEST(planner_cli) {
     CHECK(system(p1) == 0);
     /* bad usage */
     snprintf(cmd, sizeof cmd, "%s plan %s --vram 8XB 2>&1", bin, d2);
-    out = run(cmd, &status);
+    out = iris_test_popen(cmd, &status);
     CHECK_EQ_INT(status, 2);
     CHECK_CONTAINS(out, "'8XB' is not a size");
     free(out);
     snprintf(cmd, sizeof cmd, "%s plan --help", bin);
-    out = run(cmd, &status);
+    out = iris_test_popen(cmd, &status);
     CHECK_EQ_INT(status, 0);
     CHECK_CONTAINS(out, "--max-image-pixels");
     free(out);

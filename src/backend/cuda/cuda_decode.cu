@@ -365,7 +365,7 @@
 #else
 #define DS_SETMAXNREG 0
 #endif
-#define DS_EVENTS 14                     /* trace stamps a layer (k_decode_stack) */
+#define DS_EVENTS 13                     /* trace stamps a layer (k_decode_stack) */
 #define DS_BT 64                         /* block-table entries of the CTA's attention item kept in shared memory */
 #define DS_GP (2 * 16 * DS_MAX_ROWS)     /* a stream-K piece's partial sums: [row of x][16 rows][gate, up] */
 #define DS_MAX_GRID 256                  /* CTAs (SMs) whose pieces' sums c->ds_part holds */
@@ -389,8 +389,7 @@ struct ds_args {
     int run[4];    /* GEMV phase ph stream-K in runs of run[ph] chunks (0: whole tiles; ds_pieces) */
     int tiles[4];  /* GEMV phase ph's 16-row tiles (ds_tiles), read as they are: no arithmetic to hold */
     unsigned long long *gpart; /* stream-K pieces' tagged partial sums: [grid][DS_GP], zero between launches */
-    unsigned long long *qkvt;  /* the q/k/v GEMV's outputs as tagged words: [row][rows0], zero between layers */
-    int rows0;                 /* (nq + 2 nkv) · DS_HD: the rows of [q; k; v] */
+    unsigned long long *qkvt;  /* the q/k/v GEMV's outputs as tagged words (qkv_at), zero between layers */
     unsigned x_off, ring_off, slot_bytes;
     float eps, scale;
     bf16 *h, *o, *gb;
@@ -502,29 +501,26 @@ static __device__ __forceinline__ unsigned long long ld_tagged(const unsigned lo
 static __device__ __forceinline__ void cons_sync() { asm volatile("bar.sync 1, %0;" ::"n"(DS_WARPS * 32) : "memory"); }
 
 /* Every CTA's consumers reach the barrier; what each wrote before is visible to all after it. */
-static __device__ __forceinline__ void grid_arrive(unsigned *bar, unsigned &target) {
+static __device__ __forceinline__ void grid_sync(unsigned *bar, unsigned &target) {
     cons_sync();
     target += gridDim.x;
-    if (threadIdx.x == 0) /* release: the CTA's writes (ordered before by the bar.sync) go first */
+    if (threadIdx.x == 0) { /* release: the CTA's writes (ordered before by the bar.sync) go first */
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
-}
-static __device__ __forceinline__ void grid_wait(const unsigned *bar, unsigned target) {
-    if (threadIdx.x == 0) {
         unsigned v;
         do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
         while (v < target);
     }
     cons_sync();
 }
-static __device__ __forceinline__ void grid_sync(unsigned *bar, unsigned &target) {
-    grid_arrive(bar, target);
-    grid_wait(bar, target);
-}
 
 /* ---- the weight tiles: the same order for the producer and the consumers ---- */
 
 static __device__ __forceinline__ int ph_tiles(const ds_args &a, int ph) { return a.tiles[ph]; }
 static __device__ __forceinline__ int ph_k(const ds_args &a, int ph) { return ds_k(ph, a.H, a.FF, a.nq); }
+/* The tagged word of row r of [q; k; v] for the step's row tok. */
+static __device__ __forceinline__ unsigned long long *qkv_at(const ds_args &a, int tok, int r) {
+    return a.qkvt + ((int64_t)tok * ph_tiles(a, 0) * 16 + r);
+}
 /* Matrix m (0, or 1 = up in phase 2) of tile `tile` of phase ph: its weight, scales, first row. */
 static __device__ __forceinline__ int ph_mat(const ds_args &a, int ph, int tile, int m, int *r0) {
     int r = tile * 16;
@@ -758,11 +754,9 @@ static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *r
                         s0 += __uint_as_float((unsigned)v0);
                         if (mats == 2) s1 += __uint_as_float((unsigned)v1);
                     }
-                int r0;
-                ph_mat(a, PH, tile, 0, &r0);
-                const int r = r0 + row;
+                const int r = tile * 16 + row; /* (q/k/v: the row of [q; k; v]) */
                 if (PH == 0) { /* tagged, for the attention to take each value when its word has come */
-                    st_tagged(a.qkvt + (int64_t)tok * a.rows0 + tile * 16 + row, round_bf16(s0));
+                    st_tagged(qkv_at(a, tok, r), round_bf16(s0));
                 } else if (PH == 2) { /* linear, linear, silu_mul */
                     float gg = round_bf16(s0), uu = round_bf16(s1);
                     a.gb[(int64_t)tok * a.FF + r] = f2bf(round_bf16(gg / (1.0f + expf(-gg))) * uu);
@@ -808,14 +802,14 @@ static __device__ void qkv_clear(const ds_args &a) {
     for (ds_pieces pc(a, 0, ph_run<SKM>(a, 0)); pc.more(); pc.next()) {
         if (pc.c0() > 0) continue; /* a piece whose tile another CTA finished */
         const int e = threadIdx.x, row = e & 15, tok = e >> 4;
-        if (tok < a.R) st_tagged_clear(a.qkvt + (int64_t)tok * a.rows0 + pc.tile * 16 + row);
+        if (tok < a.R) st_tagged_clear(qkv_at(a, tok, pc.tile * 16 + row));
     }
 }
 
 /* Phase 2: the attention items this CTA owns (the numbers of cuda_attn.cu's k_attn_decode, 64 keys
- * a round over 8 warps).  Entered after the arrival at the grid barrier behind the
- * q/k/v GEMV: `wait` (which completes it the first time, and then does nothing) comes once the first
- * item's first keys and norm weights are on the way. */
+ * a round over 8 warps).  Entered straight from the q/k/v GEMV: each item's prologue takes its
+ * heads' q/k/v as their tagged words come (qkv_take); its first keys and values are requested
+ * before that. */
 static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &S) {
     ds_attn_smem &A = S.u.at;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -871,7 +865,7 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
             const float sn[2] = {S.sn[row][lane], S.sn[row][lane + 32]}, cs[2] = {S.cs[row][lane], S.cs[row][lane + 32]};
             /* the head's values from the q/k/v GEMV's tagged words (no grid barrier before the
              * attention: a word not yet come is loaded again), as bf16 into A.in (and v into A.v) */
-            const unsigned long long *src = a.qkvt + (int64_t)row * a.rows0 + (isk ? a.nq * DS_HD + kvh * DS_HD : (kvh * G + warp) * DS_HD);
+            const unsigned long long *src = qkv_at(a, row, isk ? (a.nq + kvh) * DS_HD : (kvh * G + warp) * DS_HD);
             qkv_take(src, A.in[warp], lane);
             if (isk) qkv_take(src + a.nkv * DS_HD, A.v, lane);
             __syncwarp();
@@ -1121,8 +1115,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         stamp();
         gemv_phase<0, SKM>(a, S, ring, x_s, cur);
         stamp();
-        stamp(); /* (no grid barrier before the attention: its q/k/v come as tagged words) */
-        attn_phase(a, L, S);
+        attn_phase(a, L, S); /* (no grid barrier before it: its q/k/v come as tagged words) */
         stamp();
         grid_sync(a.bar, target);
         qkv_clear<SKM>(a);
@@ -1297,7 +1290,7 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     a.ln_dt = ln_dt, a.qk_dt = qk_dt;
     for (int ph = 0; ph < 4; ph++) a.run[ph] = run[ph], a.tiles[ph] = ds_tiles(ph, (int)H, (int)FF, nq, nkv);
     a.gpart = (unsigned long long *)c->ds_part;
-    a.qkvt = (unsigned long long *)((char *)c->ds_part + DS_SKPART_BYTES), a.rows0 = (nq + 2 * nkv) * DS_HD;
+    a.qkvt = (unsigned long long *)((char *)c->ds_part + DS_SKPART_BYTES);
     a.x_off = (unsigned)x_off, a.ring_off = (unsigned)ring_off, a.slot_bytes = (unsigned)slot_bytes;
     a.eps = d->eps, a.scale = 1.0f / sqrtf((float)hd);
     a.h = (bf16 *)d->h->data;
