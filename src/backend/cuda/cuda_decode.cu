@@ -333,6 +333,22 @@
  *     and attention 3.2 + 5.7 -> 0 + 8.3 us (a layer 36.1 -> 35.2), 4B's 3.9 + 7.1 -> 0 + 10.6 (55.0
  *     -> 54.8): the attention now waits for the last q/k/v tile's stores itself, which were most
  *     of that barrier (the stream's traffic in the way of them, not the barrier's own hand-off).
+ *   - 2026-11-26 (sixth session; H100, bench/ds_ceiling.sh, 2 rounds): the design's ceilings, builds
+ *     with parts of the work left out (IRIS_DS_CEILING, wrong numbers), batch-1 tok/s 2B-FP8 /
+ *     4B-FP8: the product 801-808 / 437-440; no grid barrier after o_proj, gate/up or down_proj (their
+ *     data hand-offs stay: the next loads read what is there) 886-893 / 470-474; no products
+ *     865-871 / 457-460; neither 981-983 / 495-502; no attention either 1,240-1,246 / 610-613 (no
+ *     attention, products kept: 1,075-1,087 / 549).  The traces (2B, a layer): product 35.3 us; no
+ *     barriers 31.2 (the hand-offs moved into the norms and the copy of g: 0.8 -> 2.1, 0.7 -> 1.5,
+ *     0.5 -> 1.5 us); no products 32.1 (the GEMV phases 16.4 -> 6.4 us, the barriers after them
+ *     5.6 and 4.2 us, the refills in flight); neither 27.1 (the attention 8.0 us, norm 1 4.6, the
+ *     copy of g 3.3); nothing but the stream, norms and copies 20.1.  So no change to the
+ *     barriers alone (the gate/up -> down_proj barrier folded into a K-split down_proj, say: at
+ *     most 843-845 / 455-459 with that barrier simply gone, before the cost of the reduction that
+ *     would replace it) and no change to the arithmetic alone reaches the batch-1 targets
+ *     (1,000 / 500 tok/s); a design that meets them needs a layer's chain (the attention and
+ *     the hand-offs, ~15 us of 2B's 35 with the barriers gone) and its weight stream to overlap,
+ *     which the stream's traffic has so far prevented (every latency on the chain doubles under it).
  * What is left (2B on an H100, ~36 us a layer against ~16.5 of weight bytes; 4B ~55 against ~33): the GEMV phases
  * (~16.8 us) run at the consumers' pace, ~700 cycles a chunk with its slot full, the same with 8 or
  * 12 consumer warps, with cheaper or paired dequantizations (what binds the SM there is open); but
@@ -358,6 +374,15 @@
 #define DS_MAX_RING 32
 #define DS_MIN_RING 4
 #define DS_MAX_SPLITS 64
+/* A measuring aid, never defined in a product build: IRIS_DS_CEILING leaves work out of the kernel so
+ * that what is left shows what bounds it (wrong numbers, timing only; bench/ds_ceiling.sh builds and
+ * runs such binaries; the host warns at the first launch).  Bits: 1 the products (a
+ * consumer folds one word of its slot into one sum), 2 the attention, 4 / 8 / 16 the grid barrier
+ * after o_proj / gate-up / down_proj (the data hand-offs stay: the next phase's loads read what is
+ * there). */
+#ifndef IRIS_DS_CEILING
+#define IRIS_DS_CEILING 0
+#endif
 /* arch- or family-specific targets (sm_90a, sm_120a, sm_120f, ...): the registers moved from the
  * producers to the consumers (k_decode_stack; plain sm_90 / sm_120 have no setmaxnreg) */
 #if defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 900
@@ -713,7 +738,11 @@ static __device__ void gemv_phase(const ds_args &a, ds_head &S, const uint8_t *r
                 if (++cur.slot == a.ring) cur.slot = 0, cur.parity ^= 1;
                 if (chm == my_grp) {
                     const uint32_t X[1][8] = {{x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w}};
+#if IRIS_DS_CEILING & 1
+                    c[m][0][0] += __uint_as_float((wa.x ^ wb.y) & 0x3fffffffu) * sc + __uint_as_float(X[0][0] & 0x3fffffffu);
+#else
                     step_mma<1>(c[m], wa, wb, sc, X);
+#endif
                 }
             }
             if (++chm == per) chm = 0;
@@ -1115,7 +1144,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         stamp();
         gemv_phase<0, SKM>(a, S, ring, x_s, cur);
         stamp();
-        attn_phase(a, L, S); /* (no grid barrier before it: its q/k/v come as tagged words) */
+        if (!(IRIS_DS_CEILING & 2)) attn_phase(a, L, S); /* (no grid barrier before it: its q/k/v come as tagged words) */
         stamp();
         grid_sync(a.bar, target);
         qkv_clear<SKM>(a);
@@ -1125,19 +1154,22 @@ __global__ void __launch_bounds__(DS_THREADS, 1) k_decode_stack(const __grid_con
         gemv_phase<1, SKM>(a, S, ring, x_s, cur);
         stamp();
         nw = norm_weights(a, L.ln2);
-        grid_sync(a.bar, target);
+        if (!(IRIS_DS_CEILING & 4)) grid_sync(a.bar, target);
         stamp();
         prep_norm(a, nw, x_s, S);
         stamp();
         gemv_phase<2, SKM>(a, S, ring, x_s, cur);
         stamp();
-        grid_sync(a.bar, target);
+        if (!(IRIS_DS_CEILING & 8)) grid_sync(a.bar, target);
         stamp();
         prep_copy(a, a.gb, a.FF, x_s);
         stamp();
         gemv_phase<3, SKM>(a, S, ring, x_s, cur);
         stamp();
-        if (il + 1 < a.n_layers) nw = norm_weights(a, a.L[il + 1].ln1), grid_sync(a.bar, target);
+        if (il + 1 < a.n_layers) {
+            nw = norm_weights(a, a.L[il + 1].ln1);
+            if (!(IRIS_DS_CEILING & 16)) grid_sync(a.bar, target);
+        }
         stamp();
     }
 #endif
@@ -1316,6 +1348,9 @@ int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d) {
     }
     if (cudaMemsetAsync(c->ds_bar, 0, sizeof(unsigned), c->stream) != cudaSuccess)
         return iris_cuda_status(b, cudaGetLastError(), "decode_layers: barrier reset");
+    static int ceiling_told;
+    if (IRIS_DS_CEILING && !ceiling_told++)
+        fprintf(stderr, "iris: decode_layers built with IRIS_DS_CEILING=%d: timing only, wrong numbers\n", IRIS_DS_CEILING);
     kern<<<grid, DS_THREADS, smem, c->stream>>>(a);
     c->ds_runs++;
     c->ds_split_last = sk;
