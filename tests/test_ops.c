@@ -388,7 +388,9 @@ static void check_w8a8(int64_t n, int64_t in, int64_t out, int bias) {
 
 /* ---- densify: an FP8 weight's BF16 copy, and products that read it ---- */
 
-static void check_dense(int64_t n, int64_t in, int64_t out, int bias) {
+/* route: -1 any; 0 the copy leaves the product's path as it was (bit for bit); 1 the copy moves the
+ * product to another path (cuBLASLt on the copy in place of the tensor-core GEMV: other sums) */
+static void check_dense(int64_t n, int64_t in, int64_t out, int bias, int route) {
     fp8_case c;
     fp8_case_make(&c, n, in, out, bias);
     int64_t sc_cols = (in + 127) / 128;
@@ -414,6 +416,9 @@ static void check_dense(int64_t n, int64_t in, int64_t out, int bias) {
             "values differ\n", (long long)n, (long long)in, (long long)out, (long long)in, bias ? " +bias" : "", ed, eq,
             (long long)differ, (long long)(n * out));
     CHECKF(eq <= 8e-3 && ed <= 8e-3, "error dequantizing %.3g, dense %.3g", eq, ed);
+    if (route >= 0)
+        CHECKF((differ > 0) == route, "%lld rows: %lld values differ with the BF16 copy, expected %s", (long long)n,
+               (long long)differ, route ? "another path (cuBLASLt past 16 rows)" : "the same path (the GEMV up to 16 rows)");
     g_cuda->free(g_cuda, yq), g_cuda->free(g_cuda, yd);
     free(dense);
     fp8_case_free(&c);
@@ -421,10 +426,15 @@ static void check_dense(int64_t n, int64_t in, int64_t out, int bias) {
 
 IRIS_TEST(gpu_ops_linear_dense) {
     if (!backends()) return;
-    check_dense(70, 2048, 2304, 0);
-    check_dense(300, 6144, 2048, 1);   /* the dequantizing path takes this weight in two chunks */
-    check_dense(1029, 2048, 6144, 0);
-    check_dense(45, 200, 136, 1);      /* a width the 16-byte dequantization declines */
+    check_dense(70, 2048, 2304, 0, -1);
+    check_dense(300, 6144, 2048, 1, -1);   /* the dequantizing path takes this weight in two chunks */
+    check_dense(1029, 2048, 6144, 0, -1);
+    check_dense(45, 200, 136, 1, -1);      /* a width the 16-byte dequantization declines */
+    /* decode sizes: up to 16 rows the tensor-core GEMV keeps reading the FP8 codes; 17-32 rows
+     * (the GEMV's without a copy) go to cuBLASLt on the copy, measured faster (cuda_linear.cu) */
+    check_dense(16, 2048, 2304, 0, 0);
+    check_dense(24, 2048, 2304, 0, 1);
+    check_dense(32, 2048, 6144, 1, 1);
 }
 
 IRIS_TEST(gpu_ops_fused_linear) {

@@ -91,7 +91,7 @@ static int run_scenario(iris_text *t, iris_backend *b, const char *model, const 
 IRIS_TEST(gpu_text_tiny_fixtures) {
     OPS_NEED_GPU("GPU decoder test");
     /* the fourth pass: tiny-fp8 with BF16 copies of its linears (densify), which prefill chunks of
-     * more than 32 rows read (the image, two_images and multi_turn scenarios) */
+     * more than 16 rows read (the image, two_images and multi_turn scenarios) */
     static const char *models[] = {"tiny-gqa", "tiny-mqa", "tiny-fp8", "tiny-fp8"};
     static const char *labels[] = {"tiny-gqa", "tiny-mqa", "tiny-fp8", "tiny-fp8 dense"};
     static const char *scen[] = {"text", "image", "two_images", "multi_turn"};

@@ -53,7 +53,7 @@ static void usage(FILE *f) {
                "--host-sampling: decode steps download every row's fp32 logits (as requests with penalties or\n"
                "logprobs do) instead of each row's most likely tokens picked on the GPU.\n"
                "--dense-weights: FP8 checkpoints keep BF16 copies of the decoder linears for prefill and\n"
-               "batches over 32 rows (auto, the default: when they take at most 10%% of the GPU's memory).\n");
+               "batches over 16 rows (auto, the default: when they take at most 10%% of the GPU's memory).\n");
 }
 
 static double now(void) {

@@ -85,7 +85,7 @@ static void part_how(const iris_plan *p, int part, char *out, size_t size) {
     }
     case IRIS_PART_DENSE:
         if (p->dense)
-            snprintf(out, size, "BF16 copies of the FP8 decoder linears, for prefill and batches over 32 rows");
+            snprintf(out, size, "BF16 copies of the FP8 decoder linears, for prefill and batches over 16 rows");
         else
             snprintf(out, size, "none (%s)", !p->weights_fp8 ? "no FP8 linears"
                                              : s->dense_weights == IRIS_DENSE_OFF ? "--dense-weights off"

@@ -44,7 +44,8 @@ struct cuda_span {          /* one piece of the arena, kept sorted by offset */
 /* Decode linears: rows up to these take the GEMV kernels, more go to cuBLASLt.  H100, 4B-FP8
  * gate_proj (bench_cuda linear_switch): the FMA kernel is about even with cuBLASLt after
  * dequantization at 12 rows (68 vs 65 us), the tensor-core kernel still ahead at 32 rows in
- * 8-token launches (55 vs 67 us; it takes 16 tokens a launch now). */
+ * 8-token launches (55 vs 67 us; it takes 16 tokens a launch now).  Weights with a BF16 copy
+ * (densify) take cuBLASLt past GEMV_ROWS (cuda_linear.cu gemv_ok).  IRIS_CUDA_GEMV_ROWS=N sets both. */
 #define GEMV_ROWS 16
 #define GEMV_MMA_ROWS 32
 

@@ -2,8 +2,9 @@
  * BF16, F16, F32 or block-scaled FP8 weights.
  *
  * Four paths, chosen per call:
- *  - small batches (n <= ctx->mma_max_rows) with FP8 weights in 128x128 blocks and rows of a
- *    multiple of 64: the tensor-core kernel of cuda_gemv_mma.cu (W8A16 through mma.sync).
+ *  - small batches (n <= ctx->mma_max_rows; <= ctx->w8_max_rows for a weight with a BF16 copy) with
+ *    FP8 weights in 128x128 blocks and rows of a multiple of 64: the tensor-core kernel of
+ *    cuda_gemv_mma.cu (W8A16 through mma.sync).
  *  - other small batches (n <= ctx->w8_max_rows; decode) with BF16 or FP8 weights
  *    whose rows allow 16-byte loads: k_gemv_n, W16A16 / W8A16 (also the q, k, v
  *    projections in one launch; k_gemv_swiglu: gate, up and SiLU·mul in one).  Memory-bound:
@@ -501,10 +502,14 @@ static int mma_ok(const cuda_ctx *cx, const iris_tensor *w) {
 }
 
 /* The decode path applies: few rows, BF16 activations of the right shapes, BF16 or FP8 weights
- * whose rows allow 16-byte loads (iris_cuda_linear checks the rest and reports what is wrong). */
+ * whose rows allow 16-byte loads (iris_cuda_linear checks the rest and reports what is wrong).
+ * An FP8 weight with a BF16 copy (densify) takes the tensor-core GEMV only up to w8_max_rows: past
+ * that cuBLASLt on the copy is faster (H100, iris bench, 1,024-token context, 2 rounds: 2B-FP8 24 and
+ * 32 sequences 6,216-6,267 / 7,455-7,529 -> 6,627-6,635 / 8,343-8,382 tok/s, 4B-FP8 2,891-2,905 /
+ * 3,542-3,548 -> 3,405-3,408 / 4,305-4,329; at 16 sequences even, at 8 the GEMV well ahead). */
 static int gemv_ok(const cuda_ctx *cx, const iris_tensor *x, const iris_tensor *w, const iris_tensor *y) {
     int fp8 = w->dtype == IRIS_DT_F8_E4M3, epl = fp8 ? 16 : 8;
-    int max_rows = mma_ok(cx, w) ? cx->mma_max_rows : cx->w8_max_rows;
+    int max_rows = mma_ok(cx, w) && !w->dense ? cx->mma_max_rows : cx->w8_max_rows;
     return x->dtype == IRIS_DT_BF16 && y->dtype == IRIS_DT_BF16 && x->cols == w->cols && y->rows == x->rows &&
            y->cols == w->rows && x->rows > 0 && x->rows <= max_rows && (fp8 || w->dtype == IRIS_DT_BF16) &&
            w->cols % epl == 0 && tld(w) % epl == 0 && is_aligned16(w->data) && tld(x) % 8 == 0 &&

@@ -458,7 +458,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->ds_bar = (unsigned *)arena_alloc(c, DS_BAR_BYTES);
     c->ds_part = arena_alloc(c, DS_PART_BYTES);
     if (c->ds_part && cudaMemsetAsync(c->ds_part, 0, DS_PART_BYTES, c->stream) != cudaSuccess) c->ds_part = NULL;
-    iris_cuda_set_gemv_rows(b, -1);
+    const char *gr = getenv("IRIS_CUDA_GEMV_ROWS"); /* products of more rows go to cuBLASLt */
+    iris_cuda_set_gemv_rows(b, gr && *gr >= '0' && *gr <= '9' ? atoi(gr) : -1);
     const char *mma = getenv("IRIS_CUDA_FP8_MMA");
     c->fp8_mma = mma && !strcmp(mma, "1") && c->prop.major == 9;
     c->gemv_mma = c->prop.major >= 8 && env_on("IRIS_CUDA_GEMV_MMA");
