@@ -437,6 +437,33 @@ IRIS_TEST(gpu_ops_linear_dense) {
     check_dense(32, 2048, 6144, 1, 1);
 }
 
+/* BF16 weights (the lm_head): k_gemv_n up to GEMV_BF16_ROWS (4) rows, cuBLASLt past that, measured
+ * faster there (cuda_internal.cuh).  By default 4 rows give the forced GEMV's bits and 8 rows other
+ * sums; either within the CPU bound (check_linear above covers both paths' accuracy). */
+IRIS_TEST(gpu_ops_linear_bf16_route) {
+    if (!backends()) return;
+    const int64_t in = 2048, out = 6144;
+    iris_tensor w = dev_weight(out, in, IRIS_DT_BF16);
+    float *x = rnd_vec(8 * in, -1, 1);
+    void *dx = dev_bf16(x, 8 * in), *yd = dev_poison(8 * out), *yg = dev_poison(8 * out);
+    for (int n = 4; n <= 8; n += 4) {
+        iris_tensor gx = view(dx, IRIS_DT_BF16, n, in, 0), gd = view(yd, IRIS_DT_BF16, n, out, 0),
+                    gg = view(yg, IRIS_DT_BF16, n, out, 0);
+        CHECKF(g_cuda->linear(g_cuda, &gx, &w, NULL, &gd) == 0, "%s", g_cuda->err.msg);
+        iris_cuda_set_gemv_rows(g_cuda, 16);
+        CHECKF(g_cuda->linear(g_cuda, &gx, &w, NULL, &gg) == 0, "%s", g_cuda->err.msg);
+        iris_cuda_set_gemv_rows(g_cuda, -1);
+        int64_t differ = n_differ(yd, yg, n * out);
+        fprintf(stderr, "  bf16 linear, %d rows: %lld of %lld values differ from the GEMV's\n", n, (long long)differ,
+                (long long)(n * out));
+        CHECKF((differ > 0) == (n > 4), "%d rows: %lld values differ from the GEMV's, expected %s", n, (long long)differ,
+               n > 4 ? "cuBLASLt's other sums" : "the GEMV itself");
+    }
+    g_cuda->free(g_cuda, dx), g_cuda->free(g_cuda, yd), g_cuda->free(g_cuda, yg);
+    free_weight(&w);
+    free(x);
+}
+
 IRIS_TEST(gpu_ops_fused_linear) {
     if (!backends()) return;
     /* the one-launch path (n up to the gemv rows: FP8 16 tokens a launch, so 24 takes two; BF16 8, so

@@ -47,6 +47,13 @@ struct cuda_span {          /* one piece of the arena, kept sorted by offset */
  * 8-token launches (55 vs 67 us; it takes 16 tokens a launch now).  Weights with a BF16 copy
  * (densify) take cuBLASLt past GEMV_ROWS (cuda_linear.cu gemv_ok).  IRIS_CUDA_GEMV_ROWS=N sets both. */
 #define GEMV_ROWS 16
+/* BF16 weights (the lm_head of every checkpoint, every linear of a BF16 one): k_gemv_n up to 4 rows,
+ * cuBLASLt past that (at 8 tokens a launch the FMA kernel is compute-bound: the 2B lm_head took
+ * 359 us at 8 rows against 199 at 1).  H100, iris bench, 1,024-token context, 2 rounds, 4 against
+ * 16: 2B-FP8 8 / 16 sequences 3,713-3,721 / 5,125-5,182 -> 3,958-3,997 / 6,170-6,254 tok/s, 4B-FP8
+ * 1,812-1,817 / 2,596-2,604 -> 1,872-1,874 / 2,872-2,875, 2B-BF16 2,279-2,294 / 2,468-2,474 ->
+ * 2,840-2,844 / 5,062-5,068; 1-4 rows the same; cuBLASLt at 1 row slower (2B-BF16 498 -> 401). */
+#define GEMV_BF16_ROWS 4
 #define GEMV_MMA_ROWS 32
 
 struct cuda_ctx {
@@ -72,6 +79,7 @@ struct cuda_ctx {
     int w8_max_rows;
     int gemv_mma;           /* FP8 decode linears on the tensor cores (cuda_gemv_mma.cu); IRIS_CUDA_GEMV_MMA=0: off */
     int mma_max_rows;       /* linear: rows up to this take that kernel where it applies (else w8_max_rows) */
+    int bf16_max_rows;      /* linear: BF16 weights take k_gemv_n up to this many rows (else cuBLASLt) */
     int gemv_kw;            /* its warps a CTA; 0: chosen per shape (IRIS_CUDA_GEMV_KW=N, for measurements) */
     int gemv_smem;          /* its weight tiles through shared memory where they fit one wave (IRIS_CUDA_GEMV_SMEM=0: off) */
     int attn_min_keys;      /* decode attention: keys a context split takes at least (IRIS_CUDA_ATTN_MIN_KEYS) */

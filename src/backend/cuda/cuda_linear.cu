@@ -5,8 +5,8 @@
  *  - small batches (n <= ctx->mma_max_rows; <= ctx->w8_max_rows for a weight with a BF16 copy) with
  *    FP8 weights in 128x128 blocks and rows of a multiple of 64: the tensor-core kernel of
  *    cuda_gemv_mma.cu (W8A16 through mma.sync).
- *  - other small batches (n <= ctx->w8_max_rows; decode) with BF16 or FP8 weights
- *    whose rows allow 16-byte loads: k_gemv_n, W16A16 / W8A16 (also the q, k, v
+ *  - other small batches (decode: n <= ctx->w8_max_rows for FP8, ctx->bf16_max_rows for BF16) with
+ *    BF16 or FP8 weights whose rows allow 16-byte loads: k_gemv_n, W16A16 / W8A16 (also the q, k, v
  *    projections in one launch; k_gemv_swiglu: gate, up and SiLU·mul in one).  Memory-bound:
  *    the weight is read once (n·in activations are L1/L2-resident), so its
  *    time floor is bytes(W) / bandwidth.  Thread mapping: one warp per output
@@ -509,7 +509,7 @@ static int mma_ok(const cuda_ctx *cx, const iris_tensor *w) {
  * 3,542-3,548 -> 3,405-3,408 / 4,305-4,329; at 16 sequences even, at 8 the GEMV well ahead). */
 static int gemv_ok(const cuda_ctx *cx, const iris_tensor *x, const iris_tensor *w, const iris_tensor *y) {
     int fp8 = w->dtype == IRIS_DT_F8_E4M3, epl = fp8 ? 16 : 8;
-    int max_rows = mma_ok(cx, w) && !w->dense ? cx->mma_max_rows : cx->w8_max_rows;
+    int max_rows = !fp8 ? cx->bf16_max_rows : mma_ok(cx, w) && !w->dense ? cx->mma_max_rows : cx->w8_max_rows;
     return x->dtype == IRIS_DT_BF16 && y->dtype == IRIS_DT_BF16 && x->cols == w->cols && y->rows == x->rows &&
            y->cols == w->rows && x->rows > 0 && x->rows <= max_rows && (fp8 || w->dtype == IRIS_DT_BF16) &&
            w->cols % epl == 0 && tld(w) % epl == 0 && is_aligned16(w->data) && tld(x) % 8 == 0 &&

@@ -295,6 +295,7 @@ extern "C" void iris_cuda_set_gemv_rows(iris_backend *b, int rows) {
     cuda_ctx *c = cuda_of(b);
     c->w8_max_rows = rows < 0 ? GEMV_ROWS : rows;
     c->mma_max_rows = rows < 0 ? GEMV_MMA_ROWS : rows;
+    c->bf16_max_rows = rows < 0 ? GEMV_BF16_ROWS : rows;
 }
 extern "C" void iris_cuda_set_attn_impl(iris_backend *b, int impl) { cuda_of(b)->attn_impl = impl; }
 extern "C" void iris_cuda_set_gemv_smem(iris_backend *b, int on) { cuda_of(b)->gemv_smem = on; }
@@ -460,6 +461,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     if (c->ds_part && cudaMemsetAsync(c->ds_part, 0, DS_PART_BYTES, c->stream) != cudaSuccess) c->ds_part = NULL;
     const char *gr = getenv("IRIS_CUDA_GEMV_ROWS"); /* products of more rows go to cuBLASLt */
     iris_cuda_set_gemv_rows(b, gr && *gr >= '0' && *gr <= '9' ? atoi(gr) : -1);
+    const char *gb = getenv("IRIS_CUDA_GEMV_BF16_ROWS"); /* the same for BF16 weights alone */
+    if (gb && *gb >= '0' && *gb <= '9') c->bf16_max_rows = atoi(gb);
     const char *mma = getenv("IRIS_CUDA_FP8_MMA");
     c->fp8_mma = mma && !strcmp(mma, "1") && c->prop.major == 9;
     c->gemv_mma = c->prop.major >= 8 && env_on("IRIS_CUDA_GEMV_MMA");
