@@ -407,13 +407,23 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
      * row.  H100, iris bench, 2B-FP8 (two runs each) at 256 / 1,024 / 4,096-token contexts with 4, 2,
      * 1.5, 1 CTAs an SM wanted: batch 1 665 / 620 / 535, 660 / 639 / 552, 664 / 633 / 537, 665 /
      * 610 / 500 tok/s, batch 4 2,385 / 2,259 / 1,848, 2,366 / 2,172 / 1,587 (fewer is worse from
-     * there on); 4B-FP8 batch 1 at 1,024 / 4,096, 4 vs 2: 309 / 250 vs 309 / 267.  (A batch-1 step's
+     * there on); 4B-FP8 batch 1 at 1,024 / 4,096, 4 vs 2: 309 / 250 vs 309 / 267.  For more rows
+     * (IRIS_CUDA_ATTN_CTAS=N sets the count; H100, 1,024 tokens, 2 rounds, 2026-11-26), 8 / 16 / 32 /
+     * 64 rows with 4 (the rule), 1, 2, 8 CTAs an SM: 2B-FP8 3,953-3,963 / 6,143-6,174 / 8,320-8,333
+     * / 13,416-13,417 tok/s; 3,227-3,312 / 5,230-5,437 / 7,414-7,474 / 13,674-13,679; 3,672-3,700 /
+     * 6,042-6,057 / 8,636-8,777 / 13,651-13,711; 3,775-3,777 / 6,106-6,117 / 8,433-8,463 /
+     * 13,181-13,238; 4B-FP8 1,848-1,866 / 2,851-2,862 / 4,273-4,297 / 6,024-6,051; 1,738-1,739 /
+     * 2,788-2,806 / 3,959-3,977 / 5,321-5,449; 1,891-1,896 / 3,046-3,063 / 3,966 / 5,406-5,428;
+     * 1,805-1,829 / 2,922-2,951 / 4,259-4,271 / 6,284-6,305.  No one count wins for both models
+     * (2B's best split grows with the rows, 4B's groups of 4 want ~3 splits): left at 4, pending a
+     * rule measured over more context lengths.  (A batch-1 step's
      * CTAs beside the q/k/v GEMV's: about one an SM fits, the rest start once it drains.)  The plan
      * sees the table width rounded up to IRIS_ATTN_PLAN_BLOCKS, so a graph captured on a wider table
      * (text.c) has the same split boundaries (its extra trailing splits are empty and add exact
      * zeros in the combine). */
     int plan_blocks = (meta->max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
-    int max_ctx = plan_blocks * IRIS_KV_BLOCK, want = (meta->n_rows == 1 ? 2 : 4) * c->prop.multiProcessorCount;
+    int max_ctx = plan_blocks * IRIS_KV_BLOCK;
+    int want = (c->attn_ctas ? c->attn_ctas : meta->n_rows == 1 ? 2 : 4) * c->prop.multiProcessorCount;
     int splits = 1, ctas = meta->n_rows * nkv;
     if (ctas < want && max_ctx > 64) {
         splits = (want + ctas - 1) / ctas;

@@ -83,6 +83,7 @@ struct cuda_ctx {
     int gemv_kw;            /* its warps a CTA; 0: chosen per shape (IRIS_CUDA_GEMV_KW=N, for measurements) */
     int gemv_smem;          /* its weight tiles through shared memory where they fit one wave (IRIS_CUDA_GEMV_SMEM=0: off) */
     int attn_min_keys;      /* decode attention: keys a context split takes at least (IRIS_CUDA_ATTN_MIN_KEYS) */
+    int attn_ctas;          /* decode attention: CTAs an SM its splits aim at, 0: the rule (IRIS_CUDA_ATTN_CTAS) */
     int pdl;                /* decode kernels launched as programmatic dependents (sm_90+; IRIS_CUDA_PDL=0: off) */
     int qk_attn;            /* decode attention does qk_norm_rope_kv itself (IRIS_CUDA_QK_ATTN=0: off) */
     int decode_stack;       /* decode_layers, the persistent decode kernel (cuda_decode.cu): -1 where measured faster

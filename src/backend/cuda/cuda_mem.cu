@@ -472,6 +472,8 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->gemv_smem = env_on("IRIS_CUDA_GEMV_SMEM");
     const char *mk = getenv("IRIS_CUDA_ATTN_MIN_KEYS");
     c->attn_min_keys = mk && atoi(mk) >= 16 ? atoi(mk) : 32;
+    const char *ac = getenv("IRIS_CUDA_ATTN_CTAS");
+    c->attn_ctas = ac && atoi(ac) > 0 && atoi(ac) <= 64 ? atoi(ac) : 0;
     c->pdl = c->prop.major >= 9 && env_on("IRIS_CUDA_PDL");
     c->qk_attn = env_on("IRIS_CUDA_QK_ATTN");
     const char *ds = getenv("IRIS_CUDA_DECODE_STACK"); /* 0 off, 1 every step it takes, else where it is faster */
