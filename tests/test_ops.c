@@ -871,6 +871,15 @@ IRIS_TEST(gpu_ops_attn_paged) {
     check_paged(d1, 3, 4, 1, 16);
     step_seq d2[] = {{2999, 1}};
     check_paged(d2, 1, 32, 8, 128);
+    /* 12 rows of GQA groups of 4 at long contexts: split for 2 CTAs an SM, not 4 (the rule's edges
+     * below: 4B's groups measured faster so up to 24 rows, 2B's groups of 2 slower) */
+    step_seq d3[12];
+    for (int i = 0; i < 12; i++) d3[i] = (step_seq){300 + 97 * i, 1};
+    check_paged(d3, 12, 32, 8, 128);
+    CHECK(iris_cuda_attn_ctas_per_sm(1, 2) == 2 && iris_cuda_attn_ctas_per_sm(1, 4) == 2);
+    CHECK(iris_cuda_attn_ctas_per_sm(8, 2) == 4 && iris_cuda_attn_ctas_per_sm(64, 2) == 4);
+    CHECK(iris_cuda_attn_ctas_per_sm(8, 4) == 2 && iris_cuda_attn_ctas_per_sm(24, 4) == 2);
+    CHECK(iris_cuda_attn_ctas_per_sm(25, 4) == 4 && iris_cuda_attn_ctas_per_sm(64, 4) == 4);
     /* prefill: a chunk after a cached prefix, a decode row, a short prompt, a long one */
     step_seq p1[] = {{20, 150}, {40, 1}, {0, 9}, {0, 200}};
     step_seq p2[] = {{0, 5}, {0, 3}};

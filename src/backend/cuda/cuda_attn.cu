@@ -362,6 +362,10 @@ static void launch_decode_hd(const cuda_ctx *cx, const decode_args &a, int hd, i
 }
 
 /* attn_paged; with qk (a decode-only step), the decode kernel also does qk_norm_rope_kv's work. */
+/* The CTAs an SM decode attention's context splits aim at, for `rows` rows of GQA groups of `group`
+ * (the measurements in attn_paged). */
+extern "C" int iris_cuda_attn_ctas_per_sm(int rows, int group) { return rows == 1 || (group >= 4 && rows <= 24) ? 2 : 4; }
+
 static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
                       int n_q_heads, iris_tensor *o, const qk_args *qk) {
     cuda_ctx *c = cuda_of(b);
@@ -404,7 +408,7 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
     a.count = c->attn_count;
 
     /* Split long contexts when the rows alone do not fill the GPU: up to 4 CTAs an SM, 2 for a single
-     * row.  H100, iris bench, 2B-FP8 (two runs each) at 256 / 1,024 / 4,096-token contexts with 4, 2,
+     * row and for up to 24 rows of GQA groups of 4 or more (below).  H100, iris bench, 2B-FP8 (two runs each) at 256 / 1,024 / 4,096-token contexts with 4, 2,
      * 1.5, 1 CTAs an SM wanted: batch 1 665 / 620 / 535, 660 / 639 / 552, 664 / 633 / 537, 665 /
      * 610 / 500 tok/s, batch 4 2,385 / 2,259 / 1,848, 2,366 / 2,172 / 1,587 (fewer is worse from
      * there on); 4B-FP8 batch 1 at 1,024 / 4,096, 4 vs 2: 309 / 250 vs 309 / 267.  For more rows
@@ -415,15 +419,19 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
      * 13,181-13,238; 4B-FP8 1,848-1,866 / 2,851-2,862 / 4,273-4,297 / 6,024-6,051; 1,738-1,739 /
      * 2,788-2,806 / 3,959-3,977 / 5,321-5,449; 1,891-1,896 / 3,046-3,063 / 3,966 / 5,406-5,428;
      * 1,805-1,829 / 2,922-2,951 / 4,259-4,271 / 6,284-6,305.  No one count wins for both models
-     * (2B's best split grows with the rows, 4B's groups of 4 want ~3 splits): left at 4, pending a
-     * rule measured over more context lengths.  (A batch-1 step's
+     * (2B's best split grows with the rows, 4B's groups of 4 want ~3 splits).  4B-FP8 again, 8 / 12 /
+     * 16 / 24 rows, 4 against 2: at 1,024 tokens 1,855-1,867 / 2,327-2,328 / 2,896-2,900 /
+     * 3,437-3,440 -> 1,915-1,924 / 2,364-2,379 / 3,109-3,113 / 3,646-3,647, at 4,096 tokens
+     * 1,160-1,174 / 1,368 / 1,629 / 1,673 -> 1,223-1,229 / 1,352 / 1,789-1,790 / 1,984-1,985.  So 2 for
+     * GQA groups of 4 or more up to 24 rows; 4 otherwise (2B's groups of 2 lose at 8 and 16 rows with
+     * 2).  (A batch-1 step's
      * CTAs beside the q/k/v GEMV's: about one an SM fits, the rest start once it drains.)  The plan
      * sees the table width rounded up to IRIS_ATTN_PLAN_BLOCKS, so a graph captured on a wider table
      * (text.c) has the same split boundaries (its extra trailing splits are empty and add exact
      * zeros in the combine). */
     int plan_blocks = (meta->max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
     int max_ctx = plan_blocks * IRIS_KV_BLOCK;
-    int want = (c->attn_ctas ? c->attn_ctas : meta->n_rows == 1 ? 2 : 4) * c->prop.multiProcessorCount;
+    int want = (c->attn_ctas ? c->attn_ctas : iris_cuda_attn_ctas_per_sm(meta->n_rows, a.g)) * c->prop.multiProcessorCount;
     int splits = 1, ctas = meta->n_rows * nkv;
     if (ctas < want && max_ctx > 64) {
         splits = (want + ctas - 1) / ctas;

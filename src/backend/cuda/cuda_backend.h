@@ -68,6 +68,9 @@ int iris_cuda_decode_split_last(iris_backend *b);
 /* The mask the default gives decoder layers of these shapes (hidden H, intermediate FF, nq / nkv
  * heads of 128) on a GPU of `sms` SMs. */
 int iris_cuda_decode_split_default(int sms, int H, int FF, int nq, int nkv);
+/* Decode attention: the CTAs an SM its context splits aim at for `rows` rows of GQA groups of
+ * `group` query heads (IRIS_CUDA_ATTN_CTAS=N at open overrides it). */
+int iris_cuda_attn_ctas_per_sm(int rows, int group);
 
 /* CUDA graphs: ops issued between capture_begin and capture_end are recorded,
  * not run; replay runs them again with the same pointers (the caller
