@@ -872,12 +872,16 @@ IRIS_TEST(gpu_ops_attn_paged) {
     step_seq d2[] = {{2999, 1}};
     check_paged(d2, 1, 32, 8, 128);
     /* 12 rows of GQA groups of 4 at long contexts: split for 2 CTAs an SM, not 4 (the rule's edges
-     * below: 4B's groups measured faster so up to 24 rows, 2B's groups of 2 slower) */
+     * below: 4B's groups measured faster so up to 24 rows, 2B's groups of 2 from 32 rows on) */
     step_seq d3[12];
     for (int i = 0; i < 12; i++) d3[i] = (step_seq){300 + 97 * i, 1};
     check_paged(d3, 12, 32, 8, 128);
+    step_seq d4[40]; /* and 40 rows of groups of 2: 2 an SM too */
+    for (int i = 0; i < 40; i++) d4[i] = (step_seq){200 + 37 * i, 1};
+    check_paged(d4, 40, 16, 8, 128);
     CHECK(iris_cuda_attn_ctas_per_sm(1, 2) == 2 && iris_cuda_attn_ctas_per_sm(1, 4) == 2);
-    CHECK(iris_cuda_attn_ctas_per_sm(8, 2) == 4 && iris_cuda_attn_ctas_per_sm(64, 2) == 4);
+    CHECK(iris_cuda_attn_ctas_per_sm(8, 2) == 4 && iris_cuda_attn_ctas_per_sm(31, 2) == 4);
+    CHECK(iris_cuda_attn_ctas_per_sm(32, 2) == 2 && iris_cuda_attn_ctas_per_sm(64, 2) == 2);
     CHECK(iris_cuda_attn_ctas_per_sm(8, 4) == 2 && iris_cuda_attn_ctas_per_sm(24, 4) == 2);
     CHECK(iris_cuda_attn_ctas_per_sm(25, 4) == 4 && iris_cuda_attn_ctas_per_sm(64, 4) == 4);
     /* prefill: a chunk after a cached prefix, a decode row, a short prompt, a long one */

@@ -364,7 +364,9 @@ static void launch_decode_hd(const cuda_ctx *cx, const decode_args &a, int hd, i
 /* attn_paged; with qk (a decode-only step), the decode kernel also does qk_norm_rope_kv's work. */
 /* The CTAs an SM decode attention's context splits aim at, for `rows` rows of GQA groups of `group`
  * (the measurements in attn_paged). */
-extern "C" int iris_cuda_attn_ctas_per_sm(int rows, int group) { return rows == 1 || (group >= 4 && rows <= 24) ? 2 : 4; }
+extern "C" int iris_cuda_attn_ctas_per_sm(int rows, int group) {
+    return rows == 1 || (group >= 4 ? rows <= 24 : rows >= 32) ? 2 : 4;
+}
 
 static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
                       int n_q_heads, iris_tensor *o, const qk_args *qk) {
@@ -408,7 +410,8 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
     a.count = c->attn_count;
 
     /* Split long contexts when the rows alone do not fill the GPU: up to 4 CTAs an SM, 2 for a single
-     * row and for up to 24 rows of GQA groups of 4 or more (below).  H100, iris bench, 2B-FP8 (two runs each) at 256 / 1,024 / 4,096-token contexts with 4, 2,
+     * row, for up to 24 rows of GQA groups of 4 or more and for 32 rows or more of smaller groups
+     * (below).  H100, iris bench, 2B-FP8 (two runs each) at 256 / 1,024 / 4,096-token contexts with 4, 2,
      * 1.5, 1 CTAs an SM wanted: batch 1 665 / 620 / 535, 660 / 639 / 552, 664 / 633 / 537, 665 /
      * 610 / 500 tok/s, batch 4 2,385 / 2,259 / 1,848, 2,366 / 2,172 / 1,587 (fewer is worse from
      * there on); 4B-FP8 batch 1 at 1,024 / 4,096, 4 vs 2: 309 / 250 vs 309 / 267.  For more rows
@@ -422,9 +425,14 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
      * (2B's best split grows with the rows, 4B's groups of 4 want ~3 splits).  4B-FP8 again, 8 / 12 /
      * 16 / 24 rows, 4 against 2: at 1,024 tokens 1,855-1,867 / 2,327-2,328 / 2,896-2,900 /
      * 3,437-3,440 -> 1,915-1,924 / 2,364-2,379 / 3,109-3,113 / 3,646-3,647, at 4,096 tokens
-     * 1,160-1,174 / 1,368 / 1,629 / 1,673 -> 1,223-1,229 / 1,352 / 1,789-1,790 / 1,984-1,985.  So 2 for
-     * GQA groups of 4 or more up to 24 rows; 4 otherwise (2B's groups of 2 lose at 8 and 16 rows with
-     * 2).  (A batch-1 step's
+     * 1,160-1,174 / 1,368 / 1,629 / 1,673 -> 1,223-1,229 / 1,352 / 1,789-1,790 / 1,984-1,985; and 32 / 48
+     * / 64 rows, 4 against 2: 2B-FP8 at 1,024 tokens 8,298-8,302 / 10,498-10,515 / 13,467-13,469 ->
+     * 8,740-8,788 / 10,714-10,771 / 13,752-13,792, at 4,096 4,142-4,178 / 4,689-4,704 / 5,953-5,960 ->
+     * 4,772-4,844 / 4,746 / 5,907-5,929; 4B-FP8 at 1,024 4,272-4,290 / 5,529-5,543 / 6,068-6,083 ->
+     * 3,949-3,969 / 5,693-5,695 / 5,451-5,452, at 4,096 2,142-2,148 / 2,389-2,398 / 2,355-2,356 ->
+     * 1,694-1,696 / 2,418-2,421 / 1,940-1,945.  So 2 for GQA groups of 4 or more up to 24 rows and
+     * for smaller groups from 32 rows on; 4 otherwise (2B's groups of 2 lose at 8 and 16 rows with 2,
+     * 4B's at 32 and 64).  (A batch-1 step's
      * CTAs beside the q/k/v GEMV's: about one an SM fits, the rest start once it drains.)  The plan
      * sees the table width rounded up to IRIS_ATTN_PLAN_BLOCKS, so a graph captured on a wider table
      * (text.c) has the same split boundaries (its extra trailing splits are empty and add exact
