@@ -361,13 +361,13 @@ static void launch_decode_hd(const cuda_ctx *cx, const decode_args &a, int hd, i
     else launch_decode_g<256, KT>(cx, a, n_kv, qk);
 }
 
-/* attn_paged; with qk (a decode-only step), the decode kernel also does qk_norm_rope_kv's work. */
 /* The CTAs an SM decode attention's context splits aim at, for `rows` rows of GQA groups of `group`
  * (the measurements in attn_paged). */
 extern "C" int iris_cuda_attn_ctas_per_sm(int rows, int group) {
     return rows == 1 || (group >= 4 ? rows <= 24 : rows >= 32) ? 2 : 4;
 }
 
+/* attn_paged; with qk (a decode-only step), the decode kernel also does qk_norm_rope_kv's work. */
 static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
                       int n_q_heads, iris_tensor *o, const qk_args *qk) {
     cuda_ctx *c = cuda_of(b);
@@ -439,7 +439,8 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
      * zeros in the combine). */
     int plan_blocks = (meta->max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
     int max_ctx = plan_blocks * IRIS_KV_BLOCK;
-    int want = (c->attn_ctas ? c->attn_ctas : iris_cuda_attn_ctas_per_sm(meta->n_rows, a.g)) * c->prop.multiProcessorCount;
+    const int per_sm = c->attn_ctas ? c->attn_ctas : iris_cuda_attn_ctas_per_sm(meta->n_rows, a.g);
+    int want = per_sm * c->prop.multiProcessorCount;
     int splits = 1, ctas = meta->n_rows * nkv;
     if (ctas < want && max_ctx > 64) {
         splits = (want + ctas - 1) / ctas;

@@ -454,6 +454,14 @@ static inline int env_on(const char *name) {
     const char *v = getenv(name);
     return !(v && !strcmp(v, "0"));
 }
+/* A backend number of the environment (IRIS_CUDA_..., for measurements): its value when set to a
+ * whole number in [lo, hi], else dflt. */
+static inline int env_int(const char *name, int lo, int hi, int dflt) {
+    const char *v = getenv(name);
+    char *end = NULL;
+    long n = v && *v ? strtol(v, &end, 10) : 0;
+    return end && !*end && n >= lo && n <= hi ? (int)n : dflt;
+}
 
 static inline int64_t tld(const iris_tensor *t) { return t->ld ? t->ld : t->cols; }
 static inline int is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }

@@ -459,27 +459,21 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->ds_bar = (unsigned *)arena_alloc(c, DS_BAR_BYTES);
     c->ds_part = arena_alloc(c, DS_PART_BYTES);
     if (c->ds_part && cudaMemsetAsync(c->ds_part, 0, DS_PART_BYTES, c->stream) != cudaSuccess) c->ds_part = NULL;
-    const char *gr = getenv("IRIS_CUDA_GEMV_ROWS"); /* products of more rows go to cuBLASLt */
-    iris_cuda_set_gemv_rows(b, gr && *gr >= '0' && *gr <= '9' ? atoi(gr) : -1);
-    const char *gb = getenv("IRIS_CUDA_GEMV_BF16_ROWS"); /* the same for BF16 weights alone */
-    if (gb && *gb >= '0' && *gb <= '9') c->bf16_max_rows = atoi(gb);
+    /* products of more rows go to cuBLASLt; the second, BF16 weights' alone */
+    iris_cuda_set_gemv_rows(b, env_int("IRIS_CUDA_GEMV_ROWS", 0, 1 << 20, -1));
+    c->bf16_max_rows = env_int("IRIS_CUDA_GEMV_BF16_ROWS", 0, 1 << 20, c->bf16_max_rows);
     const char *mma = getenv("IRIS_CUDA_FP8_MMA");
     c->fp8_mma = mma && !strcmp(mma, "1") && c->prop.major == 9;
     c->gemv_mma = c->prop.major >= 8 && env_on("IRIS_CUDA_GEMV_MMA");
-    const char *kw = getenv("IRIS_CUDA_GEMV_KW");
-    c->gemv_kw = kw ? atoi(kw) : 0;
-    if (c->gemv_kw < 0 || c->gemv_kw > 16) c->gemv_kw = 0;
+    c->gemv_kw = env_int("IRIS_CUDA_GEMV_KW", 0, 16, 0);
     c->gemv_smem = env_on("IRIS_CUDA_GEMV_SMEM");
-    const char *mk = getenv("IRIS_CUDA_ATTN_MIN_KEYS");
-    c->attn_min_keys = mk && atoi(mk) >= 16 ? atoi(mk) : 32;
-    const char *ac = getenv("IRIS_CUDA_ATTN_CTAS");
-    c->attn_ctas = ac && atoi(ac) > 0 && atoi(ac) <= 64 ? atoi(ac) : 0;
+    c->attn_min_keys = env_int("IRIS_CUDA_ATTN_MIN_KEYS", 16, 1 << 20, 32);
+    c->attn_ctas = env_int("IRIS_CUDA_ATTN_CTAS", 1, 64, 0);
     c->pdl = c->prop.major >= 9 && env_on("IRIS_CUDA_PDL");
     c->qk_attn = env_on("IRIS_CUDA_QK_ATTN");
     const char *ds = getenv("IRIS_CUDA_DECODE_STACK"); /* 0 off, 1 every step it takes, else where it is faster */
     c->decode_stack = ds && !strcmp(ds, "0") ? 0 : ds && !strcmp(ds, "1") ? 1 : -1;
-    const char *dsp = getenv("IRIS_CUDA_DS_SPLIT");
-    c->ds_split = dsp && *dsp >= '0' && *dsp <= '9' ? atoi(dsp) & 15 : -1;
+    c->ds_split = env_int("IRIS_CUDA_DS_SPLIT", 0, 15, -1);
     c->ds_trace = getenv("IRIS_CUDA_DS_TRACE");
     if (c->ds_trace && !*c->ds_trace) c->ds_trace = NULL;
 
