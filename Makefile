@@ -15,7 +15,7 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -
            -Iinclude -Isrc -Isrc/base $(PKG_CFLAGS) -MMD -MP -pthread
 LDLIBS  += $(PKG_LIBS) -lm -pthread
 
-LIB_SRC := $(wildcard src/base/*.c src/model/*.c src/backend/*.c src/backend/cpu/*.c \
+LIB_SRC := $(wildcard src/base/*.c src/formats/*.c src/hub/*.c src/model/*.c src/tools/*.c src/backend/*.c src/backend/cpu/*.c \
                       src/engine/*.c src/server/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 TEST_SRC:= $(filter-out tests/test_ops%,$(wildcard tests/*.c))

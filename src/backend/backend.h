@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "iris.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 typedef struct iris_tensor {
     void *data;

@@ -13,8 +13,8 @@
 
 #include "cli.h"
 #include "err.h"
-#include "model/resolve.h"
-#include "model/tokenizer.h"
+#include "hub/resolve.h"
+#include "formats/tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f,

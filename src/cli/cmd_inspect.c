@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "model/inspect.h"
+#include "tools/inspect.h"
 
 static void usage(FILE *f) {
     fprintf(f,

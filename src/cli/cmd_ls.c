@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "model/hub.h"
-#include "model/resolve.h"
+#include "hub/hub.h"
+#include "hub/resolve.h"
 #include "engine/planner.h"
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_info.h"

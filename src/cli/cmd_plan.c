@@ -13,7 +13,7 @@
 #include "cli.h"
 #include "engine/planner.h"
 #include "err.h"
-#include "model/resolve.h"
+#include "hub/resolve.h"
 
 static void usage(FILE *f) {
     fprintf(f,

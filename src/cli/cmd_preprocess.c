@@ -13,7 +13,7 @@
 
 #include "cli.h"
 #include "err.h"
-#include "model/image.h"
+#include "formats/image.h"
 #include "npy.h"
 
 static void usage(FILE *f) {

@@ -7,8 +7,8 @@
 #include <time.h>
 
 #include "cli.h"
-#include "model/hub.h"
-#include "model/resolve.h"
+#include "hub/hub.h"
+#include "hub/resolve.h"
 
 static void usage(FILE *f) {
     fprintf(f,

@@ -5,8 +5,8 @@
 
 #include "cli.h"
 #include "err.h"
-#include "model/quantize.h"
-#include "model/resolve.h"
+#include "tools/quantize.h"
+#include "hub/resolve.h"
 
 static void usage(FILE *f) {
     fprintf(f,

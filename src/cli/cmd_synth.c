@@ -7,7 +7,7 @@
 
 #include "cli.h"
 #include "err.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 static void usage(FILE *f) {
     fprintf(f,

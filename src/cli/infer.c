@@ -7,7 +7,7 @@
 
 #include "err.h"
 #include "engine/engine.h"
-#include "model/hub.h"
+#include "hub/hub.h"
 
 /* Tokens an answer may take when --max-tokens is not given (a caption or a scene analysis is far shorter). */
 #define INFER_DEFAULT_ROOM 8192

@@ -8,11 +8,11 @@
 #define IRIS_CLI_INFER_H
 
 #include "iris.h"
-#include "model/config.h"
-#include "model/prompt.h"
+#include "formats/config.h"
+#include "engine/prompt.h"
 #include "model/sampler.h"
-#include "model/safetensors.h"
-#include "model/tokenizer.h"
+#include "formats/safetensors.h"
+#include "formats/tokenizer.h"
 #include "model/vision.h"
 
 typedef struct infer_model {

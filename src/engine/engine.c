@@ -32,7 +32,7 @@
 #include "engine_internal.h"
 #include "err.h"
 #include "log.h"
-#include "model/hub.h"
+#include "hub/hub.h"
 #include "engine/planner.h"
 #include "model/positions.h"
 #ifdef IRIS_CUDA

@@ -11,8 +11,8 @@
 #define IRIS_ENGINE_ENGINE_H
 
 #include "iris.h"
-#include "model/config.h"
-#include "model/tokenizer.h"
+#include "formats/config.h"
+#include "formats/tokenizer.h"
 
 const iris_tok *iris_engine_tokenizer(const iris_engine *e);
 const iris_config *iris_engine_config(const iris_engine *e);

@@ -19,10 +19,10 @@
 #include "engine/kv_pool.h"
 #include "engine/sched.h"
 #include "iris.h"
-#include "model/prompt.h"
+#include "engine/prompt.h"
 #include "model/sampler.h"
 #include "model/text.h"
-#include "model/tokenizer.h"
+#include "formats/tokenizer.h"
 #include "model/vision.h"
 
 typedef struct req_event {

@@ -46,8 +46,8 @@
 #include <stdint.h>
 
 #include "iris.h"
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "formats/config.h"
+#include "formats/safetensors.h"
 
 #define IRIS_MIB (1ull << 20)
 #define IRIS_GIB (1ull << 30)

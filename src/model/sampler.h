@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #include "iris.h"
-#include "model/config.h"
+#include "formats/config.h"
 
 #define IRIS_SAMPLER_MAX_STOP_IDS 16
 #define IRIS_SAMPLER_MAX_LOGPROBS 20

@@ -26,8 +26,8 @@
 #include <stdint.h>
 
 #include "iris.h"
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "formats/config.h"
+#include "formats/safetensors.h"
 
 #define IRIS_KV_BLOCK 16
 

@@ -24,8 +24,8 @@
 #include <stdint.h>
 
 #include "iris.h"
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "formats/config.h"
+#include "formats/safetensors.h"
 #include "backend/backend.h"
 
 typedef struct iris_vision_linear {

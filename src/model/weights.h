@@ -22,8 +22,8 @@
 
 #include "iris.h"
 #include "backend/backend.h"
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "formats/config.h"
+#include "formats/safetensors.h"
 #include "model/text.h"
 #include "model/vision.h"
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "iris.h"
-#include "model/prompt.h"
+#include "engine/prompt.h"
 #include "server/media.h"
 #include "server/metrics.h"
 #include "server/openai.h"

@@ -12,10 +12,10 @@
 
 #include "engine/engine.h"
 #include "err.h"
-#include "model/chat.h"
-#include "model/image.h"
+#include "formats/chat.h"
+#include "formats/image.h"
 #include "model/positions.h"
-#include "model/prompt.h"
+#include "engine/prompt.h"
 #include "server/server_internal.h"
 
 static void prep_opts(const iris_preprocessor_config *pc, iris_image_prep_opts *popts) {

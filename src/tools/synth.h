@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "iris.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 typedef struct iris_synth_opts {
     const char *like;       /* "2B", "4B", "tiny" */

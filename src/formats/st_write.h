@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "iris.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 typedef struct iris_st_writer iris_st_writer;
 

@@ -53,29 +53,6 @@ struct iris_st {
     size_t hash_cap;
 };
 
-/* ---- dtypes ---- */
-
-static const struct {
-    const char *name;
-    size_t size;
-} g_dtypes[IRIS_DT_COUNT] = {
-    [IRIS_DT_F64] = {"F64", 8},         [IRIS_DT_F32] = {"F32", 4},   [IRIS_DT_F16] = {"F16", 2},
-    [IRIS_DT_BF16] = {"BF16", 2},       [IRIS_DT_F8_E4M3] = {"F8_E4M3", 1},
-    [IRIS_DT_F8_E5M2] = {"F8_E5M2", 1}, [IRIS_DT_I64] = {"I64", 8},   [IRIS_DT_I32] = {"I32", 4},
-    [IRIS_DT_I16] = {"I16", 2},         [IRIS_DT_I8] = {"I8", 1},     [IRIS_DT_U8] = {"U8", 1},
-    [IRIS_DT_BOOL] = {"BOOL", 1},
-};
-
-size_t iris_dtype_size(iris_dtype dt) { return (unsigned)dt < IRIS_DT_COUNT ? g_dtypes[dt].size : 0; }
-
-const char *iris_dtype_name(iris_dtype dt) { return (unsigned)dt < IRIS_DT_COUNT ? g_dtypes[dt].name : "?"; }
-
-int iris_dtype_from_name(const char *name) {
-    for (int i = 0; name && i < IRIS_DT_COUNT; i++)
-        if (!strcmp(name, g_dtypes[i].name)) return i;
-    return -1;
-}
-
 /* ---- the table ---- */
 
 static iris_st *st_new(void) { return calloc(1, sizeof(iris_st)); }
@@ -290,10 +267,10 @@ static int parse_entry(iris_st *st, int file, const char *name, json_t *v, iris_
         }
     }
     uint64_t bytes;
-    if (__builtin_mul_overflow(numel, (uint64_t)g_dtypes[dt].size, &bytes)) {
+    if (__builtin_mul_overflow(numel, (uint64_t)iris_dtype_size(dt), &bytes)) {
         st->n--;
         return iris_err_set(err, IRIS_EFORMAT, "%s: tensor \"%s\": %llu elements of %s overflow 64 bits of bytes",
-                            label, name, (unsigned long long)numel, g_dtypes[dt].name);
+                            label, name, (unsigned long long)numel, iris_dtype_name(dt));
     }
     t->n_elems = numel;
     t->n_bytes = bytes;
@@ -315,7 +292,7 @@ static int parse_entry(iris_st *st, int file, const char *name, json_t *v, iris_
     if ((uint64_t)(end - begin) != bytes)
         return iris_err_set(err, IRIS_EFORMAT,
                             "%s: tensor \"%s\": shape %s of %s needs %llu bytes but data_offsets [%lld, %lld] hold %lld",
-                            label, name, shape, g_dtypes[dt].name, (unsigned long long)bytes, (long long)begin,
+                            label, name, shape, iris_dtype_name(dt), (unsigned long long)bytes, (long long)begin,
                             (long long)end, (long long)(end - begin));
     t->file_offset = f->data_start + (uint64_t)begin;
     t->data = f->map ? f->map + t->file_offset : NULL;

@@ -12,8 +12,8 @@
 #include <stdint.h>
 
 #include "iris.h"
-#include "model/config.h"
-#include "model/tokenizer.h"
+#include "formats/config.h"
+#include "formats/tokenizer.h"
 
 typedef struct iris_prompt {
     char *text;              /* the rendered chat template (pads not expanded) */

@@ -14,10 +14,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "config.h"
+#include "formats/config.h"
 #include "err.h"
-#include "resolve.h"
-#include "safetensors.h"
+#include "hub/resolve.h"
+#include "formats/safetensors.h"
 
 const char *iris_inspect_part(const char *name) {
     if (!strncmp(name, "model.visual.", 13) || !strncmp(name, "visual.", 7)) return "vision";

@@ -7,7 +7,7 @@
  * Every write error (ENOSPC included) is reported with the path, and the
  * temporary file is removed.
  */
-#include "model/st_write.h"
+#include "formats/st_write.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,7 +11,7 @@
  * Does not: quantize the vision tower, embeddings, norms or lm_head (as
  * Qwen's own FP8 checkpoints), or touch an already quantized checkpoint.
  */
-#include "model/quantize.h"
+#include "tools/quantize.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -24,8 +24,8 @@
 
 #include "err.h"
 #include "log.h"
-#include "model/safetensors.h"
-#include "model/st_write.h"
+#include "formats/safetensors.h"
+#include "formats/st_write.h"
 
 /* ---- e4m3fn ---- */
 

@@ -13,13 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
 #include "iris.h"
 
-typedef enum iris_dtype {
-    IRIS_DT_F64, IRIS_DT_F32, IRIS_DT_F16, IRIS_DT_BF16, IRIS_DT_F8_E4M3, IRIS_DT_F8_E5M2,
-    IRIS_DT_I64, IRIS_DT_I32, IRIS_DT_I16, IRIS_DT_I8, IRIS_DT_U8, IRIS_DT_BOOL,
-    IRIS_DT_COUNT
-} iris_dtype;
 
 #define IRIS_MAX_DIMS 8
 
@@ -42,10 +38,6 @@ typedef struct iris_st iris_st;
 #define IRIS_ST_MAX_TENSORS 1000000
 #define IRIS_ST_MAX_NAME_BYTES 1024
 
-/* Size in bytes of one element; name as in the format ("BF16"); parse a name (-1 if unknown). */
-size_t iris_dtype_size(iris_dtype dt);
-const char *iris_dtype_name(iris_dtype dt);
-int iris_dtype_from_name(const char *name);
 
 /* Open a checkpoint: a .safetensors file, a model.safetensors.index.json, or a
  * directory holding either.  The result is freed with iris_st_close. */

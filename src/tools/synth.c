@@ -8,7 +8,7 @@
  * Does not: produce meaningful weights (the logits are noise), or a tied
  * lm_head (not stored, as the real 2B/4B files).
  */
-#include "model/synth.h"
+#include "tools/synth.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -24,8 +24,8 @@
 
 #include "err.h"
 #include "log.h"
-#include "model/quantize.h"
-#include "model/st_write.h"
+#include "tools/quantize.h"
+#include "formats/st_write.h"
 
 #define SUB_BYTES (1u << 20)
 #define PIECE_BYTES (64u << 20)

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "err.h"
-#include "model/chat.h"
-#include "model/image.h"
+#include "formats/chat.h"
+#include "formats/image.h"
 #include "model/positions.h"
 
 json_t *iris_prompt_one_turn(const char *system, int n_images, const char *text) {

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "iris.h"
-#include "model/tokenizer.h"
+#include "formats/tokenizer.h"
 
 typedef struct iris_chat_opts {
     int add_generation_prompt; /* end with "<|im_start|>assistant\n" */

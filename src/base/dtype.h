@@ -1,0 +1,22 @@
+/* dtype.h: the element types of tensors, as the safetensors format names them.
+ *
+ * Shared by the file formats (safetensors), the model and the backends, so that
+ * a backend sees dtypes without including any file format. */
+#ifndef IRIS_DTYPE_H
+#define IRIS_DTYPE_H
+
+#include <stddef.h>
+
+typedef enum iris_dtype {
+    IRIS_DT_F64, IRIS_DT_F32, IRIS_DT_F16, IRIS_DT_BF16, IRIS_DT_F8_E4M3, IRIS_DT_F8_E5M2,
+    IRIS_DT_I64, IRIS_DT_I32, IRIS_DT_I16, IRIS_DT_I8, IRIS_DT_U8, IRIS_DT_BOOL,
+    IRIS_DT_COUNT
+} iris_dtype;
+
+/* Size in bytes of one element (0 if unknown); the format's name ("BF16"; "?" if unknown);
+ * a name parsed (-1 if unknown). */
+size_t iris_dtype_size(iris_dtype dt);
+const char *iris_dtype_name(iris_dtype dt);
+int iris_dtype_from_name(const char *name);
+
+#endif
