@@ -12,8 +12,8 @@
 #include <time.h>
 
 #include "backend/backend.h"
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "formats/config.h"
+#include "formats/safetensors.h"
 #include "model/text.h"
 #include "pool.h"
 

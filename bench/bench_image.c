@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/image.h"
+#include "formats/image.h"
 
 static double now_ms(void) {
     struct timespec ts;

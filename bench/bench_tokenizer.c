@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/tokenizer.h"
+#include "formats/tokenizer.h"
 
 static double now_s(void) {
     struct timespec ts;

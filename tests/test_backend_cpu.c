@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "model/quantize.h"
+#include "tools/quantize.h"
 #include "test.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */

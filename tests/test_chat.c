@@ -12,8 +12,8 @@
 #include <openssl/evp.h>
 #include <stdlib.h>
 
-#include "model/chat.h"
-#include "model/tokenizer.h"
+#include "formats/chat.h"
+#include "formats/tokenizer.h"
 
 static json_t *read_lines(const char *path) {
     FILE *f = fopen(path, "rb");

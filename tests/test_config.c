@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "model/config.h"
+#include "formats/config.h"
 #include "test.h"
 
 static json_t *hf_fixture(void) {

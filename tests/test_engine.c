@@ -13,7 +13,7 @@
 
 #include "engine/engine.h"
 #include "iris.h"
-#include "model/prompt.h"
+#include "engine/prompt.h"
 #include "test.h"
 
 #define TINY_MODEL "tests/fixtures/tiny/tiny-gqa/model"

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "hub_mock.h"
-#include "model/hub.h"
-#include "model/resolve.h"
+#include "hub/hub.h"
+#include "hub/resolve.h"
 
 #define REPO_DIR_FMT "%s/models--tiny--qwen3-vl"
 

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/image.h"
+#include "formats/image.h"
 #include "test.h"
 
 #define FIX "tests/fixtures/images/"

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model/inspect.h"
+#include "tools/inspect.h"
 #include "test.h"
 
 #define TINY "tests/fixtures/loader/tiny_sharded"

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "formats/config.h"
+#include "formats/safetensors.h"
 #include "model/vision.h"
 #include "test.h"
 #include "tiny_fixture.h"

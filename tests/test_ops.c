@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "model/quantize.h"
+#include "tools/quantize.h"
 #include "ops_util.h"
 #include "test.h"
 

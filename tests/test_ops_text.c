@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "formats/config.h"
+#include "formats/safetensors.h"
 #include "model/text.h"
 #include "ops_util.h"
 #include "test.h"

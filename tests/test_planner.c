@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "engine/planner.h"
-#include "model/image.h"
+#include "formats/image.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)

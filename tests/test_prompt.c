@@ -5,9 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "model/config.h"
-#include "model/prompt.h"
-#include "model/tokenizer.h"
+#include "formats/config.h"
+#include "engine/prompt.h"
+#include "formats/tokenizer.h"
 #include "test.h"
 #include "tiny_fixture.h"
 

@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "err.h"
-#include "model/quantize.h"
-#include "model/safetensors.h"
-#include "model/st_write.h"
+#include "tools/quantize.h"
+#include "formats/safetensors.h"
+#include "formats/st_write.h"
 
 /* e4m3fn value of a code, from the format definition (QWEN3VL.md §2). */
 static double ref_decode(int c) {

@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model/resolve.h"
+#include "hub/resolve.h"
 
 #define COMMIT_A "0123456789abcdef0123456789abcdef01234567"
 #define COMMIT_B "fedcba9876543210fedcba9876543210fedcba98"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "test.h"
 
 /* ---- helpers ---- */

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "err.h"
-#include "model/quantize.h"
-#include "model/safetensors.h"
-#include "model/synth.h"
+#include "tools/quantize.h"
+#include "formats/safetensors.h"
+#include "tools/synth.h"
 
 typedef struct totals {
     uint64_t n, params, bytes, linear_params, n_scale;

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "formats/config.h"
+#include "formats/safetensors.h"
 #include "model/text.h"
 #include "backend/backend.h"
 #include "test.h"

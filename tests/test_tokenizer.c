@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "model/tok_internal.h"
-#include "model/tokenizer.h"
+#include "formats/tok_internal.h"
+#include "formats/tokenizer.h"
 
 static char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");

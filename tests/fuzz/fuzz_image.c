@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "model/image.h"
+#include "formats/image.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     iris_image_decode_opts o;

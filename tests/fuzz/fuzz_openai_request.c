@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/chat.h"
+#include "formats/chat.h"
 #include "server/media.h"
 #include "server/openai.h"
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "formats/tokenizer.h"
 
 static iris_tok *tiny;
 
