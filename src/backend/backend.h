@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "iris.h"
-#include "formats/safetensors.h"
+#include "dtype.h"
 
 typedef struct iris_tensor {
     void *data;

@@ -6,6 +6,7 @@
 #define IRIS_DTYPE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum iris_dtype {
     IRIS_DT_F64, IRIS_DT_F32, IRIS_DT_F16, IRIS_DT_BF16, IRIS_DT_F8_E4M3, IRIS_DT_F8_E5M2,
@@ -18,5 +19,10 @@ typedef enum iris_dtype {
 size_t iris_dtype_size(iris_dtype dt);
 const char *iris_dtype_name(iris_dtype dt);
 int iris_dtype_from_name(const char *name);
+
+/* fp32 -> float8_e4m3fn, round to nearest even, saturating to +-448 (NaN -> 0x7F). */
+uint8_t iris_fp8_e4m3_encode(float x);
+/* float8_e4m3fn -> fp32 (exact). */
+float iris_fp8_e4m3_decode(uint8_t b);
 
 #endif

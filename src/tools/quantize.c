@@ -29,39 +29,6 @@
 
 /* ---- e4m3fn ---- */
 
-static uint32_t f32_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
-
-uint8_t iris_fp8_e4m3_encode(float x) {
-    uint32_t u = f32_bits(x);
-    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
-    u &= 0x7fffffffu;
-    if (u > 0x7f800000u) return sign | 0x7f;              /* NaN */
-    if (u >= 0x43e00000u) return sign | 0x7e;             /* >= 448 (and inf): saturate */
-    if (u < 0x3c800000u) {                                /* below 2^-6: subnormal, steps of 2^-9 */
-        float a;
-        memcpy(&a, &u, 4);
-        return sign | (uint8_t)lrintf(a * 512.0f);        /* exact product; lrintf rounds half to even */
-    }
-    /* Normal: keep exponent + 3 mantissa bits, round the dropped 20 to nearest even;
-     * a carry moves into the exponent, which is the right result. */
-    uint32_t base = u >> 20, rem = u & 0xfffffu;
-    if (rem > 0x80000u || (rem == 0x80000u && (base & 1))) base++;
-    return sign | (uint8_t)(base - ((127 - 7) << 3));
-}
-
-float iris_fp8_e4m3_decode(uint8_t b) {
-    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-    float v;
-    if (e == 15 && m == 7) return NAN;
-    if (e == 0) v = ldexpf((float)m, -9);
-    else v = ldexpf(1.0f + (float)m / 8.0f, e - 7);
-    return s ? -v : v;
-}
-
 int iris_quantize_is_target(const char *name) {
     static const char *const pre = "model.language_model.layers.";
     static const char *const suffixes[] = {

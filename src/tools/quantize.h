@@ -18,15 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
 #include "iris.h"
 
 #define IRIS_FP8_BLOCK 128
 #define IRIS_FP8_MAX 448.0f
 
-/* fp32 -> float8_e4m3fn, round to nearest even, saturating to +-448 (NaN -> 0x7F). */
-uint8_t iris_fp8_e4m3_encode(float x);
-/* float8_e4m3fn -> fp32 (exact). */
-float iris_fp8_e4m3_decode(uint8_t b);
 
 /* 1 when `name` is one of the decoder linears' weights that become FP8. */
 int iris_quantize_is_target(const char *name);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
-#include "tools/quantize.h"
+#include "dtype.h"
 #include "pool.h"
 
 #define KV_BLOCK 16 /* IRIS_KV_BLOCK; model/text.h */
