@@ -15,6 +15,7 @@
 #include "formats/config.h"
 #include "formats/safetensors.h"
 #include "model/text.h"
+#include "engine/runner.h"
 #include "pool.h"
 
 static double now(void) {
@@ -101,12 +102,12 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n_prompt; i++) pos[d * n_prompt + i] = i;
     /* Touch the weights once so the page cache, not the disk, is measured. */
     iris_text_seq w = {.n_new = 1, .tokens = tok, .pos = pos, .pos_stride = n_prompt, .block_table = bt, .logits_from = 0};
-    iris_text_forward(&t, b, &kv, &w, 1, lg, NULL, NULL, &err);
+    iris_runner_forward(&t, b, &kv, &w, 1, lg, NULL, NULL, &err);
 
     iris_text_seq q = {.n_new = n_prompt, .tokens = tok, .pos = pos, .pos_stride = n_prompt, .block_table = bt,
                        .logits_from = n_prompt - 1};
     double t0 = now();
-    if (iris_text_forward(&t, b, &kv, &q, 1, lg, NULL, NULL, &err)) {
+    if (iris_runner_forward(&t, b, &kv, &q, 1, lg, NULL, NULL, &err)) {
         fprintf(stderr, "bench_cpu: %s\n", err.msg);
         return 1;
     }
@@ -116,7 +117,7 @@ int main(int argc, char **argv) {
         int32_t p3[3] = {n_prompt + g, n_prompt + g, n_prompt + g};
         iris_text_seq d = {.n_past = n_prompt + g, .n_new = 1, .tokens = &tok[n_prompt + g], .pos = p3, .pos_stride = 1,
                            .block_table = bt, .logits_from = 0};
-        if (iris_text_forward(&t, b, &kv, &d, 1, lg, NULL, NULL, &err)) {
+        if (iris_runner_forward(&t, b, &kv, &d, 1, lg, NULL, NULL, &err)) {
             fprintf(stderr, "bench_cpu: %s\n", err.msg);
             return 1;
         }

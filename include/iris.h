@@ -212,6 +212,7 @@ typedef struct iris_engine_stats {
     uint64_t prefix_hit_tokens;         /* tokens taken from the prefix cache */
     uint64_t generated_tokens;
     uint64_t images_encoded;            /* vision encoder runs (one per image) */
+    double vision_s;                    /* time in the vision encoder */
     uint64_t images_cached;             /* images whose tokens all came from the prefix cache */
     uint64_t preemptions;
 } iris_engine_stats;

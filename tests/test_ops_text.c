@@ -22,6 +22,7 @@
 #include "formats/config.h"
 #include "formats/safetensors.h"
 #include "model/text.h"
+#include "engine/runner.h"
 #include "ops_util.h"
 #include "test.h"
 #include "tiny_fixture.h"
@@ -79,7 +80,7 @@ static int run_scenario(iris_text *t, iris_backend *b, const char *model, const 
     iris_kv_cache kv;
     iris_err err = {0};
     int rc = iris_kv_cache_init(&kv, &t->cfg, 64, b, &err);
-    if (!rc) rc = iris_text_forward(t, b, &kv, &q, 1, logits, NULL, NULL, &err);
+    if (!rc) rc = iris_runner_forward(t, b, &kv, &q, 1, logits, NULL, NULL, &err);
     if (rc) fprintf(stderr, "  %s/%s on %s: %s\n", model, s, b->name, err.msg);
     iris_kv_cache_free(&kv);
     free(tok), free(pos3), free(e16), free(d16);
@@ -211,7 +212,7 @@ static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, float *o
     for (int s = 0; !rc && s < ns; s++) {
         iris_text_seq pq = {.n_new = n, .tokens = tok + s * (n + steps), .pos = pos3, .pos_stride = n,
                             .block_table = bt + s * per, .logits_from = n - 1};
-        rc = iris_text_forward(t, b, &kv, &pq, 1, lg + (size_t)s * V, NULL, NULL, &err);
+        rc = iris_runner_forward(t, b, &kv, &pq, 1, lg + (size_t)s * V, NULL, NULL, &err);
     }
     for (int g = 0; !rc && g < steps; g++) {
         for (int s = 0; s < ns; s++) {
@@ -223,7 +224,7 @@ static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, float *o
             q[s] = (iris_text_seq){.n_past = n + g, .n_new = 1, .tokens = tok + s * (n + steps) + n + g,
                                    .pos = p1 + 3 * s, .pos_stride = 1, .block_table = bt + s * per, .logits_from = 0};
         }
-        rc = iris_text_forward(t, b, &kv, q, ns, lg, NULL, NULL, &err);
+        rc = iris_runner_forward(t, b, &kv, q, ns, lg, NULL, NULL, &err);
         if (!rc) memcpy(out + (size_t)g * ns * V, lg, sizeof(float) * (size_t)ns * V);
     }
     if (rc) fprintf(stderr, "  decode_run: %s\n", err.msg);

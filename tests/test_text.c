@@ -14,6 +14,7 @@
 #include "formats/config.h"
 #include "formats/safetensors.h"
 #include "model/text.h"
+#include "engine/runner.h"
 #include "backend/backend.h"
 #include "test.h"
 #include "tiny_fixture.h"
@@ -141,7 +142,7 @@ static int forward_all(tmodel *m, const scen *sc, iris_dtype kv_dt, float *logit
     int32_t bt[64];
     for (int b = 0; b < 64; b++) bt[b] = b;
     iris_text_seq q = seq_of(sc, 0, sc->n, bt, 1);
-    rc = kv.layers[0].dtype == kv_dt ? iris_text_forward(&m->t, m->b, &kv, &q, 1, logits, tb ? on_hidden : NULL, tb, err)
+    rc = kv.layers[0].dtype == kv_dt ? iris_runner_forward(&m->t, m->b, &kv, &q, 1, logits, tb ? on_hidden : NULL, tb, err)
                                      : iris_err_set(err, IRIS_EINVAL, "cache dtype not as asked");
     iris_kv_cache_free(&kv);
     return rc;
@@ -215,7 +216,7 @@ IRIS_TEST(text_paged_chunks_and_batches) {
     for (int from = 0; from < a.n; from += 5) {
         int n = a.n - from < 5 ? a.n - from : 5;
         iris_text_seq q = seq_of(&a, from, n, bta, 0);
-        REQUIRE(iris_text_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == 0);
+        REQUIRE(iris_runner_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == 0);
         float d = max_abs(lg, a.logits.f32 + (size_t)(from + n - 1) * V, V);
         worst = d > worst ? d : worst;
     }
@@ -224,7 +225,7 @@ IRIS_TEST(text_paged_chunks_and_batches) {
     int32_t bta2[] = {0, 2}, btb2[] = {4, 5, 6};
     (void)btb;
     iris_text_seq qs[2] = {seq_of(&a, 0, a.n, bta2, 0), seq_of(&b, 0, b.n, btb2, 0)};
-    REQUIRE(iris_text_forward(&m.t, m.b, &kv, qs, 2, lg, NULL, NULL, &err) == 0);
+    REQUIRE(iris_runner_forward(&m.t, m.b, &kv, qs, 2, lg, NULL, NULL, &err) == 0);
     float da = max_abs(lg, a.logits.f32 + (size_t)(a.n - 1) * V, V);
     float db = max_abs(lg + V, b.logits.f32 + (size_t)(b.n - 1) * V, V);
     CHECKF(da <= TOL && db <= TOL, "batched: max-abs %g and %g", da, db);
@@ -244,10 +245,10 @@ IRIS_TEST(text_bad_steps_rejected) {
     int32_t tok[2] = {1, 100000}, pos[6] = {0, 1, 0, 1, 0, 1}, bt[1] = {5};
     iris_text_seq q = {.n_new = 2, .tokens = tok, .pos = pos, .pos_stride = 2, .block_table = bt, .logits_from = 1};
     float lg[1024];
-    CHECK(iris_text_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == IRIS_EINVAL);
+    CHECK(iris_runner_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == IRIS_EINVAL);
     CHECK_CONTAINS(err.msg, "KV block 5");
     bt[0] = 0;
-    CHECK(iris_text_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == IRIS_EINVAL);
+    CHECK(iris_runner_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == IRIS_EINVAL);
     CHECK_CONTAINS(err.msg, "token id 100000");
     iris_kv_cache_free(&kv);
     close_model(&m);
@@ -284,7 +285,7 @@ IRIS_TEST(text_greedy_24_tokens) {
             for (int b = 0; b < 64; b++) bt[b] = kv.n_blocks - 1 - b; /* blocks in reverse order */
             float *lg = malloc(sizeof(float) * V);
             iris_text_seq q = seq_of(&sc, 0, n, bt, 0);
-            REQUIRE(iris_text_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == 0);
+            REQUIRE(iris_runner_forward(&m.t, m.b, &kv, &q, 1, lg, NULL, NULL, &err) == 0);
             int flips = 0;
             for (int g = 0; g < 24; g++) {
                 int best = 0;
@@ -304,7 +305,7 @@ IRIS_TEST(text_greedy_24_tokens) {
                 int32_t tok = best, pos[3] = {n + g + rope_delta, n + g + rope_delta, n + g + rope_delta};
                 iris_text_seq d = {.n_past = n + g, .n_new = 1, .tokens = &tok, .pos = pos, .pos_stride = 1,
                                    .block_table = bt, .logits_from = 0};
-                REQUIRE(iris_text_forward(&m.t, m.b, &kv, &d, 1, lg, NULL, NULL, &err) == 0);
+                REQUIRE(iris_runner_forward(&m.t, m.b, &kv, &d, 1, lg, NULL, NULL, &err) == 0);
             }
             if (flips) printf("  %s / %s: %d near-tie flip(s) followed\n", models[mi], scenarios[si], flips);
             free(lg);

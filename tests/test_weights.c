@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/runner.h"
 #include "model/weights.h"
 #include "test.h"
 #include "tiny_fixture.h"
@@ -72,7 +73,7 @@ IRIS_TEST(weights_model_runs) {
     REQUIRE(iris_kv_cache_init(&kv, &m->cfg.text_config, 8, be, &err) == 0);
     iris_text_seq q = {.n_new = n, .tokens = tok, .pos = p3, .pos_stride = n, .block_table = bt, .logits_from = 0};
     float *logits = malloc(sizeof(float) * (size_t)n * V);
-    int rc = iris_text_forward(&m->text, be, &kv, &q, 1, logits, NULL, NULL, &err);
+    int rc = iris_runner_forward(&m->text, be, &kv, &q, 1, logits, NULL, NULL, &err);
     CHECKF(rc == 0, "%s", err.msg);
     float d = 0;
     for (int64_t i = 0; rc == 0 && i < (int64_t)n * V; i++) {

@@ -32,6 +32,7 @@
 #include "formats/safetensors.h"
 #include "engine/prompt.h"
 #include "model/text.h"
+#include "engine/runner.h"
 #include "formats/tokenizer.h"
 #include "model/vision.h"
 #include "engine/planner.h"
@@ -121,80 +122,48 @@ static int cmp_double(const void *a, const void *b) {
 
 #define IMAGE_QUESTION "Describe the colours, the shapes and where each of them is in this picture, in a few words."
 
-/* The image path: preprocessing, the vision encoder on backend b, and time to
- * first token through an engine opened after b is gone.  Prints JSON members. */
-static int bench_image(const char *dir, const iris_config *cfg, const iris_st *st, iris_backend **bp, const char *device,
-                       const char *image, long long pixels, const char *dense, iris_err *err) {
-    iris_tok *tok = NULL;
-    iris_preprocessor_config pc;
-    iris_vision vis;
-    memset(&vis, 0, sizeof vis);
+/* The image path through the engine: preprocessing (the prompt builder, on this thread), then
+ * time to first token of one request (vision encoder, prefill, sampling), and the vision
+ * encoder's share of it from the engine's counters.  Prints JSON members. */
+static int bench_image(iris_engine *e, const char *image, iris_err *err) {
     iris_prompt p;
     memset(&p, 0, sizeof p);
-    iris_vision_out vo;
-    memset(&vo, 0, sizeof vo);
     json_t *msgs = iris_prompt_one_turn(NULL, 1, IMAGE_QUESTION);
     const char *paths[1] = {image};
     double pre[5], vms[5], ttft[5];
-    int rc = iris_preprocessor_config_load(dir, &pc, err);
-    if (!rc) rc = iris_tok_load(dir, &tok, err);
-    if (!rc && pixels > pc.max_pixels) pc.max_pixels = pixels;
+    int rc = msgs ? IRIS_OK : iris_err_set(err, IRIS_ENOMEM, "out of memory");
     for (int i = 0; i < 5 && !rc; i++) {
         iris_prompt_free(&p);
         double a = now();
-        rc = iris_prompt_build(tok, cfg, &pc, msgs, paths, 1, &p, err);
+        rc = iris_prompt_build(iris_engine_tokenizer(e), iris_engine_config(e), iris_engine_preprocessor_config(e),
+                               msgs, paths, 1, &p, err);
         pre[i] = (now() - a) * 1e3;
     }
-    if (!rc) rc = iris_vision_load(st, &cfg->vision_config, &vis, err);
-    if (!rc) rc = iris_vision_upload(&vis, *bp, err);
+    int n_prompt = (int)p.ids.n, g[3] = {0, 0, 0};
+    if (!rc) memcpy(g, p.grid_thw, sizeof g);
     for (int i = 0; i < 6 && !rc; i++) {   /* the first warms up */
-        iris_vision_out_free(&vo);
-        double a = now();
-        /* as the engine does: rows left in the backend's bf16 on a BF16 backend */
-        rc = (*bp)->act == IRIS_DT_BF16 ? iris_vision_encode_bf16(&vis, *bp, p.pixel_values, p.n_rows, p.grid_thw, 1, &vo, err)
-                                        : iris_vision_encode_on(&vis, *bp, p.pixel_values, p.n_rows, p.grid_thw, 1, &vo,
-                                                                NULL, err);
-        if (i) vms[i - 1] = (now() - a) * 1e3;
-    }
-    iris_vision_out_free(&vo);
-    iris_vision_free(&vis);
-    int n_prompt = (int)p.ids.n, g[3] = {p.grid_thw[0], p.grid_thw[1], p.grid_thw[2]};
-    /* The engine takes the device now. */
-    (*bp)->destroy(*bp);
-    *bp = NULL;
-    iris_engine *e = NULL;
-    if (!rc) {
-        iris_engine_opts o;
-        iris_engine_opts_default(&o);
-        o.model = dir;
-        o.device = device;
-        o.max_num_seqs = 1;
-        o.prefix_caching = 0;
-        o.max_image_pixels = pixels > 0 ? pixels : 0;
-        o.dense_weights = dense;
-        rc = iris_engine_open(&o, &e, err);
-    }
-    for (int i = 0; i < 6 && !rc; i++) {
         iris_prompt q;
-        rc = iris_prompt_build(tok, cfg, iris_engine_preprocessor_config(e), msgs, paths, 1, &q, err);
+        rc = iris_prompt_build(iris_engine_tokenizer(e), iris_engine_config(e), iris_engine_preprocessor_config(e),
+                               msgs, paths, 1, &q, err);
         if (rc) break;
         iris_request_params rp;
         iris_request_params_default(e, &rp);
         rp.prompt = &q;
         rp.max_tokens = 1;
         rp.do_sample = 0;
+        iris_engine_stats s0, s1;
+        iris_engine_get_stats(e, &s0);
         iris_request *r = NULL;
         rc = iris_engine_submit(e, &rp, &r, err);
         iris_prompt_free(&q);
         iris_event ev;
         while (!rc && iris_request_next(r, &ev, -1) == IRIS_OK && ev.kind != IRIS_EVENT_DONE) {}
         if (!rc && ev.finish_reason == IRIS_FINISH_REASON_ERROR) *err = ev.err, rc = ev.err.code ? ev.err.code : IRIS_EINVAL;
-        if (!rc && i) ttft[i - 1] = ev.usage.ttft_s * 1e3;
+        iris_engine_get_stats(e, &s1);
+        if (!rc && i) ttft[i - 1] = ev.usage.ttft_s * 1e3, vms[i - 1] = (s1.vision_s - s0.vision_s) * 1e3;
         iris_request_free(r);
     }
-    iris_engine_close(e);
     iris_prompt_free(&p);
-    iris_tok_free(tok);
     json_decref(msgs);
     if (rc) return rc;
     qsort(pre, 5, sizeof *pre, cmp_double);
@@ -208,35 +177,25 @@ static int bench_image(const char *dir, const iris_config *cfg, const iris_st *s
 }
 
 typedef struct {
-    iris_text t;
-    iris_kv_cache kv;
-    iris_backend *b;
-    int P, G, max_batch, prompt_blocks, blocks_per_seq;
-    float *logits;
+    iris_runner *run;               /* the engine's own step */
+    int V, G, blocks_per_seq;
     int32_t *tok, *pos, *bt;
+    iris_text_seq *q;
     int host_sampling;
-    iris_text_top top;              /* greedy's candidates a row, as the engine asks */
+    int *need;                      /* greedy rows: 1 token each, as the engine asks */
 } bench;
 
 /* Step of `n_seqs` sequences after `past` tokens: one new token each. */
 static int decode_step(bench *x, int n_seqs, int past, iris_err *err) {
-    iris_text_seq *q = calloc((size_t)n_seqs, sizeof *q);
-    if (!q) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
     for (int s = 0; s < n_seqs; s++) {
-        x->tok[s] = (int32_t)((s * 7919 + past * 31) % x->t.cfg.vocab_size);
+        x->tok[s] = (int32_t)((s * 7919 + past * 31) % x->V);
         x->pos[3 * s] = x->pos[3 * s + 1] = x->pos[3 * s + 2] = past;
-        q[s].n_past = past;
-        q[s].n_new = 1;
-        q[s].tokens = &x->tok[s];
-        q[s].pos = &x->pos[3 * s];
-        q[s].pos_stride = 1;
-        q[s].block_table = x->bt + (size_t)s * x->blocks_per_seq;
-        q[s].logits_from = 0;
+        x->q[s] = (iris_text_seq){.n_past = past, .n_new = 1, .tokens = &x->tok[s], .pos = &x->pos[3 * s],
+                                  .pos_stride = 1, .block_table = x->bt + (size_t)s * x->blocks_per_seq};
     }
-    int rc = x->host_sampling ? iris_text_forward(&x->t, x->b, &x->kv, q, n_seqs, x->logits, NULL, NULL, err)
-                              : iris_text_forward_top(&x->t, x->b, &x->kv, q, n_seqs, x->logits, &x->top, err);
-    free(q);
-    return rc;
+    iris_runner_sampling smp = {.need = x->need};
+    iris_runner_out out;
+    return iris_runner_step(x->run, x->q, n_seqs, x->host_sampling ? NULL : &smp, &out, err);
 }
 
 int iris_cmd_bench(int argc, char **argv) {
@@ -301,91 +260,72 @@ int iris_cmd_bench(int argc, char **argv) {
     }
 
     iris_err err = {0};
-    char dir[4096];
-    iris_config cfg;
-    iris_st *st = NULL;
-    if (iris_model_resolve(model, dir, sizeof dir, &err) || iris_config_load(dir, &cfg, &err) || iris_st_open(dir, &st, &err))
-        return iris_cli_fail(&err);
-    bench x;
-    memset(&x, 0, sizeof x);
-    int rc = iris_text_load(st, &cfg, &x.t, &err);
-    if (rc) {
-        iris_st_close(st);
-        return iris_cli_fail(&err);
-    }
-    const iris_text_config *c = &x.t.cfg;
     int max_batch = 0;
     for (int i = 0; i < n_batches; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
-    x.P = (int)P, x.G = (int)G, x.max_batch = max_batch;
     /* the prompt's blocks are shared; each sequence owns the blocks of its new tokens */
-    x.prompt_blocks = (int)((P + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK);
-    int past0 = x.prompt_blocks * IRIS_KV_BLOCK;
+    int prompt_blocks = (int)((P + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK), past0 = prompt_blocks * IRIS_KV_BLOCK;
     int own = (int)((G + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK);
-    x.blocks_per_seq = x.prompt_blocks + own;
-    int n_blocks = x.prompt_blocks + max_batch * own;
-    int kv8 = iris_plan_kv_dtype_parse(kv_dtype) == IRIS_KV_FP8;
-    size_t kv_bytes = (size_t)n_blocks * IRIS_KV_BLOCK * c->num_key_value_heads * c->head_dim * 2 * (kv8 ? 1 : 2) *
-                      c->num_hidden_layers;
-    size_t w_bytes = 0;
-    for (int i = 0; i < iris_st_count(st); i++) w_bytes += (size_t)iris_st_at(st, i)->n_bytes;
-    size_t act_rows = (size_t)(past0 > max_batch ? past0 : max_batch);
-    size_t act_bytes = act_rows * (size_t)(4 * c->hidden_size + 2 * c->intermediate_size + 2 * c->num_attention_heads * c->head_dim) * 4 +
-                       (size_t)max_batch * c->vocab_size * 4;
-    size_t arena = w_bytes + kv_bytes + act_bytes + ((size_t)256 << 20);
-    /* BF16 copies of the FP8 linears: the planner's rule, against the device's memory */
-    int use_dense = 0;
-#ifdef IRIS_CUDA
-    iris_plan_model pm;
-    size_t fr = 0, tot = 0;
-    if (strcmp(device, "cpu") && iris_plan_model_init(&cfg, st, dir, &pm, &err) == 0) {
-        if (iris_cuda_device_memory(0, &fr, &tot)) tot = 0;
-        use_dense = iris_plan_dense_wanted(&pm, iris_plan_dense_parse(dense), tot);
-        if (use_dense) arena += pm.dense_bytes;
+    /* --image WxH: a test picture of that size, not resized (the plan admits its pixels) */
+    int iw = 0, ih = 0;
+    char tmp[64] = "";
+    const char *path = image;
+    long long pixels = 0;
+    if (image && sscanf(image, "%dx%d", &iw, &ih) == 2 && iw > 0 && ih > 0 && access(image, R_OK) != 0) {
+        snprintf(tmp, sizeof tmp, "/tmp/iris-bench-%dx%d-%d.jpg", iw, ih, (int)getpid());
+        if (write_test_jpeg(tmp, iw, ih)) {
+            iris_err_set(&err, IRIS_EIO, "could not write %s", tmp);
+            return iris_cli_fail(&err);
+        }
+        path = tmp, pixels = (long long)iw * ih;
     }
-#endif
-
+    /* The engine, as `iris serve` opens it, sized for the largest batch and the prompt. */
+    iris_engine_opts o;
+    iris_engine_opts_default(&o);
+    o.model = model;
+    o.device = device;
+    o.max_num_seqs = max_batch;
+    if (o.max_batch_tokens < past0) o.max_batch_tokens = past0;
+    o.max_model_len = past0 + (int)G + IRIS_KV_BLOCK;
+    o.prefix_caching = 0;
+    o.kv_cache_dtype = kv_dtype;
+    o.dense_weights = dense;
+    o.max_image_pixels = pixels;
+    iris_engine *e = NULL;
     double t0 = now();
-    if (!strcmp(device, "cpu")) {
-        rc = iris_backend_cpu_open(&x.b, &err);
-    } else {
-#ifdef IRIS_CUDA
-        rc = iris_backend_cuda_open(0, arena, &x.b, &err);
-#else
-        (void)arena;
-        rc = iris_err_set(&err, IRIS_EUNSUPPORTED, "this iris was built without CUDA; use --device cpu");
-#endif
-    }
-    if (!rc) rc = iris_text_upload(&x.t, x.b, &err);
-    if (!rc && use_dense) rc = iris_text_densify(&x.t, x.b, &err);
-    if (!rc) rc = iris_kv_cache_init_dtype(&x.kv, c, n_blocks, kv8 ? IRIS_DT_F8_E4M3 : x.b->act, x.b, &err);
-    if (!rc && x.b->sync) rc = x.b->sync(x.b) ? iris_err_set(&err, IRIS_EDEVICE, "%s", x.b->err.msg) : 0;
+    int rc = iris_engine_open(&o, &e, &err);
     double t_load = now() - t0;
-    x.logits = malloc(sizeof(float) * (size_t)max_batch * c->vocab_size);
-    size_t rows = (size_t)(past0 > max_batch ? past0 : max_batch);
+    if (rc) {
+        if (tmp[0]) unlink(tmp);
+        return iris_cli_fail(&err);
+    }
+    iris_model_info mi;
+    iris_engine_model_info(e, &mi);
+    const iris_text *t = iris_engine_text(e);
+    iris_backend *be = iris_engine_backend(e);
+    bench x = {.run = iris_engine_runner(e), .V = t->cfg.vocab_size, .G = (int)G, .host_sampling = host_sampling,
+               .blocks_per_seq = prompt_blocks + own};
+    size_t rows = (size_t)(past0 > max_batch ? past0 : max_batch), w_bytes = iris_engine_weight_bytes(e);
     x.tok = malloc(sizeof(int32_t) * rows);
     x.pos = malloc(sizeof(int32_t) * 3 * rows);
     x.bt = malloc(sizeof(int32_t) * (size_t)max_batch * x.blocks_per_seq);
-    /* greedy rows: the top 1 and 8 more for ties (engine.c TOP_TIE_MARGIN) */
-    x.host_sampling = host_sampling;
-    x.top.k = 9 < c->vocab_size ? 9 : c->vocab_size;
-    int *need = malloc(sizeof(int) * 2 * (size_t)max_batch);
-    x.top.need = need, x.top.whole = need ? need + max_batch : NULL;
-    x.top.ids = malloc(sizeof(int32_t) * (size_t)max_batch * x.top.k);
-    x.top.vals = malloc(sizeof(float) * (size_t)max_batch * x.top.k);
-    for (int s = 0; need && s < max_batch; s++) need[s] = 1;
-    if (!rc && (!x.logits || !x.tok || !x.pos || !x.bt || !need || !x.top.ids || !x.top.vals))
-        rc = iris_err_set(&err, IRIS_ENOMEM, "out of memory");
+    x.q = calloc((size_t)max_batch, sizeof *x.q);
+    x.need = malloc(sizeof(int) * (size_t)max_batch);
+    if (!x.tok || !x.pos || !x.bt || !x.q || !x.need) rc = iris_err_set(&err, IRIS_ENOMEM, "out of memory");
+    else if (prompt_blocks + max_batch * own > mi.kv_blocks)
+        rc = iris_err_set(&err, IRIS_ELIMIT, "%d KV blocks needed, the engine has %d", prompt_blocks + max_batch * own,
+                          mi.kv_blocks);
     if (rc) goto done;
+    for (int s = 0; s < max_batch; s++) x.need[s] = 1;
     for (int s = 0; s < max_batch; s++)
         for (int j = 0; j < x.blocks_per_seq; j++)
-            x.bt[(size_t)s * x.blocks_per_seq + j] = j < x.prompt_blocks ? j : x.prompt_blocks + s * own + (j - x.prompt_blocks);
+            x.bt[(size_t)s * x.blocks_per_seq + j] = j < prompt_blocks ? j : prompt_blocks + s * own + (j - prompt_blocks);
 
+    const iris_text_config *c = &t->cfg;
     printf("{\"model\":\"%s\",\"device\":\"%s\",\"layers\":%d,\"hidden\":%d,\"fp8_linears\":%d,\"weights_bytes\":%zu,"
            "\"load_s\":%.3f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"kv_cache_dtype\":\"%s\",\"sampling\":\"%s\",\"decode_graphs\":%s,\"dense_weights\":%s",
-           dir, device, c->num_hidden_layers, c->hidden_size, x.t.n_fp8, w_bytes, t_load, P, G, kv_dtype,
-           host_sampling || !x.b->get_topk ? "host, fp32 rows" : "top-k on the device",
-           x.b->graph_begin && !(getenv("IRIS_CUDA_GRAPHS") && !strcmp(getenv("IRIS_CUDA_GRAPHS"), "0")) ? "true" : "false",
-           use_dense ? "true" : "false");
+           mi.dir, be->name, c->num_hidden_layers, c->hidden_size, t->n_fp8, w_bytes, t_load, P, G, kv_dtype,
+           host_sampling || !be->get_topk ? "host, fp32 rows" : "top-k on the device",
+           be->graph_begin ? "true" : "false", t->layers[0].q_proj.dense ? "true" : "false");
     fflush(stdout);
 
     /* Prefill, twice (the first warms up kernels and cuBLASLt's plans); the prompt
@@ -396,11 +336,11 @@ int iris_cmd_bench(int argc, char **argv) {
             x.tok[j] = (int32_t)((j * 2654435761u) % (uint32_t)c->vocab_size);
             x.pos[j] = x.pos[past0 + j] = x.pos[2 * past0 + j] = j;
         }
-        iris_text_seq q = {0};
-        q.n_new = past0, q.tokens = x.tok, q.pos = x.pos, q.pos_stride = past0, q.block_table = x.bt;
-        q.logits_from = past0 - 1;
+        iris_text_seq q = {.n_new = past0, .tokens = x.tok, .pos = x.pos, .pos_stride = past0, .block_table = x.bt,
+                           .logits_from = past0 - 1};
+        iris_runner_out out;
         double a = now();
-        rc = iris_text_forward(&x.t, x.b, &x.kv, &q, 1, x.logits, NULL, NULL, &err);
+        rc = iris_runner_step(x.run, &q, 1, NULL, &out, &err);
         t_pre = now() - a;
     }
     if (rc) goto done;
@@ -419,41 +359,18 @@ int iris_cmd_bench(int argc, char **argv) {
     }
     printf("]");
 #ifdef IRIS_CUDA
-    if (!rc && !strcmp(device, "cuda")) {
-        iris_cuda_mem mi;
-        if (iris_cuda_mem_info(x.b, &mi) == 0)
-            printf(",\"memory\":{\"arena_bytes\":%zu,\"arena_peak_bytes\":%zu,\"device_used_bytes\":%zu}", mi.arena_bytes,
-                   mi.peak_bytes, mi.device_used);
-    }
+    iris_cuda_mem cm;
+    if (!rc && !strcmp(be->name, "cuda") && iris_cuda_mem_info(be, &cm) == 0)
+        printf(",\"memory\":{\"arena_bytes\":%zu,\"arena_peak_bytes\":%zu,\"device_used_bytes\":%zu}", cm.arena_bytes,
+               cm.peak_bytes, cm.device_used);
 #endif
-    if (!rc && image) {
-        /* WxH: a test picture of that size, not resized (max_pixels raised to it). */
-        int iw = 0, ih = 0;
-        char tmp[64] = "";
-        const char *path = image;
-        long long pixels = 0;
-        if (sscanf(image, "%dx%d", &iw, &ih) == 2 && iw > 0 && ih > 0 && access(image, R_OK) != 0) {
-            snprintf(tmp, sizeof tmp, "/tmp/iris-bench-%dx%d-%d.jpg", iw, ih, (int)getpid());
-            if (write_test_jpeg(tmp, iw, ih)) rc = iris_err_set(&err, IRIS_EIO, "could not write %s", tmp);
-            path = tmp, pixels = (long long)iw * ih;
-        }
-        /* the decoder's cache and weights go first: the backend is closed for the engine */
-        iris_kv_cache_free(&x.kv);
-        memset(&x.kv, 0, sizeof x.kv);
-        iris_text_free(&x.t);
-        memset(&x.t, 0, sizeof x.t);
-        fflush(stdout);
-        if (!rc) rc = bench_image(dir, &cfg, st, &x.b, device, path, pixels, dense, &err);
-        if (tmp[0]) unlink(tmp);
-    }
+    fflush(stdout);
+    if (!rc && image) rc = bench_image(e, path, &err);
     printf("}\n");
 done:
-    if (x.kv.layers) iris_kv_cache_free(&x.kv);
-    iris_text_free(&x.t);
-    if (x.b) x.b->destroy(x.b);
-    iris_st_close(st);
-    free(x.logits), free(x.tok), free(x.pos), free(x.bt);
-    free(need), free(x.top.ids), free(x.top.vals);
+    if (tmp[0]) unlink(tmp);
+    iris_engine_close(e);
+    free(x.tok), free(x.pos), free(x.bt), free(x.q), free(x.need);
     if (rc) {
         printf("\n");
         return iris_cli_fail(&err);

@@ -1,19 +1,17 @@
 /* cmd_logits.c: `iris logits MODEL [--image PATH]... [--system TEXT] --prompt
  * TEXT --out FILE.npy [--last N] [--hidden-states DIR] [--device cpu|cuda]`:
  * renders one user turn (images first, then the text, then the generation
- * prompt), runs the prompt and writes float32 logits [n, vocab] of every
- * position or of the last N; with --hidden-states, every layer's output. */
+ * prompt), runs the prompt through the engine's model (one prefill) and writes
+ * float32 logits [n, vocab] of every position or of the last N; with
+ * --hidden-states, the residual stream entering every layer. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "err.h"
-#include "infer.h"
-#ifdef IRIS_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
-#include "model/text.h"
+#include "engine/engine.h"
+#include "engine/prompt.h"
 #include "npy.h"
 
 #include <errno.h>
@@ -39,94 +37,6 @@ static void save_hidden(void *ud, int il, const float *h, int n_rows, int hidden
     snprintf(path, sizeof path, "%s/layer_%02d.npy", ho->dir, il);
     int64_t shape[2] = {n_rows, hidden};
     ho->rc = iris_npy_write_f32(path, h, shape, 2, ho->err);
-}
-
-/* One prefill of the whole prompt; the logits of every position, or of the last `last`. */
-static int run_logits(infer_model *m, const iris_prompt *p, const iris_vision_out *vo_cpu, long last, const char *out,
-                      const char *hidden_dir, int cuda, iris_err *err) {
-    iris_text text;
-    iris_backend *b = NULL;
-    int rc = iris_text_load(m->st, &m->cfg, &text, err);
-    if (rc) return rc;
-    int n = (int)p->ids.n, V = text.cfg.vocab_size;
-    int n_out = last > 0 && last < n ? (int)last : n;
-    const iris_vision_out *vo = vo_cpu;
-    iris_vision_out vo_dev;
-    memset(&vo_dev, 0, sizeof vo_dev);
-    if (cuda) {
-#ifdef IRIS_CUDA
-        /* One allocation: every tensor of the checkpoint, the prompt's KV cache and its step (bf16), the logits. */
-        const iris_text_config *c = &text.cfg;
-        size_t w = 0;
-        for (int i = 0; i < iris_st_count(m->st); i++) w += (size_t)iris_st_at(m->st, i)->n_bytes + 256;
-        size_t kvb = (size_t)(n + IRIS_KV_BLOCK) * c->num_hidden_layers * c->num_key_value_heads * c->head_dim * 2 * 2;
-        size_t act = (size_t)n * (4 * (size_t)c->hidden_size + 2 * (size_t)c->intermediate_size +
-                                  2 * (size_t)c->num_attention_heads * c->head_dim) * 2 +
-                     (size_t)n_out * V * 2 + (size_t)n * c->hidden_size * 4 * 4;
-        size_t vis = p->n_rows * (size_t)(m->vis.patch_dim + 8 * m->cfg.vision_config.hidden_size +
-                                          2 * m->cfg.vision_config.intermediate_size) * 2;
-        rc = iris_backend_cuda_open(0, w + kvb + act + vis + ((size_t)256 << 20), &b, err);
-        if (!rc && p->n_images > 0) {
-            /* the vision encoder on the GPU too: these are the logits of the CUDA path */
-            rc = iris_vision_upload(&m->vis, b, err);
-            if (!rc) rc = iris_vision_encode_on(&m->vis, b, p->pixel_values, p->n_rows, p->grid_thw, p->n_images,
-                                                &vo_dev, NULL, err);
-            if (!rc) vo = &vo_dev;
-        }
-#else
-        rc = iris_err_set(err, IRIS_EUNSUPPORTED, "--device cuda: this iris was built without CUDA; use --device cpu");
-#endif
-    } else {
-        rc = iris_backend_cpu_open(&b, err);
-    }
-    if (!rc) rc = iris_text_upload(&text, b, err);
-    if (rc) {
-        iris_vision_out_free(&vo_dev);
-        iris_text_free(&text);
-        if (b) b->destroy(b);
-        return rc;
-    }
-    iris_kv_cache kv;
-    memset(&kv, 0, sizeof kv);
-    int32_t *bt = NULL, *tok = NULL;
-    float *logits = NULL;
-    rc = iris_kv_cache_init(&kv, &text.cfg, (n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK, b, err);
-    if (rc) goto done;
-    bt = malloc(sizeof(int32_t) * (size_t)kv.n_blocks);
-    tok = malloc(sizeof(int32_t) * (size_t)n);
-    logits = malloc(sizeof(float) * (size_t)n_out * V);
-    if (!bt || !tok || !logits) {
-        rc = iris_err_set(err, IRIS_ENOMEM, "out of memory for %d x %d logits", n_out, V);
-        goto done;
-    }
-    for (int k = 0; k < kv.n_blocks; k++) bt[k] = k;
-    for (int i = 0; i < n; i++) tok[i] = p->ids.ids[i];
-    iris_text_seq q = {.n_new = n, .tokens = tok, .pos = p->pos, .pos_stride = n, .block_table = bt,
-                       .logits_from = n - n_out};
-    if (vo->n_tokens > 0) {
-        q.image_embeds = vo->embeds;
-        q.n_deepstack = vo->n_deepstack;
-        for (int d = 0; d < vo->n_deepstack; d++) q.deepstack[d] = vo->deepstack + (size_t)d * vo->n_tokens * vo->out_hidden;
-    }
-    hidden_out ho = {hidden_dir, 0, err};
-    if (hidden_dir && mkdir(hidden_dir, 0755) != 0 && errno != EEXIST) {
-        rc = iris_err_set(err, IRIS_EIO, "--hidden-states %s: %s", hidden_dir, strerror(errno));
-        goto done;
-    }
-    rc = iris_text_forward(&text, b, &kv, &q, 1, logits, hidden_dir ? save_hidden : NULL, &ho, err);
-    if (!rc) rc = ho.rc;
-    if (!rc) {
-        int64_t shape[2] = {n_out, V};
-        rc = iris_npy_write_f32(out, logits, shape, 2, err);
-    }
-    if (!rc) fprintf(stderr, "iris logits: %d prompt tokens, %d image(s); wrote [%d, %d] to %s\n", n, p->n_images, n_out, V, out);
-done:
-    free(bt), free(tok), free(logits);
-    if (kv.layers) iris_kv_cache_free(&kv);
-    iris_vision_out_free(&vo_dev);
-    iris_text_free(&text);
-    b->destroy(b);
-    return rc;
 }
 
 int iris_cmd_logits(int argc, char **argv) {
@@ -178,18 +88,44 @@ int iris_cmd_logits(int argc, char **argv) {
         fprintf(stderr, "iris logits: --device %s: use cpu (fp32, the reference) or cuda (bf16)\n", device);
         return 2;
     }
-    int cuda = device && !strcmp(device, "cuda");
-    iris_err err = {0};
-    infer_model m;
-    if (infer_open(model, &m, &err)) return iris_cli_fail(&err);
-    iris_prompt p;
-    iris_vision_out vo;
-    int rc = infer_prepare(&m, system, images, n_images, prompt, 0, &p, &vo, &err);
-    if (!rc) {
-        rc = run_logits(&m, &p, &vo, last, out, hidden, cuda, &err);
-        iris_vision_out_free(&vo);
-        iris_prompt_free(&p);
+    if (hidden && mkdir(hidden, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "iris logits: --hidden-states %s: %s\n", hidden, strerror(errno));
+        return 1;
     }
-    infer_close(&m);
+    /* The engine, on the CPU (fp32, the reference) unless --device cuda (bf16), with room for this
+     * one prompt; its vision encoder and decoder make the logits. */
+    iris_engine_opts o;
+    iris_engine_opts_default(&o);
+    o.model = model;
+    o.device = device && !strcmp(device, "cuda") ? "cuda" : "cpu";
+    o.max_num_seqs = 1;
+    o.prefix_caching = 0;
+    iris_err err = {0};
+    iris_engine *e = NULL;
+    if (iris_engine_open(&o, &e, &err)) return iris_cli_fail(&err);
+    iris_prompt p;
+    memset(&p, 0, sizeof p);
+    float *logits = NULL;
+    json_t *msgs = iris_prompt_one_turn(system, n_images, prompt);
+    int rc = msgs ? iris_prompt_build(iris_engine_tokenizer(e), iris_engine_config(e), iris_engine_preprocessor_config(e),
+                                      msgs, images, n_images, &p, &err)
+                  : iris_err_set(&err, IRIS_ENOMEM, "out of memory");
+    int n = (int)p.ids.n, V = iris_engine_config(e)->text_config.vocab_size;
+    int n_out = last > 0 && last < n ? (int)last : n;
+    if (!rc && !(logits = malloc(sizeof(float) * (size_t)n_out * V)))
+        rc = iris_err_set(&err, IRIS_ENOMEM, "out of memory for %d x %d logits", n_out, V);
+    hidden_out ho = {hidden, 0, &err};
+    if (!rc) rc = iris_engine_prompt_logits(e, &p, n_out, hidden ? save_hidden : NULL, &ho, logits, &err);
+    if (!rc) rc = ho.rc;
+    if (!rc) {
+        int64_t shape[2] = {n_out, V};
+        rc = iris_npy_write_f32(out, logits, shape, 2, &err);
+    }
+    if (!rc) fprintf(stderr, "iris logits: %d prompt tokens, %d image(s); wrote [%d, %d] to %s\n", n, p.n_images, n_out, V,
+                     out);
+    free(logits);
+    json_decref(msgs);
+    iris_prompt_free(&p);
+    iris_engine_close(e);
     return rc ? iris_cli_fail(&err) : 0;
 }

@@ -54,6 +54,15 @@ const iris_tok *iris_engine_tokenizer(const iris_engine *e) { return e->tok; }
 const iris_config *iris_engine_config(const iris_engine *e) { return &e->cfg; }
 const iris_generation_config *iris_engine_generation_config(const iris_engine *e) { return &e->gc; }
 const iris_preprocessor_config *iris_engine_preprocessor_config(const iris_engine *e) { return &e->pc; }
+const iris_text *iris_engine_text(const iris_engine *e) { return &e->text; }
+iris_backend *iris_engine_backend(iris_engine *e) { return e->be; }
+iris_runner *iris_engine_runner(iris_engine *e) { return e->runner; }
+
+size_t iris_engine_weight_bytes(const iris_engine *e) {
+    size_t n = 0;
+    for (int i = 0; i < iris_st_count(e->st); i++) n += (size_t)iris_st_at(e->st, i)->n_bytes;
+    return n;
+}
 
 void iris_engine_model_info(const iris_engine *e, iris_model_info *out) {
     memset(out, 0, sizeof *out);
@@ -83,6 +92,7 @@ static void publish_stats(iris_engine *e) {
     s->prefix_hit_tokens = e->sched.stats.prefix_hit_tokens;
     s->generated_tokens = e->generated_tokens;
     s->images_encoded = e->images_encoded;
+    s->vision_s = e->vision_s;
     s->images_cached = e->sched.stats.images_cached;
     s->preemptions = e->sched.stats.preemptions;
 }
@@ -162,7 +172,9 @@ static int encode_images(iris_engine *e, iris_request *r, iris_err *err) {
         if (!im->ready && im->start < hi && im->start + im->n_tokens > lo) {
             const float *px = r->prompt.pixel_values + row0 * pd;
             /* on the GPU the rows stay bf16 on their way to the decoder (no fp32 round trip) */
-            int rc = e->on_gpu ? iris_vision_encode_bf16(&e->vis, e->be, px, rows, g, 1, &r->vout[i], err)
+            size_t sb = 0;
+            void *scratch = iris_runner_scratch(e->runner, &sb);
+            int rc = e->on_gpu ? iris_vision_encode_bf16(&e->vis, e->be, scratch, sb, px, rows, g, 1, &r->vout[i], err)
                                : iris_vision_encode(&e->vis, px, rows, g, 1, &r->vout[i], NULL, err);
             if (rc) return rc;
             if (r->vout[i].n_tokens != im->n_tokens)
@@ -178,21 +190,11 @@ static int encode_images(iris_engine *e, iris_request *r, iris_err *err) {
     return IRIS_OK;
 }
 
-/* Candidates a row brings past what its request needs: ties at the boundary within this many
- * are resolved on the host; a longer tie brings the whole row (text.c). */
-#define TOP_TIE_MARGIN 8
-
-/* iris_text_top.penalizes: does the request of logits row `row` penalize token id? */
+/* iris_runner_sampling.penalizes: does the request of logits row `row` penalize token id? */
 static int row_penalizes(void *ud, int row, int32_t id) {
     iris_engine *e = ud;
     return iris_sampler_penalizes(e->top_req[row]->sampler, id);
 }
-
-/* Host buffers of one sequence's step: positions and its image rows. */
-typedef struct seq_buf {
-    int32_t *pos;       /* [3][n_new] */
-    void *img;          /* [(1 + n_ds) * n_img_rows, hidden], fp32 or bf16 as the encoder's rows */
-} seq_buf;
 
 /* An encoder output's embedding rows (taps 0) or DeepStack rows (taps 1), whichever type it holds. */
 static const char *vout_rows(const iris_vision_out *o, int taps) {
@@ -200,52 +202,52 @@ static const char *vout_rows(const iris_vision_out *o, int taps) {
     return (const char *)(taps ? o->deepstack : o->embeds);
 }
 
-static int prepare(iris_engine *e, iris_request *r, iris_text_seq *ts, seq_buf *sb, iris_err *err) {
+/* Sequence r's part of the step: its tokens, positions (into the step's positions buffer at row
+ * `row0`, stride max_batch_tokens) and image rows (where the encoder left them when the chunk
+ * touches one image, else gathered into the step's image buffer at `*img_at` bytes). */
+static int prepare(iris_engine *e, iris_request *r, int row0, size_t *img_at, iris_text_seq *ts, iris_err *err) {
     iris_seq *q = &r->seq;
     int n = q->n_new, c0 = q->n_computed, H = e->cfg.text_config.hidden_size, np = q->n_prompt;
-    sb->pos = malloc(sizeof *sb->pos * 3 * (size_t)n);
-    if (!sb->pos) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    int T = e->o.max_batch_tokens;
+    int32_t *pos = e->step_pos + row0;
     for (int i = 0; i < n; i++) {
         int j = c0 + i;
         for (int d = 0; d < 3; d++)
-            sb->pos[(size_t)d * n + i] = j < np ? r->prompt.pos[(size_t)d * np + j] : iris_pos_decode(j, r->prompt.rope_delta);
+            pos[(size_t)d * T + i] = j < np ? r->prompt.pos[(size_t)d * np + j] : iris_pos_decode(j, r->prompt.rope_delta);
     }
     memset(ts, 0, sizeof *ts);
     ts->n_past = c0;
     ts->n_new = n;
     ts->tokens = q->tokens + c0;
-    ts->pos = sb->pos;
-    ts->pos_stride = n;
+    ts->pos = pos;
+    ts->pos_stride = T;
     ts->block_table = q->blocks;
     ts->logits_from = q->want_logits ? n - 1 : n;
     /* Image rows of this chunk, in token order. */
-    int n_rows = 0, n_ds = 0;
+    int n_rows = 0, n_ds = 0, n_touch = 0, only = -1;
     for (int i = 0; i < q->n_images; i++) {
         const iris_seq_image *im = &q->images[i];
         int a = im->start > c0 ? im->start : c0, b = im->start + im->n_tokens < c0 + n ? im->start + im->n_tokens : c0 + n;
-        if (b > a) n_rows += b - a, n_ds = r->vout[i].n_deepstack;
+        if (b > a) n_rows += b - a, n_ds = r->vout[i].n_deepstack, n_touch++, only = i;
     }
     if (!n_rows) return IRIS_OK;
-    /* One image in the chunk (the usual case): its rows are used where they are, no copy. */
-    int n_touch = 0, only = -1;
-    for (int i = 0; i < q->n_images; i++) {
-        const iris_seq_image *im = &q->images[i];
-        int a = im->start > c0 ? im->start : c0, b = im->start + im->n_tokens < c0 + n ? im->start + im->n_tokens : c0 + n;
-        if (b > a) n_touch++, only = i;
-    }
     /* Rows are fp32 (CPU) or bf16 bits (GPU: iris_vision_encode_bf16), as the encoder left them. */
     int b16 = r->vout[only].embeds16 != NULL;
     size_t es = b16 ? sizeof(uint16_t) : sizeof(float);
     const char *emb = NULL, *ds[IRIS_MAX_DEEPSTACK] = {0};
     if (n_touch == 1) {
+        /* One image in the chunk (the usual case): its rows are used where they are, no copy. */
         const iris_seq_image *im = &q->images[only];
         size_t off = (size_t)((im->start > c0 ? im->start : c0) - im->start) * H * es;
         emb = vout_rows(&r->vout[only], 0) + off;
         for (int d = 0; d < n_ds; d++) ds[d] = vout_rows(&r->vout[only], 1) + (size_t)d * im->n_tokens * H * es + off;
     } else {
-        sb->img = malloc(es * (size_t)n_rows * H * (1 + (size_t)n_ds));
-        if (!sb->img) return iris_err_set(err, IRIS_ENOMEM, "out of memory for %d image rows", n_rows);
-        char *img = sb->img;
+        size_t need = es * (size_t)n_rows * H * (1 + (size_t)n_ds);
+        if (*img_at + need > e->step_img_bytes)
+            return iris_err_set(err, IRIS_ELIMIT, "%d image rows of %d images in one chunk: over the step's buffer",
+                                n_rows, n_touch);
+        char *img = e->step_img + *img_at;
+        *img_at += need;
         int at = 0;
         for (int i = 0; i < q->n_images; i++) {
             const iris_seq_image *im = &q->images[i];
@@ -315,6 +317,21 @@ static void emit_token(iris_engine *e, iris_request *r, const float *logits, con
     }
 }
 
+/* What sampling needs of each logits row: the candidates its sampler needs (0: the whole row:
+ * logprobs, or more than the runner brings), and whether its request has penalties. */
+static void sampling_needs(iris_engine *e, iris_sched_batch *b, iris_runner_sampling *smp) {
+    int n_lg = 0;
+    for (int i = 0; i < b->n_seqs; i++) {
+        iris_request *r = b->seqs[i]->ud;
+        if (!r->seq.want_logits) continue;
+        e->top_req[n_lg] = r;
+        e->top_need[n_lg] = r->logprobs ? 0 : iris_sampler_top_need(r->sampler);
+        e->top_pen[n_lg] = iris_sampler_has_penalties(r->sampler);
+        n_lg++;
+    }
+    *smp = (iris_runner_sampling){.need = e->top_need, .penalized = e->top_pen, .penalizes = row_penalizes, .ud = e};
+}
+
 static void step(iris_engine *e) {
     iris_err err = {0};
     iris_sched_batch *b = &e->batch;
@@ -333,48 +350,25 @@ static void step(iris_engine *e) {
         }
         return;
     }
-    int n = b->n_seqs, rc = IRIS_OK;
-    iris_text_seq *ts = calloc((size_t)n, sizeof *ts);
-    seq_buf *sb = calloc((size_t)n, sizeof *sb);
-    if (!ts || !sb) rc = iris_err_set(&err, IRIS_ENOMEM, "out of memory for a step of %d sequences", n);
+    int n = b->n_seqs, rc = IRIS_OK, n_rows = 0;
+    iris_text_seq *ts = e->step_seqs;
+    size_t img_at = 0;
     double t0 = iris_engine_now(), t_vis = 0;
     for (int i = 0; !rc && i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
         double a = iris_engine_now();
         rc = encode_images(e, r, &err);
         t_vis += iris_engine_now() - a;
-        if (!rc) rc = prepare(e, r, &ts[i], &sb[i], &err);
+        e->vision_s += iris_engine_now() - a;
+        if (!rc) rc = prepare(e, r, n_rows, &img_at, &ts[i], &err);
+        n_rows += r->seq.n_new;
     }
     double t1 = iris_engine_now();
-    /* Sampling on the GPU where the backend can and the requests allow: each logits row then
-     * brings its most likely tokens (a few past what its request needs, for ties), not the
-     * vocabulary's fp32 logits. */
-    iris_text_top top = {.need = e->top_need, .whole = e->top_whole, .ids = e->top_ids, .vals = e->top_vals};
-    int n_lg = 0, max_need = 0, any_pen = 0;
-    for (int i = 0; !rc && e->be->get_topk && i < n; i++) {
-        iris_request *r = b->seqs[i]->ud;
-        if (!r->seq.want_logits) continue;
-        int need = r->logprobs ? 0 : iris_sampler_top_need(r->sampler);   /* logprobs: the whole row */
-        if (need > IRIS_TEXT_TOP_MAX - TOP_TIE_MARGIN) need = 0;
-        if (need > 0 && iris_sampler_has_penalties(r->sampler)) {
-            if (e->top_penalties) any_pen = 1;
-            else need = 0;   /* IRIS_GPU_PENALTIES=0: penalized requests take the whole row */
-        }
-        e->top_req[n_lg] = r;
-        e->top_need[n_lg++] = need;
-        if (need > max_need) max_need = need;
-    }
-    /* penalized requests: as many candidates as there may be (penalties push some of them down) */
-    top.k = any_pen ? IRIS_TEXT_TOP_MAX : max_need + TOP_TIE_MARGIN;
-    if (any_pen) top.penalizes = row_penalizes, top.pen_ud = e;
-    if (!rc)
-        rc = max_need > 0 ? iris_text_forward_top(&e->text, e->be, &e->kv, ts, n, e->logits, &top, &err)
-                          : iris_text_forward(&e->text, e->be, &e->kv, ts, n, e->logits, NULL, NULL, &err);
+    iris_runner_sampling smp;
+    iris_runner_out out;
+    sampling_needs(e, b, &smp);
+    if (!rc) rc = iris_runner_step(e->runner, ts, n, &smp, &out, &err);
     double t2 = iris_engine_now();
-    int n_rows = 0;
-    for (int i = 0; ts && i < n; i++) n_rows += ts[i].n_new;
-    for (int i = 0; sb && i < n; i++) free(sb[i].pos), free(sb[i].img);
-    free(ts), free(sb);
     if (rc) {
         iris_log(IRIS_LOG_ERROR, "engine", "step of %d sequences failed: %s", n, err.msg);
         /* The K/V of this step may be half written: fail its sequences (their blocks are unkeyed). */
@@ -382,32 +376,79 @@ static void step(iris_engine *e) {
         return;
     }
     iris_sched_commit(&e->sched, b);
-    int row = 0, V = e->cfg.text_config.vocab_size;
+    int row = 0, V = e->cfg.text_config.vocab_size, k = out.k;
     for (int i = 0; i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
         if (!r->seq.want_logits) continue;
-        if (max_need > 0 && !e->top_whole[row])
-            emit_token(e, r, NULL, e->top_ids + (size_t)row * top.k, e->top_vals + (size_t)row * top.k, top.k);
+        if (k > 0 && !out.whole[row])
+            emit_token(e, r, NULL, out.ids + (size_t)row * k, out.vals + (size_t)row * k, k);
         else
-            emit_token(e, r, e->logits + (size_t)row * V, NULL, NULL, 0);
+            emit_token(e, r, out.logits + (size_t)row * V, NULL, NULL, 0);
         row++;
     }
     iris_log(IRIS_LOG_DEBUG, "engine", "step: %d seqs, %d rows: vision %.2f ms, inputs %.2f ms, decoder %.2f ms, "
              "sampling %.2f ms (%s)", n, n_rows, t_vis * 1e3, (t1 - t0 - t_vis) * 1e3, (t2 - t1) * 1e3,
-             (iris_engine_now() - t2) * 1e3, max_need > 0 ? "top-k rows" : "whole rows");
+             (iris_engine_now() - t2) * 1e3, k > 0 ? "top-k rows" : "whole rows");
     /* Drop the embeddings of images whose tokens are all in the cache. */
     for (int i = 0; i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
         if (r->finished) continue;
-        for (int k = 0; k < r->seq.n_images; k++) {
-            iris_seq_image *im = &r->seq.images[k];
+        for (int k2 = 0; k2 < r->seq.n_images; k2++) {
+            iris_seq_image *im = &r->seq.images[k2];
             if (im->ready && im->start + im->n_tokens <= r->seq.n_computed) {
-                iris_vision_out_free(&r->vout[k]);
+                iris_vision_out_free(&r->vout[k2]);
                 im->embeds = im->deepstack = NULL;
                 im->ready = 0;
             }
         }
     }
+}
+
+/* ---- a prompt's logits (iris logits) ----------------------------------------------------------- */
+
+int iris_engine_prompt_logits(iris_engine *e, const iris_prompt *p, int n_out, iris_text_trace_fn trace, void *ud,
+                              float *logits, iris_err *err) {
+    int n = (int)p->ids.n, nb = (n + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK;
+    if (n < 1 || n_out < 1 || n_out > n)
+        return iris_err_set(err, IRIS_EINVAL, "logits of %d of the prompt's %d positions", n_out, n);
+    if (nb > e->n_blocks)
+        return iris_err_set(err, IRIS_ELIMIT, "the prompt's %d tokens need %d KV blocks; the engine has %d", n, nb,
+                            e->n_blocks);
+    iris_vision_out vo;
+    memset(&vo, 0, sizeof vo);
+    int rc = IRIS_OK;
+    if (p->n_images > 0) {
+        /* every image in one encoder call, as requests encode them (bf16 rows on a GPU) */
+        size_t sb = 0;
+        void *scratch = iris_runner_scratch(e->runner, &sb);
+        if (sb < iris_vision_scratch_bytes(&e->vis, e->be->act, p->n_rows)) scratch = NULL, sb = 0;
+        rc = e->on_gpu ? iris_vision_encode_bf16(&e->vis, e->be, scratch, sb, p->pixel_values, p->n_rows, p->grid_thw,
+                                                 p->n_images, &vo, err)
+                       : iris_vision_encode(&e->vis, p->pixel_values, p->n_rows, p->grid_thw, p->n_images, &vo, NULL, err);
+        if (rc) return rc;
+    }
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)nb);
+    if (!bt) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    for (int k = 0; !rc && k < nb; k++) bt[k] = k;
+    iris_text_seq q = {.n_new = n, .tokens = p->ids.ids, .pos = p->pos, .pos_stride = n, .block_table = bt,
+                       .logits_from = n - n_out, .n_deepstack = vo.n_deepstack};
+    size_t H = (size_t)vo.out_hidden, T = (size_t)vo.n_tokens;
+    for (int d = 0; d < vo.n_deepstack; d++) {
+        if (vo.embeds16) q.deepstack16[d] = vo.deepstack16 + d * T * H;
+        else q.deepstack[d] = vo.deepstack + d * T * H;
+    }
+    q.image_embeds = vo.embeds, q.image_embeds16 = vo.embeds16;
+    iris_runner_limits lim = {.max_rows = n, .max_seqs = 1, .max_context = n, .max_logits = n_out,
+                              .n_deepstack = vo.n_deepstack, .trace = trace != NULL};
+    iris_runner *r = NULL;
+    iris_runner_out out;
+    if (!rc) rc = iris_runner_open(&e->text, e->be, &e->kv, &lim, &r, err);
+    if (!rc) rc = iris_runner_step_trace(r, &q, 1, trace, ud, &out, err);
+    if (!rc) memcpy(logits, out.logits, sizeof(float) * (size_t)n_out * e->cfg.text_config.vocab_size);
+    iris_runner_close(r);
+    free(bt);
+    iris_vision_out_free(&vo);
+    return rc;
 }
 
 static void *engine_main(void *arg) {
@@ -599,6 +640,32 @@ static int load_cpu(iris_engine *e, iris_err *err) {
     return iris_kv_cache_init_dtype(&e->kv, tc, e->n_blocks, kv_dtype_on(e, e->be), e->be, err);
 }
 
+/* The runner and the step's host inputs, sized from the settings (and on a GPU from the plan:
+ * the largest image's patches size the vision scratch the runner's activations lend). */
+static int open_runner(iris_engine *e, iris_err *err) {
+    const iris_engine_opts *o = &e->o;
+    const iris_config *c = &e->cfg;
+    int m = c->vision_config.spatial_merge_size;
+    iris_runner_limits lim = {.max_rows = o->max_batch_tokens, .max_seqs = o->max_num_seqs,
+                              .max_context = e->max_model_len, .n_deepstack = c->vision_config.n_deepstack};
+    if (e->on_gpu && e->max_image_tokens > 0)
+        lim.scratch_bytes = iris_vision_scratch_bytes(&e->vis, e->be->act, (int64_t)e->max_image_tokens * m * m);
+    int rc = iris_runner_open(&e->text, e->be, &e->kv, &lim, &e->runner, err);
+    if (rc) return rc;
+    size_t S = (size_t)o->max_num_seqs, T = (size_t)o->max_batch_tokens;
+    e->step_img_bytes = T * (size_t)c->text_config.hidden_size * (1 + (size_t)c->vision_config.n_deepstack) *
+                        (e->on_gpu ? sizeof(uint16_t) : sizeof(float));
+    e->step_seqs = calloc(S, sizeof *e->step_seqs);
+    e->step_pos = malloc(3 * T * sizeof *e->step_pos);
+    e->step_img = malloc(e->step_img_bytes);
+    e->top_need = malloc(2 * S * sizeof(int));
+    e->top_req = malloc(S * sizeof *e->top_req);
+    if (!e->step_seqs || !e->step_pos || !e->step_img || !e->top_need || !e->top_req)
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory for the step's inputs");
+    e->top_pen = e->top_need + S;
+    return IRIS_OK;
+}
+
 static int load(iris_engine *e, iris_err *err) {
     const iris_engine_opts *o = &e->o;
     int cuda = 0;
@@ -627,16 +694,7 @@ static int load(iris_engine *e, iris_err *err) {
     iris_sched_opts so = {o->max_num_seqs, o->max_batch_tokens, o->max_waiting + o->max_num_seqs};
     if (!rc) rc = iris_sched_init(&e->sched, &so, e->pool, err);
     if (rc) return rc;
-    e->logits = malloc(sizeof(float) * (size_t)o->max_num_seqs * tc->vocab_size);
-    size_t S = (size_t)o->max_num_seqs;
-    e->top_need = malloc(S * (2 * sizeof(int) + IRIS_TEXT_TOP_MAX * (sizeof(int32_t) + sizeof(float))));
-    e->top_req = malloc(S * sizeof *e->top_req);
-    const char *tp = getenv("IRIS_GPU_PENALTIES");
-    e->top_penalties = !(tp && !strcmp(tp, "0"));
-    if (!e->logits || !e->top_need || !e->top_req) return iris_err_set(err, IRIS_ENOMEM, "out of memory for the logits");
-    e->top_whole = e->top_need + S;
-    e->top_ids = (int32_t *)(e->top_whole + S);
-    e->top_vals = (float *)(e->top_ids + S * IRIS_TEXT_TOP_MAX);
+    if ((rc = open_runner(e, err))) return rc;
     iris_log(IRIS_LOG_INFO, "engine", "%s on %s: %d layers, hidden %d, vocab %d; KV cache %d blocks (%d tokens, %.1f MiB, %s), "
              "context %d, %d seqs x %d tokens a step, prefix caching %s", e->dir, e->be->name, tc->num_hidden_layers,
              tc->hidden_size, tc->vocab_size, e->n_blocks, e->n_blocks * IRIS_KV_BLOCK,
@@ -663,7 +721,10 @@ static void unload(iris_engine *e) {
     iris_st_close(e->st);
     iris_tok_free(e->tok);
     free(e->plan_text);
-    free(e->logits);
+    iris_runner_close(e->runner);
+    free(e->step_seqs);
+    free(e->step_pos);
+    free(e->step_img);
     free(e->top_need);
     free(e->top_req);
     free(e->inbox);

@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "engine/kv_pool.h"
+#include "engine/runner.h"
 #include "engine/sched.h"
 #include "iris.h"
 #include "engine/prompt.h"
@@ -75,14 +76,16 @@ struct iris_engine {
     int on_gpu;                 /* the CUDA backend (the plan below sized it) */
     int max_image_tokens;       /* images over this are refused at submit (0: no limit; CPU) */
     char *plan_text;            /* the memory plan's table (CUDA), for iris_engine_plan_text */
-    float *logits;              /* [max_num_seqs, vocab] */
-    /* Sampling on the GPU (text.h iris_text_top): per logits row what it needs, whether it came
-     * whole, and its candidates; one allocation. */
-    int *top_need, *top_whole;  /* [max_num_seqs] */
-    int32_t *top_ids;           /* [max_num_seqs, IRIS_TEXT_TOP_MAX] */
-    float *top_vals;            /* [max_num_seqs, IRIS_TEXT_TOP_MAX] */
+    iris_runner *runner;        /* one step over the decoder (runner.h) */
+    /* The step's host inputs, sized at open: sequences [max_num_seqs], positions [3][max_batch_tokens],
+     * image rows of chunks that touch several images (gathered), and per logits row what sampling
+     * needs (runner.h iris_runner_sampling) and whose row it is. */
+    iris_text_seq *step_seqs;
+    int32_t *step_pos;
+    char *step_img;
+    size_t step_img_bytes;
+    int *top_need, *top_pen;    /* [max_num_seqs] */
     struct iris_request **top_req; /* [max_num_seqs]: the request of each logits row */
-    int top_penalties;          /* penalized requests sample from the candidates too ($IRIS_GPU_PENALTIES=0: whole rows) */
 
     pthread_t thread;
     int thread_started, joined;
@@ -97,6 +100,7 @@ struct iris_engine {
     int64_t next_id;
     iris_engine_stats stats;    /* published after every step */
     uint64_t images_encoded, requests_finished, generated_tokens, prompt_tokens;
+    double vision_s;
 };
 
 double iris_engine_now(void);

@@ -31,7 +31,6 @@
 
 #define IRIS_KV_BLOCK 16
 
-
 #include "backend/backend.h"
 
 typedef struct iris_text_layer {
@@ -50,7 +49,6 @@ typedef struct iris_text {
     float inv_freq[512];                      /* rotary frequencies, head_dim/2 */
     int dim_of[512];                          /* frequency slot -> position component (t, h, w) */
     iris_backend *on;                         /* backend the weights were uploaded to; NULL: host views */
-    struct iris_text_graphs *graphs;          /* decode steps captured as graphs (text.c); NULL until used */
 } iris_text;
 
 /* Binds and checks the decoder tensors ("model.language_model.", "lm_head.")
@@ -104,36 +102,27 @@ typedef struct iris_text_seq {
  * first-diverging-layer reports. */
 typedef void (*iris_text_trace_fn)(void *ud, int il, const float *h, int n_rows, int hidden);
 
-/* One step on backend b (the one the weights and the cache live on): appends
- * every sequence's new K/V to its blocks and writes the logits of the
- * requested rows, sequence after sequence, to `logits` ([rows, vocab_size]
- * fp32, host memory, the caller's buffer).  All inputs are host memory. */
-int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const iris_text_seq *seqs, int n_seqs,
-                      float *logits, iris_text_trace_fn trace, void *trace_ud, iris_err *err);
+/* A step prepared in backend memory (engine/runner.c lays it out): R rows of all sequences in
+ * order.  Every pointer is in the backend's memory except trace_h. */
+typedef struct iris_text_batch {
+    int n_rows, n_img, n_deepstack, n_logits;
+    const int32_t *tokens;      /* [R] */
+    const int32_t *pos;         /* [3][R]: t, h, w */
+    const int32_t *img_rows;    /* [n_img]: the rows that take image embeddings, in order */
+    const int32_t *logit_rows;  /* [n_logits] */
+    const iris_attn_meta *meta; /* rows -> sequences, contexts, cache slots, block tables */
+    const void *img;            /* [(1 + n_deepstack) * n_img, H]: embeddings, then each DeepStack tap */
+    /* scratch, in b->act: h, x [R, H]; q, o [R, nq * hd]; k, v [R, nkv * hd]; g, u [R, FF] */
+    void *h, *x, *q, *k, *v, *o, *g, *u;
+    void *logits;               /* [n_logits, V], in b->act */
+    float *trace_h;             /* host [R, H] for trace (NULL without) */
+} iris_text_batch;
 
-/* Sampling on the GPU: a step can return, for each logits row, only its `k` most likely tokens
- * (the backend's get_topk), which is all a request without penalties or logprobs needs
- * (model/sampler.h iris_sampler_top_need); rows that need more come whole.  need[i] is what
- * row i needs (0: the whole row); the step sets whole[i] where row i went to logits whole
- * (asked for, the backend has no get_topk, or the tie at its need-th value runs to the k-th, so
- * the k given might not be enough).  ids/vals [rows, k] hold the candidates of the other rows,
- * value-descending, lowest id first among equals. */
-#define IRIS_TEXT_TOP_MAX 64
-typedef struct iris_text_top {
-    int k;                  /* 1..IRIS_TEXT_TOP_MAX */
-    const int *need;        /* [rows] */
-    int *whole;             /* [rows], out */
-    int32_t *ids;           /* [rows, k], out */
-    float *vals;            /* [rows, k], out */
-    /* Rows whose request has (lowering) penalties: penalizes(ud, row, id) says whether one applies
-     * to a token; such a row's candidates are enough when need[row] of the tokens no penalty
-     * touches lie above its last candidate (sampler.h), else the row comes whole.  NULL: none. */
-    int (*penalizes)(void *ud, int row, int32_t id);
-    void *pen_ud;
-} iris_text_top;
-
-/* iris_text_forward (no trace) returning candidates as `top` says; whole rows into logits. */
-int iris_text_forward_top(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const iris_text_seq *seqs,
-                          int n_seqs, float *logits, iris_text_top *top, iris_err *err);
+/* The decoder over a prepared batch on backend b (the one the weights and the cache live on):
+ * appends every row's K/V to its cache slot and writes the logits rows.  No allocation, no
+ * host synchronisation unless tracing: a decode-only batch without trace can be captured as a
+ * CUDA graph by the caller.  trace (NULL: none) sees the residual stream entering each layer. */
+int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, const iris_text_batch *x,
+                      iris_text_trace_fn trace, void *trace_ud, iris_err *err);
 
 #endif

@@ -240,19 +240,58 @@ done:
     return rc;
 }
 
-static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
+typedef struct scratch {
+    char *p;
+    size_t left;
+} scratch;
+
+static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const float *pixel_values, int64_t n_rows,
                      const int *grid_thw, int n_images, iris_vision_out *out, float *trace, int bf16, iris_err *err);
 
 int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
                           const int *grid_thw, int n_images, iris_vision_out *out, float *trace, iris_err *err) {
-    return encode_on(v, b, pixel_values, n_rows, grid_thw, n_images, out, trace, 0, err);
+    return encode_on(v, b, NULL, pixel_values, n_rows, grid_thw, n_images, out, trace, 0, err);
 }
 
-int iris_vision_encode_bf16(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
-                            const int *grid_thw, int n_images, iris_vision_out *out, iris_err *err) {
+int iris_vision_encode_bf16(const iris_vision *v, iris_backend *b, void *scratch_mem, size_t scratch_bytes,
+                            const float *pixel_values, int64_t n_rows, const int *grid_thw, int n_images,
+                            iris_vision_out *out, iris_err *err) {
     if (b->act != IRIS_DT_BF16)
         return iris_err_set(err, IRIS_EINVAL, "vision: bf16 rows asked of a %s backend", b->name);
-    return encode_on(v, b, pixel_values, n_rows, grid_thw, n_images, out, NULL, 1, err);
+    scratch sc = {scratch_mem, scratch_bytes};
+    return encode_on(v, b, scratch_mem ? &sc : NULL, pixel_values, n_rows, grid_thw, n_images, out, NULL, 1, err);
+}
+
+/* The device buffers of an encode of N patches into T tokens: x, y [N, H]; big [N, wide]; pixels
+ * [N, patch_dim]; tables [N, 6] int32 + [N, 4] fp32; out [T, out_hidden]; each 256-aligned. */
+static size_t piece(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static void buffer_sizes(const iris_vision *v, size_t es, int64_t N, size_t sz[6]) {
+    const iris_vision_config *c = &v->cfg;
+    int64_t H = c->hidden_size, m = c->spatial_merge_size, T = N / (m * m);
+    int64_t wide = c->intermediate_size > 3 * H ? c->intermediate_size : 3 * H;
+    if (wide < H * m * m) wide = H * m * m;
+    sz[0] = sz[1] = (size_t)N * H * es;
+    sz[2] = (size_t)N * wide * es;
+    sz[3] = (size_t)N * v->patch_dim * es;
+    sz[4] = sizeof(int32_t) * (size_t)N * 6 + sizeof(float) * (size_t)N * 4;
+    sz[5] = (size_t)T * c->out_hidden_size * es;
+}
+
+size_t iris_vision_scratch_bytes(const iris_vision *v, iris_dtype act, int64_t max_patches) {
+    size_t sz[6], total = 0;
+    buffer_sizes(v, iris_dtype_size(act), max_patches, sz);
+    for (int i = 0; i < 6; i++) total += piece(sz[i]);
+    return total;
+}
+
+/* A buffer from the scratch (carved, freed with it) or from the backend. */
+static void *buffer(iris_backend *b, scratch *sc, size_t bytes) {
+    if (!sc) return b->alloc(b, bytes);
+    if (piece(bytes) > sc->left) return NULL;
+    void *p = sc->p;
+    sc->p += piece(bytes), sc->left -= piece(bytes);
+    return p;
 }
 
 /* The output rows d [n] (activations) into the host at element off: fp32, or (bf16) the bits as they are. */
@@ -260,7 +299,7 @@ static int rows_out(iris_backend *b, int bf16, float *f, uint16_t *h, size_t off
     return bf16 ? b->download(b, h + off, d, n * sizeof(uint16_t)) : iris_backend_get_f32(b, f + off, d, n);
 }
 
-static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
+static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const float *pixel_values, int64_t n_rows,
                      const int *grid_thw, int n_images, iris_vision_out *out, float *trace, int bf16, iris_err *err) {
     memset(out, 0, sizeof *out);
     const iris_vision_config *c = &v->cfg;
@@ -316,10 +355,10 @@ static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_v
         out->deepstack = malloc(sizeof(float) * n_ds_rows);
     }
     int out_ok = bf16 ? out->embeds16 && out->deepstack16 : out->embeds && out->deepstack;
-    void *d_x = b->alloc(b, (size_t)N * H * es), *d_y = b->alloc(b, (size_t)N * H * es);
-    void *d_big = b->alloc(b, (size_t)N * wide * es), *d_pv = b->alloc(b, (size_t)N * v->patch_dim * es);
-    void *d_tab = b->alloc(b, sizeof(int32_t) * (size_t)N * 6 + sizeof(float) * (size_t)N * 4);
-    void *d_out = b->alloc(b, (size_t)T * OH * es);
+    size_t sz[6];
+    buffer_sizes(v, es, N, sz);
+    void *d_x = buffer(b, sc, sz[0]), *d_y = buffer(b, sc, sz[1]), *d_big = buffer(b, sc, sz[2]);
+    void *d_pv = buffer(b, sc, sz[3]), *d_tab = buffer(b, sc, sz[4]), *d_out = buffer(b, sc, sz[5]);
     if (!h_idx || !h_w || !cu || !out_ok || !d_x || !d_y || !d_big || !d_pv || !d_tab ||
         !d_out || half > 512) {
         rc = iris_err_set(err, IRIS_ENOMEM, "vision: out of memory for %lld patches", (long long)N);
@@ -418,7 +457,7 @@ static int encode_on(const iris_vision *v, iris_backend *b, const float *pixel_v
 done:
     free(h_idx), free(h_w), free(cu);
     void *dev[] = {d_x, d_y, d_big, d_pv, d_tab, d_out};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+    for (size_t i = 0; !sc && i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) b->free(b, dev[i]);
     if (rc) iris_vision_out_free(out);
     return rc;

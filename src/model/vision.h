@@ -90,9 +90,15 @@ void iris_vision_out_free(iris_vision_out *o);
 int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
                           const int *grid_thw, int n_images, iris_vision_out *out, float *trace, iris_err *err);
 /* iris_vision_encode_on on a backend with BF16 activations, out's rows left as BF16 (embeds16,
- * deepstack16): no fp32 conversion on the way to a BF16 decoder (the engine on CUDA). */
-int iris_vision_encode_bf16(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
-                            const int *grid_thw, int n_images, iris_vision_out *out, iris_err *err);
+ * deepstack16): no fp32 conversion on the way to a BF16 decoder (the engine on CUDA).  The
+ * device buffers come from `scratch` (scratch_bytes of b's memory, at least
+ * iris_vision_scratch_bytes for these patches: the engine lends its runner's activations), or
+ * from b->alloc when scratch is NULL. */
+int iris_vision_encode_bf16(const iris_vision *v, iris_backend *b, void *scratch, size_t scratch_bytes,
+                            const float *pixel_values, int64_t n_rows, const int *grid_thw, int n_images,
+                            iris_vision_out *out, iris_err *err);
+/* Device bytes an encode of up to max_patches patches needs in activations of dtype act. */
+size_t iris_vision_scratch_bytes(const iris_vision *v, iris_dtype act, int64_t max_patches);
 /* Copies the weights into backend b's memory; a no-op for the CPU backend. */
 int iris_vision_upload(iris_vision *v, iris_backend *b, iris_err *err);
 
