@@ -28,13 +28,6 @@ int iris_err_prefix(iris_err *err, const char *fmt, ...) {
     return err->code;
 }
 
-void iris_err_clear(iris_err *err) {
-    if (err) {
-        err->code = 0;
-        err->msg[0] = 0;
-    }
-}
-
 const char *iris_strerror(int code) {
     switch (code) {
     case IRIS_OK: return "ok";

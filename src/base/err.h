@@ -13,6 +13,5 @@ int iris_err_set(iris_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Prepend "prefix: " to the message already in err (adds context on the way up). */
 int iris_err_prefix(iris_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void iris_err_clear(iris_err *err);
 
 #endif

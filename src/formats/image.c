@@ -45,15 +45,6 @@ iris_image_format iris_image_sniff(const void *data, size_t n) {
     return IRIS_IMAGE_UNKNOWN;
 }
 
-const char *iris_image_format_name(iris_image_format f) {
-    switch (f) {
-    case IRIS_IMAGE_JPEG: return "JPEG";
-    case IRIS_IMAGE_PNG: return "PNG";
-    case IRIS_IMAGE_WEBP: return "WebP";
-    default: return "unknown";
-    }
-}
-
 /* A short description of what the bytes look like, for "not an image" errors. */
 static const char *guess_other(const uint8_t *p, size_t n) {
     if (n >= 6 && (memcmp(p, "GIF87a", 6) == 0 || memcmp(p, "GIF89a", 6) == 0)) return "a GIF (not supported)";

@@ -72,8 +72,6 @@ void iris_image_prep_opts_default(iris_image_prep_opts *o);
 
 /* From the first bytes (magic numbers; the file name is never consulted). */
 iris_image_format iris_image_sniff(const void *data, size_t n);
-const char *iris_image_format_name(iris_image_format f);
-
 /* Decode to RGB.  `label` names the source in messages (a path, "data: URL
  * #2", ...).  Alpha is dropped without compositing, 16-bit samples keep
  * their high byte, CMYK/YCCK JPEGs are converted as torchvision does.  On

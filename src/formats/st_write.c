@@ -231,14 +231,6 @@ int iris_st_writer_next(const iris_st_writer *w) {
     return w->began && w->cur < w->n ? w->order[w->cur] : -1;
 }
 
-const char *iris_st_writer_name(const iris_st_writer *w, int idx) {
-    return idx >= 0 && idx < w->n ? w->t[idx].name : NULL;
-}
-
-uint64_t iris_st_writer_nbytes(const iris_st_writer *w, int idx) {
-    return idx >= 0 && idx < w->n ? w->t[idx].n_bytes : 0;
-}
-
 uint64_t iris_st_writer_file_bytes(const iris_st_writer *w) { return w->header_bytes + w->data_bytes; }
 
 int iris_st_writer_write(iris_st_writer *w, const void *data, size_t n_bytes, iris_err *err) {

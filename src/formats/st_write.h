@@ -37,8 +37,6 @@ int iris_st_writer_begin(iris_st_writer *w, iris_err *err);
 /* The declared index of the tensor whose bytes are due next, or -1 when all
  * are written. */
 int iris_st_writer_next(const iris_st_writer *w);
-const char *iris_st_writer_name(const iris_st_writer *w, int idx);
-uint64_t iris_st_writer_nbytes(const iris_st_writer *w, int idx);
 /* Append bytes of the current tensor (they may run on into the next ones). */
 int iris_st_writer_write(iris_st_writer *w, const void *data, size_t n_bytes, iris_err *err);
 /* Check every byte was written, flush, close and rename into place. */

@@ -72,13 +72,6 @@ static void band_encode(const float *src, int nr, int64_t cols, const float *sca
         }
 }
 
-void iris_fp8_quantize_band(const float *src, int nr, int64_t cols, uint8_t *q, float *scale_inv) {
-    int64_t nb = (cols + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK;
-    band_scales(src, nr, cols, scale_inv);
-    band_encode(src, nr, cols, scale_inv, q);
-    for (int64_t b = 0; b < nb; b++) scale_inv[b] = 1.0f / scale_inv[b];
-}
-
 /* ---- the directory ---- */
 
 typedef enum { OUT_COPY, OUT_SCALE, OUT_WEIGHT } out_kind;

@@ -28,11 +28,6 @@
 /* 1 when `name` is one of the decoder linears' weights that become FP8. */
 int iris_quantize_is_target(const char *name);
 
-/* Quantize one row band of a [rows, cols] fp32 matrix: `src` points at rows
- * r0..r0+nr-1 (nr <= 128, full width, row-major); writes nr*cols codes to `q`
- * and ceil(cols/128) inverse scales to `scale_inv`. */
-void iris_fp8_quantize_band(const float *src, int nr, int64_t cols, uint8_t *q, float *scale_inv);
-
 /* IN_DIR (BF16 checkpoint) -> OUT_DIR (created if missing; must not be
  * IN_DIR).  Progress on stderr. */
 int iris_quantize_dir(const char *in_dir, const char *out_dir, iris_err *err);
