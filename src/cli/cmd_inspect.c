@@ -1,5 +1,5 @@
 /* cmd_inspect.c: `iris inspect MODEL`: the config summary, every tensor, totals
- * by dtype and by part, FP8 linears and warnings (src/model/inspect.h).
+ * by dtype and by part, FP8 linears and warnings (src/tools/inspect.h).
  * Reads headers only; nothing is loaded. */
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* cmd_ls.c: `iris ls`: the models in the Hugging Face cache, their size,
- * whether iris runs their architecture (src/model/hub.h, iris_hub_list), and
+ * whether iris runs their architecture (src/hub/hub.h, iris_hub_list), and
  * with --vram whether they fit such a card (the memory planner,
  * src/engine/planner.h, on the safetensors headers: nothing is loaded). */
 #include <jansson.h>

@@ -1,5 +1,5 @@
 /* cmd_pull.c: `iris pull Org/Name[@revision]`: download a model from the
- * Hugging Face Hub into the shared cache (src/model/hub.h).  The snapshot
+ * Hugging Face Hub into the shared cache (src/hub/hub.h).  The snapshot
  * directory goes to stdout (for scripts), everything else to stderr. */
 #include <stdio.h>
 #include <stdlib.h>

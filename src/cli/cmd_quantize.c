@@ -1,5 +1,5 @@
 /* cmd_quantize.c: `iris quantize IN_DIR OUT_DIR`: a BF16 Qwen3-VL checkpoint
- * to Qwen's block-FP8 format (model/quantize.h says exactly what changes). */
+ * to Qwen's block-FP8 format (tools/quantize.h says exactly what changes). */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* cmd_synth.c: `iris synth --like 2B|4B|tiny --dtype bf16|fp8 DIR`: a
- * real-shape checkpoint with random weights for benchmarks (model/synth.h). */
+ * real-shape checkpoint with random weights for benchmarks (tools/synth.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

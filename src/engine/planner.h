@@ -66,15 +66,12 @@
  * at least one 32-pixel row) could produce images larger than the limit. */
 #define IRIS_PLAN_MIN_IMAGE_PIXELS (512ll * 512)
 #define IRIS_PLAN_DEFAULT_MARGIN (512ull * IRIS_MIB)
-/* Estimates used until the CUDA backend measures them (and by `iris plan`),
- * from tools/measure_cuda_overhead.cu on an H100 (132 SMs, driver 580,
- * CUDA 13.0, lazy module loading), cudaMemGetInfo deltas:
- *   context with the default 1 KiB stack limit      526.8 MiB
- *   context with IRIS_CUDA_STACK_LIMIT (256 B)      328.8 MiB
- *   cuBLASLt handle 2 MiB (a cuBLAS handle would add 66 MiB: none is made);
- *   a captured decode-sized graph (600 kernel nodes) 2 MiB.
- * The context's local-memory part is SMs x threads/SM x stack limit, so
- * smaller cards need less; 328.8 + 2 MiB rounded up is the estimate. */
+/* Estimates used until the CUDA backend measures them (and by `iris plan`):
+ * the context with IRIS_CUDA_STACK_LIMIT plus the cuBLASLt handle, 328.8 + 2
+ * MiB rounded up; a captured decode-sized graph (600 nodes) 2 MiB.  Measured
+ * by tools/measure_cuda_overhead.cu (results: tools/measure_cuda_overhead_h100.txt)
+ * on an H100; the context's local memory is SMs x threads/SM x stack limit,
+ * so smaller cards need less. */
 #define IRIS_PLAN_CONTEXT_ESTIMATE (336ull * IRIS_MIB)
 #define IRIS_PLAN_GRAPH_ESTIMATE (2ull * IRIS_MIB)
 /* Part of the contract: the backend sets cudaLimitStackSize to this before

@@ -7,8 +7,9 @@
  * pairing d <-> d + head_dim/2 (§5.3), attention per image (§5.4), tanh-GELU
  * in the blocks but erf-GELU in the mergers, LayerNorm before the shuffle in
  * the main merger and after it in the DeepStack mergers (§8.8-9).
- * Numerics: fp32 throughout, as transformers' fp32 reference run; norms
- * accumulate in double. */
+ * Numerics are the backend's: on the CPU fp32 throughout, as transformers'
+ * fp32 reference run (its norms accumulate in double); on CUDA bf16 with
+ * fp32 accumulation. */
 #include "vision.h"
 
 #include <math.h>

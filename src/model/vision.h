@@ -1,4 +1,4 @@
-/* vision.h: the Qwen3-VL vision encoder (QWEN3VL.md §5) on the CPU, in fp32.
+/* vision.h: the Qwen3-VL vision encoder (QWEN3VL.md §5), over backend ops.
  *
  * pixel_values [N, C*T*P*P] (merge-window order, several images concatenated)
  * → Conv3d patch embedding as one matmul over the C*T*P*P-long rows
@@ -17,7 +17,9 @@
  * checkpoint must outlive it) and nothing else.  Every size comes from the
  * vision config; every tensor's presence, dtype and shape is checked at load.
  * Weights may be BF16, F16 or F32.  The arithmetic is the backend's
- * (backend.h): fp32 on the CPU, the numeric reference. */
+ * (backend.h): fp32 on the CPU, the numeric reference; bf16 with fp32
+ * accumulation on CUDA, whose rows can go to the decoder as bf16
+ * (iris_vision_encode_bf16). */
 #ifndef IRIS_VISION_H
 #define IRIS_VISION_H
 
