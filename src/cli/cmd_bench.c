@@ -134,7 +134,7 @@ static int bench_image(const char *dir, const iris_config *cfg, const iris_st *s
     iris_vision_out vo;
     memset(&vo, 0, sizeof vo);
     json_t *msgs = iris_prompt_one_turn(NULL, 1, IMAGE_QUESTION);
-    const char *paths[1] = {image};
+    iris_prompt_image pim = {.path = image};
     double pre[5], vms[5], ttft[5];
     int rc = iris_preprocessor_config_load(dir, &pc, err);
     if (!rc) rc = iris_tok_load(dir, &tok, err);
@@ -142,7 +142,8 @@ static int bench_image(const char *dir, const iris_config *cfg, const iris_st *s
     for (int i = 0; i < 5 && !rc; i++) {
         iris_prompt_free(&p);
         double a = now();
-        rc = iris_prompt_build(tok, cfg, &pc, msgs, paths, 1, &p, err);
+        iris_prompt_ctx pctx = {.tok = tok, .cfg = cfg, .pc = &pc};
+        rc = iris_prompt_build(&pctx, msgs, &pim, 1, &p, NULL, err);
         pre[i] = (now() - a) * 1e3;
     }
     if (!rc) rc = iris_vision_load(st, &cfg->vision_config, &vis, err);
@@ -176,13 +177,15 @@ static int bench_image(const char *dir, const iris_config *cfg, const iris_st *s
     }
     for (int i = 0; i < 6 && !rc; i++) {
         iris_prompt q;
-        rc = iris_prompt_build(tok, cfg, iris_engine_preprocessor_config(e), msgs, paths, 1, &q, err);
+        iris_prompt_ctx ectx;
+        iris_engine_prompt_ctx(e, &ectx);
+        rc = iris_prompt_build(&ectx, msgs, &pim, 1, &q, NULL, err);
         if (rc) break;
         iris_request_params rp;
         iris_request_params_default(e, &rp);
         rp.prompt = &q;
-        rp.max_tokens = 1;
-        rp.do_sample = 0;
+        rp.sampling.max_tokens = 1;
+        rp.sampling.do_sample = 0;
         iris_request *r = NULL;
         rc = iris_engine_submit(e, &rp, &r, err);
         iris_prompt_free(&q);

@@ -42,7 +42,7 @@ static void save_hidden(void *ud, int il, const float *h, int n_rows, int hidden
 }
 
 /* One prefill of the whole prompt; the logits of every position, or of the last `last`. */
-static int run_logits(infer_model *m, const iris_prompt *p, const iris_vision_out *vo_cpu, long last, const char *out,
+static int run_logits(iris_model *m, const iris_prompt *p, const iris_vision_out *vo_cpu, long last, const char *out,
                       const char *hidden_dir, int cuda, iris_err *err) {
     iris_text text;
     iris_backend *b = NULL;
@@ -63,13 +63,13 @@ static int run_logits(infer_model *m, const iris_prompt *p, const iris_vision_ou
         size_t act = (size_t)n * (4 * (size_t)c->hidden_size + 2 * (size_t)c->intermediate_size +
                                   2 * (size_t)c->num_attention_heads * c->head_dim) * 2 +
                      (size_t)n_out * V * 2 + (size_t)n * c->hidden_size * 4 * 4;
-        size_t vis = p->n_rows * (size_t)(m->vis.patch_dim + 8 * m->cfg.vision_config.hidden_size +
+        size_t vis = p->n_rows * (size_t)(m->vision.patch_dim + 8 * m->cfg.vision_config.hidden_size +
                                           2 * m->cfg.vision_config.intermediate_size) * 2;
         rc = iris_backend_cuda_open(0, w + kvb + act + vis + ((size_t)256 << 20), &b, err);
         if (!rc && p->n_images > 0) {
             /* the vision encoder on the GPU too: these are the logits of the CUDA path */
-            rc = iris_vision_upload(&m->vis, b, err);
-            if (!rc) rc = iris_vision_encode_on(&m->vis, b, p->pixel_values, p->n_rows, p->grid_thw, p->n_images,
+            rc = iris_vision_upload(&m->vision, b, err);
+            if (!rc) rc = iris_vision_encode_on(&m->vision, b, p->pixel_values, p->n_rows, p->grid_thw, p->n_images,
                                                 &vo_dev, NULL, err);
             if (!rc) vo = &vo_dev;
         }
@@ -180,16 +180,16 @@ int iris_cmd_logits(int argc, char **argv) {
     }
     int cuda = device && !strcmp(device, "cuda");
     iris_err err = {0};
-    infer_model m;
+    iris_model *m = NULL;
     if (infer_open(model, &m, &err)) return iris_cli_fail(&err);
     iris_prompt p;
     iris_vision_out vo;
-    int rc = infer_prepare(&m, system, images, n_images, prompt, 0, &p, &vo, &err);
+    int rc = infer_prepare(m, system, images, n_images, prompt, &p, &vo, &err);
     if (!rc) {
-        rc = run_logits(&m, &p, &vo, last, out, hidden, cuda, &err);
+        rc = run_logits(m, &p, &vo, last, out, hidden, cuda, &err);
         iris_vision_out_free(&vo);
         iris_prompt_free(&p);
     }
-    infer_close(&m);
+    iris_model_close(m);
     return rc ? iris_cli_fail(&err) : 0;
 }

@@ -39,8 +39,10 @@ typedef struct iris_oai_err {
 
 typedef enum iris_oai_kind { IRIS_OAI_CHAT = 0, IRIS_OAI_COMPLETION = 1 } iris_oai_kind;
 
-/* A validated request.  Optional numbers use has_* flags; everything owned
- * is released by iris_oai_request_free. */
+/* A validated request.  The sampling parameters go straight into `sampling`
+ * over the defaults the caller gives (the model's generation_config.json,
+ * iris_request_params_default): what the body leaves out keeps its default,
+ * as vLLM does.  Everything owned is released by iris_oai_request_free. */
 typedef struct iris_oai_request {
     iris_oai_kind kind;
     char *model;             /* NULL when absent */
@@ -48,26 +50,20 @@ typedef struct iris_oai_request {
     char *prompt;            /* completions: the prompt text */
     int n_images;
     char *image_urls[IRIS_OAI_MAX_IMAGES]; /* in order of appearance */
-
-    int max_tokens;          /* -1: not given */
-    int has_temperature, has_top_p, has_top_k, has_min_p, has_seed;
-    int has_presence_penalty, has_frequency_penalty, has_repetition_penalty;
-    float temperature, top_p, min_p;
-    int top_k;
-    float presence_penalty, frequency_penalty, repetition_penalty;
-    int64_t seed;
-    int n_stop;
-    char *stop[IRIS_OAI_MAX_STOP];
-    int logprobs;            /* chat: bool; completions: the count asked (0 none) */
-    int top_logprobs;        /* alternatives per token, 0..20 */
+    iris_sampling sampling;  /* its stop strings point into `body` */
     int stream, include_usage;
-    int ignore_eos;          /* vLLM's extension: end tokens do not stop */
+    json_t *body;            /* the parsed body (a reference) */
 } iris_oai_request;
 
-/* Parse and validate a body of `len` bytes (need not be NUL-terminated).
- * Returns 0 and fills *out (free with iris_oai_request_free, also after a
- * failure), or a negative code with *e filled (status 400). */
-int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_oai_request *out, iris_oai_err *e);
+/* Parse and validate a body of `len` bytes (need not be NUL-terminated) over
+ * the sampling defaults `defaults` (NULL: sampler.h iris_sampling_default's
+ * Qwen3-VL values).  Returns 0 and fills *out (free with
+ * iris_oai_request_free, also after a failure), or a negative code with *e
+ * filled (status 400).  OpenAI's temperature given turns sampling on (> 0) or
+ * off (0); top_k -1 is off (0); a negative seed is folded into [0, INT64_MAX]
+ * (the engine reads < 0 as "from the clock"). */
+int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, const iris_sampling *defaults,
+                   iris_oai_request *out, iris_oai_err *e);
 void iris_oai_request_free(iris_oai_request *r);
 
 /* Fill *e; returns `status` negated (so `return iris_oai_fail(...)` works). */

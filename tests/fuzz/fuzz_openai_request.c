@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int kind = 0; kind < 2; kind++) {
         iris_oai_request q;
         iris_oai_err e;
-        if (iris_oai_parse((const char *)data, size, (iris_oai_kind)kind, &q, &e) != 0) {
+        if (iris_oai_parse((const char *)data, size, (iris_oai_kind)kind, NULL, &q, &e) != 0) {
             free(iris_oai_error_body(&e));
             iris_oai_request_free(&q);
             continue;
