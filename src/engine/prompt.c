@@ -14,6 +14,7 @@
 
 #include "err.h"
 #include "formats/chat.h"
+#include "log.h"
 #include "model/positions.h"
 
 json_t *iris_prompt_one_turn(const char *system, int n_images, const char *text) {
@@ -84,6 +85,9 @@ static int prepare_one(const iris_prompt_image *im, int i, const iris_image_deco
     if (rc) return rc;
     if (!src) src = &img;
     rc = iris_image_prepare(src, popts, out, err);
+    if (!rc)
+        iris_log(IRIS_LOG_DEBUG, "prompt", "%s: %dx%d pixels, resized to %dx%d patches", label, src->width,
+                 src->height, out->grid_w, out->grid_h);
     iris_image_free(&img);
     if (rc) return iris_err_prefix(err, "%s", label), rc;
     if (iris_image_prep_key(out, popts, key)) return iris_err_set(err, IRIS_ENOMEM, "%s: SHA-256 failed (libcrypto)", label);
