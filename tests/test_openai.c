@@ -18,9 +18,13 @@
 static const iris_sampling DEFAULTS = {.do_sample = 1, .temperature = 0.7f, .top_p = 0.8f, .top_k = 20,
                                        .repetition_penalty = 1.0f, .seed = -1};
 
+/* The request's sampling as parsed by the last parse(). */
+static iris_sampling parsed;
+
 static int parse(const char *body, iris_oai_kind kind, iris_oai_request *q, iris_oai_err *e) {
     memset(e, 0, sizeof *e);
-    return iris_oai_parse(body, strlen(body), kind, &DEFAULTS, q, e);
+    parsed = DEFAULTS;
+    return iris_oai_parse(body, strlen(body), kind, &parsed, q, e);
 }
 
 /* Expect a 400 naming `param` (NULL: none). */
@@ -52,7 +56,7 @@ IRIS_TEST(openai_parse_chat_full) {
     CHECK_EQ_INT(q.n_images, 2);
     CHECK_STR(q.image_urls[0], "data:image/png;base64,AAAA");
     CHECK_STR(q.image_urls[1], "http://x/y.jpg");
-    const iris_sampling *sp = &q.sampling;
+    const iris_sampling *sp = &parsed;
     CHECK_EQ_INT(sp->max_tokens, 9); /* max_completion_tokens wins */
     CHECK(fabsf(sp->temperature - 0.5f) < 1e-6f && sp->do_sample == 1);
     CHECK(fabsf(sp->top_p - 0.9f) < 1e-6f);
@@ -69,15 +73,15 @@ IRIS_TEST(openai_parse_chat_full) {
     REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":\"END\",\"temperature\":null}",
                   IRIS_OAI_CHAT, &q, &e) == 0);
     /* what the body leaves out (or sends as null) keeps its default */
-    CHECK(q.model == NULL && q.sampling.max_tokens == 0 && !q.stream);
-    CHECK(q.sampling.temperature == 0.7f && q.sampling.do_sample == 1 && q.sampling.top_k == 20 &&
-          q.sampling.top_p == 0.8f && q.sampling.seed == -1);
-    CHECK_EQ_INT(q.sampling.n_stop, 1);
-    CHECK_STR(q.sampling.stop[0], "END");
+    CHECK(q.model == NULL && parsed.max_tokens == 0 && !q.stream);
+    CHECK(parsed.temperature == 0.7f && parsed.do_sample == 1 && parsed.top_k == 20 &&
+          parsed.top_p == 0.8f && parsed.seed == -1);
+    CHECK_EQ_INT(parsed.n_stop, 1);
+    CHECK_STR(parsed.stop[0], "END");
     iris_oai_request_free(&q);
     REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":0,\"seed\":7}", IRIS_OAI_CHAT,
                   &q, &e) == 0);
-    CHECK(q.sampling.temperature == 0 && q.sampling.do_sample == 0 && q.sampling.seed == 7);
+    CHECK(parsed.temperature == 0 && parsed.do_sample == 0 && parsed.seed == 7);
     iris_oai_request_free(&q);
 }
 
@@ -86,7 +90,7 @@ IRIS_TEST(openai_parse_completion) {
     iris_oai_err e;
     REQUIRE(parse("{\"prompt\":\"Hello\",\"logprobs\":3,\"max_tokens\":4}", IRIS_OAI_COMPLETION, &q, &e) == 0);
     CHECK_STR(q.prompt, "Hello");
-    CHECK(q.sampling.logprobs == 1 && q.sampling.top_logprobs == 3 && q.sampling.max_tokens == 4);
+    CHECK(parsed.logprobs == 1 && parsed.top_logprobs == 3 && parsed.max_tokens == 4);
     iris_oai_request_free(&q);
     REQUIRE(parse("{\"prompt\":[\"one\"]}", IRIS_OAI_COMPLETION, &q, &e) == 0);
     CHECK_STR(q.prompt, "one");

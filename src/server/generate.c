@@ -373,13 +373,13 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
     iris_request_params_default(eng, &rp);
     iris_oai_request q;
     iris_oai_err e;
+    /* the body's sampling parameters straight over the model's defaults */
     if (iris_oai_parse(cc->body, cc->n, kind, &rp.sampling, &q, &e)) return reply(c, cc, &e, &q);
     if (q.model && strcmp(q.model, s->served) && !(s->model_arg && !strcmp(q.model, s->model_arg))) {
         iris_oai_fail(&e, 404, "not_found_error", "model", "model_not_found",
                       "The model `%.200s` does not exist; this server serves `%.200s`.", q.model, s->served);
         return reply(c, cc, &e, &q);
     }
-    rp.sampling = q.sampling;
 
     iris_err err = {0};
     iris_prompt *prompt = NULL;
@@ -413,8 +413,8 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
     uint64_t seq = atomic_fetch_add(&s->next_id, 1);
     snprintf(g->id, sizeof g->id, "%s%016" PRIx64 "%08" PRIx64, kind == IRIS_OAI_CHAT ? "chatcmpl-" : "cmpl-",
              s->id_salt, seq);
-    g->logprobs = q.sampling.logprobs;
-    g->top_logprobs = q.sampling.top_logprobs;
+    g->logprobs = rp.sampling.logprobs;
+    g->top_logprobs = rp.sampling.top_logprobs;
     g->include_usage = q.include_usage;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g->fd = ci ? ci->connect_fd : -1;

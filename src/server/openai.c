@@ -15,8 +15,6 @@
  */
 #include "server/openai.h"
 
-#include "model/sampler.h"
-
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -240,12 +238,10 @@ static int refuse_unsupported(json_t *o, iris_oai_kind kind, iris_oai_err *e) {
     return 0;
 }
 
-int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, const iris_sampling *defaults,
-                   iris_oai_request *r, iris_oai_err *e) {
+int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_sampling *sampling, iris_oai_request *r,
+                   iris_oai_err *e) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
-    if (defaults) r->sampling = *defaults;
-    else iris_sampling_default(&r->sampling, NULL);
     json_error_t je;
     json_t *o = json_loadb(body ? body : "", len, 0, &je);
     if (!o)
@@ -276,7 +272,7 @@ int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, const iris_
         goto out;
     }
 
-    if ((rc = parse_sampling(o, kind, &r->sampling, e))) goto out;
+    if ((rc = parse_sampling(o, kind, sampling, e))) goto out;
     if ((rc = get_bool(o, "stream", &r->stream, e)) < 0) goto out;
     json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {

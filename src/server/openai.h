@@ -39,10 +39,9 @@ typedef struct iris_oai_err {
 
 typedef enum iris_oai_kind { IRIS_OAI_CHAT = 0, IRIS_OAI_COMPLETION = 1 } iris_oai_kind;
 
-/* A validated request.  The sampling parameters go straight into `sampling`
- * over the defaults the caller gives (the model's generation_config.json,
- * iris_request_params_default): what the body leaves out keeps its default,
- * as vLLM does.  Everything owned is released by iris_oai_request_free. */
+/* A validated request; everything owned is released by
+ * iris_oai_request_free.  Its sampling parameters are not here: the parser
+ * writes them straight into the caller's iris_sampling (below). */
 typedef struct iris_oai_request {
     iris_oai_kind kind;
     char *model;             /* NULL when absent */
@@ -50,20 +49,21 @@ typedef struct iris_oai_request {
     char *prompt;            /* completions: the prompt text */
     int n_images;
     char *image_urls[IRIS_OAI_MAX_IMAGES]; /* in order of appearance */
-    iris_sampling sampling;  /* its stop strings point into `body` */
     int stream, include_usage;
-    json_t *body;            /* the parsed body (a reference) */
+    json_t *body;            /* the parsed body (a reference): the stop strings point into it */
 } iris_oai_request;
 
-/* Parse and validate a body of `len` bytes (need not be NUL-terminated) over
- * the sampling defaults `defaults` (NULL: sampler.h iris_sampling_default's
- * Qwen3-VL values).  Returns 0 and fills *out (free with
- * iris_oai_request_free, also after a failure), or a negative code with *e
- * filled (status 400).  OpenAI's temperature given turns sampling on (> 0) or
- * off (0); top_k -1 is off (0); a negative seed is folded into [0, INT64_MAX]
- * (the engine reads < 0 as "from the clock"). */
-int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, const iris_sampling *defaults,
-                   iris_oai_request *out, iris_oai_err *e);
+/* Parse and validate a body of `len` bytes (need not be NUL-terminated).
+ * Returns 0 and fills *out (free with iris_oai_request_free, also after a
+ * failure), or a negative code with *e filled (status 400).  The sampling
+ * fields the body gives are written over what *sampling holds (the model's
+ * generation_config.json defaults, iris_request_params_default); what it
+ * leaves out keeps its default, as vLLM does.  OpenAI's temperature turns
+ * sampling on (> 0) or off (0); top_k -1 is off (0); a negative seed is
+ * folded into [0, INT64_MAX] (the engine reads < 0 as "from the clock");
+ * the stop strings stay valid while *out lives. */
+int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_sampling *sampling, iris_oai_request *out,
+                   iris_oai_err *e);
 void iris_oai_request_free(iris_oai_request *r);
 
 /* Fill *e; returns `status` negated (so `return iris_oai_fail(...)` works). */
