@@ -90,7 +90,8 @@ static int prepare_one(const iris_prompt_image *im, int i, const iris_image_deco
                  src->height, out->grid_w, out->grid_h);
     iris_image_free(&img);
     if (rc) return iris_err_prefix(err, "%s", label), rc;
-    if (iris_image_prep_key(out, popts, key)) return iris_err_set(err, IRIS_ENOMEM, "%s: SHA-256 failed (libcrypto)", label);
+    if (iris_image_prep_key(out, popts, key))
+        return iris_err_set(err, IRIS_ENOMEM, "%s: SHA-256 failed (libcrypto)", label);
     return IRIS_OK;
 }
 

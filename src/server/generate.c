@@ -331,7 +331,8 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
         image_param(q->messages, bad, e->param, sizeof e->param);
         return -1;
     }
-    for (int i = 0; i < q->n_images; i++) pim[i] = (iris_prompt_image){.data = im[i].data, .n = im[i].n, .label = im[i].label};
+    for (int i = 0; i < q->n_images; i++)
+        pim[i] = (iris_prompt_image){.data = im[i].data, .n = im[i].n, .label = im[i].label};
     iris_prompt_ctx ctx;
     iris_engine_prompt_ctx(eng, &ctx);
     ctx.max_decode_pixels = s->o.max_image_pixels;
