@@ -18,9 +18,12 @@
  * finishes, then the thread exits.  A failed step (the backend) fails the
  * requests of that step with finish_reason error; the others go on.
  *
- * Backends: the CPU, or CUDA (--device cuda, or auto with a GPU), where the
- * memory plan (planner.c) sizes the one device allocation, the KV cache and
- * the context before anything is allocated, and caps the image size.
+ * Loading: the one loader (model/weights.h) opens the model (configs,
+ * tokenizer, checkpoint, views) and places it on the backend: the CPU, or
+ * CUDA (--device cuda, or auto with a GPU), where the memory plan
+ * (planner.c) first sizes the one device allocation, the KV cache and the
+ * context, and caps the image size (the preprocessor config the prompt
+ * builder gets, iris_engine_prompt_ctx).
  *
  * Does not: render chats, tokenize prompts or decode images (callers'
  * threads, engine_req.c).
