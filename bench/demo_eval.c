@@ -107,8 +107,8 @@ int main(int argc, char **argv) {
             rp.messages_json = mj;
             rp.image_paths = (const char *const *)&it->image;
             rp.n_images = 1;
-            rp.do_sample = 0;
-            rp.max_tokens = max_tokens;
+            rp.sampling.do_sample = 0;
+            rp.sampling.max_tokens = max_tokens;
             if (iris_engine_submit(e, &rp, &req[k], &err)) {
                 fprintf(stderr, "demo_eval: item %d (%s): %s\n", w + k + 1, it->image, err.msg);
                 rc = 1;

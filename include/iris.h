@@ -35,6 +35,8 @@ enum {
 typedef struct iris_err {
     int code;
     char msg[1024];
+    char param[32];     /* the request parameter the error is about ("prompt", "max_tokens"), else ""; set by
+                           iris_engine_submit for a request that does not fit the context */
 } iris_err;
 
 const char *iris_strerror(int code);
@@ -56,7 +58,7 @@ void iris_log_set_level(int level);
  *     iris_engine_opts o; iris_engine_opts_default(&o); o.model = "Qwen/Qwen3-VL-2B-Instruct";
  *     iris_engine *e; iris_engine_open(&o, &e, &err);
  *     iris_request_params rp; iris_request_params_default(e, &rp);
- *     rp.messages_json = "[{\"role\":\"user\",\"content\":\"Hi\"}]";
+ *     rp.messages_json = "[{\"role\":\"user\",\"content\":\"Hi\"}]"; rp.sampling.max_tokens = 64;
  *     iris_request *r; iris_engine_submit(e, &rp, &r, &err);
  *     iris_event ev; while (iris_request_next(r, &ev, -1) == IRIS_OK && ev.kind == IRIS_EVENT_DELTA) fwrite(ev.text, 1, ev.text_len, stdout);
  *     iris_request_free(r); iris_engine_close(e);
@@ -64,7 +66,7 @@ void iris_log_set_level(int level);
 
 typedef struct iris_engine iris_engine;
 typedef struct iris_request iris_request;
-struct iris_prompt; /* src/model/prompt.h: an already rendered, tokenized and preprocessed prompt */
+struct iris_prompt; /* src/engine/prompt.h: an already rendered, tokenized and preprocessed prompt */
 
 typedef struct iris_engine_opts {
     const char *model;          /* a model directory or an HF repo id (Org/Name[@rev]) */
@@ -123,6 +125,26 @@ typedef struct iris_event iris_event;
  * return).  ev and its text are valid during the call only. */
 typedef void (*iris_event_fn)(void *ud, const iris_event *ev);
 
+/* How a request picks its tokens and when it stops: one struct from the OpenAI request or the
+ * command line's flags to the sampler (src/model/sampler.h holds the order of operations).
+ * iris_request_params_default fills the model's generation_config.json values. */
+typedef struct iris_sampling {
+    int do_sample;                         /* 0: greedy */
+    float temperature;                     /* 0: greedy */
+    float top_p;                           /* >= 1: off */
+    float min_p;                           /* <= 0: off */
+    int top_k;                             /* <= 0: off */
+    float repetition_penalty;              /* 1: off */
+    float presence_penalty, frequency_penalty; /* 0: off; [-2, 2] */
+    int64_t seed;                          /* < 0: from the clock */
+    int max_tokens;                        /* 0: up to the context */
+    const char *stop[IRIS_MAX_STOP];       /* stop strings (copied at submit) */
+    int n_stop;
+    int ignore_eos;                        /* 1: the model's end tokens do not stop */
+    int logprobs;                          /* 1: each delta carries its token's logprob */
+    int top_logprobs;                      /* 0..IRIS_MAX_LOGPROBS alternatives per token */
+} iris_sampling;
+
 typedef struct iris_request_params {
     /* The prompt: exactly one of the three. */
     const char *messages_json;             /* OpenAI-style messages (a JSON array); image parts are */
@@ -131,18 +153,7 @@ typedef struct iris_request_params {
     const char *prompt_text;               /* a plain text prompt, tokenized as is (no chat template) */
     struct iris_prompt *prompt;            /* built by the caller; the engine takes it over on success */
 
-    /* Sampling; iris_request_params_default fills the model's generation_config.json values. */
-    int do_sample;                         /* 0: greedy */
-    float temperature, top_p, min_p;
-    int top_k;
-    float repetition_penalty, presence_penalty, frequency_penalty;
-    int64_t seed;                          /* < 0: from the clock */
-    int max_tokens;                        /* <= 0: up to the context */
-    const char *stop[IRIS_MAX_STOP];       /* stop strings (copied at submit) */
-    int n_stop;
-    int ignore_eos;                        /* 1: the model's end tokens do not stop */
-    int logprobs;                          /* 1: each delta carries its token's logprob */
-    int top_logprobs;                      /* 0..IRIS_MAX_LOGPROBS alternatives per token */
+    iris_sampling sampling;
 
     /* Output: events go to `on_event` when set (on the engine thread), else
      * to the request's queue read with iris_request_next. */
@@ -181,10 +192,12 @@ struct iris_event {
 
 /* Validates the parameters and the prompt (on the caller's thread: chat
  * template, tokenization and image preprocessing happen here) and queues
- * the request.  IRIS_ELIMIT only when the waiting queue is full (the
- * server's 503); IRIS_EINVAL for a bad parameter (named), a prompt that
- * cannot fit the context or the KV cache, or max_tokens beyond the context
- * (the server's 400); errors of the prompt's images as the image decoder
+ * the request.  This is the one context-length check of iris: IRIS_EINVAL
+ * with err->param "prompt" for a prompt that cannot fit the context or the
+ * KV cache, "max_tokens" for max_tokens beyond the context (the server's
+ * 400, with this message).  IRIS_ELIMIT when the waiting queue is full (the
+ * server's 503) or an image is over what the memory plan admits; IRIS_EINVAL
+ * for a bad parameter (named); errors of the prompt's images as the image decoder
  * reports them; IRIS_ECANCELLED after shutdown.  On success *out is the
  * caller's handle: free it with iris_request_free.  A prompt given in
  * params.prompt belongs to the engine once its checks start (the caller's

@@ -1,6 +1,7 @@
 /* test_cli_run.c: `iris run` flags that shape the answer: --stop cuts the
  * streamed text before the stop string and reports finish "stop";
- * --threads 1 gives the same greedy answer as the default thread count. */
+ * --threads 1 gives the same greedy answer as the default thread count.
+ * `iris caption` loads the model once and decodes its image once. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,4 +46,28 @@ IRIS_TEST(cli_run_stop_and_threads) {
     char *bad = capture(cmd);
     CHECK_CONTAINS(bad, "--threads expects");
     free(bad);
+}
+
+static int count(const char *s, const char *what) {
+    int n = 0;
+    for (const char *p = s; p && (p = strstr(p, what)); p += strlen(what)) n++;
+    return n;
+}
+
+/* One load of the checkpoint and one decode of the image per command (the engine's loader and the
+ * one prompt builder, engine/prompt.c), told by the debug log. */
+IRIS_TEST(cli_caption_loads_once) {
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "IRIS_LOG=debug %s caption --model tests/fixtures/tiny/tiny-gqa/model "
+             "tests/fixtures/tiny/images/a.png --max-tokens 3 --temperature 0 2>&1", bin);
+    int st;
+    char *out = iris_test_popen(cmd, &st);
+    REQUIRE(out);
+    CHECKF(st == 0, "exit %d: %s", st, out);
+    CHECKF(count(out, "opening checkpoint") == 1, "the checkpoint was opened %d times:\n%s",
+           count(out, "opening checkpoint"), out);
+    CHECKF(count(out, "a.png: ") == 1, "the image was decoded %d times:\n%s", count(out, "a.png: "), out);
+    CHECK_CONTAINS(out, "3 generated");
+    free(out);
 }

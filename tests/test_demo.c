@@ -98,8 +98,8 @@ IRIS_TEST(demo_greedy_agrees_with_transformers) {
         rp.messages_json = mj;
         rp.image_paths = (const char *const *)&paths[i];
         rp.n_images = 1;
-        rp.do_sample = 0;
-        rp.max_tokens = 160;
+        rp.sampling.do_sample = 0;
+        rp.sampling.max_tokens = 160;
         CHECKF(iris_engine_submit(e, &rp, &req[i], &err) == 0, "item %zu: %s", i, err.msg);
         free(mj);
         json_decref(msgs);

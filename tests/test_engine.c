@@ -81,11 +81,11 @@ static int submit(iris_engine *e, const job *j, iris_request **r, iris_err *err)
     p.messages_json = messages_for(j);
     p.image_paths = &j->image;
     p.n_images = j->image ? 1 : 0;
-    p.seed = j->seed;
-    p.max_tokens = j->max_tokens;
-    p.ignore_eos = 1;  /* a random tiny model: full-length outputs compare more tokens */
-    if (j->greedy) p.do_sample = 0, p.temperature = 0;
-    else p.do_sample = 1, p.temperature = 1.0f, p.top_k = 0, p.top_p = 1.0f;
+    p.sampling.seed = j->seed;
+    p.sampling.max_tokens = j->max_tokens;
+    p.sampling.ignore_eos = 1;  /* a random tiny model: full-length outputs compare more tokens */
+    if (j->greedy) p.sampling.do_sample = 0, p.sampling.temperature = 0;
+    else p.sampling.do_sample = 1, p.sampling.temperature = 1.0f, p.sampling.top_k = 0, p.sampling.top_p = 1.0f;
     return iris_engine_submit(e, &p, r, err);
 }
 
@@ -219,8 +219,10 @@ IRIS_TEST(engine_prefix_cache_hit) {
         json_error_t je;
         json_t *msgs = json_loads(messages_for(&JOBS[0]), 0, &je);
         REQUIRE(pr && msgs);
-        REQUIRE(iris_prompt_build(iris_engine_tokenizer(e), iris_engine_config(e), iris_engine_preprocessor_config(e),
-                                  msgs, &imgs[k], 1, pr, &err) == 0);
+        iris_prompt_ctx ctx;
+        iris_engine_prompt_ctx(e, &ctx);
+        iris_prompt_image im = {.path = imgs[k]};
+        REQUIRE(iris_prompt_build(&ctx, msgs, &im, 1, pr, NULL, &err) == 0);
         json_decref(msgs);
         CHECK(pr->image_keys != NULL);
         free(pr->image_keys);
@@ -228,8 +230,8 @@ IRIS_TEST(engine_prefix_cache_hit) {
         iris_request_params p;
         iris_request_params_default(e, &p);
         p.prompt = pr;
-        p.max_tokens = 4;
-        p.do_sample = 0;
+        p.sampling.max_tokens = 4;
+        p.sampling.do_sample = 0;
         job d = JOBS[0];
         REQUIRE(iris_engine_submit(e, &p, &r, &err) == 0);
         collect(r, &d);
@@ -331,12 +333,12 @@ IRIS_TEST(engine_stop_strings_and_callback) {
     iris_request_params p;
     iris_request_params_default(e, &p);
     p.messages_json = messages_for(&a);
-    p.seed = a.seed;
-    p.max_tokens = a.max_tokens;
-    p.ignore_eos = 1;
-    p.do_sample = 0, p.temperature = 0;
-    p.stop[0] = stop;
-    p.n_stop = 1;
+    p.sampling.seed = a.seed;
+    p.sampling.max_tokens = a.max_tokens;
+    p.sampling.ignore_eos = 1;
+    p.sampling.do_sample = 0, p.sampling.temperature = 0;
+    p.sampling.stop[0] = stop;
+    p.sampling.n_stop = 1;
     cb_state s = {.mu = PTHREAD_MUTEX_INITIALIZER, .e = e};
     p.on_event = on_event;
     p.ud = &s;
@@ -375,16 +377,23 @@ IRIS_TEST(engine_bad_requests) {
     p.prompt_text = longp;
     CHECK_EQ_INT(iris_engine_submit(e, &p, &r, &err), IRIS_EINVAL);
     CHECK_CONTAINS(err.msg, "KV cache tokens");
+    CHECK_CONTAINS(err.msg, "the context of this model is 64 tokens");
+    CHECK_STR(err.param, "prompt");   /* the server's 400 names the prompt (messages) */
     p.prompt_text = "hello";
-    p.temperature = -1;
+    p.sampling.max_tokens = 1 << 24;  /* beyond any context */
+    CHECK_EQ_INT(iris_engine_submit(e, &p, &r, &err), IRIS_EINVAL);
+    CHECK_CONTAINS(err.msg, "max_tokens 16777216");
+    CHECK_STR(err.param, "max_tokens");
+    p.sampling.max_tokens = 0;
+    p.sampling.temperature = -1;
     CHECK_EQ_INT(iris_engine_submit(e, &p, &r, &err), IRIS_EINVAL);
     CHECK_CONTAINS(err.msg, "temperature");
-    p.temperature = 0;
-    p.top_logprobs = 99;
+    p.sampling.temperature = 0;
+    p.sampling.top_logprobs = 99;
     CHECK_EQ_INT(iris_engine_submit(e, &p, &r, &err), IRIS_EINVAL);
     /* A plain-text prompt runs; max_tokens 0 runs to the end of the cache. */
-    p.top_logprobs = 3;
-    p.ignore_eos = 1;
+    p.sampling.top_logprobs = 3;
+    p.sampling.ignore_eos = 1;
     REQUIRE(iris_engine_submit(e, &p, &r, &err) == 0);
     iris_event ev;
     int n = 0, fin = 0;
@@ -465,9 +474,9 @@ IRIS_TEST(engine_greedy_matches_transformers) {
             p.messages_json = msgs;
             p.image_paths = pp;
             p.n_images = ni;
-            p.do_sample = 0, p.temperature = 0;
-            p.max_tokens = 24;
-            p.ignore_eos = 1;
+            p.sampling.do_sample = 0, p.sampling.temperature = 0;
+            p.sampling.max_tokens = 24;
+            p.sampling.ignore_eos = 1;
             if (iris_engine_submit(e, &p, &r[si], &err))
                 iris_test_fail(__FILE__, __LINE__, "%s/%s: %s", models[mi], scen[si], err.msg);
             free(msgs);
@@ -506,8 +515,8 @@ IRIS_TEST(engine_cli_run) {
     iris_request_params p;
     iris_request_params_default(e, &p);
     p.messages_json = messages_for(&j);
-    p.do_sample = 0, p.temperature = 0;
-    p.max_tokens = j.max_tokens;
+    p.sampling.do_sample = 0, p.sampling.temperature = 0;
+    p.sampling.max_tokens = j.max_tokens;
     iris_request *r;
     iris_err err = {0};
     REQUIRE(iris_engine_submit(e, &p, &r, &err) == 0);

@@ -14,9 +14,17 @@
 #include "server/openai.h"
 #include "test.h"
 
+/* The defaults a request's sampling starts from (the server passes the model's). */
+static const iris_sampling DEFAULTS = {.do_sample = 1, .temperature = 0.7f, .top_p = 0.8f, .top_k = 20,
+                                       .repetition_penalty = 1.0f, .seed = -1};
+
+/* The request's sampling as parsed by the last parse(). */
+static iris_sampling parsed;
+
 static int parse(const char *body, iris_oai_kind kind, iris_oai_request *q, iris_oai_err *e) {
     memset(e, 0, sizeof *e);
-    return iris_oai_parse(body, strlen(body), kind, q, e);
+    parsed = DEFAULTS;
+    return iris_oai_parse(body, strlen(body), kind, &parsed, q, e);
 }
 
 /* Expect a 400 naming `param` (NULL: none). */
@@ -48,24 +56,32 @@ IRIS_TEST(openai_parse_chat_full) {
     CHECK_EQ_INT(q.n_images, 2);
     CHECK_STR(q.image_urls[0], "data:image/png;base64,AAAA");
     CHECK_STR(q.image_urls[1], "http://x/y.jpg");
-    CHECK_EQ_INT(q.max_tokens, 9); /* max_completion_tokens wins */
-    CHECK(q.has_temperature && fabsf(q.temperature - 0.5f) < 1e-6f);
-    CHECK(q.has_top_p && fabsf(q.top_p - 0.9f) < 1e-6f);
-    CHECK(q.has_top_k && q.top_k == -1);
-    CHECK(q.has_min_p && q.has_presence_penalty && q.has_frequency_penalty && q.has_repetition_penalty);
-    CHECK(fabsf(q.frequency_penalty + 2) < 1e-6f);
-    CHECK(q.has_seed && q.seed == -5);
-    CHECK_EQ_INT(q.n_stop, 2);
-    CHECK_STR(q.stop[1], "bc");
-    CHECK(q.logprobs && q.top_logprobs == 4 && q.stream && q.include_usage);
+    const iris_sampling *sp = &parsed;
+    CHECK_EQ_INT(sp->max_tokens, 9); /* max_completion_tokens wins */
+    CHECK(fabsf(sp->temperature - 0.5f) < 1e-6f && sp->do_sample == 1);
+    CHECK(fabsf(sp->top_p - 0.9f) < 1e-6f);
+    CHECK_EQ_INT(sp->top_k, 0);      /* -1: off */
+    CHECK(fabsf(sp->min_p - 0.1f) < 1e-6f && fabsf(sp->presence_penalty - 1.5f) < 1e-6f);
+    CHECK(fabsf(sp->frequency_penalty + 2) < 1e-6f && fabsf(sp->repetition_penalty - 1.05f) < 1e-6f);
+    CHECK(sp->seed == (int64_t)((uint64_t)-5 & INT64_MAX)); /* a negative seed is still a seed */
+    CHECK_EQ_INT(sp->n_stop, 2);
+    CHECK_STR(sp->stop[1], "bc");
+    CHECK(sp->logprobs && sp->top_logprobs == 4 && q.stream && q.include_usage);
     CHECK(json_array_size(q.messages) == 2);
     iris_oai_request_free(&q);
 
     REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":\"END\",\"temperature\":null}",
                   IRIS_OAI_CHAT, &q, &e) == 0);
-    CHECK(q.model == NULL && q.max_tokens == -1 && !q.has_temperature && !q.has_seed && !q.stream);
-    CHECK_EQ_INT(q.n_stop, 1);
-    CHECK_STR(q.stop[0], "END");
+    /* what the body leaves out (or sends as null) keeps its default */
+    CHECK(q.model == NULL && parsed.max_tokens == 0 && !q.stream);
+    CHECK(parsed.temperature == 0.7f && parsed.do_sample == 1 && parsed.top_k == 20 &&
+          parsed.top_p == 0.8f && parsed.seed == -1);
+    CHECK_EQ_INT(parsed.n_stop, 1);
+    CHECK_STR(parsed.stop[0], "END");
+    iris_oai_request_free(&q);
+    REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":0,\"seed\":7}", IRIS_OAI_CHAT,
+                  &q, &e) == 0);
+    CHECK(parsed.temperature == 0 && parsed.do_sample == 0 && parsed.seed == 7);
     iris_oai_request_free(&q);
 }
 
@@ -74,7 +90,7 @@ IRIS_TEST(openai_parse_completion) {
     iris_oai_err e;
     REQUIRE(parse("{\"prompt\":\"Hello\",\"logprobs\":3,\"max_tokens\":4}", IRIS_OAI_COMPLETION, &q, &e) == 0);
     CHECK_STR(q.prompt, "Hello");
-    CHECK(q.logprobs == 1 && q.top_logprobs == 3 && q.max_tokens == 4);
+    CHECK(parsed.logprobs == 1 && parsed.top_logprobs == 3 && parsed.max_tokens == 4);
     iris_oai_request_free(&q);
     REQUIRE(parse("{\"prompt\":[\"one\"]}", IRIS_OAI_COMPLETION, &q, &e) == 0);
     CHECK_STR(q.prompt, "one");

@@ -189,8 +189,9 @@ IRIS_TEST(gpu_text_tiny_fixtures) {
 }
 /* Decode steps of `ns` sequences (the text scenario's prompt, each sequence in its own blocks,
  * prefilled once), then `steps` greedy decode steps; the logits of every step into out
- * [steps][ns][V].  IRIS_CUDA_GRAPHS decides whether the decode steps replay graphs. */
-static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, float *out) {
+ * [steps][ns][V], through one runner (graphs: the decode steps may replay graphs); *n_graphs: the
+ * graphs the runner kept. */
+static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, int graphs, float *out, int *n_graphs) {
     tiny_arr ids, pos;
     if (tiny_load("inputs/text/input_ids.npy", &ids) || tiny_load("inputs/text/position_ids.npy", &pos)) return -1;
     int n = (int)ids.n, V = t->cfg.vocab_size, per = (n + steps + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK;
@@ -214,6 +215,9 @@ static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, float *o
                             .block_table = bt + s * per, .logits_from = n - 1};
         rc = iris_runner_forward(t, b, &kv, &pq, 1, lg + (size_t)s * V, NULL, NULL, &err);
     }
+    iris_runner *run = NULL;
+    iris_runner_limits lim = {.max_rows = ns, .max_seqs = ns, .max_context = n + steps, .no_graphs = !graphs};
+    if (!rc) rc = iris_runner_open(t, b, &kv, &lim, &run, &err);
     for (int g = 0; !rc && g < steps; g++) {
         for (int s = 0; s < ns; s++) {
             const float *l = lg + (size_t)s * V;
@@ -224,9 +228,13 @@ static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, float *o
             q[s] = (iris_text_seq){.n_past = n + g, .n_new = 1, .tokens = tok + s * (n + steps) + n + g,
                                    .pos = p1 + 3 * s, .pos_stride = 1, .block_table = bt + s * per, .logits_from = 0};
         }
-        rc = iris_runner_forward(t, b, &kv, q, ns, lg, NULL, NULL, &err);
+        iris_runner_out o;
+        rc = iris_runner_step(run, q, ns, NULL, &o, &err);
+        if (!rc) memcpy(lg, o.logits, sizeof(float) * (size_t)ns * V);
         if (!rc) memcpy(out + (size_t)g * ns * V, lg, sizeof(float) * (size_t)ns * V);
     }
+    if (n_graphs) *n_graphs = iris_runner_n_graphs(run);
+    iris_runner_close(run);
     if (rc) fprintf(stderr, "  decode_run: %s\n", err.msg);
     iris_kv_cache_free(&kv);
     free(tok), free(pos3), free(bt), free(p1), free(lg), free(q);
@@ -262,13 +270,12 @@ IRIS_TEST(gpu_text_decode_graphs) {
         int V = t.cfg.vocab_size, steps = 40;
         for (int ns = 1; ns <= 3; ns += 2) {
             float *a = malloc(sizeof(float) * (size_t)steps * ns * V), *g = malloc(sizeof(float) * (size_t)steps * ns * V);
-            setenv("IRIS_CUDA_GRAPHS", "0", 1);
-            int ra = decode_run(&t, gpu, ns, steps, a);
-            if (ns == 1) CHECK(t.graphs == NULL);
-            unsetenv("IRIS_CUDA_GRAPHS");
-            int rg = decode_run(&t, gpu, ns, steps, g);
+            int na = -1, ng = -1;
+            int ra = decode_run(&t, gpu, ns, steps, 0, a, &na);
+            CHECK(na == 0);
+            int rg = decode_run(&t, gpu, ns, steps, 1, g, &ng);
             CHECKF(ra == 0 && rg == 0, "%s: decode failed", models[mi]);
-            CHECKF(t.graphs != NULL, "%s: no graph was recorded", models[mi]);
+            CHECKF(ng > 0, "%s: no graph was recorded", models[mi]);
             int64_t diff = 0;
             for (int64_t i = 0; i < (int64_t)steps * ns * V; i++) diff += a[i] != g[i];
             printf("  %s, %d sequence(s), %d decode steps: %lld of %lld logits differ with graphs\n", models[mi], ns, steps,
@@ -298,12 +305,11 @@ IRIS_TEST(gpu_text_decode_stack) {
         size_t n = (size_t)steps * ns * V;
         float *a = malloc(sizeof(float) * n), *s = malloc(sizeof(float) * n);
         iris_cuda_set_decode_stack(gpu, 0);
-        int ra = decode_run(&t, gpu, ns, steps, a);
+        int ra = decode_run(&t, gpu, ns, steps, 1, a, NULL);
         iris_cuda_set_decode_stack(gpu, 1);
         int before = iris_cuda_decode_stack_runs(gpu);
-        setenv("IRIS_CUDA_GRAPHS", "0", 1); /* every step launches it (a graph would replay one launch) */
-        int rs = decode_run(&t, gpu, ns, steps, s);
-        unsetenv("IRIS_CUDA_GRAPHS");
+        /* no graphs: every step launches it (a graph would replay one launch) */
+        int rs = decode_run(&t, gpu, ns, steps, 0, s, NULL);
         REQUIRE(ra == 0 && rs == 0);
         int runs = iris_cuda_decode_stack_runs(gpu) - before;
         CHECKF(runs == steps, "tiny-fp8, %d sequence(s): the persistent kernel ran %d times in %d steps", ns, runs, steps);

@@ -3,7 +3,9 @@
  * built for the tiny fixtures (tests/fixtures/tiny/inputs, manifest.json). */
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "formats/config.h"
 #include "engine/prompt.h"
@@ -36,8 +38,11 @@ IRIS_TEST(prompt_matches_transformers) {
             snprintf(buf[i], sizeof buf[i], "%s/images/%s", TINY_DIR, json_string_value(json_array_get(imgs, i)));
             paths[i] = buf[i];
         }
+        iris_prompt_image ims[8] = {{0}};
+        for (int i = 0; i < n; i++) ims[i].path = paths[i];
+        iris_prompt_ctx ctx = {.tok = tok, .cfg = &cfg, .pc = &pc};
         iris_prompt p;
-        int rc = iris_prompt_build(tok, &cfg, &pc, json_object_get(scen, "messages"), paths, n, &p, &err);
+        int rc = iris_prompt_build(&ctx, json_object_get(scen, "messages"), ims, n, &p, NULL, &err);
         CHECKF(rc == 0, "%s: %s", sname, err.msg);
         if (rc) continue;
         CHECK_STR(p.text, json_string_value(json_object_get(scen, "text")));
@@ -89,12 +94,107 @@ IRIS_TEST(prompt_errors) {
     REQUIRE(iris_preprocessor_config_load(dir, &pc, &err) == 0);
     REQUIRE(iris_tok_load(TINY_DIR "/tiny-gqa/model/tokenizer.json", &tok, &err) == 0);
     json_t *m = iris_prompt_one_turn(NULL, 1, "hi");
-    const char *bad[1] = {TINY_DIR "/tiny-gqa/model/config.json"};   /* not an image */
+    iris_prompt_image bad[1] = {{.path = TINY_DIR "/tiny-gqa/model/config.json"}};   /* not an image */
+    iris_prompt_ctx ctx = {.tok = tok, .cfg = &cfg, .pc = &pc};
     iris_prompt p;
-    CHECK(iris_prompt_build(tok, &cfg, &pc, m, bad, 1, &p, &err) != 0);
+    int which = 7;
+    CHECK(iris_prompt_build(&ctx, m, bad, 1, &p, &which, &err) != 0);
     CHECK_CONTAINS(err.msg, "config.json");
-    CHECK(iris_prompt_build(tok, &cfg, &pc, m, bad, 0, &p, &err) == IRIS_EINVAL);
+    CHECK_EQ_INT(which, 0);
+    CHECK(iris_prompt_build(&ctx, m, bad, 0, &p, &which, &err) == IRIS_EINVAL);
     CHECK_CONTAINS(err.msg, "1 image part");
+    CHECK_EQ_INT(which, -1);
+    json_decref(m);
+    /* bytes that are not an image: named by their label, and which one failed */
+    m = iris_prompt_one_turn(NULL, 2, "hi");
+    iris_prompt_image two[2] = {{.path = TINY_DIR "/images/a.png"}, {.data = "Hello", .n = 5, .label = "image 2"}};
+    CHECK(iris_prompt_build(&ctx, m, two, 2, &p, &which, &err) != 0);
+    CHECK_CONTAINS(err.msg, "image 2");
+    CHECK_EQ_INT(which, 1);
+    two[1] = (iris_prompt_image){.path = "x.png", .data = "Hello", .n = 5};
+    CHECK_EQ_INT(iris_prompt_build(&ctx, m, two, 2, &p, &which, &err), IRIS_EINVAL);
+    CHECK_CONTAINS(err.msg, "exactly one");
+    json_decref(m);
+    iris_tok_free(tok);
+}
+
+static char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = len > 0 ? malloc((size_t)len) : NULL;
+    *n = b ? fread(b, 1, (size_t)len, f) : 0;
+    fclose(f);
+    return b;
+}
+
+static int same_prompt(const iris_prompt *a, const iris_prompt *b) {
+    int same = a->ids.n == b->ids.n && a->n_images == b->n_images && a->n_rows == b->n_rows &&
+               a->rope_delta == b->rope_delta && !strcmp(a->text, b->text);
+    same = same && !memcmp(a->ids.ids, b->ids.ids, sizeof *a->ids.ids * a->ids.n);
+    same = same && !memcmp(a->pos, b->pos, sizeof *a->pos * 3 * a->ids.n);
+    same = same && !memcmp(a->grid_thw, b->grid_thw, sizeof *a->grid_thw * 3 * (size_t)a->n_images);
+    same = same && !memcmp(a->image_keys, b->image_keys, 32 * (size_t)a->n_images);
+    /* 5 * 16 * 16 * 3 * 2: a's tiny patch rows */
+    int dim = 3 * 2 * 16 * 16;
+    same = same && !memcmp(a->pixel_values, b->pixel_values, sizeof(float) * (size_t)a->n_rows * dim);
+    return same;
+}
+
+/* The one builder gives the same prompt whether the images come as files (the CLI), as bytes
+ * (the server's image_url data) or already decoded. */
+IRIS_TEST(prompt_files_bytes_decoded_agree) {
+    const char *dir = TINY_DIR "/tiny-gqa/model";
+    iris_err err = {0};
+    iris_config cfg;
+    iris_preprocessor_config pc;
+    iris_tok *tok = NULL;
+    REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
+    REQUIRE(iris_preprocessor_config_load(dir, &pc, &err) == 0);
+    REQUIRE(pc.patch_size == 16 && pc.temporal_patch_size == 2);
+    REQUIRE(iris_tok_load(dir, &tok, &err) == 0);
+    iris_prompt_ctx ctx = {.tok = tok, .cfg = &cfg, .pc = &pc};
+    const char *paths[2] = {TINY_DIR "/images/a.png", TINY_DIR "/images/b.png"};
+    char *bytes[2];
+    size_t n[2];
+    iris_image dec[2];
+    iris_prompt_image files[2] = {{0}}, mem[2] = {{0}}, decoded[2] = {{0}};
+    for (int i = 0; i < 2; i++) {
+        REQUIRE((bytes[i] = read_all(paths[i], &n[i])) != NULL);
+        REQUIRE(iris_image_decode_file(paths[i], NULL, &dec[i], &err) == 0);
+        files[i].path = paths[i];
+        mem[i] = (iris_prompt_image){.data = bytes[i], .n = n[i], .label = i ? "image 2" : "image 1"};
+        decoded[i].image = &dec[i];
+    }
+    json_t *m = iris_prompt_one_turn("Be brief.", 2, "Compare them.");
+    iris_prompt a, b, c;
+    REQUIRE(iris_prompt_build(&ctx, m, files, 2, &a, NULL, &err) == 0);
+    REQUIRE(iris_prompt_build(&ctx, m, mem, 2, &b, NULL, &err) == 0);
+    REQUIRE(iris_prompt_build(&ctx, m, decoded, 2, &c, NULL, &err) == 0);
+    CHECK_EQ_INT(a.n_images, 2);
+    CHECK(a.n_rows > 0 && a.image_keys != NULL);
+    CHECKF(same_prompt(&a, &b), "files and bytes give different prompts (%zu / %zu tokens)", a.ids.n, b.ids.n);
+    CHECKF(same_prompt(&a, &c), "files and decoded images give different prompts");
+    /* a smaller max_pixels (what a memory plan admits) gives smaller grids, the same way for all */
+    iris_preprocessor_config small = pc;
+    small.max_pixels = small.min_pixels;
+    ctx.pc = &small;
+    iris_prompt d, f;
+    REQUIRE(iris_prompt_build(&ctx, m, files, 2, &d, NULL, &err) == 0);
+    REQUIRE(iris_prompt_build(&ctx, m, mem, 2, &f, NULL, &err) == 0);
+    CHECK(d.n_rows < a.n_rows);
+    CHECK(same_prompt(&d, &f));
+    /* a decode bound refuses the image before decoding */
+    ctx.max_decode_pixels = 4;
+    int which = -1;
+    iris_prompt g;
+    CHECK(iris_prompt_build(&ctx, m, mem, 2, &g, &which, &err) != 0);
+    CHECK_EQ_INT(which, 0);
+    for (iris_prompt *p = &a; p; p = p == &a ? &b : p == &b ? &c : p == &c ? &d : p == &d ? &f : NULL)
+        iris_prompt_free(p);
+    for (int i = 0; i < 2; i++) free(bytes[i]), iris_image_free(&dec[i]);
     json_decref(m);
     iris_tok_free(tok);
 }

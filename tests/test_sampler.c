@@ -9,9 +9,16 @@
 #include "err.h"
 #include "model/sampler.h"
 
-static iris_sampling_params plain(void) {
-    iris_sampling_params p;
-    iris_sampling_params_default(&p, NULL);
+/* Qwen3-VL's end tokens (generation_config.json's defaults). */
+static const iris_stop_ids *qwen_stop(void) {
+    static iris_stop_ids s;
+    iris_stop_ids_default(&s, NULL);
+    return &s;
+}
+
+static iris_sampling plain(void) {
+    iris_sampling p;
+    iris_sampling_default(&p, NULL);
     p.temperature = 1.0f;
     p.top_k = 0;
     p.top_p = 1.0f;
@@ -20,11 +27,11 @@ static iris_sampling_params plain(void) {
 }
 
 /* probs of `logits` under params `p` (fresh sampler, optional history). */
-static int probs_of(const iris_sampling_params *p, const float *logits, int n, float *probs, const int *prompt,
+static int probs_of(const iris_sampling *p, const float *logits, int n, float *probs, const int *prompt,
                     int n_prompt, const int *gen, int n_gen) {
     iris_sampler *s = NULL;
     iris_err err = {0};
-    if (iris_sampler_init(&s, p, n, &err)) return -1;
+    if (iris_sampler_init(&s, p, qwen_stop(), n, &err)) return -1;
     if (n_prompt) iris_sampler_add_prompt(s, prompt, n_prompt, &err);
     for (int i = 0; i < n_gen; i++) iris_sampler_accept(s, gen[i]);
     int rc = iris_sampler_probs(s, logits, probs, &err);
@@ -38,12 +45,12 @@ static void check_probs(const float *got, const double *want, int n, double tol,
 }
 
 IRIS_TEST(sampler_greedy_is_argmax) {
-    iris_sampling_params p = plain();
+    iris_sampling p = plain();
     p.do_sample = 0;
     float logits[6] = {1.0f, 3.0f, -2.0f, 3.0f, 2.9f, NAN};
     iris_sampler *s = NULL;
     iris_err err = {0};
-    REQUIRE(iris_sampler_init(&s, &p, 6, &err) == 0);
+    REQUIRE(iris_sampler_init(&s, &p, qwen_stop(), 6, &err) == 0);
     CHECK_EQ_INT(iris_sampler_sample(s, logits, NULL, &err), 1); /* first of the tied maxima */
     float probs[6];
     REQUIRE(iris_sampler_probs(s, logits, probs, &err) == 0);
@@ -52,19 +59,19 @@ IRIS_TEST(sampler_greedy_is_argmax) {
     /* temperature 0 is greedy too, whatever do_sample says */
     p.do_sample = 1;
     p.temperature = 0.0f;
-    REQUIRE(iris_sampler_init(&s, &p, 6, &err) == 0);
+    REQUIRE(iris_sampler_init(&s, &p, qwen_stop(), 6, &err) == 0);
     float l2[6] = {0.0f, 0.1f, 5.0f, 0.2f, -1.0f, 4.99f};
     for (int i = 0; i < 5; i++) CHECK_EQ_INT(iris_sampler_sample(s, l2, NULL, &err), 2);
     float bad[3] = {NAN, -INFINITY, NAN};
     iris_sampler_free(s);
-    REQUIRE(iris_sampler_init(&s, &p, 3, &err) == 0);
+    REQUIRE(iris_sampler_init(&s, &p, qwen_stop(), 3, &err) == 0);
     CHECK(iris_sampler_sample(s, bad, NULL, &err) < 0);
     CHECK_CONTAINS(err.msg, "NaN or -inf");
     iris_sampler_free(s);
 }
 
 IRIS_TEST(sampler_top_k) {
-    iris_sampling_params p = plain();
+    iris_sampling p = plain();
     p.top_k = 2;
     float l[5] = {1, 2, 3, 4, 5};
     float got[5];
@@ -87,7 +94,7 @@ IRIS_TEST(sampler_top_k) {
 }
 
 IRIS_TEST(sampler_top_p_min_p) {
-    iris_sampling_params p = plain();
+    iris_sampling p = plain();
     float l[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
     float got[4];
     p.top_p = 0.75f; /* mass above token 2 is 0.8 >= 0.75: keep 0 and 1 */
@@ -124,7 +131,7 @@ IRIS_TEST(sampler_top_p_large_vocab) {
     float *l = malloc(N * sizeof *l), *got = malloc(N * sizeof *got);
     REQUIRE(l && got);
     for (int i = 0; i < N; i++) l[i] = i < 3 ? 10.0f - (float)i : -(float)(i % 7) * 0.01f; /* head 87% of the mass */
-    iris_sampling_params p = plain();
+    iris_sampling p = plain();
     p.top_p = 0.9f;
     REQUIRE(probs_of(&p, l, N, got, NULL, 0, NULL, 0) == 0);
     /* reference: full sort by value, then the HF rule */
@@ -165,7 +172,7 @@ IRIS_TEST(sampler_top_p_large_vocab) {
 }
 
 IRIS_TEST(sampler_penalties) {
-    iris_sampling_params p = plain();
+    iris_sampling p = plain();
     p.repetition_penalty = 2.0f;
     p.frequency_penalty = 0.5f;
     p.presence_penalty = 0.25f;
@@ -179,7 +186,7 @@ IRIS_TEST(sampler_penalties) {
     REQUIRE(probs_of(&p, l, 5, got, prompt, 3, gen, 2) == 0);
     check_probs(got, want, 5, 1e-6, "penalties");
     /* presence/frequency count generated tokens only: prompt tokens unaffected */
-    iris_sampling_params q = plain();
+    iris_sampling q = plain();
     q.presence_penalty = 1.0f;
     q.frequency_penalty = 1.0f;
     REQUIRE(probs_of(&q, l, 5, got, prompt, 3, NULL, 0) == 0);
@@ -188,13 +195,13 @@ IRIS_TEST(sampler_penalties) {
     for (int i = 0; i < 5; i++) want[i] = exp((double)l[i]) / z;
     check_probs(got, want, 5, 1e-6, "presence/frequency ignore the prompt");
     /* greedy sees the penalties too (HF applies processors before argmax) */
-    iris_sampling_params g = plain();
+    iris_sampling g = plain();
     g.do_sample = 0;
     g.repetition_penalty = 1.5f;
     float two[2] = {2.0f, 1.9f};
     iris_sampler *s = NULL;
     iris_err err = {0};
-    REQUIRE(iris_sampler_init(&s, &g, 2, &err) == 0);
+    REQUIRE(iris_sampler_init(&s, &g, qwen_stop(), 2, &err) == 0);
     CHECK_EQ_INT(iris_sampler_sample(s, two, NULL, &err), 0);
     REQUIRE(iris_sampler_add_prompt(s, (int[]){0}, 1, &err) == 0);
     CHECK_EQ_INT(iris_sampler_sample(s, two, NULL, &err), 1);
@@ -204,14 +211,14 @@ IRIS_TEST(sampler_penalties) {
 }
 
 static void draw(int64_t seed, int n, int *out) {
-    iris_sampling_params p = plain();
+    iris_sampling p = plain();
     p.seed = seed;
     p.temperature = 0.9f;
     float l[16];
     for (int i = 0; i < 16; i++) l[i] = (float)((i * 37) % 11) * 0.3f;
     iris_sampler *s = NULL;
     iris_err err = {0};
-    if (iris_sampler_init(&s, &p, 16, &err)) return;
+    if (iris_sampler_init(&s, &p, qwen_stop(), 16, &err)) return;
     for (int i = 0; i < n; i++) out[i] = iris_sampler_sample(s, l, NULL, &err);
     iris_sampler_free(s);
 }
@@ -232,12 +239,12 @@ IRIS_TEST(sampler_distribution_matches_softmax) {
     enum { V = 8, N = 20000 };
     const float l[V] = {1.0f, 0.5f, 2.0f, -1.0f, 0.0f, 1.5f, -0.5f, 0.8f};
     const float T = 0.7f;
-    iris_sampling_params p = plain();
+    iris_sampling p = plain();
     p.temperature = T;
     p.seed = 7;
     iris_sampler *s = NULL;
     iris_err err = {0};
-    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    REQUIRE(iris_sampler_init(&s, &p, qwen_stop(), V, &err) == 0);
     int count[V] = {0};
     for (int i = 0; i < N; i++) {
         int t = iris_sampler_sample(s, l, NULL, &err);
@@ -262,35 +269,42 @@ IRIS_TEST(sampler_finish_and_logprobs) {
     iris_generation_config gc = {.bos_token_id = 151643, .pad_token_id = 151643, .n_eos = 2,
                                  .eos_token_id = {151645, 151643}, .do_sample = 1, .top_k = 20,
                                  .top_p = 0.8f, .temperature = 0.7f, .repetition_penalty = 1.0f};
-    iris_sampling_params p;
-    iris_sampling_params_default(&p, &gc);
-    CHECK_EQ_INT(p.n_stop_ids, 2);
-    CHECK_EQ_INT(p.stop_ids[0], 151645);
-    CHECK_EQ_INT(p.stop_ids[1], 151643);
+    iris_sampling p;
+    iris_sampling_default(&p, &gc);
+    iris_stop_ids stop;
+    iris_stop_ids_default(&stop, &gc);
+    CHECK_EQ_INT(stop.n, 2);
+    CHECK_EQ_INT(stop.ids[0], 151645);
+    CHECK_EQ_INT(stop.ids[1], 151643);
     CHECK_EQ_INT(p.top_k, 20);
     CHECK(p.top_p == 0.8f && p.temperature == 0.7f);
     p.max_tokens = 3;
     iris_sampler *s = NULL;
     iris_err err = {0};
-    REQUIRE(iris_sampler_init(&s, &p, 151936, &err) == 0);
+    REQUIRE(iris_sampler_init(&s, &p, &stop, 151936, &err) == 0);
     CHECK_EQ_INT(iris_sampler_accept(s, 10), IRIS_FINISH_NONE);
     CHECK_EQ_INT(iris_sampler_accept(s, 11), IRIS_FINISH_NONE);
     CHECK_EQ_INT(iris_sampler_accept(s, 12), IRIS_FINISH_LENGTH);
     CHECK_STR(iris_finish_name(IRIS_FINISH_LENGTH), "length");
     iris_sampler_free(s);
     p.max_tokens = 0;
-    REQUIRE(iris_sampler_init(&s, &p, 151936, &err) == 0);
+    REQUIRE(iris_sampler_init(&s, &p, &stop, 151936, &err) == 0);
     CHECK_EQ_INT(iris_sampler_accept(s, 151643), IRIS_FINISH_STOP);
     CHECK_STR(iris_finish_name(IRIS_FINISH_STOP), "stop");
     iris_sampler_free(s);
+    p.ignore_eos = 1;   /* the end tokens do not stop */
+    REQUIRE(iris_sampler_init(&s, &p, &stop, 151936, &err) == 0);
+    CHECK_EQ_INT(iris_sampler_accept(s, 151643), IRIS_FINISH_NONE);
+    iris_sampler_free(s);
+    p.ignore_eos = 0;
 
     /* logprobs are of the raw logits, most likely first */
-    iris_sampling_params q = plain();
+    iris_sampling q = plain();
     q.do_sample = 0;
-    q.n_logprobs = 3;
+    q.top_logprobs = 3;
     q.repetition_penalty = 3.0f;
     float l[5] = {0.1f, 2.0f, -1.0f, 1.0f, 1.9f};
-    REQUIRE(iris_sampler_init(&s, &q, 5, &err) == 0);
+    REQUIRE(iris_sampler_init(&s, &q, qwen_stop(), 5, &err) == 0);
     iris_sample_out out;
     CHECK_EQ_INT(iris_sampler_sample(s, l, &out, &err), 1);
     double z = 0;
@@ -307,11 +321,11 @@ IRIS_TEST(sampler_finish_and_logprobs) {
     iris_sampler_free(s);
 
     q.top_p = 0.0f;
-    CHECK(iris_sampler_init(&s, &q, 5, &err) < 0);
+    CHECK(iris_sampler_init(&s, &q, qwen_stop(), 5, &err) < 0);
     CHECK_CONTAINS(err.msg, "top_p");
     q.top_p = 1.0f;
     q.temperature = -1.0f;
-    CHECK(iris_sampler_init(&s, &q, 5, &err) < 0);
+    CHECK(iris_sampler_init(&s, &q, qwen_stop(), 5, &err) < 0);
     CHECK_CONTAINS(err.msg, "temperature");
 }
 
@@ -424,7 +438,7 @@ static int sampler_hf_parity(const char *json_path, const char *bin_path) {
         long off = (long)json_integer_value(json_object_get(c, "offset"));
         if (fseek(f, off, SEEK_SET) || fread(raw, 4, (size_t)V, f) != (size_t)V || fread(sc, 4, (size_t)V, f) != (size_t)V)
             break;
-        iris_sampling_params p = plain();
+        iris_sampling p = plain();
         p.temperature = (float)json_number_value(json_object_get(c, "temperature"));
         p.top_k = (int)json_integer_value(json_object_get(c, "top_k"));
         p.top_p = (float)json_number_value(json_object_get(c, "top_p"));
@@ -496,8 +510,8 @@ IRIS_TEST(sampler_seeded_draws_stable_under_rounding) {
         x = x * 1103515245u + 12345u;
         b[i] = a[i] + (float)((int)(x >> 16 & 7) - 3) * 1e-7f; /* reorders many near-ties */
     }
-    iris_sampling_params p;
-    iris_sampling_params_default(&p, NULL);
+    iris_sampling p;
+    iris_sampling_default(&p, NULL);
     p.do_sample = 1;
     p.temperature = 0.9f;
     p.top_k = 50;
@@ -505,8 +519,8 @@ IRIS_TEST(sampler_seeded_draws_stable_under_rounding) {
     p.seed = 36;
     iris_err err = {0};
     iris_sampler *sa = NULL, *sb = NULL;
-    REQUIRE(iris_sampler_init(&sa, &p, V, &err) == 0);
-    REQUIRE(iris_sampler_init(&sb, &p, V, &err) == 0);
+    REQUIRE(iris_sampler_init(&sa, &p, qwen_stop(), V, &err) == 0);
+    REQUIRE(iris_sampler_init(&sb, &p, qwen_stop(), V, &err) == 0);
     int same = 0;
     for (int d = 0; d < DRAWS; d++) same += iris_sampler_sample(sa, a, NULL, &err) == iris_sampler_sample(sb, b, NULL, &err);
     CHECKF(same >= DRAWS * 9 / 10, "only %d of %d seeded draws agree after a 3e-7 perturbation", same, DRAWS);
@@ -552,13 +566,13 @@ IRIS_TEST(sampler_top_candidates_equal_whole_row) {
     unsigned x = 99;
     int compared = 0, limited = 0;
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
-        iris_sampling_params p = plain();
+        iris_sampling p = plain();
         p.do_sample = cfg[c].do_sample, p.temperature = cfg[c].t, p.top_k = cfg[c].k;
         p.top_p = cfg[c].top_p, p.min_p = cfg[c].min_p, p.seed = 7 + (int)c;
         iris_err err = {0};
         iris_sampler *full = NULL, *top = NULL;
-        REQUIRE(iris_sampler_init(&full, &p, V, &err) == 0);
-        REQUIRE(iris_sampler_init(&top, &p, V, &err) == 0);
+        REQUIRE(iris_sampler_init(&full, &p, qwen_stop(), V, &err) == 0);
+        REQUIRE(iris_sampler_init(&top, &p, qwen_stop(), V, &err) == 0);
         int need = iris_sampler_top_need(top);
         CHECK_EQ_INT(need, cfg[c].do_sample && cfg[c].t > 0 ? cfg[c].k : 1);
         for (int r = 0; r < ROWS; r++) {
@@ -594,20 +608,20 @@ IRIS_TEST(sampler_top_candidates_equal_whole_row) {
     }
     CHECK(compared == ROWS * 7);
     CHECKF(limited < compared / 4, "%d of %d rows fell back to the whole row", limited, compared);
-    iris_sampling_params p = plain();
+    iris_sampling p = plain();
     p.do_sample = 1, p.temperature = 0.7f, p.top_k = 20;
     p.repetition_penalty = 1.1f;   /* lowering penalties: the candidates do (the test below) */
     iris_sampler *s = NULL;
     iris_err err = {0};
-    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    REQUIRE(iris_sampler_init(&s, &p, qwen_stop(), V, &err) == 0);
     CHECK_EQ_INT(iris_sampler_top_need(s), 20);
     iris_sampler_free(s);
-    p.repetition_penalty = 1.0f, p.n_logprobs = 2;
-    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    p.repetition_penalty = 1.0f, p.top_logprobs = 2;
+    REQUIRE(iris_sampler_init(&s, &p, qwen_stop(), V, &err) == 0);
     CHECK_EQ_INT(iris_sampler_top_need(s), 0);
     iris_sampler_free(s);
-    p.n_logprobs = 0, p.top_k = 0;
-    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    p.top_logprobs = 0, p.top_k = 0;
+    REQUIRE(iris_sampler_init(&s, &p, qwen_stop(), V, &err) == 0);
     CHECK_EQ_INT(iris_sampler_top_need(s), 0);
     iris_sampler_free(s);
 }
@@ -628,14 +642,14 @@ IRIS_TEST(sampler_top_candidates_with_penalties) {
     int prompt[300];
     for (int i = 0; i < 300; i++) prompt[i] = (i * 7) % V;
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
-        iris_sampling_params p = plain();
+        iris_sampling p = plain();
         p.do_sample = cfg[c].do_sample, p.temperature = cfg[c].t, p.top_k = cfg[c].k, p.top_p = cfg[c].top_p;
         p.repetition_penalty = cfg[c].rp, p.presence_penalty = cfg[c].pres, p.frequency_penalty = cfg[c].freq;
         p.seed = 99 + (int)c;
         iris_err err = {0};
         iris_sampler *full = NULL, *top = NULL;
-        REQUIRE(iris_sampler_init(&full, &p, V, &err) == 0);
-        REQUIRE(iris_sampler_init(&top, &p, V, &err) == 0);
+        REQUIRE(iris_sampler_init(&full, &p, qwen_stop(), V, &err) == 0);
+        REQUIRE(iris_sampler_init(&top, &p, qwen_stop(), V, &err) == 0);
         REQUIRE(iris_sampler_add_prompt(full, prompt, 300, &err) == 0);
         REQUIRE(iris_sampler_add_prompt(top, prompt, 300, &err) == 0);
         int need = iris_sampler_top_need(top);
@@ -665,15 +679,15 @@ IRIS_TEST(sampler_top_candidates_with_penalties) {
     fprintf(stderr, "  %d rows compared, %d fell back to the whole row\n", compared, limited);
     CHECK(compared == ROWS * 5);
     CHECKF(limited < compared / 2, "%d of %d rows fell back to the whole row", limited, compared);
-    iris_sampling_params p = plain();
+    iris_sampling p = plain();
     p.do_sample = 1, p.top_k = 20, p.repetition_penalty = 0.9f; /* raises repeated logits */
     iris_sampler *s = NULL;
     iris_err err = {0};
-    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    REQUIRE(iris_sampler_init(&s, &p, qwen_stop(), V, &err) == 0);
     CHECK_EQ_INT(iris_sampler_top_need(s), 0);
     iris_sampler_free(s);
     p.repetition_penalty = 1.0f, p.presence_penalty = -0.5f;
-    REQUIRE(iris_sampler_init(&s, &p, V, &err) == 0);
+    REQUIRE(iris_sampler_init(&s, &p, qwen_stop(), V, &err) == 0);
     CHECK_EQ_INT(iris_sampler_top_need(s), 0);
     iris_sampler_free(s);
 }

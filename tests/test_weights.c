@@ -106,9 +106,14 @@ static int broken_copy(const char *name, void (*edit)(json_t *cfg), char *dir, s
     if (rc) return -1;
     char cwd[512];
     if (!getcwd(cwd, sizeof cwd)) return -1;
-    snprintf(target, sizeof target, "%s/%s/model.safetensors", cwd, src);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    return symlink(target, path);
+    /* the weights and the tokenizer beside them (a model directory holds both: weights.h) */
+    static const char *files[] = {"model.safetensors", "tokenizer.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(target, sizeof target, "%s/%s/%s", cwd, src, files[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        if (symlink(target, path)) return -1;
+    }
+    return 0;
 }
 
 static void remove_copy(const char *dir) {
@@ -116,6 +121,8 @@ static void remove_copy(const char *dir) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     unlink(path);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     unlink(path);
     rmdir(dir);
 }

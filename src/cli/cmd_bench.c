@@ -129,28 +129,30 @@ static int bench_image(iris_engine *e, const char *image, iris_err *err) {
     iris_prompt p;
     memset(&p, 0, sizeof p);
     json_t *msgs = iris_prompt_one_turn(NULL, 1, IMAGE_QUESTION);
-    const char *paths[1] = {image};
+    iris_prompt_image pim = {.path = image};
     double pre[5], vms[5], ttft[5];
     int rc = msgs ? IRIS_OK : iris_err_set(err, IRIS_ENOMEM, "out of memory");
     for (int i = 0; i < 5 && !rc; i++) {
         iris_prompt_free(&p);
         double a = now();
-        rc = iris_prompt_build(iris_engine_tokenizer(e), iris_engine_config(e), iris_engine_preprocessor_config(e),
-                               msgs, paths, 1, &p, err);
+        iris_prompt_ctx pctx;
+        iris_engine_prompt_ctx(e, &pctx);
+        rc = iris_prompt_build(&pctx, msgs, &pim, 1, &p, NULL, err);
         pre[i] = (now() - a) * 1e3;
     }
     int n_prompt = (int)p.ids.n, g[3] = {0, 0, 0};
     if (!rc) memcpy(g, p.grid_thw, sizeof g);
     for (int i = 0; i < 6 && !rc; i++) {   /* the first warms up */
         iris_prompt q;
-        rc = iris_prompt_build(iris_engine_tokenizer(e), iris_engine_config(e), iris_engine_preprocessor_config(e),
-                               msgs, paths, 1, &q, err);
+        iris_prompt_ctx ectx;
+        iris_engine_prompt_ctx(e, &ectx);
+        rc = iris_prompt_build(&ectx, msgs, &pim, 1, &q, NULL, err);
         if (rc) break;
         iris_request_params rp;
         iris_request_params_default(e, &rp);
         rp.prompt = &q;
-        rp.max_tokens = 1;
-        rp.do_sample = 0;
+        rp.sampling.max_tokens = 1;
+        rp.sampling.do_sample = 0;
         iris_engine_stats s0, s1;
         iris_engine_get_stats(e, &s0);
         iris_request *r = NULL;

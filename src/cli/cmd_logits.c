@@ -107,10 +107,13 @@ int iris_cmd_logits(int argc, char **argv) {
     memset(&p, 0, sizeof p);
     float *logits = NULL;
     json_t *msgs = iris_prompt_one_turn(system, n_images, prompt);
-    int rc = msgs ? iris_prompt_build(iris_engine_tokenizer(e), iris_engine_config(e), iris_engine_preprocessor_config(e),
-                                      msgs, images, n_images, &p, &err)
+    iris_prompt_ctx ctx;
+    iris_engine_prompt_ctx(e, &ctx);
+    iris_prompt_image ims[64];
+    for (int i = 0; i < n_images; i++) ims[i] = (iris_prompt_image){.path = images[i]};
+    int rc = msgs ? iris_prompt_build(&ctx, msgs, ims, n_images, &p, NULL, &err)
                   : iris_err_set(&err, IRIS_ENOMEM, "out of memory");
-    int n = (int)p.ids.n, V = iris_engine_config(e)->text_config.vocab_size;
+    int n = (int)p.ids.n, V = ctx.cfg->text_config.vocab_size;
     int n_out = last > 0 && last < n ? (int)last : n;
     if (!rc && !(logits = malloc(sizeof(float) * (size_t)n_out * V)))
         rc = iris_err_set(&err, IRIS_ENOMEM, "out of memory for %d x %d logits", n_out, V);

@@ -164,7 +164,7 @@ int iris_cmd_plan(int argc, char **argv) {
     iris_plan_model m;
     if (iris_plan_model_load(dir, model, &m, &err)) return iris_cli_fail(&err);
     iris_plan *p = malloc(sizeof *p);
-    if (!p) return iris_cli_fail(&(iris_err){IRIS_ENOMEM, "out of memory"});
+    if (!p) return iris_cli_fail(&(iris_err){.code = IRIS_ENOMEM, .msg = "out of memory"});
     int rc = iris_plan_make(&m, &s, budget, source, 0, p, &err);
     if (rc && rc != IRIS_ELIMIT) {
         free(p);

@@ -1,9 +1,16 @@
 /* cmd_run.c: `iris run MODEL [--image PATH]... [--system TEXT] PROMPT` and the
  * fixed-prompt shortcuts `iris caption IMAGE`, `iris ask IMAGE QUESTION`,
- * `iris describe IMAGE` (all with --model).  Sampling flags default to the
- * model's generation_config.json.  The answer streams to stdout; a summary
- * line (prompt tokens, generated tokens, time to first token, tok/s) goes to
- * stderr at the end. */
+ * `iris describe IMAGE` (all with --model).
+ *
+ * One path, as the server's: open the engine (it loads the model, once),
+ * build the prompt with the one builder (engine/prompt.c; images decoded
+ * once, at the size the engine's memory plan admits), submit, stream.  The
+ * engine runs one sequence at the default context (the largest that fits,
+ * up to the model's), and checks that the prompt and --max-tokens fit it.
+ * Sampling flags are written over the model's generation_config.json
+ * defaults (iris_request_params_default).  The answer streams to stdout; a
+ * summary line (prompt tokens, generated tokens, time to first token,
+ * tok/s) goes to stderr at the end. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +19,7 @@
 #include "default_model.h"
 #include "err.h"
 #include "engine/planner.h"
-#include "infer.h"
-#include "model/sampler.h"
+#include "engine/engine.h"
 #include "pool.h"
 
 #define MAX_IMAGES 64
@@ -27,13 +33,11 @@ typedef struct run_args {
     const char *model, *system, *prompt;
     const char *images[MAX_IMAGES];
     int n_images;
-    const char *device;
-    iris_engine_opts eo;   /* the GPU memory settings */
+    iris_engine_opts eo;   /* --device and the GPU memory settings over the defaults */
     const char *stop[IRIS_MAX_STOP];
     int n_stop;
     int threads;
-    iris_sampling_params sp;
-    int have[16];   /* which sampling flags were given, to apply over the defaults */
+    int have[16];   /* which sampling flags were given, to write over the defaults */
     float fv[16];
     long long iv[16];
 } run_args;
@@ -99,7 +103,7 @@ static int parse(int argc, char **argv, run_args *a, int positional_max, const c
             } else if (!strcmp(s, "--model")) {
                 a->model = v;
             } else if (!strcmp(s, "--device")) {
-                a->device = v;
+                a->eo.device = v;
             } else if (!strcmp(s, "--gpu-memory-limit") || !strcmp(s, "--gpu-memory-margin")) {
                 iris_err e = {0};
                 uint64_t bytes = 0;
@@ -170,8 +174,8 @@ static int parse(int argc, char **argv, run_args *a, int positional_max, const c
     return 0;
 }
 
-static void apply_flags(run_args *a) {
-    iris_sampling_params *p = &a->sp;
+/* The sampling flags given, written over the model's defaults in p. */
+static void apply_flags(const run_args *a, iris_sampling *p) {
     if (a->have[F_TEMP]) p->temperature = a->fv[F_TEMP];
     if (a->have[F_TOPK]) p->top_k = (int)a->iv[F_TOPK];
     if (a->have[F_TOPP]) p->top_p = a->fv[F_TOPP];
@@ -182,30 +186,84 @@ static void apply_flags(run_args *a) {
     if (a->have[F_SEED]) p->seed = a->iv[F_SEED];
     if (a->have[F_MAXTOK]) p->max_tokens = (int)a->iv[F_MAXTOK];
     if (a->have[F_TEMP] && a->fv[F_TEMP] > 0) p->do_sample = 1;
+    for (int i = 0; i < a->n_stop; i++) p->stop[p->n_stop++] = a->stop[i];
+}
+
+/* Stream the request's text to stdout, then the summary line to stderr. */
+static int stream(iris_request *r, iris_err *err) {
+    iris_event ev;
+    while (iris_request_next(r, &ev, -1) == IRIS_OK) {
+        if (ev.text_len) {
+            fwrite(ev.text, 1, ev.text_len, stdout);
+            fflush(stdout);
+        }
+        if (ev.kind != IRIS_EVENT_DONE) continue;
+        if (ev.finish_reason == IRIS_FINISH_REASON_ERROR) {
+            *err = ev.err;
+            return ev.err.code ? ev.err.code : IRIS_EINVAL;
+        }
+        const iris_usage *u = &ev.usage;
+        double gen_s = u->total_s - u->ttft_s;
+        fprintf(stdout, "\n");
+        fprintf(stderr, "iris: %d prompt tokens, %d generated (%s), time to first token %.3f s, %.1f tok/s\n",
+                u->prompt_tokens, u->completion_tokens, iris_finish_reason_name(ev.finish_reason), u->ttft_s,
+                u->completion_tokens > 1 && gen_s > 0 ? (u->completion_tokens - 1) / gen_s : 0.0);
+        return IRIS_OK;
+    }
+    return iris_err_set(err, IRIS_EINVAL, "the engine's channel failed");
+}
+
+/* One user turn through the engine: the prompt, the request, the answer. */
+static int generate(iris_engine *e, const run_args *a, iris_err *err) {
+    iris_prompt_image ims[MAX_IMAGES];
+    memset(ims, 0, sizeof ims);
+    for (int i = 0; i < a->n_images; i++) ims[i].path = a->images[i];
+    json_t *msgs = iris_prompt_one_turn(a->system, a->n_images, a->prompt);
+    if (!msgs) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    iris_prompt_ctx ctx;
+    iris_engine_prompt_ctx(e, &ctx);
+    iris_prompt p;
+    int rc = iris_prompt_build(&ctx, msgs, ims, a->n_images, &p, NULL, err);
+    json_decref(msgs);
+    if (rc) return rc;
+    iris_request_params rp;
+    iris_request_params_default(e, &rp);
+    apply_flags(a, &rp.sampling);
+    rp.prompt = &p;
+    iris_request *r = NULL;
+    rc = iris_engine_submit(e, &rp, &r, err);
+    iris_prompt_free(&p);  /* the engine's now (zeroed) unless submit failed early */
+    if (!rc) rc = stream(r, err);
+    iris_request_free(r);
+    return rc;
 }
 
 static int run_common(run_args *a) {
     iris_err err = {0};
-    if (a->device && strcmp(a->device, "cpu") && strcmp(a->device, "auto") && strcmp(a->device, "cuda")) {
-        fprintf(stderr, "iris: --device must be cpu, cuda or auto, not \"%s\"\n", a->device);
+    const char *dev = a->eo.device;
+    if (dev && strcmp(dev, "cpu") && strcmp(dev, "auto") && strcmp(dev, "cuda")) {
+        fprintf(stderr, "iris: --device must be cpu, cuda or auto, not \"%s\"\n", dev);
         return 2;
     }
     if (a->threads) iris_pool_set_threads(a->threads);
-    infer_model m;
-    if (infer_open(a->model, &m, &err)) return iris_cli_fail(&err);
-    iris_sampling_params_default(&a->sp, &m.gc);
-    apply_flags(a);
-    if (iris_sampling_params_check(&a->sp, m.cfg.text_config.vocab_size, &err)) {
-        infer_close(&m);
-        return iris_cli_fail(&err);
-    }
-    int rc = infer_generate(&m, a->system, a->images, a->n_images, a->prompt, &a->sp, a->stop, a->n_stop, a->device, &a->eo, &err);
-    infer_close(&m);
+    a->eo.model = a->model;
+    a->eo.allow_download = 1;
+    a->eo.max_num_seqs = 1;
+    iris_engine *e = NULL;
+    if (iris_engine_open(&a->eo, &e, &err)) return iris_cli_fail(&err);
+    int rc = generate(e, a, &err);
+    iris_engine_close(e);
     return rc ? iris_cli_fail(&err) : 0;
 }
 
+static void args_init(run_args *a) {
+    memset(a, 0, sizeof *a);
+    iris_engine_opts_default(&a->eo);
+}
+
 static int fixed_prompt(int argc, char **argv, const char *prompt, int wants_question) {
-    run_args a = {0};
+    run_args a;
+    args_init(&a);
     const char *pos[2];
     int n_pos, rc = parse(argc, argv, &a, wants_question ? 2 : 1, pos, &n_pos);
     if (rc == 1) {
@@ -233,7 +291,8 @@ int iris_cmd_describe(int argc, char **argv) { return fixed_prompt(argc, argv, D
 int iris_cmd_ask(int argc, char **argv) { return fixed_prompt(argc, argv, NULL, 1); }
 
 int iris_cmd_run(int argc, char **argv) {
-    run_args a = {0};
+    run_args a;
+    args_init(&a);
     const char *pos[2];
     int n_pos, rc = parse(argc, argv, &a, 2, pos, &n_pos);
     if (rc == 1) {

@@ -142,117 +142,203 @@ static int size(const char *opt, const char *v, size_t *out) {
     return 0;
 }
 
-int iris_cmd_serve(int argc, char **argv) {
+typedef struct serve_args {
     iris_server_opts so;
-    iris_server_opts_default(&so);
     iris_engine_opts eo;
-    iris_engine_opts_default(&eo);
-    so.api_key = getenv("IRIS_API_KEY");
-    double shutdown_timeout = 30;
-    const char *model = NULL;
+    double shutdown_timeout;
+    const char *model;
+} serve_args;
+
+/* Option a (its value v) when it is the server's: 0 done, -1 a bad value (said), 1 not the
+ * server's.  *takes 0: a flag without a value. */
+static int server_option(serve_args *s, const char *a, const char *v, int *takes) {
+    iris_server_opts *so = &s->so;
+    double x = 0;
+    int bad = 0;
+    if (!strcmp(a, "--host")) {
+        so->host = v;
+    } else if (!strcmp(a, "--port")) {
+        bad = num(a, v, 0, 65535, &x);
+        so->port = (int)x;
+    } else if (!strcmp(a, "--api-key")) {
+        so->api_key = v;
+    } else if (!strcmp(a, "--served-model-name")) {
+        so->served_model_name = v;
+    } else if (!strcmp(a, "--max-body-bytes")) {
+        bad = size(a, v, &so->max_body_bytes);
+    } else if (!strcmp(a, "--body-timeout")) {
+        bad = num(a, v, 0.1, 86400, &so->body_timeout_s);
+    } else if (!strcmp(a, "--no-remote-images")) {
+        so->allow_remote_images = 0, *takes = 0;
+    } else if (!strcmp(a, "--max-image-bytes")) {
+        bad = size(a, v, &so->max_image_bytes);
+    } else if (!strcmp(a, "--image-timeout")) {
+        bad = num(a, v, 0.1, 3600, &x);
+        so->image_timeout_ms = (long)(x * 1000);
+    } else if (!strcmp(a, "--max-image-pixels")) {
+        bad = num(a, v, 1, 1e12, &x);
+        so->max_image_pixels = (long long)x;
+        s->eo.max_image_pixels = (long long)x;
+    } else if (!strcmp(a, "--allowed-local-media-path")) {
+        so->local_media_dir = v;
+    } else if (!strcmp(a, "--shutdown-timeout")) {
+        bad = num(a, v, 0, 86400, &s->shutdown_timeout);
+    } else {
+        return 1;
+    }
+    return bad ? -1 : 0;
+}
+
+/* The same for the engine's options. */
+static int engine_option(iris_engine_opts *eo, const char *a, const char *v, int *takes) {
+    double x = 0;
+    size_t gb = 0;
+    int bad = 0;
+    if (!strcmp(a, "--device")) {
+        eo->device = v;
+        if (v && strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
+            fprintf(stderr, "iris serve: --device '%s': use cpu, cuda or auto\n", v);
+            bad = 1;
+        }
+    } else if (!strcmp(a, "--gpu-memory-limit")) {
+        bad = size(a, v, &gb);
+        eo->gpu_memory_limit = gb;
+    } else if (!strcmp(a, "--gpu-memory-margin")) {
+        bad = size(a, v, &gb);
+        eo->gpu_memory_margin = gb, eo->gpu_memory_margin_set = 1;
+    } else if (!strcmp(a, "--gpu-memory-utilization")) {
+        bad = num(a, v, 0.01, 1, &eo->gpu_memory_utilization);
+    } else if (!strcmp(a, "--dense-weights")) {
+        eo->dense_weights = v;
+        if (v && iris_plan_dense_parse(v) < 0) {
+            fprintf(stderr, "iris serve: --dense-weights '%s': give auto, on or off\n", v);
+            bad = 1;
+        }
+    } else if (!strcmp(a, "--kv-cache-dtype")) {
+        eo->kv_cache_dtype = v;
+        if (v && iris_plan_kv_dtype_parse(v) < 0) {
+            fprintf(stderr, "iris serve: --kv-cache-dtype '%s': give bf16 or fp8\n", v);
+            bad = 1;
+        }
+    } else if (!strcmp(a, "--max-model-len")) {
+        bad = num(a, v, 1, 1 << 24, &x);
+        eo->max_model_len = (int)x;
+    } else if (!strcmp(a, "--max-num-seqs")) {
+        bad = num(a, v, 1, 1 << 16, &x);
+        eo->max_num_seqs = (int)x;
+    } else if (!strcmp(a, "--max-batch-tokens")) {
+        bad = num(a, v, 1, 1 << 24, &x);
+        eo->max_batch_tokens = (int)x;
+    } else if (!strcmp(a, "--max-waiting")) {
+        bad = num(a, v, 1, 1 << 20, &x);
+        eo->max_waiting = (int)x;
+    } else if (!strcmp(a, "--kv-cache-bytes")) {
+        bad = size(a, v, &eo->kv_cache_bytes);
+    } else if (!strcmp(a, "--no-prefix-caching")) {
+        eo->prefix_caching = 0, *takes = 0;
+    } else if (!strcmp(a, "--download")) {
+        eo->allow_download = 1, *takes = 0;
+    } else {
+        return 1;
+    }
+    return bad ? -1 : 0;
+}
+
+/* The command line into s: -1 to serve, else the exit status (0 for --help, 2 bad usage). */
+static int parse(int argc, char **argv, serve_args *s) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double x = 0;
-        size_t gb = 0;
-        int bad = 0, takes = 1;
+        int takes = 1, rc = 1;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--host")) {
-            so.host = v;
-        } else if (!strcmp(a, "--port")) {
-            bad = num(a, v, 0, 65535, &x);
-            so.port = (int)x;
-        } else if (!strcmp(a, "--api-key")) {
-            so.api_key = v;
-        } else if (!strcmp(a, "--served-model-name")) {
-            so.served_model_name = v;
-        } else if (!strcmp(a, "--max-body-bytes")) {
-            bad = size(a, v, &so.max_body_bytes);
-        } else if (!strcmp(a, "--body-timeout")) {
-            bad = num(a, v, 0.1, 86400, &so.body_timeout_s);
-        } else if (!strcmp(a, "--no-remote-images")) {
-            so.allow_remote_images = 0, takes = 0;
-        } else if (!strcmp(a, "--max-image-bytes")) {
-            bad = size(a, v, &so.max_image_bytes);
-        } else if (!strcmp(a, "--image-timeout")) {
-            bad = num(a, v, 0.1, 3600, &x);
-            so.image_timeout_ms = (long)(x * 1000);
-        } else if (!strcmp(a, "--max-image-pixels")) {
-            bad = num(a, v, 1, 1e12, &x);
-            so.max_image_pixels = (long long)x;
-            eo.max_image_pixels = (long long)x;
-        } else if (!strcmp(a, "--allowed-local-media-path")) {
-            so.local_media_dir = v;
-        } else if (!strcmp(a, "--shutdown-timeout")) {
-            bad = num(a, v, 0, 86400, &shutdown_timeout);
-        } else if (!strcmp(a, "--device")) {
-            eo.device = v;
-            if (v && strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
-                fprintf(stderr, "iris serve: --device '%s': use cpu, cuda or auto\n", v);
-                bad = 1;
+        }
+        if (a[0] == '-') {
+            rc = server_option(s, a, v, &takes);
+            if (rc == 1) rc = engine_option(&s->eo, a, v, &takes);
+            if (rc == 1) {
+                fprintf(stderr, "iris serve: unknown option %s (see iris serve --help)\n", a);
+                return 2;
             }
-        } else if (!strcmp(a, "--gpu-memory-limit")) {
-            bad = size(a, v, &gb);
-            eo.gpu_memory_limit = gb;
-        } else if (!strcmp(a, "--gpu-memory-margin")) {
-            bad = size(a, v, &gb);
-            eo.gpu_memory_margin = gb, eo.gpu_memory_margin_set = 1;
-        } else if (!strcmp(a, "--gpu-memory-utilization")) {
-            bad = num(a, v, 0.01, 1, &eo.gpu_memory_utilization);
-        } else if (!strcmp(a, "--dense-weights")) {
-            eo.dense_weights = v;
-            if (v && iris_plan_dense_parse(v) < 0) {
-                fprintf(stderr, "iris serve: --dense-weights '%s': give auto, on or off\n", v);
-                bad = 1;
-            }
-        } else if (!strcmp(a, "--kv-cache-dtype")) {
-            eo.kv_cache_dtype = v;
-            if (v && iris_plan_kv_dtype_parse(v) < 0) {
-                fprintf(stderr, "iris serve: --kv-cache-dtype '%s': give bf16 or fp8\n", v);
-                bad = 1;
-            }
-        } else if (!strcmp(a, "--max-model-len")) {
-            bad = num(a, v, 1, 1 << 24, &x);
-            eo.max_model_len = (int)x;
-        } else if (!strcmp(a, "--max-num-seqs")) {
-            bad = num(a, v, 1, 1 << 16, &x);
-            eo.max_num_seqs = (int)x;
-        } else if (!strcmp(a, "--max-batch-tokens")) {
-            bad = num(a, v, 1, 1 << 24, &x);
-            eo.max_batch_tokens = (int)x;
-        } else if (!strcmp(a, "--max-waiting")) {
-            bad = num(a, v, 1, 1 << 20, &x);
-            eo.max_waiting = (int)x;
-        } else if (!strcmp(a, "--kv-cache-bytes")) {
-            bad = size(a, v, &eo.kv_cache_bytes);
-        } else if (!strcmp(a, "--no-prefix-caching")) {
-            eo.prefix_caching = 0, takes = 0;
-        } else if (!strcmp(a, "--download")) {
-            eo.allow_download = 1, takes = 0;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "iris serve: unknown option %s (see iris serve --help)\n", a);
-            return 2;
-        } else if (!model) {
-            model = a, takes = 0;
+        } else if (!s->model) {
+            s->model = a, takes = 0;
         } else {
-            fprintf(stderr, "iris serve: one MODEL only ('%s' and '%s')\n", model, a);
+            fprintf(stderr, "iris serve: one MODEL only ('%s' and '%s')\n", s->model, a);
             return 2;
         }
         if (takes && !v) {
             fprintf(stderr, "iris serve: %s needs a value\n", a);
             return 2;
         }
-        if (bad) return 2;
+        if (rc < 0) return 2;
         i += takes;
     }
-    if (!model && !(model = iris_default_model_dir())) {   /* the demo model by default */
+    if (!s->model && !(s->model = iris_default_model_dir())) {   /* the demo model by default */
         usage(stderr);
         return 2;
     }
-    eo.model = model;
-    so.model_arg = model;
-    if (!so.served_model_name) so.served_model_name = model;
+    s->eo.model = s->model;
+    s->so.model_arg = s->model;
+    if (!s->so.served_model_name) s->so.served_model_name = s->model;
+    return -1;
+}
+
+/* Listen, load, serve until a signal, drain. */
+static int serve(const serve_args *s) {
+    const iris_server_opts *so = &s->so;
+    iris_err err = {0};
+    iris_server *srv = NULL;
+    if (iris_server_start(so, &srv, &err)) {
+        curl_global_cleanup();
+        return iris_cli_fail(&err);
+    }
+    fprintf(stderr, "iris serve: listening on http://%s:%d (loading %s)\n", so->host, iris_server_port(srv), s->model);
+    fflush(stderr);
+
+    iris_engine *eng = NULL;
+    struct timespec ts0, ts1;
+    clock_gettime(CLOCK_MONOTONIC, &ts0);
+    if (iris_engine_open(&s->eo, &eng, &err)) {
+        iris_server_stop(srv);
+        curl_global_cleanup();
+        return iris_cli_fail(&err);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts1);
+    if (!stop_signal) { /* a signal during the load: never become ready */
+        iris_server_set_engine(srv, eng);
+        fprintf(stderr, "iris serve: ready in %.2f s: model \"%s\"%s\n",
+                (double)(ts1.tv_sec - ts0.tv_sec) + (ts1.tv_nsec - ts0.tv_nsec) * 1e-9, so->served_model_name,
+                so->api_key && *so->api_key ? ", API key required" : "");
+        fflush(stderr);
+    }
+
+    while (!stop_signal) {
+        struct timespec nap = {0, 100 * 1000000L};
+        nanosleep(&nap, NULL);
+    }
+    fprintf(stderr, "iris serve: %s: draining (up to %.0f s)\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+            s->shutdown_timeout);
+    fflush(stderr);
+    int left = iris_server_drain(srv, s->shutdown_timeout);
+    if (left)
+        fprintf(stderr, "iris serve: cancelled %d request(s) still running after %.0f s\n", left, s->shutdown_timeout);
+    iris_engine_shutdown(eng);
+    iris_server_stop(srv);
+    iris_engine_close(eng);
+    curl_global_cleanup();
+    fprintf(stderr, "iris serve: stopped\n");
+    return 0;
+}
+
+int iris_cmd_serve(int argc, char **argv) {
+    serve_args s;
+    memset(&s, 0, sizeof s);
+    iris_server_opts_default(&s.so);
+    iris_engine_opts_default(&s.eo);
+    s.so.api_key = getenv("IRIS_API_KEY");
+    s.shutdown_timeout = 30;
+    int rc = parse(argc, argv, &s);
+    if (rc >= 0) return rc;
 
     /* Again (already done from .preinit_array where glibc runs it), before
      * any thread of ours exists; then libcurl's global state. */
@@ -262,46 +348,5 @@ int iris_cmd_serve(int argc, char **argv) {
         return 0;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
-
-    iris_err err = {0};
-    iris_server *srv = NULL;
-    if (iris_server_start(&so, &srv, &err)) {
-        curl_global_cleanup();
-        return iris_cli_fail(&err);
-    }
-    fprintf(stderr, "iris serve: listening on http://%s:%d (loading %s)\n", so.host, iris_server_port(srv), model);
-    fflush(stderr);
-
-    iris_engine *eng = NULL;
-    struct timespec ts0, ts1;
-    clock_gettime(CLOCK_MONOTONIC, &ts0);
-    if (iris_engine_open(&eo, &eng, &err)) {
-        iris_server_stop(srv);
-        curl_global_cleanup();
-        return iris_cli_fail(&err);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &ts1);
-    if (!stop_signal) { /* a signal during the load: never become ready */
-        iris_server_set_engine(srv, eng);
-        fprintf(stderr, "iris serve: ready in %.2f s: model \"%s\"%s\n",
-                (double)(ts1.tv_sec - ts0.tv_sec) + (ts1.tv_nsec - ts0.tv_nsec) * 1e-9, so.served_model_name,
-                so.api_key && *so.api_key ? ", API key required" : "");
-        fflush(stderr);
-    }
-
-    while (!stop_signal) {
-        struct timespec nap = {0, 100 * 1000000L};
-        nanosleep(&nap, NULL);
-    }
-    fprintf(stderr, "iris serve: %s: draining (up to %.0f s)\n", stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-            shutdown_timeout);
-    fflush(stderr);
-    int left = iris_server_drain(srv, shutdown_timeout);
-    if (left) fprintf(stderr, "iris serve: cancelled %d request(s) still running after %.0f s\n", left, shutdown_timeout);
-    iris_engine_shutdown(eng);
-    iris_server_stop(srv);
-    iris_engine_close(eng);
-    curl_global_cleanup();
-    fprintf(stderr, "iris serve: stopped\n");
-    return 0;
+    return serve(&s);
 }

@@ -18,9 +18,12 @@
  * finishes, then the thread exits.  A failed step (the backend) fails the
  * requests of that step with finish_reason error; the others go on.
  *
- * Backends: the CPU, or CUDA (--device cuda, or auto with a GPU), where the
- * memory plan (planner.c) sizes the one device allocation, the KV cache and
- * the context before anything is allocated, and caps the image size.
+ * Loading: the one loader (model/weights.h) opens the model (configs,
+ * tokenizer, checkpoint, views) and places it on the backend: the CPU, or
+ * CUDA (--device cuda, or auto with a GPU), where the memory plan
+ * (planner.c) first sizes the one device allocation, the KV cache and the
+ * context, and caps the image size (the preprocessor config the prompt
+ * builder gets, iris_engine_prompt_ctx).
  *
  * Does not: render chats, tokenize prompts or decode images (callers'
  * threads, engine_req.c).
@@ -50,17 +53,22 @@ void iris_engine_opts_default(iris_engine_opts *o) {
     o->prefix_caching = 1;
 }
 
-const iris_tok *iris_engine_tokenizer(const iris_engine *e) { return e->tok; }
-const iris_config *iris_engine_config(const iris_engine *e) { return &e->cfg; }
-const iris_generation_config *iris_engine_generation_config(const iris_engine *e) { return &e->gc; }
-const iris_preprocessor_config *iris_engine_preprocessor_config(const iris_engine *e) { return &e->pc; }
+const iris_model *iris_engine_model(const iris_engine *e) { return e->model; }
+
+void iris_engine_prompt_ctx(const iris_engine *e, iris_prompt_ctx *out) {
+    memset(out, 0, sizeof *out);
+    out->tok = e->model->tok;
+    out->cfg = &e->model->cfg;
+    out->pc = &e->pc;
+}
+
 const iris_text *iris_engine_text(const iris_engine *e) { return &e->text; }
 iris_backend *iris_engine_backend(iris_engine *e) { return e->be; }
 iris_runner *iris_engine_runner(iris_engine *e) { return e->runner; }
 
 size_t iris_engine_weight_bytes(const iris_engine *e) {
     size_t n = 0;
-    for (int i = 0; i < iris_st_count(e->st); i++) n += (size_t)iris_st_at(e->st, i)->n_bytes;
+    for (int i = 0; i < iris_st_count(e->model->st); i++) n += (size_t)iris_st_at(e->model->st, i)->n_bytes;
     return n;
 }
 
@@ -531,6 +539,16 @@ static size_t kv_block_bytes(const iris_text_config *tc, iris_dtype dt) {
            iris_dtype_size(dt);
 }
 
+/* The weights onto e->be (the decoder, its dense copies, the vision tower: weights.h), then the
+ * placed decoder and vision tower into the engine's short names (engine_internal.h). */
+static int place(iris_engine *e, int dense, iris_err *err) {
+    int rc = iris_model_place(e->model, e->be, dense, err);
+    if (rc) return rc;
+    e->text = e->model->text;
+    e->vis = e->model->vision;
+    return IRIS_OK;
+}
+
 #ifdef IRIS_CUDA
 /* The memory plan for this device, then the one allocation it sizes, the
  * weights and the KV cache in it.  The budget is measured with the context
@@ -540,7 +558,7 @@ static size_t kv_block_bytes(const iris_text_config *tc, iris_dtype dt) {
 static int load_cuda(iris_engine *e, iris_err *err) {
     const iris_engine_opts *o = &e->o;
     iris_plan_model pm;
-    int rc = iris_plan_model_init(&e->cfg, e->st, e->dir, &pm, err);
+    int rc = iris_plan_model_init(&e->cfg, e->model->st, e->dir, &pm, err);
     if (rc) return rc;
     size_t fr = 0, tot = 0;
     if (iris_cuda_device_memory(0, &fr, &tot))
@@ -602,9 +620,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     int dense = plan->dense;
     free(plan);
     rc = iris_backend_cuda_open(0, device_bytes + scratch, &e->be, err);
-    if (!rc) rc = iris_text_upload(&e->text, e->be, err);
-    if (!rc && dense) rc = iris_text_densify(&e->text, e->be, err);
-    if (!rc) rc = iris_vision_upload(&e->vis, e->be, err);
+    if (!rc) rc = place(e, dense, err);
     if (!rc) rc = iris_kv_cache_init_dtype(&e->kv, &e->cfg.text_config, e->n_blocks, kv_dtype_on(e, e->be), e->be, err);
     if (!rc && e->be->sync && e->be->sync(e->be)) rc = iris_err_set(err, IRIS_EDEVICE, "%s", e->be->err.msg);
     if (rc) return rc;
@@ -622,7 +638,7 @@ static int load_cpu(iris_engine *e, iris_err *err) {
     const iris_engine_opts *o = &e->o;
     const iris_text_config *tc = &e->cfg.text_config;
     int rc = iris_backend_cpu_open(&e->be, err);
-    if (!rc) rc = iris_text_upload(&e->text, e->be, err);
+    if (!rc) rc = place(e, 0, err);
     if (rc) return rc;
     e->max_model_len = o->max_model_len > 0 && o->max_model_len < tc->max_position_embeddings
                            ? o->max_model_len : tc->max_position_embeddings;
@@ -671,14 +687,10 @@ static int load(iris_engine *e, iris_err *err) {
     int cuda = 0;
     int rc = pick_device(o->device, &cuda, err);
     if (!rc) rc = iris_model_ensure(o->model, e->dir, sizeof e->dir, o->allow_download, err);
-    if (!rc) rc = iris_config_load(e->dir, &e->cfg, err);
-    if (!rc) rc = iris_generation_config_load(e->dir, &e->gc, err);
-    if (!rc) rc = iris_preprocessor_config_load(e->dir, &e->pc, err);
-    if (!rc) rc = iris_tok_load(e->dir, &e->tok, err);
-    if (!rc) rc = iris_st_open(e->dir, &e->st, err);
-    if (!rc) rc = iris_text_load(e->st, &e->cfg, &e->text, err);
-    if (!rc) rc = iris_vision_load(e->st, &e->cfg.vision_config, &e->vis, err);
+    if (!rc) rc = iris_model_open(e->dir, NULL, &e->model, err);
     if (rc) return rc;
+    e->cfg = e->model->cfg;
+    e->pc = e->model->pc;
     const iris_text_config *tc = &e->cfg.text_config;
     if (cuda) {
 #ifdef IRIS_CUDA
@@ -715,13 +727,13 @@ static void unload(iris_engine *e) {
     iris_sched_free(&e->sched);
     iris_kv_pool_free(e->pool);
     if (e->kv.layers) iris_kv_cache_free(&e->kv);
-    iris_text_free(&e->text);
-    iris_vision_free(&e->vis);
-    if (e->be) e->be->destroy(e->be);
-    iris_st_close(e->st);
-    iris_tok_free(e->tok);
-    free(e->plan_text);
     iris_runner_close(e->runner);
+    e->runner = NULL;
+    if (e->model && e->text.layers) e->model->text = e->text;
+    if (e->model && e->vis.blocks) e->model->vision = e->vis;
+    iris_model_close(e->model);
+    if (e->be) e->be->destroy(e->be);
+    free(e->plan_text);
     free(e->step_seqs);
     free(e->step_pos);
     free(e->step_img);
@@ -772,7 +784,7 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
     if (!rc && pthread_create(&e->thread, NULL, engine_main, e))
         rc = iris_err_set(err, IRIS_ENOMEM, "could not start the engine thread");
     if (rc) {
-        iris_err_prefix(err, "model %s", o->model);
+        if (err && strncmp(err->msg, "model ", 6)) iris_err_prefix(err, "model %s", o->model); /* named once */
         unload(e);
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->cv);

@@ -2,23 +2,26 @@
  * section of include/iris.h).
  *
  * The server and the CLI build prompts on their own threads (chat template,
- * tokenization, image decoding and preprocessing) with the engine's loaded
- * tokenizer and configs, then hand the finished iris_prompt to
- * iris_engine_submit (params.prompt).  Everything returned here is owned by
- * the engine, immutable after iris_engine_open, and valid until
- * iris_engine_close; the tokenizer is safe to use from any thread. */
+ * tokenization, image decoding and preprocessing) with the one prompt
+ * builder (prompt.h) and the settings iris_engine_prompt_ctx gives, then hand
+ * the finished iris_prompt to iris_engine_submit (params.prompt).
+ * Everything returned here is owned by the engine, immutable after
+ * iris_engine_open, and valid until iris_engine_close; the tokenizer is safe
+ * to use from any thread. */
 #ifndef IRIS_ENGINE_ENGINE_H
 #define IRIS_ENGINE_ENGINE_H
 
 #include "iris.h"
-#include "formats/config.h"
-#include "formats/tokenizer.h"
+#include "engine/prompt.h"
 #include "model/text.h"
+#include "model/weights.h"
 
-const iris_tok *iris_engine_tokenizer(const iris_engine *e);
-const iris_config *iris_engine_config(const iris_engine *e);
-const iris_generation_config *iris_engine_generation_config(const iris_engine *e);
-const iris_preprocessor_config *iris_engine_preprocessor_config(const iris_engine *e);
+/* The loaded model: its configs, tokenizer and checkpoint (its decoder and vision tower are the
+ * engine thread's to run). */
+const iris_model *iris_engine_model(const iris_engine *e);
+/* What iris_prompt_build needs to build a prompt this engine admits: the model's tokenizer and
+ * config, and its preprocessor config with the image size the memory plan admits. */
+void iris_engine_prompt_ctx(const iris_engine *e, iris_prompt_ctx *out);
 
 /* For `iris bench` and `iris logits`, which time or trace the engine's own step: the decoder,
  * the backend, the runner (runner.h) and the checkpoint's bytes.  The runner may be driven from

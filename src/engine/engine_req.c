@@ -1,8 +1,9 @@
 /* engine_req.c: requests on the callers' side: building and validating a
- * request on the caller's thread (chat template, tokens, image
- * preprocessing, sampling parameters, content hashes of the images), the
- * bounded queue into the engine, and the per-request event channel
- * (a callback on the engine thread, or a queue a caller blocks on).
+ * request on the caller's thread (the prompt through the one builder,
+ * prompt.c; the sampling parameters; the one context-length check; content
+ * hashes of the images), the bounded queue into the engine, and the
+ * per-request event channel (a callback on the engine thread, or a queue a
+ * caller blocks on).
  *
  * Does not: touch the model, the cache or the scheduler (the engine
  * thread's, engine.c). */
@@ -35,17 +36,7 @@ const char *iris_finish_reason_name(int reason) {
 
 void iris_request_params_default(const iris_engine *e, iris_request_params *p) {
     memset(p, 0, sizeof *p);
-    iris_sampling_params sp;
-    iris_sampling_params_default(&sp, e ? &e->gc : NULL);
-    p->do_sample = sp.do_sample;
-    p->temperature = sp.temperature;
-    p->top_p = sp.top_p;
-    p->min_p = sp.min_p;
-    p->top_k = sp.top_k;
-    p->repetition_penalty = sp.repetition_penalty;
-    p->presence_penalty = sp.presence_penalty;
-    p->frequency_penalty = sp.frequency_penalty;
-    p->seed = -1;
+    iris_sampling_default(&p->sampling, e ? &e->model->gc : NULL);
 }
 
 /* ---- the channel -------------------------------------------------------------------------- */
@@ -199,6 +190,7 @@ static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
     return IRIS_OK;
 }
 
+/* The request's prompt, built by the one builder (prompt.h) unless the caller brings it. */
 static int build_prompt(iris_engine *e, const iris_request_params *p, iris_prompt *out, iris_err *err) {
     int n_src = (p->messages_json != NULL) + (p->prompt_text != NULL) + (p->prompt != NULL);
     if (n_src != 1)
@@ -209,57 +201,41 @@ static int build_prompt(iris_engine *e, const iris_request_params *p, iris_promp
         return IRIS_OK;
     }
     memset(out, 0, sizeof *out);
-    if (p->messages_json) {
-        json_error_t je;
-        json_t *msgs = json_loads(p->messages_json, 0, &je);
-        if (!msgs)
-            return iris_err_set(err, IRIS_EINVAL, "messages: invalid JSON at line %d column %d: %s", je.line,
-                                je.column, je.text);
-        if (p->n_images < 0 || (p->n_images > 0 && !p->image_paths)) {
-            json_decref(msgs);
-            return iris_err_set(err, IRIS_EINVAL, "n_images %d without image_paths", p->n_images);
-        }
-        int rc = iris_prompt_build(e->tok, &e->cfg, &e->pc, msgs, p->image_paths, p->n_images, out, err);
-        json_decref(msgs);
-        return rc;
-    }
-    int rc = iris_tok_encode(e->tok, p->prompt_text, strlen(p->prompt_text), &out->ids, err);
-    if (rc) return rc;
-    out->pos = malloc(sizeof *out->pos * 3 * (out->ids.n ? out->ids.n : 1));
-    if (!out->pos) {
-        iris_prompt_free(out);
-        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < out->ids.n; i++)
-        out->pos[i] = out->pos[out->ids.n + i] = out->pos[2 * out->ids.n + i] = (int32_t)i;
-    for (size_t i = 0; i < out->ids.n; i++)
-        if (out->ids.ids[i] == e->cfg.image_token_id) {
-            iris_prompt_free(out);
-            return iris_err_set(err, IRIS_EINVAL, "prompt_text holds the image token; send images with messages_json");
-        }
-    return IRIS_OK;
+    iris_prompt_ctx ctx;
+    iris_engine_prompt_ctx(e, &ctx);
+    if (p->prompt_text) return iris_prompt_build_text(&ctx, p->prompt_text, out, err);
+    if (p->n_images < 0 || (p->n_images > 0 && !p->image_paths))
+        return iris_err_set(err, IRIS_EINVAL, "n_images %d without image_paths", p->n_images);
+    json_error_t je;
+    json_t *msgs = json_loads(p->messages_json, 0, &je);
+    if (!msgs)
+        return iris_err_set(err, IRIS_EINVAL, "messages: invalid JSON at line %d column %d: %s", je.line, je.column,
+                            je.text);
+    iris_prompt_image *ims = p->n_images > 0 ? calloc((size_t)p->n_images, sizeof *ims) : NULL;
+    int rc = p->n_images > 0 && !ims ? iris_err_set(err, IRIS_ENOMEM, "out of memory") : IRIS_OK;
+    for (int i = 0; !rc && i < p->n_images; i++) ims[i].path = p->image_paths[i];
+    if (!rc) rc = iris_prompt_build(&ctx, msgs, ims, p->n_images, out, NULL, err);
+    free(ims);
+    json_decref(msgs);
+    return rc;
 }
 
-static int sampling(iris_engine *e, const iris_request_params *p, iris_sampling_params *sp, iris_err *err) {
-    iris_sampling_params_default(sp, &e->gc);
-    sp->do_sample = p->do_sample;
-    sp->temperature = p->temperature;
-    sp->top_k = p->top_k;
-    sp->top_p = p->top_p;
-    sp->min_p = p->min_p;
-    sp->repetition_penalty = p->repetition_penalty;
-    sp->presence_penalty = p->presence_penalty;
-    sp->frequency_penalty = p->frequency_penalty;
-    sp->seed = p->seed;
-    sp->max_tokens = p->max_tokens > 0 ? p->max_tokens : 0;
-    if (p->ignore_eos) sp->n_stop_ids = 0;
-    if (p->top_logprobs < 0 || p->top_logprobs > IRIS_MAX_LOGPROBS)
-        return iris_err_set(err, IRIS_EINVAL, "top_logprobs %d: must be between 0 and %d", p->top_logprobs,
-                            IRIS_MAX_LOGPROBS);
-    sp->n_logprobs = p->top_logprobs;
-    if (p->n_stop < 0 || p->n_stop > IRIS_MAX_STOP)
-        return iris_err_set(err, IRIS_EINVAL, "stop: %d strings; at most %d", p->n_stop, IRIS_MAX_STOP);
-    return iris_sampling_params_check(sp, e->cfg.text_config.vocab_size, err);
+/* The one context-length check: the prompt leaves room for a token in the context and the
+ * KV cache, and max_tokens fits the context.  err->param names what to change. */
+static int check_context(const iris_engine *e, int n, int max_tokens, int cap, iris_err *err) {
+    int rc = IRIS_OK;
+    if (n >= cap) {
+        rc = iris_err_set(err, IRIS_EINVAL, "the prompt has %d tokens; the context of this model is %d tokens (%s), "
+                          "so at most %d fit: shorten the prompt or use fewer or smaller images", n, cap,
+                          cap == e->max_model_len ? "max_model_len" : "KV cache tokens", cap - 1);
+        if (err) snprintf(err->param, sizeof err->param, "prompt");
+    } else if (max_tokens > 0 && n + max_tokens > e->max_model_len) {
+        rc = iris_err_set(err, IRIS_EINVAL, "max_tokens %d: the prompt's %d tokens leave room for %d in the context "
+                          "of this model (%d tokens): lower max_tokens or shorten the prompt", max_tokens, n,
+                          e->max_model_len - n, e->max_model_len);
+        if (err) snprintf(err->param, sizeof err->param, "max_tokens");
+    }
+    return rc;
 }
 
 int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_request **out, iris_err *err) {
@@ -273,10 +249,11 @@ int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_reques
     r->t_submit = iris_engine_now();
     r->on_event = p->on_event;
     r->ud = p->ud;
-    r->logprobs = p->logprobs || p->top_logprobs > 0;
-    iris_tok_stream_init(&r->ts, e->tok, IRIS_TOK_SKIP_SPECIAL);
-    iris_sampling_params sp;
-    int rc = sampling(e, p, &sp, err);
+    const iris_sampling *sp = &p->sampling;
+    r->logprobs = sp->logprobs || sp->top_logprobs > 0;
+    iris_tok_stream_init(&r->ts, e->model->tok, IRIS_TOK_SKIP_SPECIAL);
+    if (err) err->param[0] = 0;
+    int rc = iris_sampling_check(sp, err);
     if (!rc) rc = build_prompt(e, p, &r->prompt, err);
     if (rc) {
         iris_req_unref(r);
@@ -285,17 +262,13 @@ int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_reques
     if (p->prompt) memset(p->prompt, 0, sizeof *p->prompt);  /* ours now, even if the checks below fail */
     int n = (int)r->prompt.ids.n;
     int cap = e->max_model_len < e->n_blocks * IRIS_KV_BLOCK ? e->max_model_len : e->n_blocks * IRIS_KV_BLOCK;
+    iris_stop_ids stop;
+    iris_stop_ids_default(&stop, &e->model->gc);
     if (n < 1) rc = iris_err_set(err, IRIS_EINVAL, "the prompt is empty");
-    else if (n >= cap)
-        rc = iris_err_set(err, IRIS_EINVAL, "the prompt has %d tokens; at most %d fit (%s %d): shorten the prompt or "
-                          "use fewer or smaller images", n, cap - 1,
-                          cap == e->max_model_len ? "max_model_len" : "KV cache tokens", cap);
-    else if (sp.max_tokens > 0 && n + sp.max_tokens > e->max_model_len)
-        rc = iris_err_set(err, IRIS_EINVAL, "max_tokens %d: the prompt's %d tokens leave room for %d in the context "
-                          "of %d", sp.max_tokens, n, e->max_model_len - n, e->max_model_len);
-    if (!rc) rc = iris_sampler_init(&r->sampler, &sp, e->cfg.text_config.vocab_size, err);
+    else rc = check_context(e, n, sp->max_tokens, cap, err);
+    if (!rc) rc = iris_sampler_init(&r->sampler, sp, &stop, e->cfg.text_config.vocab_size, err);
     if (!rc) rc = iris_sampler_add_prompt(r->sampler, r->prompt.ids.ids, n, err);
-    if (!rc) rc = iris_stop_init(&r->stop, p->stop, p->n_stop, err);
+    if (!rc) rc = iris_stop_init(&r->stop, sp->stop, sp->n_stop, err);
     if (!rc) rc = find_images(e, r, err);
     if (!rc) rc = iris_seq_init(&r->seq, 0, r->prompt.ids.ids, n, err);
     if (rc) {

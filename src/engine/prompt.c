@@ -1,12 +1,20 @@
-/* prompt.c: chat template + tokens + images + positions (see prompt.h). */
+/* prompt.c: the one prompt builder: chat template + tokens + images +
+ * positions, or plain text (see prompt.h).
+ *
+ * Images are decoded one at a time and resized at once (smart_resize, then
+ * bicubic), so only the resized uint8 images are held until every one is
+ * known; then the pixel rows of all of them go into one array.  A failure
+ * names the image (its label, or its path) and reports its index, which the
+ * server turns into the OpenAI param of its image_url. */
 #include "prompt.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
 #include "formats/chat.h"
-#include "formats/image.h"
+#include "log.h"
 #include "model/positions.h"
 
 json_t *iris_prompt_one_turn(const char *system, int n_images, const char *text) {
@@ -38,71 +46,157 @@ void iris_prompt_free(iris_prompt *p) {
     memset(p, 0, sizeof *p);
 }
 
-int iris_prompt_build(const iris_tok *tok, const iris_config *cfg, const iris_preprocessor_config *pc,
-                      const json_t *messages, const char *const *image_paths, int n_images, iris_prompt *out,
-                      iris_err *err) {
+/* The preprocessor settings, checked against the vision tower they feed. */
+static int prep_opts(const iris_prompt_ctx *ctx, iris_image_prep_opts *po, iris_err *err) {
+    iris_image_prep_opts_default(po);
+    const iris_preprocessor_config *pc = ctx->pc;
+    if (pc) {
+        po->min_pixels = pc->min_pixels;
+        po->max_pixels = pc->max_pixels;
+        po->patch_size = pc->patch_size;
+        po->merge_size = pc->merge_size;
+        po->temporal_patch_size = pc->temporal_patch_size;
+        memcpy(po->image_mean, pc->image_mean, sizeof po->image_mean);
+        memcpy(po->image_std, pc->image_std, sizeof po->image_std);
+    }
+    const iris_vision_config *vc = &ctx->cfg->vision_config;
+    if (po->patch_size != vc->patch_size || po->merge_size != vc->spatial_merge_size ||
+        po->temporal_patch_size != vc->temporal_patch_size)
+        return iris_err_set(err, IRIS_EINVAL,
+                            "preprocessor_config.json (patch %d, merge %d, temporal %d) does not match the vision "
+                            "config (patch %d, merge %d, temporal %d)", po->patch_size, po->merge_size,
+                            po->temporal_patch_size, vc->patch_size, vc->spatial_merge_size, vc->temporal_patch_size);
+    return IRIS_OK;
+}
+
+/* Image i decoded (unless given decoded), resized, and its content key. */
+static int prepare_one(const iris_prompt_image *im, int i, const iris_image_decode_opts *dopts,
+                       const iris_image_prep_opts *popts, iris_image_prep *out, unsigned char key[32], iris_err *err) {
+    char fallback[32];
+    snprintf(fallback, sizeof fallback, "image %d", i + 1);
+    const char *label = im->label ? im->label : im->path ? im->path : fallback;
+    if ((im->path != NULL) + (im->data != NULL) + (im->image != NULL) != 1)
+        return iris_err_set(err, IRIS_EINVAL, "%s: give exactly one of a path, bytes and a decoded image", label);
+    iris_image img = {0};
+    const iris_image *src = im->image;
+    int rc = IRIS_OK;
+    if (im->path) rc = iris_image_decode_file(im->path, dopts, &img, err);
+    else if (im->data) rc = iris_image_decode_mem(im->data, im->n, label, dopts, &img, err);
+    if (rc) return rc;
+    if (!src) src = &img;
+    rc = iris_image_prepare(src, popts, out, err);
+    if (!rc)
+        iris_log(IRIS_LOG_DEBUG, "prompt", "%s: %dx%d pixels, resized to %dx%d patches", label, src->width,
+                 src->height, out->grid_w, out->grid_h);
+    iris_image_free(&img);
+    if (rc) return iris_err_prefix(err, "%s", label), rc;
+    if (iris_image_prep_key(out, popts, key))
+        return iris_err_set(err, IRIS_ENOMEM, "%s: SHA-256 failed (libcrypto)", label);
+    return IRIS_OK;
+}
+
+/* The images' grids, keys and pixel rows into out; their token counts into counts. */
+static int add_images(const iris_prompt_ctx *ctx, const iris_prompt_image *images, int n_images, iris_prompt *out,
+                      int32_t *counts, int *bad_image, iris_err *err) {
+    iris_image_decode_opts dopts;
+    iris_image_prep_opts popts;
+    iris_image_decode_opts_default(&dopts);
+    if (ctx->max_decode_pixels > 0) dopts.max_pixels = ctx->max_decode_pixels;
+    int rc = prep_opts(ctx, &popts, err);
+    if (rc) return rc;
+    int mm = popts.merge_size * popts.merge_size;
+    iris_image_prep *preps = calloc((size_t)n_images, sizeof *preps);
+    out->grid_thw = calloc((size_t)n_images * 3, sizeof *out->grid_thw);
+    out->image_keys = malloc(32 * (size_t)n_images);
+    if (!preps || !out->grid_thw || !out->image_keys) {
+        free(preps);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    int64_t rows = 0;
+    for (int i = 0; i < n_images && !rc; i++) {
+        rc = prepare_one(&images[i], i, &dopts, &popts, &preps[i], out->image_keys[i], err);
+        if (rc) {
+            if (bad_image) *bad_image = i;
+            break;
+        }
+        out->grid_thw[3 * i] = preps[i].grid_t;
+        out->grid_thw[3 * i + 1] = preps[i].grid_h;
+        out->grid_thw[3 * i + 2] = preps[i].grid_w;
+        counts[i] = preps[i].grid_t * preps[i].grid_h * preps[i].grid_w / mm;
+        rows += iris_image_prep_rows(&preps[i]);
+    }
+    int dim = iris_image_row_dim(&popts);
+    if (!rc && !(out->pixel_values = malloc((size_t)rows * (size_t)dim * sizeof(float))))
+        rc = iris_err_set(err, IRIS_ENOMEM, "out of memory for %lld x %d pixel values", (long long)rows, dim);
+    for (int64_t i = 0, r0 = 0; !rc && i < n_images; i++) {
+        int64_t k = iris_image_prep_rows(&preps[i]);
+        iris_image_patch_rows(&preps[i], &popts, 0, k, out->pixel_values + r0 * dim);
+        r0 += k;
+    }
+    for (int i = 0; i < n_images; i++) iris_image_prep_free(&preps[i]);
+    free(preps);
+    if (rc) return rc;
+    out->n_rows = rows;
+    out->n_images = n_images;
+    return IRIS_OK;
+}
+
+int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const iris_prompt_image *images,
+                      int n_images, iris_prompt *out, int *bad_image, iris_err *err) {
     memset(out, 0, sizeof *out);
+    if (bad_image) *bad_image = -1;
     iris_chat_opts opts = {.add_generation_prompt = 1};
     iris_chat_info info = {0};
     size_t len = 0;
+    int32_t *counts = NULL;
     int rc = iris_chat_render(messages, NULL, &opts, &out->text, &len, &info, err);
     if (rc) return rc;
-    if (info.n_images != n_images) {
-        rc = iris_err_set(err, IRIS_EINVAL, "the messages hold %d image part(s) but %d image file(s) were given",
+    if (n_images < 0 || (n_images > 0 && !images) || info.n_images != n_images) {
+        rc = iris_err_set(err, IRIS_EINVAL, "the messages hold %d image part(s) but %d image(s) were given",
                           info.n_images, n_images);
         goto fail;
     }
-    int32_t *counts = NULL;
     if (n_images > 0) {
-        iris_image_decode_opts dopts;
-        iris_image_prep_opts popts;
-        iris_image_decode_opts_default(&dopts);
-        iris_image_prep_opts_default(&popts);
-        if (pc) {
-            popts.min_pixels = pc->min_pixels;
-            popts.max_pixels = pc->max_pixels;
-            popts.patch_size = pc->patch_size;
-            popts.merge_size = pc->merge_size;
-            popts.temporal_patch_size = pc->temporal_patch_size;
-            memcpy(popts.image_mean, pc->image_mean, sizeof popts.image_mean);
-            memcpy(popts.image_std, pc->image_std, sizeof popts.image_std);
-        }
-        const iris_vision_config *vc = &cfg->vision_config;
-        if (popts.patch_size != vc->patch_size || popts.merge_size != vc->spatial_merge_size ||
-            popts.temporal_patch_size != vc->temporal_patch_size) {
-            rc = iris_err_set(err, IRIS_EINVAL,
-                              "preprocessor_config.json (patch %d, merge %d, temporal %d) does not match the vision "
-                              "config (patch %d, merge %d, temporal %d)", popts.patch_size, popts.merge_size,
-                              popts.temporal_patch_size, vc->patch_size, vc->spatial_merge_size,
-                              vc->temporal_patch_size);
-            goto fail;
-        }
-        rc = iris_image_preprocess_files(image_paths, n_images, &dopts, &popts, &out->pixel_values, &out->n_rows,
-                                         &out->grid_thw, &out->image_keys, err);
-        if (rc) goto fail;
-        out->n_images = n_images;
-        counts = malloc(sizeof(int32_t) * (size_t)n_images);
-        if (!counts) {
+        if (!(counts = malloc(sizeof *counts * (size_t)n_images))) {
             rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
             goto fail;
         }
-        int mm = vc->spatial_merge_size * vc->spatial_merge_size;
-        for (int i = 0; i < n_images; i++)
-            counts[i] = out->grid_thw[3 * i] * out->grid_thw[3 * i + 1] * out->grid_thw[3 * i + 2] / mm;
+        rc = add_images(ctx, images, n_images, out, counts, bad_image, err);
+        if (rc) goto fail;
     }
-    rc = iris_chat_tokenize(tok, out->text, len, counts, (size_t)n_images, &out->ids, err);
-    free(counts);
+    rc = iris_chat_tokenize(ctx->tok, out->text, len, counts, (size_t)n_images, &out->ids, err);
     if (rc) goto fail;
     out->pos = malloc(sizeof(int32_t) * 3 * (out->ids.n ? out->ids.n : 1));
     if (!out->pos) {
         rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
         goto fail;
     }
-    rc = iris_pos_rope_index(out->ids.ids, (int)out->ids.n, cfg->image_token_id, out->grid_thw, n_images,
-                             cfg->vision_config.spatial_merge_size, out->pos, &out->rope_delta, err);
+    rc = iris_pos_rope_index(out->ids.ids, (int)out->ids.n, ctx->cfg->image_token_id, out->grid_thw, n_images,
+                             ctx->cfg->vision_config.spatial_merge_size, out->pos, &out->rope_delta, err);
     if (rc) goto fail;
+    free(counts);
     return IRIS_OK;
 fail:
+    free(counts);
     iris_prompt_free(out);
     return rc;
+}
+
+int iris_prompt_build_text(const iris_prompt_ctx *ctx, const char *text, iris_prompt *out, iris_err *err) {
+    memset(out, 0, sizeof *out);
+    int rc = iris_tok_encode(ctx->tok, text, strlen(text), &out->ids, err);
+    if (rc) return rc;
+    size_t n = out->ids.n;
+    for (size_t i = 0; i < n; i++)
+        if (out->ids.ids[i] == ctx->cfg->image_token_id) {
+            iris_prompt_free(out);
+            return iris_err_set(err, IRIS_EINVAL, "prompt_text holds the image token; send images with messages_json");
+        }
+    out->pos = malloc(sizeof *out->pos * 3 * (n ? n : 1));
+    if (!out->pos) {
+        iris_prompt_free(out);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) out->pos[i] = out->pos[n + i] = out->pos[2 * n + i] = (int32_t)i;
+    return IRIS_OK;
 }

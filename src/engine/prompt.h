@@ -1,10 +1,18 @@
-/* prompt.h: a multimodal prompt, ready for the model: chat template →
- * tokens with each <|image_pad|> expanded to its image's token count →
- * pixel_values and grids → 3-D MRoPE positions.
+/* prompt.h: the one prompt builder.  A multimodal prompt, ready for the
+ * model: chat template → tokens with each <|image_pad|> expanded to its
+ * image's token count → pixel_values and grids (each image decoded once,
+ * resized and patchified with the preprocessor settings given) → 3-D MRoPE
+ * positions; or a plain text prompt tokenized as is.
  *
- * Owns: every array in iris_prompt (iris_prompt_free).  Images are given as
- * file paths, in the order their parts appear in the messages.  Image limits
- * and preprocessing come from the model's preprocessor_config.json. */
+ * Every caller builds here: the server (images as the bytes behind each
+ * image_url), the CLI (files), iris_engine_submit (messages_json with
+ * image_paths, or prompt_text), benchmarks (files).  The engine's settings
+ * come from iris_engine_prompt_ctx (engine.h): its tokenizer, its config and
+ * the preprocessor config its memory plan admits (max_pixels may be lower
+ * than the model's).
+ *
+ * Owns: every array in iris_prompt (iris_prompt_free).  Images are given in
+ * the order their parts appear in the messages. */
 #ifndef IRIS_PROMPT_H
 #define IRIS_PROMPT_H
 
@@ -13,10 +21,11 @@
 
 #include "iris.h"
 #include "formats/config.h"
+#include "formats/image.h"
 #include "formats/tokenizer.h"
 
 typedef struct iris_prompt {
-    char *text;              /* the rendered chat template (pads not expanded) */
+    char *text;              /* the rendered chat template (pads not expanded); NULL for a plain text prompt */
     iris_tok_ids ids;        /* token ids, pads expanded */
     int n_images;
     int *grid_thw;           /* 3 per image */
@@ -28,10 +37,30 @@ typedef struct iris_prompt {
     int rope_delta;
 } iris_prompt;
 
-/* messages: an OpenAI-style JSON array (chat.h). */
-int iris_prompt_build(const iris_tok *tok, const iris_config *cfg, const iris_preprocessor_config *pc,
-                      const json_t *messages, const char *const *image_paths, int n_images, iris_prompt *out,
-                      iris_err *err);
+/* What building needs from the model. */
+typedef struct iris_prompt_ctx {
+    const iris_tok *tok;
+    const iris_config *cfg;
+    const iris_preprocessor_config *pc;  /* NULL: Qwen3-VL's defaults (image.h) */
+    int64_t max_decode_pixels;           /* images larger than this are refused before decoding (0: image.h's bound) */
+} iris_prompt_ctx;
+
+/* One image: exactly one of path, data (n bytes of an encoded image) and image (decoded RGB,
+ * not freed here).  label names it in messages ("image 2"; NULL: the path, or "image N"). */
+typedef struct iris_prompt_image {
+    const char *path;
+    const void *data;
+    size_t n;
+    const iris_image *image;
+    const char *label;
+} iris_prompt_image;
+
+/* messages: an OpenAI-style JSON array (chat.h) whose image parts are images[0..n_images).  On
+ * an image's failure (decoding, resizing) *bad_image (when not NULL) is its index, else -1. */
+int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const iris_prompt_image *images,
+                      int n_images, iris_prompt *out, int *bad_image, iris_err *err);
+/* A plain text prompt, tokenized as is (no chat template, no images; positions 0..n-1). */
+int iris_prompt_build_text(const iris_prompt_ctx *ctx, const char *text, iris_prompt *out, iris_err *err);
 void iris_prompt_free(iris_prompt *p);
 
 /* The messages of one turn: an optional system message, then one user

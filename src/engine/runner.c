@@ -140,6 +140,12 @@ int iris_runner_open(const iris_text *t, iris_backend *b, iris_kv_cache *kv, con
     return IRIS_OK;
 }
 
+int iris_runner_n_graphs(const iris_runner *r) {
+    int n = 0;
+    for (int i = 0; r && i < GRAPH_SLOTS; i++) n += r->slot[i].graph != NULL;
+    return n;
+}
+
 void *iris_runner_scratch(iris_runner *r, size_t *bytes) {
     *bytes = r && r->lim.scratch_bytes ? r->act_bytes : 0;
     return *bytes ? r->d_act : NULL;
@@ -380,7 +386,7 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
     step_shape sh;
     int rc = shape_of(r, seqs, n_seqs, &sh, err);
     if (rc || sh.R == 0) return rc;
-    int use_graph = b->graph_begin && !trace && sh.n_img == 0 && sh.R == n_seqs && !r->graphs_broken;
+    int use_graph = b->graph_begin && !r->lim.no_graphs && !trace && sh.n_img == 0 && sh.R == n_seqs && !r->graphs_broken;
     if (use_graph) sh.max_blocks = (sh.max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
     size_t ints = pack_meta(r, seqs, n_seqs, &sh);
 

@@ -36,6 +36,7 @@ typedef struct iris_runner_limits {
     int n_deepstack;            /* DeepStack taps of the image rows (the vision config's) */
     size_t scratch_bytes;       /* the vision encoder's scratch to share the activations with (0: none) */
     int trace;                  /* keep a host buffer for hidden-state traces (iris_runner_step_trace) */
+    int no_graphs;              /* op by op even where the backend records graphs (tests compare the two) */
 } iris_runner_limits;
 
 /* Most candidates a logits row brings from the device. */
@@ -80,6 +81,9 @@ int iris_runner_step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, cons
  * limits.trace); whole rows. */
 int iris_runner_step_trace(iris_runner *r, const iris_text_seq *seqs, int n_seqs, iris_text_trace_fn trace,
                            void *ud, iris_runner_out *out, iris_err *err);
+
+/* Decode graphs recorded and kept (tests: were they used?). */
+int iris_runner_n_graphs(const iris_runner *r);
 
 /* The device region the vision encoder may use as scratch between steps (NULL, 0: none). */
 void *iris_runner_scratch(iris_runner *r, size_t *bytes);

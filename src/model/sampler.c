@@ -26,7 +26,8 @@
 #include "err.h"
 
 struct iris_sampler {
-    iris_sampling_params p;
+    iris_sampling p;        /* without its stop strings (the stop matcher's) */
+    iris_stop_ids stop;     /* none when p.ignore_eos */
     int n_vocab;
     uint64_t rng[4];
     int n_generated;
@@ -67,7 +68,7 @@ static double uniform01(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11) 
 
 /* ---- parameters ---- */
 
-void iris_sampling_params_default(iris_sampling_params *p, const iris_generation_config *gc) {
+void iris_sampling_default(iris_sampling *p, const iris_generation_config *gc) {
     memset(p, 0, sizeof *p);
     p->do_sample = 1;
     p->temperature = 0.7f;
@@ -75,21 +76,26 @@ void iris_sampling_params_default(iris_sampling_params *p, const iris_generation
     p->top_p = 0.8f;
     p->repetition_penalty = 1.0f;
     p->seed = -1;
-    p->stop_ids[0] = 151645;
-    p->stop_ids[1] = 151643;
-    p->n_stop_ids = 2;
     if (!gc) return;
     p->do_sample = gc->do_sample;
     p->temperature = gc->temperature;
     p->top_k = gc->top_k;
     p->top_p = gc->top_p;
     p->repetition_penalty = gc->repetition_penalty;
-    p->n_stop_ids = 0;
-    for (int i = 0; i < gc->n_eos && i < IRIS_SAMPLER_MAX_STOP_IDS && i < 8; i++)
-        p->stop_ids[p->n_stop_ids++] = gc->eos_token_id[i];
 }
 
-int iris_sampling_params_check(const iris_sampling_params *p, int n_vocab, iris_err *err) {
+void iris_stop_ids_default(iris_stop_ids *s, const iris_generation_config *gc) {
+    memset(s, 0, sizeof *s);
+    if (!gc) {
+        s->ids[0] = 151645;
+        s->ids[1] = 151643;
+        s->n = 2;
+        return;
+    }
+    for (int i = 0; i < gc->n_eos && i < IRIS_SAMPLER_MAX_STOP_IDS && i < 8; i++) s->ids[s->n++] = gc->eos_token_id[i];
+}
+
+int iris_sampling_check(const iris_sampling *p, iris_err *err) {
     if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
         return iris_err_set(err, IRIS_EINVAL, "temperature %g: must be a finite number >= 0 (0 = greedy)",
                             p->temperature);
@@ -108,25 +114,30 @@ int iris_sampling_params_check(const iris_sampling_params *p, int n_vocab, iris_
         return iris_err_set(err, IRIS_EINVAL, "frequency_penalty %g: must be in [-2, 2]", p->frequency_penalty);
     if (p->max_tokens < 0)
         return iris_err_set(err, IRIS_EINVAL, "max_tokens %d: must be >= 1 (or 0 for no limit)", p->max_tokens);
-    if (p->n_logprobs < 0 || p->n_logprobs > IRIS_SAMPLER_MAX_LOGPROBS)
-        return iris_err_set(err, IRIS_EINVAL, "top_logprobs %d: must be in [0, %d]", p->n_logprobs,
+    if (p->top_logprobs < 0 || p->top_logprobs > IRIS_SAMPLER_MAX_LOGPROBS)
+        return iris_err_set(err, IRIS_EINVAL, "top_logprobs %d: must be in [0, %d]", p->top_logprobs,
                             IRIS_SAMPLER_MAX_LOGPROBS);
-    if (p->n_stop_ids < 0 || p->n_stop_ids > IRIS_SAMPLER_MAX_STOP_IDS)
-        return iris_err_set(err, IRIS_EINVAL, "%d stop token ids: at most %d", p->n_stop_ids,
-                            IRIS_SAMPLER_MAX_STOP_IDS);
-    if (n_vocab <= 0) return iris_err_set(err, IRIS_EINVAL, "vocabulary size %d: must be > 0", n_vocab);
+    if (p->n_stop < 0 || p->n_stop > IRIS_MAX_STOP)
+        return iris_err_set(err, IRIS_EINVAL, "stop: %d strings; at most %d", p->n_stop, IRIS_MAX_STOP);
     return 0;
 }
 
 /* ---- life cycle ---- */
 
-int iris_sampler_init(iris_sampler **out, const iris_sampling_params *p, int n_vocab, iris_err *err) {
+int iris_sampler_init(iris_sampler **out, const iris_sampling *p, const iris_stop_ids *stop, int n_vocab,
+                      iris_err *err) {
     *out = NULL;
-    int rc = iris_sampling_params_check(p, n_vocab, err);
+    int rc = iris_sampling_check(p, err);
     if (rc) return rc;
+    if (n_vocab <= 0) return iris_err_set(err, IRIS_EINVAL, "vocabulary size %d: must be > 0", n_vocab);
+    if (stop && (stop->n < 0 || stop->n > IRIS_SAMPLER_MAX_STOP_IDS))
+        return iris_err_set(err, IRIS_EINVAL, "%d stop token ids: at most %d", stop->n, IRIS_SAMPLER_MAX_STOP_IDS);
     iris_sampler *s = calloc(1, sizeof *s);
     if (!s) return iris_err_set(err, IRIS_ENOMEM, "sampler: out of memory");
     s->p = *p;
+    memset(s->p.stop, 0, sizeof s->p.stop);
+    s->p.n_stop = 0;
+    if (stop && !p->ignore_eos) s->stop = *stop;
     s->n_vocab = n_vocab;
     s->work = malloc((size_t)n_vocab * sizeof *s->work);
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
@@ -163,7 +174,6 @@ void iris_sampler_free(iris_sampler *s) {
     free(s);
 }
 
-const iris_sampling_params *iris_sampler_params(const iris_sampler *s) { return &s->p; }
 int iris_sampler_n_generated(const iris_sampler *s) { return s->n_generated; }
 
 static int push_int(int **arr, int *n, int *cap, int v) {
@@ -202,8 +212,8 @@ iris_finish iris_sampler_accept(iris_sampler *s, int token) {
         if (s->gen_count && s->gen_count[token]++ == 0)
             (void)push_int(&s->gen_uniq, &s->n_gen_uniq, &s->cap_gen_uniq, token);
     }
-    for (int i = 0; i < s->p.n_stop_ids; i++)
-        if (token == s->p.stop_ids[i]) return IRIS_FINISH_STOP;
+    for (int i = 0; i < s->stop.n; i++)
+        if (token == s->stop.ids[i]) return IRIS_FINISH_STOP;
     if (s->p.max_tokens > 0 && s->n_generated >= s->p.max_tokens) return IRIS_FINISH_LENGTH;
     return IRIS_FINISH_NONE;
 }
@@ -328,7 +338,7 @@ static int draw_at(iris_sampler *s, const float *w, const int *idx, int n, float
 static void warp(iris_sampler *s, int top, int *n_kept, double *mass_kept) {
     float *w = s->work;
     int n = s->n_vocab, *cand = s->cand;
-    const iris_sampling_params *p = &s->p;
+    const iris_sampling *p = &s->p;
     if (p->temperature != 1.0f)
         for (int i = 0; i < n; i++) w[i] = w[i] / p->temperature;
     float m = w[top];
@@ -367,7 +377,7 @@ static void warp(iris_sampler *s, int top, int *n_kept, double *mass_kept) {
 }
 
 static void fill_logprobs(const iris_sampler *s, const float *logits, int token, iris_sample_out *out) {
-    int n = s->n_vocab, nt = s->p.n_logprobs;
+    int n = s->n_vocab, nt = s->p.top_logprobs;
     float m = -INFINITY;
     for (int i = 0; i < n; i++)
         if (logits[i] > m) m = logits[i];
@@ -424,13 +434,13 @@ int iris_sampler_sample(iris_sampler *s, const float *logits, iris_sample_out *o
 
 /* Penalties that can only lower a logit (repetition >= 1, presence and frequency >= 0): a token
  * outside the candidates then stays at or below the last candidate's logit. */
-static int lowering_penalties(const iris_sampling_params *p) {
+static int lowering_penalties(const iris_sampling *p) {
     return p->repetition_penalty >= 1.0f && p->presence_penalty >= 0.0f && p->frequency_penalty >= 0.0f;
 }
 
 int iris_sampler_top_need(const iris_sampler *s) {
-    const iris_sampling_params *p = &s->p;
-    if (p->n_logprobs > 0 || !lowering_penalties(p)) return 0;
+    const iris_sampling *p = &s->p;
+    if (p->top_logprobs > 0 || !lowering_penalties(p)) return 0;
     if (greedy(s)) return 1;
     return p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
 }
@@ -479,7 +489,7 @@ static void sort_top(float *w, int *id, int n) {
  * iris_sampler_sample (the sums that run in id order there run in id order here too). */
 int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *vals, int n, iris_sample_out *out,
                             iris_err *err) {
-    const iris_sampling_params *p = &s->p;
+    const iris_sampling *p = &s->p;
     int need = iris_sampler_top_need(s);
     if (need <= 0 || n < need || n > IRIS_SAMPLER_MAX_TOP || n > s->n_vocab)
         return iris_err_set(err, IRIS_EINVAL, "sampling: %d candidates for a request that needs %d (0: the whole row)",

@@ -1,6 +1,6 @@
 /* sampler.h: choosing the next token from one row of logits, and stop strings.
  *
- * Owns: a request's sampling parameters, its PRNG and the token statistics the
+ * Owns: a request's sampling parameters (iris.h iris_sampling), its PRNG and the token statistics the
  * penalties need (prompt and generated tokens), and scratch sized to the
  * vocabulary.  One iris_sampler per request; nothing is shared, so the same
  * seed gives the same tokens whatever else runs in the batch.
@@ -45,44 +45,38 @@ typedef enum iris_finish {
     IRIS_FINISH_LENGTH,     /* max_tokens reached */
 } iris_finish;
 
-typedef struct iris_sampling_params {
-    int do_sample;              /* 0: greedy whatever the temperature */
-    float temperature;          /* 0: greedy */
-    int top_k;                  /* <= 0: off */
-    float top_p;                /* >= 1: off */
-    float min_p;                /* <= 0: off */
-    float repetition_penalty;   /* 1: off; must be > 0 */
-    float presence_penalty;     /* 0: off; OpenAI range [-2, 2] */
-    float frequency_penalty;    /* 0: off; OpenAI range [-2, 2] */
-    int64_t seed;               /* < 0: seeded from the clock and a counter */
-    int max_tokens;             /* <= 0: no limit here (the context bounds it) */
-    int n_stop_ids;
-    int stop_ids[IRIS_SAMPLER_MAX_STOP_IDS];
-    int n_logprobs;             /* top_logprobs to report, 0..IRIS_SAMPLER_MAX_LOGPROBS */
-} iris_sampling_params;
+/* The request's parameters are iris.h's iris_sampling (the one struct from the request to here);
+ * the model adds its end tokens (generation_config.json eos_token_id). */
+typedef struct iris_stop_ids {
+    int n;
+    int ids[IRIS_SAMPLER_MAX_STOP_IDS];
+} iris_stop_ids;
 
 typedef struct iris_sample_out {
     int token;
     float logprob;                              /* of `token`, raw logits */
-    int n_top;                                  /* = params.n_logprobs */
+    int n_top;                                  /* = params.top_logprobs */
     int top_ids[IRIS_SAMPLER_MAX_LOGPROBS];     /* most likely first */
     float top_logprobs[IRIS_SAMPLER_MAX_LOGPROBS];
 } iris_sample_out;
 
 typedef struct iris_sampler iris_sampler;
 
-/* Defaults from generation_config.json (QWEN3VL.md §1.3); `gc` NULL gives the
- * Qwen3-VL file's values.  min_p, presence and frequency penalties 0, no seed,
- * no max_tokens, stop ids = eos_token_id. */
-void iris_sampling_params_default(iris_sampling_params *p, const iris_generation_config *gc);
+/* The one source of defaults: generation_config.json (QWEN3VL.md §1.3); `gc` NULL gives the
+ * Qwen3-VL file's values.  min_p, presence and frequency penalties 0, no seed (-1), no
+ * max_tokens, no stop strings, no logprobs. */
+void iris_sampling_default(iris_sampling *p, const iris_generation_config *gc);
 /* Check ranges; the message names the parameter and the allowed range. */
-int iris_sampling_params_check(const iris_sampling_params *p, int n_vocab, iris_err *err);
+int iris_sampling_check(const iris_sampling *p, iris_err *err);
+/* The model's end tokens: generation_config.json's eos_token_id (gc NULL: Qwen3-VL's 151645, 151643). */
+void iris_stop_ids_default(iris_stop_ids *s, const iris_generation_config *gc);
 
-/* A sampler for one request over a vocabulary of n_vocab.  Freed with
- * iris_sampler_free (NULL ok). */
-int iris_sampler_init(iris_sampler **out, const iris_sampling_params *p, int n_vocab, iris_err *err);
+/* A sampler for one request over a vocabulary of n_vocab: p (checked; its stop strings are the
+ * stop matcher's, below, and not kept), stopping at the end tokens `stop` (NULL: none) unless
+ * p->ignore_eos.  Freed with iris_sampler_free (NULL ok). */
+int iris_sampler_init(iris_sampler **out, const iris_sampling *p, const iris_stop_ids *stop, int n_vocab,
+                      iris_err *err);
 void iris_sampler_free(iris_sampler *s);
-const iris_sampling_params *iris_sampler_params(const iris_sampler *s);
 
 /* Record prompt tokens (repetition penalty only). */
 int iris_sampler_add_prompt(iris_sampler *s, const int *ids, int n, iris_err *err);

@@ -1,12 +1,13 @@
-/* weights.c: opening a Qwen3-VL checkpoint (weights.h).
+/* weights.c: opening a Qwen3-VL model (weights.h).
  *
  * The order matters for the messages a user sees: config.json first (its
  * errors name the key), then the safetensors headers (their errors name the
  * file and byte offsets), then the decoder and the vision tower, whose
- * binders name the tensor and both shapes.  Every error is prefixed with the
- * directory so a message from a server log points at the checkpoint.
- * Placement on a non-CPU backend happens last, once every view is known to
- * be well formed, so a bad checkpoint never touches the device. */
+ * binders name the tensor and both shapes, then the small files beside them
+ * (generation and preprocessor configs, the tokenizer).  Every error is
+ * prefixed with the directory so a message from a server log points at the
+ * checkpoint.  Placement on a backend happens last, once every view is known
+ * to be well formed, so a bad checkpoint never touches the device. */
 #include "weights.h"
 
 #include <stdio.h>
@@ -14,8 +15,31 @@
 #include <string.h>
 
 #include "err.h"
+#include "log.h"
 
-static int is_cpu(const iris_backend *b) { return !b || !strcmp(b->name, "cpu"); }
+static int load(iris_model *m, const iris_model_opts *opts, iris_err *err) {
+    iris_log(IRIS_LOG_DEBUG, "model", "opening checkpoint %s", m->dir);
+    int rc = iris_config_load(m->dir, &m->cfg, err);
+    if (!rc) rc = iris_st_open(m->dir, &m->st, err);
+    if (!rc) rc = iris_text_load(m->st, &m->cfg, &m->text, err);
+    if (!rc) {
+        m->n_fp8 = m->text.n_fp8;
+        m->lm_head_tied = m->text.lm_head.data == m->text.embed_tokens.data;
+        if (m->cfg.quantization_config.fp8 && m->n_fp8 == 0)
+            rc = iris_err_set(err, IRIS_EFORMAT,
+                              "config.json declares fp8 quantization but no decoder linear is F8_E4M3 with a "
+                              "weight_scale_inv; re-quantize with `iris quantize` or drop quantization_config");
+    }
+    if (!rc && !opts->text_only) {
+        rc = iris_vision_load(m->st, &m->cfg.vision_config, &m->vision, err);
+        m->has_vision = rc == 0;
+    }
+    if (!rc) rc = iris_generation_config_load(m->dir, &m->gc, err);
+    if (!rc) rc = iris_preprocessor_config_load(m->dir, &m->pc, err);
+    if (!rc) rc = iris_tok_load(m->dir, &m->tok, err);
+    if (!rc && opts->backend) rc = iris_model_place(m, opts->backend, opts->dense, err);
+    return rc;
+}
 
 int iris_model_open(const char *dir, const iris_model_opts *opts, iris_model **out, iris_err *err) {
     static const iris_model_opts defaults = {0};
@@ -30,27 +54,7 @@ int iris_model_open(const char *dir, const iris_model_opts *opts, iris_model **o
                             sizeof m->dir - 1);
     }
     strcpy(m->dir, dir);
-
-    int rc = iris_config_load(dir, &m->cfg, err);
-    if (!rc) rc = iris_st_open(dir, &m->st, err);
-    if (!rc) rc = iris_text_load(m->st, &m->cfg, &m->text, err);
-    if (!rc) {
-        m->n_fp8 = m->text.n_fp8;
-        m->lm_head_tied = m->text.lm_head.data == m->text.embed_tokens.data;
-        if (m->cfg.quantization_config.fp8 && m->n_fp8 == 0)
-            rc = iris_err_set(err, IRIS_EFORMAT,
-                              "config.json declares fp8 quantization but no decoder linear is F8_E4M3 with a "
-                              "weight_scale_inv; re-quantize with `iris quantize` or drop quantization_config");
-    }
-    if (!rc && !opts->text_only) {
-        rc = iris_vision_load(m->st, &m->cfg.vision_config, &m->vision, err);
-        m->has_vision = rc == 0;
-    }
-    if (!rc && !is_cpu(opts->backend)) {
-        rc = iris_text_upload(&m->text, opts->backend, err);
-        if (!rc && m->has_vision) rc = iris_vision_upload(&m->vision, opts->backend, err);
-        if (!rc) m->on = opts->backend;
-    }
+    int rc = load(m, opts, err);
     if (rc) {
         iris_err_prefix(err, "model %s", dir);
         iris_model_close(m);
@@ -60,11 +64,21 @@ int iris_model_open(const char *dir, const iris_model_opts *opts, iris_model **o
     return IRIS_OK;
 }
 
+int iris_model_place(iris_model *m, iris_backend *b, int dense, iris_err *err) {
+    if (m->on) return iris_err_set(err, IRIS_EINVAL, "model %s: the weights are already on %s", m->dir, m->on->name);
+    int rc = iris_text_upload(&m->text, b, err);
+    if (!rc && dense) rc = iris_text_densify(&m->text, b, err);
+    if (!rc && m->has_vision) rc = iris_vision_upload(&m->vision, b, err);
+    if (!rc) m->on = b;
+    return rc;
+}
+
 void iris_model_close(iris_model *m) {
     if (!m) return;
     if (m->has_vision) iris_vision_free(&m->vision);
     iris_text_free(&m->text);
     iris_st_close(m->st);
+    iris_tok_free(m->tok);
     free(m);
 }
 

@@ -1,20 +1,24 @@
-/* weights.h: one loaded Qwen3-VL checkpoint, the immutable half of the
- * model/state split: config.json, the mmap'd safetensors, and the checked
- * tensor views of the text decoder (text.h) and of the vision tower
- * (vision.h), optionally placed on a backend.
+/* weights.h: the one loader of a Qwen3-VL model, the immutable half of the
+ * model/state split: config.json, generation_config.json,
+ * preprocessor_config.json, the tokenizer, the mmap'd safetensors, and the
+ * checked tensor views of the text decoder (text.h) and of the vision tower
+ * (vision.h), optionally placed on a backend.  The engine opens its model
+ * here; nothing else assembles a model from the loaders below it.
  *
- * Opening a model = config (config.h) + safetensors (safetensors.h) + binding
- * every tensor named in QWEN3VL.md §3 with its shape derived from the config:
- * a missing tensor or a wrong shape fails the open with a message naming the
- * directory, the tensor and both shapes.  FP8 linears are recognised by the
- * rule of §2 (an F8_E4M3 weight with a sibling weight_scale_inv); lm_head is
- * tied to the embeddings when the checkpoint has no lm_head.weight and the
- * config ties it (§8.13).
+ * Opening a model = the configs (config.h) + safetensors (safetensors.h) +
+ * binding every tensor named in QWEN3VL.md §3 with its shape derived from the
+ * config, then the tokenizer: a missing tensor or a wrong shape fails the
+ * open with a message naming the directory, the tensor and both shapes.  FP8
+ * linears are recognised by the rule of §2 (an F8_E4M3 weight with a sibling
+ * weight_scale_inv); lm_head is tied to the embeddings when the checkpoint
+ * has no lm_head.weight and the config ties it (§8.13).
  *
- * Owns: the iris_model (malloc'd), the config copy, the mmap (iris_st), the
- * layer arrays of the views.  Does not own the backend it placed the weights
- * on (for CUDA the copies live in that backend's arena and go with it).
- * All mutable state (KV cache, sequences, scratch) belongs to the caller. */
+ * Owns: the iris_model (malloc'd), the configs, the tokenizer, the mmap
+ * (iris_st), the layer arrays of the views.  Does not own the backend it
+ * placed the weights on (for CUDA the copies live in that backend's arena
+ * and go with it).  Immutable once placed; the tokenizer is safe to use from
+ * any thread.  All mutable state (KV cache, sequences, scratch) belongs to
+ * the caller (the engine). */
 #ifndef IRIS_WEIGHTS_H
 #define IRIS_WEIGHTS_H
 
@@ -24,17 +28,22 @@
 #include "backend/backend.h"
 #include "formats/config.h"
 #include "formats/safetensors.h"
+#include "formats/tokenizer.h"
 #include "model/text.h"
 #include "model/vision.h"
 
 typedef struct iris_model_opts {
-    iris_backend *backend;  /* place the weights there (NULL or the CPU backend: host views into the mmap) */
+    iris_backend *backend;  /* place the weights there at open (NULL: host views into the mmap; iris_model_place) */
+    int dense;              /* with backend: BF16 copies of the FP8 decoder linears too (text.h iris_text_densify) */
     int text_only;          /* skip the vision tower (no model.visual.* tensors needed) */
 } iris_model_opts;
 
 typedef struct iris_model {
     char dir[4096];
     iris_config cfg;
+    iris_generation_config gc;      /* sampling defaults and end tokens */
+    iris_preprocessor_config pc;    /* image preprocessing as the model was trained */
+    iris_tok *tok;
     iris_st *st;
     iris_text text;         /* decoder views (text.h) */
     iris_vision vision;     /* vision tower views (vision.h); unset when has_vision is 0 */
@@ -44,10 +53,14 @@ typedef struct iris_model {
     iris_backend *on;       /* where the weights live; NULL: host (CPU) */
 } iris_model;
 
-/* Opens the checkpoint in directory `dir` (opts may be NULL).  On success
- * *out is the caller's, to close with iris_model_close; on failure *out is
- * NULL and err says what is wrong, prefixed with the directory. */
+/* Opens the model in directory `dir` (opts may be NULL).  On success *out is
+ * the caller's, to close with iris_model_close; on failure *out is NULL and
+ * err says what is wrong, prefixed with the directory. */
 int iris_model_open(const char *dir, const iris_model_opts *opts, iris_model **out, iris_err *err);
+/* Places the weights on backend b, once: the decoder, its BF16 copies when `dense`, then the
+ * vision tower (the order the memory plan carves them in); the CPU backend reads the mmap'd
+ * views where they are. */
+int iris_model_place(iris_model *m, iris_backend *b, int dense, iris_err *err);
 void iris_model_close(iris_model *m);
 
 /* One line for start-up logs: architecture, sizes, weight format, head tying. */

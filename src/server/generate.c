@@ -1,8 +1,9 @@
 /* generate.c: POST /v1/chat/completions and /v1/completions, from a whole
- * body to the answer: parse and validate (openai.c), check the model name,
- * fetch the images (media.c) and build the prompt (srv_prompt.c), map the
- * OpenAI parameters onto the engine's, submit, then either collect the
- * whole answer or stream it as server-sent events.
+ * body to the answer: parse and validate (openai.c, straight into the
+ * engine's sampling parameters), check the model name, fetch the images
+ * (media.c) and build the prompt (the one builder, engine/prompt.c), submit
+ * (the engine checks the context: its refusal is the client's 400), then
+ * either collect the whole answer or stream it as server-sent events.
  *
  * Parameters left out take the model's generation_config.json values (as
  * vLLM does), so a bare request samples the way the model card says.
@@ -35,29 +36,6 @@ static int client_gone(int fd) {
     char ch;
     ssize_t k = recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
     return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-/* ---- request -> engine parameters ---- */
-
-static void apply_params(const iris_oai_request *q, iris_request_params *rp) {
-    if (q->has_temperature) {
-        rp->temperature = q->temperature;
-        rp->do_sample = q->temperature > 0;
-    }
-    if (q->has_top_p) rp->top_p = q->top_p;
-    if (q->has_top_k) rp->top_k = q->top_k < 0 ? 0 : q->top_k;
-    if (q->has_min_p) rp->min_p = q->min_p;
-    if (q->has_presence_penalty) rp->presence_penalty = q->presence_penalty;
-    if (q->has_frequency_penalty) rp->frequency_penalty = q->frequency_penalty;
-    if (q->has_repetition_penalty) rp->repetition_penalty = q->repetition_penalty;
-    /* OpenAI seeds are any integer; the engine reads < 0 as "from the clock". */
-    rp->seed = q->has_seed ? (q->seed < 0 ? (int64_t)((uint64_t)q->seed & INT64_MAX) : q->seed) : -1;
-    rp->max_tokens = q->max_tokens > 0 ? q->max_tokens : 0;
-    rp->n_stop = q->n_stop < IRIS_MAX_STOP ? q->n_stop : IRIS_MAX_STOP;
-    for (int i = 0; i < rp->n_stop; i++) rp->stop[i] = q->stop[i];
-    rp->logprobs = q->logprobs;
-    rp->top_logprobs = q->top_logprobs;
-    rp->ignore_eos = q->ignore_eos;
 }
 
 static void free_images(srv_image *im, int n) {
@@ -196,7 +174,7 @@ static int produce(srv_gen *g) {
         return 0;
     }
     if (rc) return -1;
-    const iris_tok *tok = iris_engine_tokenizer(eng);
+    const iris_tok *tok = iris_engine_model(eng)->tok;
     if (ev.kind == IRIS_EVENT_DELTA) {
         note_token(g);
         if (ev.text_len == 0 && !g->logprobs) return 0;
@@ -265,7 +243,7 @@ static void stream_free(void *cls) {
 
 static enum MHD_Result collect(struct MHD_Connection *c, srv_conn *cc, srv_gen *g) {
     iris_engine *eng = atomic_load(&g->s->eng);
-    const iris_tok *tok = iris_engine_tokenizer(eng);
+    const iris_tok *tok = iris_engine_model(eng)->tok;
     char *text = NULL;
     size_t n = 0, cap = 0;
     json_t *lps = NULL;
@@ -340,80 +318,86 @@ static enum MHD_Result reply(struct MHD_Connection *c, srv_conn *cc, iris_oai_er
     return srv_reply_error(c, cc, e, 0);
 }
 
+/* A chat request's prompt: its images fetched, then the one prompt builder; on failure e is the
+ * client's error, naming the image_url that failed. */
+static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request *q, iris_prompt *prompt,
+                       iris_oai_err *e) {
+    srv_image im[IRIS_OAI_MAX_IMAGES];
+    iris_prompt_image pim[IRIS_OAI_MAX_IMAGES];
+    memset(im, 0, sizeof im);
+    memset(pim, 0, sizeof pim);
+    int bad = -1;
+    if (fetch_images(s, q, im, &bad, e)) {
+        image_param(q->messages, bad, e->param, sizeof e->param);
+        return -1;
+    }
+    for (int i = 0; i < q->n_images; i++)
+        pim[i] = (iris_prompt_image){.data = im[i].data, .n = im[i].n, .label = im[i].label};
+    iris_prompt_ctx ctx;
+    iris_engine_prompt_ctx(eng, &ctx);
+    ctx.max_decode_pixels = s->o.max_image_pixels;
+    iris_err err = {0};
+    int rc = iris_prompt_build(&ctx, q->messages, pim, q->n_images, prompt, &bad, &err);
+    free_images(im, q->n_images);
+    if (!rc) return 0;
+    if (bad >= 0) {
+        iris_oai_fail(e, 400, "invalid_request_error", NULL, "invalid_image", "%s", err.msg);
+        image_param(q->messages, bad, e->param, sizeof e->param);
+    } else {
+        iris_oai_fail(e, rc == IRIS_ENOMEM ? 500 : 400, rc == IRIS_ENOMEM ? "server_error" : "invalid_request_error",
+                      "messages", NULL, "%s", err.msg);
+    }
+    return -1;
+}
+
+/* The client's error for a request the engine refused.  A prompt or max_tokens over the
+ * context is the engine's check (iris.h iris_engine_submit): its message, its param. */
+static void submit_error(int rc, const iris_err *err, iris_oai_kind kind, iris_oai_err *e) {
+    const char *pparam = kind == IRIS_OAI_CHAT ? "messages" : "prompt";
+    if (err->param[0] && (rc == IRIS_EINVAL || rc == IRIS_ELIMIT))
+        iris_oai_fail(e, 400, "invalid_request_error", strcmp(err->param, "prompt") ? err->param : pparam,
+                      "context_length_exceeded", "%s", err->msg);
+    else if (rc == IRIS_ELIMIT && strstr(err->msg, "queue"))
+        iris_oai_fail(e, 503, "server_error", NULL, "queue_full", "the server is busy: %s; retry later", err->msg);
+    else if (rc == IRIS_ECANCELLED)
+        iris_oai_fail(e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+    else if (rc == IRIS_ENOMEM || rc == IRIS_EDEVICE || rc == IRIS_EIO)
+        iris_oai_fail(e, 500, "server_error", NULL, NULL, "%s", err->msg);
+    else
+        iris_oai_fail(e, 400, "invalid_request_error", rc == IRIS_ELIMIT ? pparam : NULL, NULL, "%s", err->msg);
+}
+
 enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_kind kind) {
     iris_server *s = cc->s;
     iris_engine *eng = atomic_load(&s->eng);
+    iris_request_params rp;
+    iris_request_params_default(eng, &rp);
     iris_oai_request q;
     iris_oai_err e;
-    if (iris_oai_parse(cc->body, cc->n, kind, &q, &e)) return reply(c, cc, &e, &q);
+    /* the body's sampling parameters straight over the model's defaults */
+    if (iris_oai_parse(cc->body, cc->n, kind, &rp.sampling, &q, &e)) return reply(c, cc, &e, &q);
     if (q.model && strcmp(q.model, s->served) && !(s->model_arg && !strcmp(q.model, s->model_arg))) {
         iris_oai_fail(&e, 404, "not_found_error", "model", "model_not_found",
                       "The model `%.200s` does not exist; this server serves `%.200s`.", q.model, s->served);
         return reply(c, cc, &e, &q);
     }
 
-    iris_request_params rp;
-    iris_request_params_default(eng, &rp);
-    apply_params(&q, &rp);
-
-    iris_model_info mi;
-    iris_engine_model_info(eng, &mi);
     iris_err err = {0};
     iris_prompt *prompt = NULL;
-    int n_prompt = 0;
     if (kind == IRIS_OAI_CHAT) {
-        srv_image im[IRIS_OAI_MAX_IMAGES];
-        memset(im, 0, sizeof im);
-        int bad = -1;
-        if (fetch_images(s, &q, im, &bad, &e)) {
-            image_param(q.messages, bad, e.param, sizeof e.param);
-            return reply(c, cc, &e, &q);
-        }
         prompt = calloc(1, sizeof *prompt);
-        bad = -1;
-        int rc = prompt ? srv_prompt_build(eng, q.messages, im, q.n_images, s->o.max_image_pixels, prompt, &bad, &err)
-                        : iris_err_set(&err, IRIS_ENOMEM, "out of memory");
-        free_images(im, q.n_images);
-        if (rc) {
+        if (!prompt) iris_oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        if (!prompt || chat_prompt(s, eng, &q, prompt, &e)) {
             free(prompt);
-            if (bad >= 0) {
-                iris_oai_fail(&e, 400, "invalid_request_error", NULL, "invalid_image", "%s", err.msg);
-                image_param(q.messages, bad, e.param, sizeof e.param);
-            } else {
-                iris_oai_fail(&e, rc == IRIS_ENOMEM ? 500 : 400, rc == IRIS_ENOMEM ? "server_error" : "invalid_request_error",
-                              "messages", NULL, "%s", err.msg);
-            }
             return reply(c, cc, &e, &q);
         }
-        n_prompt = (int)prompt->ids.n;
         rp.prompt = prompt;
     } else {
-        iris_tok_ids ids = {0};
-        if (iris_tok_encode(iris_engine_tokenizer(eng), q.prompt, strlen(q.prompt), &ids, &err)) {
-            iris_oai_fail(&e, 400, "invalid_request_error", "prompt", NULL, "%s", err.msg);
-            return reply(c, cc, &e, &q);
-        }
-        n_prompt = (int)ids.n;
-        iris_tok_ids_free(&ids);
-        if (n_prompt == 0) {
+        if (!*q.prompt) {
             iris_oai_fail(&e, 400, "invalid_request_error", "prompt", NULL, "'prompt' is empty");
             return reply(c, cc, &e, &q);
         }
         rp.prompt_text = q.prompt;
-    }
-    const char *pparam = kind == IRIS_OAI_CHAT ? "messages" : "prompt";
-    if (mi.max_model_len > 0 && (n_prompt >= mi.max_model_len || n_prompt + rp.max_tokens > mi.max_model_len)) {
-        if (rp.max_tokens > 0 && n_prompt < mi.max_model_len)
-            iris_oai_fail(&e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
-                          "This model's maximum context length is %d tokens; the prompt is %d tokens and max_tokens "
-                          "asks for %d more.", mi.max_model_len, n_prompt, rp.max_tokens);
-        else
-            iris_oai_fail(&e, 400, "invalid_request_error", pparam, "context_length_exceeded",
-                          "This model's maximum context length is %d tokens; the prompt is %d tokens.",
-                          mi.max_model_len, n_prompt);
-        if (prompt) iris_prompt_free(prompt);
-        free(prompt);
-        return reply(c, cc, &e, &q);
     }
 
     srv_gen local, *g = q.stream ? calloc(1, sizeof *g) : &local;
@@ -430,8 +414,8 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
     uint64_t seq = atomic_fetch_add(&s->next_id, 1);
     snprintf(g->id, sizeof g->id, "%s%016" PRIx64 "%08" PRIx64, kind == IRIS_OAI_CHAT ? "chatcmpl-" : "cmpl-",
              s->id_salt, seq);
-    g->logprobs = q.logprobs;
-    g->top_logprobs = q.top_logprobs;
+    g->logprobs = rp.sampling.logprobs;
+    g->top_logprobs = rp.sampling.top_logprobs;
     g->include_usage = q.include_usage;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g->fd = ci ? ci->connect_fd : -1;
@@ -445,14 +429,7 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
     free(prompt);
     if (rc) {
         if (g != &local) free(g);
-        if (rc == IRIS_ELIMIT && strstr(err.msg, "queue"))
-            iris_oai_fail(&e, 503, "server_error", NULL, "queue_full", "the server is busy: %s; retry later", err.msg);
-        else if (rc == IRIS_ECANCELLED)
-            iris_oai_fail(&e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
-        else if (rc == IRIS_ENOMEM || rc == IRIS_EDEVICE || rc == IRIS_EIO)
-            iris_oai_fail(&e, 500, "server_error", NULL, NULL, "%s", err.msg);
-        else
-            iris_oai_fail(&e, 400, "invalid_request_error", rc == IRIS_ELIMIT ? pparam : NULL, NULL, "%s", err.msg);
+        submit_error(rc, &err, kind, &e);
         return reply(c, cc, &e, &q);
     }
     iris_metrics_inflight(s->metrics, +1);

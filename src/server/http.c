@@ -12,7 +12,7 @@
  * inflight counts requests from their first call to MHD's completion
  * notice, so draining waits for streams still being written.
  *
- * Not done here: anything model-specific (generate.c, srv_prompt.c) and
+ * Not done here: anything model-specific (generate.c) and
  * JSON schema checks (openai.c).
  */
 #include <arpa/inet.h>

@@ -46,7 +46,7 @@ void iris_oai_request_free(iris_oai_request *r) {
     json_decref(r->messages);
     free(r->prompt);
     for (int i = 0; i < r->n_images; i++) free(r->image_urls[i]);
-    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    json_decref(r->body);
     memset(r, 0, sizeof *r);
 }
 
@@ -147,7 +147,7 @@ static int check_messages(iris_oai_request *r, json_t *msgs, iris_oai_err *e) {
 
 /* ---- the request ---- */
 
-static int parse_stop(iris_oai_request *r, json_t *v, iris_oai_err *e) {
+static int parse_stop(iris_sampling *s, json_t *v, iris_oai_err *e) {
     if (!v || json_is_null(v)) return 0;
     json_t *one[1] = {v};
     size_t n = 1;
@@ -155,13 +155,51 @@ static int parse_stop(iris_oai_request *r, json_t *v, iris_oai_err *e) {
     else if (!json_is_string(v)) return BAD("stop", "'stop' must be a string or an array of strings");
     if (n > IRIS_OAI_MAX_STOP) return BAD("stop", "'stop' has %zu strings; at most %d", n, IRIS_OAI_MAX_STOP);
     for (size_t i = 0; i < n; i++) {
-        json_t *s = json_is_array(v) ? json_array_get(v, i) : one[0];
-        if (!json_is_string(s)) return BAD("stop", "'stop[%zu]' must be a string", i);
-        if (json_string_length(s) == 0) return BAD("stop", "'stop' strings must not be empty");
-        r->stop[r->n_stop] = strdup(json_string_value(s));
-        if (!r->stop[r->n_stop]) return iris_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        r->n_stop++;
+        json_t *str = json_is_array(v) ? json_array_get(v, i) : one[0];
+        if (!json_is_string(str)) return BAD("stop", "'stop[%zu]' must be a string", i);
+        if (json_string_length(str) == 0) return BAD("stop", "'stop' strings must not be empty");
+        s->stop[s->n_stop++] = json_string_value(str);
     }
+    return 0;
+}
+
+/* The sampling fields of body o, each written over its default when given. */
+static int parse_sampling(json_t *o, iris_oai_kind kind, iris_sampling *s, iris_oai_err *e) {
+    long long x;
+    int rc;
+    /* max_completion_tokens replaces max_tokens in OpenAI's chat API; when
+     * both are given the newer name wins. */
+    if ((rc = get_int(o, "max_tokens", 1, 1 << 30, &x, e)) < 0) return rc;
+    if (rc) s->max_tokens = (int)x;
+    if ((rc = get_int(o, "max_completion_tokens", 1, 1 << 30, &x, e)) < 0) return rc;
+    if (rc) s->max_tokens = (int)x;
+    if ((rc = get_number(o, "temperature", 0, 2, 0, &s->temperature, e)) < 0) return rc;
+    if (rc) s->do_sample = s->temperature > 0;
+    if ((rc = get_number(o, "top_p", 0, 1, 1, &s->top_p, e)) < 0) return rc;
+    if ((rc = get_int(o, "top_k", -1, 1 << 30, &x, e)) < 0) return rc;
+    if (rc) s->top_k = x < 0 ? 0 : (int)x;
+    if ((rc = get_number(o, "min_p", 0, 1, 0, &s->min_p, e)) < 0) return rc;
+    if ((rc = get_number(o, "presence_penalty", -2, 2, 0, &s->presence_penalty, e)) < 0) return rc;
+    if ((rc = get_number(o, "frequency_penalty", -2, 2, 0, &s->frequency_penalty, e)) < 0) return rc;
+    if ((rc = get_number(o, "repetition_penalty", 0, 100, 1, &s->repetition_penalty, e)) < 0) return rc;
+    if ((rc = get_int(o, "seed", INT64_MIN, INT64_MAX, &x, e)) < 0) return rc;
+    if (rc) s->seed = x < 0 ? (int64_t)((uint64_t)x & INT64_MAX) : x;
+    if ((rc = parse_stop(s, json_object_get(o, "stop"), e))) return rc;
+    if (kind == IRIS_OAI_CHAT) {
+        if ((rc = get_bool(o, "logprobs", &s->logprobs, e)) < 0) return rc;
+        if ((rc = get_int(o, "top_logprobs", 0, IRIS_OAI_MAX_TOP_LOGPROBS, &x, e)) < 0) return rc;
+        if (rc) {
+            if (!s->logprobs) return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+            s->top_logprobs = (int)x;
+        }
+    } else {
+        if ((rc = get_int(o, "logprobs", 0, IRIS_OAI_MAX_TOP_LOGPROBS, &x, e)) < 0) return rc;
+        if (rc) {
+            s->logprobs = 1;
+            s->top_logprobs = (int)x;
+        }
+    }
+    if ((rc = get_bool(o, "ignore_eos", &s->ignore_eos, e)) < 0) return rc;
     return 0;
 }
 
@@ -200,16 +238,16 @@ static int refuse_unsupported(json_t *o, iris_oai_kind kind, iris_oai_err *e) {
     return 0;
 }
 
-int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_oai_request *r, iris_oai_err *e) {
+int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_sampling *sampling, iris_oai_request *r,
+                   iris_oai_err *e) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
-    r->max_tokens = -1;
     json_error_t je;
     json_t *o = json_loadb(body ? body : "", len, 0, &je);
     if (!o)
         return BAD(NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    r->body = o;
     int rc = 0;
-    long long x;
     if (!json_is_object(o)) {
         rc = BAD(NULL, "the body must be a JSON object");
         goto out;
@@ -234,52 +272,7 @@ int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_oai_re
         goto out;
     }
 
-    /* max_completion_tokens replaces max_tokens in OpenAI's chat API; when
-     * both are given the newer name wins. */
-    if ((rc = get_int(o, "max_tokens", 1, 1 << 30, &x, e)) < 0) goto out;
-    if (rc) r->max_tokens = (int)x;
-    if ((rc = get_int(o, "max_completion_tokens", 1, 1 << 30, &x, e)) < 0) goto out;
-    if (rc) r->max_tokens = (int)x;
-
-    if ((rc = get_number(o, "temperature", 0, 2, 0, &r->temperature, e)) < 0) goto out;
-    r->has_temperature = rc;
-    if ((rc = get_number(o, "top_p", 0, 1, 1, &r->top_p, e)) < 0) goto out;
-    r->has_top_p = rc;
-    if ((rc = get_int(o, "top_k", -1, 1 << 30, &x, e)) < 0) goto out;
-    r->has_top_k = rc;
-    r->top_k = rc ? (int)x : 0;
-    if ((rc = get_number(o, "min_p", 0, 1, 0, &r->min_p, e)) < 0) goto out;
-    r->has_min_p = rc;
-    if ((rc = get_number(o, "presence_penalty", -2, 2, 0, &r->presence_penalty, e)) < 0) goto out;
-    r->has_presence_penalty = rc;
-    if ((rc = get_number(o, "frequency_penalty", -2, 2, 0, &r->frequency_penalty, e)) < 0) goto out;
-    r->has_frequency_penalty = rc;
-    if ((rc = get_number(o, "repetition_penalty", 0, 100, 1, &r->repetition_penalty, e)) < 0) goto out;
-    r->has_repetition_penalty = rc;
-    if ((rc = get_int(o, "seed", INT64_MIN, INT64_MAX, &x, e)) < 0) goto out;
-    r->has_seed = rc;
-    r->seed = rc ? x : 0;
-    if ((rc = parse_stop(r, json_object_get(o, "stop"), e))) goto out;
-
-    if (kind == IRIS_OAI_CHAT) {
-        if ((rc = get_bool(o, "logprobs", &r->logprobs, e)) < 0) goto out;
-        if ((rc = get_int(o, "top_logprobs", 0, IRIS_OAI_MAX_TOP_LOGPROBS, &x, e)) < 0) goto out;
-        if (rc) {
-            if (!r->logprobs) {
-                rc = BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-                goto out;
-            }
-            r->top_logprobs = (int)x;
-        }
-    } else {
-        if ((rc = get_int(o, "logprobs", 0, IRIS_OAI_MAX_TOP_LOGPROBS, &x, e)) < 0) goto out;
-        if (rc) {
-            r->logprobs = 1;
-            r->top_logprobs = (int)x;
-        }
-    }
-
-    if ((rc = get_bool(o, "ignore_eos", &r->ignore_eos, e)) < 0) goto out;
+    if ((rc = parse_sampling(o, kind, sampling, e))) goto out;
     if ((rc = get_bool(o, "stream", &r->stream, e)) < 0) goto out;
     json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {
@@ -300,7 +293,6 @@ int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_oai_re
     }
     rc = 0;
 out:
-    json_decref(o);
     return rc;
 }
 

@@ -39,8 +39,9 @@ typedef struct iris_oai_err {
 
 typedef enum iris_oai_kind { IRIS_OAI_CHAT = 0, IRIS_OAI_COMPLETION = 1 } iris_oai_kind;
 
-/* A validated request.  Optional numbers use has_* flags; everything owned
- * is released by iris_oai_request_free. */
+/* A validated request; everything owned is released by
+ * iris_oai_request_free.  Its sampling parameters are not here: the parser
+ * writes them straight into the caller's iris_sampling (below). */
 typedef struct iris_oai_request {
     iris_oai_kind kind;
     char *model;             /* NULL when absent */
@@ -48,26 +49,21 @@ typedef struct iris_oai_request {
     char *prompt;            /* completions: the prompt text */
     int n_images;
     char *image_urls[IRIS_OAI_MAX_IMAGES]; /* in order of appearance */
-
-    int max_tokens;          /* -1: not given */
-    int has_temperature, has_top_p, has_top_k, has_min_p, has_seed;
-    int has_presence_penalty, has_frequency_penalty, has_repetition_penalty;
-    float temperature, top_p, min_p;
-    int top_k;
-    float presence_penalty, frequency_penalty, repetition_penalty;
-    int64_t seed;
-    int n_stop;
-    char *stop[IRIS_OAI_MAX_STOP];
-    int logprobs;            /* chat: bool; completions: the count asked (0 none) */
-    int top_logprobs;        /* alternatives per token, 0..20 */
     int stream, include_usage;
-    int ignore_eos;          /* vLLM's extension: end tokens do not stop */
+    json_t *body;            /* the parsed body (a reference): the stop strings point into it */
 } iris_oai_request;
 
 /* Parse and validate a body of `len` bytes (need not be NUL-terminated).
  * Returns 0 and fills *out (free with iris_oai_request_free, also after a
- * failure), or a negative code with *e filled (status 400). */
-int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_oai_request *out, iris_oai_err *e);
+ * failure), or a negative code with *e filled (status 400).  The sampling
+ * fields the body gives are written over what *sampling holds (the model's
+ * generation_config.json defaults, iris_request_params_default); what it
+ * leaves out keeps its default, as vLLM does.  OpenAI's temperature turns
+ * sampling on (> 0) or off (0); top_k -1 is off (0); a negative seed is
+ * folded into [0, INT64_MAX] (the engine reads < 0 as "from the clock");
+ * the stop strings stay valid while *out lives. */
+int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_sampling *sampling, iris_oai_request *out,
+                   iris_oai_err *e);
 void iris_oai_request_free(iris_oai_request *r);
 
 /* Fill *e; returns `status` negated (so `return iris_oai_fail(...)` works). */

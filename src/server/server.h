@@ -2,7 +2,7 @@
  *
  * Threads: libmicrohttpd runs one thread per connection.  A connection
  * thread reads the body, parses and validates it (openai.c), fetches and
- * decodes the images and builds the prompt (srv_prompt.c), submits it to
+ * decodes the images and builds the prompt (engine/prompt.c), submits it to
  * the engine and then streams the engine's events back (generate.c).  The
  * engine thread owns the model; nothing here touches it except through
  * include/iris.h's request API.

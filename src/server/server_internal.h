@@ -1,6 +1,6 @@
-/* server_internal.h: what the server's files share (http.c, generate.c,
- * srv_prompt.c): the server struct, a connection's request state and a
- * generation's state.  Not for use outside src/server/. */
+/* server_internal.h: what the server's files share (http.c, generate.c):
+ * the server struct, a connection's request state and a generation's
+ * state.  Not for use outside src/server/. */
 #ifndef IRIS_SERVER_INTERNAL_H
 #define IRIS_SERVER_INTERNAL_H
 
@@ -86,10 +86,5 @@ void srv_gen_unregister(iris_server *s, srv_gen *g);
 
 /* POST /v1/chat/completions and /v1/completions with the whole body read. */
 enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_kind kind);
-
-/* srv_prompt.c: the prompt of a chat request from in-memory images.  On an
- * image failure *bad_image is its index. */
-int srv_prompt_build(iris_engine *eng, const json_t *messages, srv_image *images, int n_images,
-                     int64_t max_image_pixels, iris_prompt *out, int *bad_image, iris_err *err);
 
 #endif

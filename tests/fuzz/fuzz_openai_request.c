@@ -16,7 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int kind = 0; kind < 2; kind++) {
         iris_oai_request q;
         iris_oai_err e;
-        if (iris_oai_parse((const char *)data, size, (iris_oai_kind)kind, &q, &e) != 0) {
+        iris_sampling sp = {.temperature = 0.7f, .top_p = 0.8f, .top_k = 20, .repetition_penalty = 1.0f, .seed = -1};
+        if (iris_oai_parse((const char *)data, size, (iris_oai_kind)kind, &sp, &q, &e) != 0) {
             free(iris_oai_error_body(&e));
             iris_oai_request_free(&q);
             continue;
