@@ -16,17 +16,18 @@ for p in "$BEFORE" "$AFTER"; do
     [ -x "$p/iris" ] || tar -C "$p" -xJf "$p/bins.tar.xz" || exit 1
     [ -d "$p/lib" ] || tar -C "$p" -xJf "$p/lib.tar.xz" || exit 1
 done
-run() { local p=$1; shift; LD_LIBRARY_PATH="$PWD/$p/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$p/iris" "$@"; }
+# run SECONDS PACK ARGS...: that build's iris with its libraries, under a time limit
+run() { local s=$1 p=$2; shift 2; timeout "$s" env LD_LIBRARY_PATH="$PWD/$p/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$p/iris" "$@"; }
 tok=()
 [ -f .cache/assets/qwen3/tokenizer.json ] && tok=(--tokenizer .cache/assets/qwen3/tokenizer.json)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 for shape in ${SHAPES:-2B 4B}; do
     dir=$SYNTH_DIR/$shape-fp8
-    [ -f "$dir/config.json" ] || timeout 300 run "$AFTER" synth --like "$shape" --dtype fp8 "${tok[@]}" "$dir" >/dev/null || exit 1
+    [ -f "$dir/config.json" ] || run 300 "$AFTER" synth --like "$shape" --dtype fp8 "${tok[@]}" "$dir" >/dev/null || exit 1
     for r in $(seq 1 "$ROUNDS"); do
         for b in before after; do
             p=$BEFORE; [ $b = after ] && p=$AFTER
-            timeout 240 run "$p" bench "$dir" --batch 1,8,64 --prompt-tokens 1024 --gen-tokens 32 \
+            run 240 "$p" bench "$dir" --batch 1,8,64 --prompt-tokens 1024 --gen-tokens 32 \
                 ${tok[*]:+--image 1024x1024} > "$OUT/bench-$shape-$b-$r.json" 2> "$OUT/bench-$shape-$b-$r.log"
             echo "$shape $b $r rc=$?: $(cat "$OUT/bench-$shape-$b-$r.json")"
         done
