@@ -1,7 +1,8 @@
 /* test_cli_run.c: `iris run` flags that shape the answer: --stop cuts the
  * streamed text before the stop string and reports finish "stop";
  * --threads 1 gives the same greedy answer as the default thread count.
- * `iris caption` loads the model once and decodes its image once. */
+ * `iris caption` loads the model once and decodes its image once; `iris bench`
+ * times the steps of the engine's own runner (one load, one runner). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,5 +70,25 @@ IRIS_TEST(cli_caption_loads_once) {
            count(out, "opening checkpoint"), out);
     CHECKF(count(out, "a.png: ") == 1, "the image was decoded %d times:\n%s", count(out, "a.png: "), out);
     CHECK_CONTAINS(out, "3 generated");
+    free(out);
+}
+
+/* iris bench opens the engine (one checkpoint open, one runner: the engine's) and reports a
+ * prefill and every asked batch size from the runner's step. */
+IRIS_TEST(cli_bench_through_engine) {
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "IRIS_LOG=debug %s bench tests/fixtures/tiny/tiny-gqa/model --device cpu --batch 1,3 "
+             "--prompt-tokens 20 --gen-tokens 3 2>&1", bin);
+    int st;
+    char *out = iris_test_popen(cmd, &st);
+    REQUIRE(out);
+    CHECKF(st == 0, "exit %d: %s", st, out);
+    CHECKF(count(out, "opening checkpoint") == 1, "the checkpoint was opened %d times:\n%s",
+           count(out, "opening checkpoint"), out);
+    CHECKF(count(out, "[runner] opened") == 1, "%d runners opened:\n%s", count(out, "[runner] opened"), out);
+    CHECK_CONTAINS(out, "\"prefill\":{\"tokens\":32,");
+    CHECK_CONTAINS(out, "{\"batch\":1,");
+    CHECK_CONTAINS(out, "{\"batch\":3,");
     free(out);
 }

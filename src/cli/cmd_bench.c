@@ -200,67 +200,82 @@ static int decode_step(bench *x, int n_seqs, int past, iris_err *err) {
     return iris_runner_step(x->run, x->q, n_seqs, x->host_sampling ? NULL : &smp, &out, err);
 }
 
-int iris_cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *device = "cuda", *image = NULL, *kv_dtype = "bf16", *dense = "auto";
-    int host_sampling = 0;
-    int batches[MAX_BATCHES] = {1, 8, 32, 64}, n_batches = 4;
-    long P = 128, G = 32;
+typedef struct bench_args {
+    const char *model, *device, *image, *kv_dtype, *dense;
+    int host_sampling, batches[MAX_BATCHES], n_batches;
+    long P, G;
+} bench_args;
+
+/* The command line into x: -1 to go on, else the exit status (help: 0, bad usage: 2). */
+static int parse_args(int argc, char **argv, bench_args *x) {
+    *x = (bench_args){.device = "cuda", .kv_dtype = "bf16", .dense = "auto", .batches = {1, 8, 32, 64}, .n_batches = 4,
+                      .P = 128, .G = 32};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--batch")) {
-            if (i + 1 >= argc || parse_batches(argv[++i], batches, &n_batches)) {
+            if (i + 1 >= argc || parse_batches(argv[++i], x->batches, &x->n_batches)) {
                 fprintf(stderr, "iris bench: --batch wants sizes like 1,8,32,64 (each 1..4096, at most %d)\n", MAX_BATCHES);
                 return 2;
             }
         } else if (!strcmp(a, "--prompt-tokens")) {
-            if ((P = parse_pos(a, i + 1 < argc ? argv[++i] : NULL, 1 << 20)) < 0) return 2;
+            if ((x->P = parse_pos(a, i + 1 < argc ? argv[++i] : NULL, 1 << 20)) < 0) return 2;
         } else if (!strcmp(a, "--gen-tokens")) {
-            if ((G = parse_pos(a, i + 1 < argc ? argv[++i] : NULL, 1 << 16)) < 0) return 2;
+            if ((x->G = parse_pos(a, i + 1 < argc ? argv[++i] : NULL, 1 << 16)) < 0) return 2;
         } else if (!strcmp(a, "--image")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "iris bench: --image wants WxH (a test picture) or a file\n");
                 return 2;
             }
-            image = argv[++i];
+            x->image = argv[++i];
         } else if (!strcmp(a, "--host-sampling")) {
-            host_sampling = 1;
+            x->host_sampling = 1;
         } else if (!strcmp(a, "--kv-cache-dtype")) {
-            kv_dtype = i + 1 < argc ? argv[++i] : "";
-            if (iris_plan_kv_dtype_parse(kv_dtype) < 0) {
-                fprintf(stderr, "iris bench: --kv-cache-dtype is bf16 or fp8, not \"%s\"\n", kv_dtype);
+            x->kv_dtype = i + 1 < argc ? argv[++i] : "";
+            if (iris_plan_kv_dtype_parse(x->kv_dtype) < 0) {
+                fprintf(stderr, "iris bench: --kv-cache-dtype is bf16 or fp8, not \"%s\"\n", x->kv_dtype);
                 return 2;
             }
         } else if (!strcmp(a, "--dense-weights")) {
-            dense = i + 1 < argc ? argv[++i] : "";
-            if (iris_plan_dense_parse(dense) < 0) {
-                fprintf(stderr, "iris bench: --dense-weights is auto, on or off, not \"%s\"\n", dense);
+            x->dense = i + 1 < argc ? argv[++i] : "";
+            if (iris_plan_dense_parse(x->dense) < 0) {
+                fprintf(stderr, "iris bench: --dense-weights is auto, on or off, not \"%s\"\n", x->dense);
                 return 2;
             }
         } else if (!strcmp(a, "--device")) {
-            device = i + 1 < argc ? argv[++i] : "";
-            if (strcmp(device, "cuda") && strcmp(device, "cpu")) {
-                fprintf(stderr, "iris bench: --device is cuda or cpu, not \"%s\"\n", device);
+            x->device = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(x->device, "cuda") && strcmp(x->device, "cpu")) {
+                fprintf(stderr, "iris bench: --device is cuda or cpu, not \"%s\"\n", x->device);
                 return 2;
             }
         } else if (a[0] == '-') {
             fprintf(stderr, "iris bench: unknown option %s\n", a);
             usage(stderr);
             return 2;
-        } else if (!model) {
-            model = a;
+        } else if (!x->model) {
+            x->model = a;
         } else {
             usage(stderr);
             return 2;
         }
     }
-    if (!model) {
+    if (!x->model) {
         usage(stderr);
         return 2;
     }
+    return -1;
+}
 
+
+int iris_cmd_bench(int argc, char **argv) {
+    bench_args ba;
+    int st = parse_args(argc, argv, &ba);
+    if (st >= 0) return st;
+    const char *model = ba.model, *device = ba.device, *image = ba.image, *kv_dtype = ba.kv_dtype, *dense = ba.dense;
+    int host_sampling = ba.host_sampling, *batches = ba.batches, n_batches = ba.n_batches;
+    long P = ba.P, G = ba.G;
     iris_err err = {0};
     int max_batch = 0;
     for (int i = 0; i < n_batches; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "log.h"
 
 #define GRAPH_SLOTS 16
 
@@ -136,6 +137,10 @@ int iris_runner_open(const iris_text *t, iris_backend *b, iris_kv_cache *kv, con
     r->d_meta = r->dev;
     r->d_lg = (char *)r->dev + meta_b;
     r->d_act = (char *)r->dev + meta_b + lg_b;
+    iris_log(IRIS_LOG_DEBUG, "runner", "opened on %s: %d rows, %d sequences, %zu logits rows a step; step buffers "
+             "%.1f MiB (activations %.1f MiB, shared with %.1f MiB of vision scratch)", b->name, lim->max_rows,
+             lim->max_seqs, L, (meta_b + lg_b + r->act_bytes) / 1048576.0, r->act_bytes / 1048576.0,
+             lim->scratch_bytes / 1048576.0);
     *out = r;
     return IRIS_OK;
 }
