@@ -1,6 +1,6 @@
 /* test_ops_decode.c: the CUDA backend's decode_layers (the persistent decode kernel,
  * cuda_decode.cu) against the same step run op by op on the same backend (the ops that
- * model/text.c calls, each checked against the CPU in test_ops.c), part of build/iris-test-gpu.
+ * model/text.c calls, each checked against the CPU in test_ops_*.c), part of build/iris-test-gpu.
  *
  * Random FP8 decoder layers of the real shapes (2B, 4B) and of a narrow model (128-column
  * chunks), 1 to 4 sequences with histories in a scattered paged cache, from one token to
@@ -212,7 +212,7 @@ done:
 }
 
 IRIS_TEST(gpu_ops_decode_stack) {
-    OPS_NEED_GPU("GPU decode-stack test");
+    OPS_NEED_GPU();
     iris_err err = {0};
     iris_backend *b = NULL;
     REQUIRE(iris_backend_cuda_open(0, (size_t)2 << 30, &b, &err) == 0);
@@ -285,5 +285,5 @@ IRIS_TEST(gpu_ops_decode_stack) {
     b->destroy(b);
 }
 #else
-IRIS_TEST(gpu_ops_decode_stack_not_built) { fprintf(stderr, "  (built without CUDA: decode-stack test not run)\n"); }
+IRIS_TEST(gpu_ops_decode_stack_not_built) { IRIS_TEST_SKIP("built without CUDA"); }
 #endif
