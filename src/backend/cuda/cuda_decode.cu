@@ -410,6 +410,117 @@ static __device__ void qkv_clear(const ds_args &a) {
     }
 }
 
+/* The attention item's prologue (warps < G + own; the caller's condition): warp i < G the query head
+ * kvh·G + i (normalized, rotated, times the softmax scale, into A.q's quarters); warp G, for the
+ * split that holds the newest key (own), the k head and v (into A.k / A.v and the cache slot). */
+static __device__ __forceinline__ void attn_prologue(const ds_args &a, const ds_layer &L, ds_head &S, int row, int kvh,
+                                                     int kvw, int G, bool isk, int warp, int lane, const float *wv) {
+    ds_attn_smem &A = S.u.at;
+    const float sn[2] = {S.sn[row][lane], S.sn[row][lane + 32]}, cs[2] = {S.cs[row][lane], S.cs[row][lane + 32]};
+    /* the head's values from the q/k/v GEMV's tagged words (no grid barrier before the
+     * attention: a word not yet come is loaded again), as bf16 into A.in (and v into A.v) */
+    const unsigned long long *src = qkv_at(a, row, isk ? (a.nq + kvh) * DS_HD : (kvh * G + warp) * DS_HD);
+    qkv_take(src, A.in[warp], lane);
+    if (isk) qkv_take(src + a.nkv * DS_HD, A.v, lane);
+    __syncwarp();
+    if (!isk) {
+        qk_head<64>(A.in[warp], wv, sn, cs, A.x[warp], a.eps, DS_HD, lane, [&](int j, bf16 o0, bf16 o1) {
+            const int j1 = j + DS_HD / 2;
+            A.q[warp][j / 32][j % 32] = bf2f(o0) * a.scale;
+            A.q[warp][j1 / 32][j1 % 32] = bf2f(o1) * a.scale;
+        });
+    } else {
+        qk_head<64>(A.in[warp], wv, sn, cs, A.x[warp], a.eps, DS_HD, lane, [&](int j, bf16 o0, bf16 o1) {
+            A.k[j] = o0;
+            A.k[j + DS_HD / 2] = o1;
+        });
+        int64_t sl = S.slot[row];
+        if (sl >= 0 && sl < a.n_slots && lane < 16) {
+            *(uint4 *)(L.kc + sl * kvw + kvh * DS_HD + lane * 8) = *(const uint4 *)&A.k[lane * 8];
+            *(uint4 *)(L.vc + sl * kvw + kvh * DS_HD + lane * 8) = *(const uint4 *)&A.v[lane * 8];
+        }
+    }
+}
+
+/* The 8 warps' online-softmax states, in A, merged: the output of the item's query
+ * heads when the row's context has one split (active), else this split's partial (max, sum,
+ * unnormalized output) for attn_merge; returns where the (row, kv head)'s partials are. */
+static __device__ __forceinline__ void attn_partials(const ds_args &a, const ds_attn_smem &A, int row, int kvh, int split,
+                                                     int active, int G, const float *ph) {
+    for (int e = threadIdx.x; e < G * DS_HD; e += DS_WARPS * 32) {
+        int i = e / DS_HD, d = e % DS_HD;
+        float M = -INFINITY;
+        for (int w = 0; w < DS_WARPS; w++) M = fmaxf(M, A.m[w][i]);
+        float Ls = 0, As = 0;
+        if (M != -INFINITY)
+            for (int w = 0; w < DS_WARPS; w++) {
+                float wt = __expf(A.m[w][i] - M);
+                Ls += A.l[w][i] * wt;
+                As += A.acc[w][i][d] * wt;
+            }
+        if (active > 1) {
+            float *p = (float *)ph + ((int64_t)i * a.splits + split) * (DS_HD + 2);
+            p[2 + d] = As;
+            if (d == 0) p[0] = M, p[1] = Ls;
+        } else {
+            a.o[(int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + i) * DS_HD + d] = f2bf(Ls > 0 ? As / Ls : 0.0f);
+        }
+    }
+}
+
+/* The last split of (row, kv head) to finish merges the splits' partials at ph into the output, in
+ * split order (the caller's condition: active > 1). */
+static __device__ __forceinline__ void attn_merge(const ds_args &a, ds_attn_smem &A, int row, int kvh, int active,
+                                                  int G, int lane, const float *ph) {
+    cons_sync();
+    if (threadIdx.x == 0) A.last = split_count_last(a.count + (int64_t)row * a.nkv + kvh, active);
+    cons_sync();
+    if (A.last) {
+        /* in one round trip: a thread's two outputs (head i, dimensions d and d + 1: the group's
+         * heads over 64 threads each, a warp's of one head) load every split's values while
+         * the warp's lanes load the head's splits' max and sum (lane s split s, and s + 32),
+         * which shuffles then hand round */
+        constexpr int NS = DS_MAX_SPLITS / 4;
+        const int i = threadIdx.x / (DS_HD / 2), d = threadIdx.x % (DS_HD / 2) * 2;
+        if (i < G) {
+            const float *p = ph + (int64_t)i * a.splits * (DS_HD + 2);
+            float2 v[NS];
+            float mx[2], sm[2];
+#pragma unroll
+            for (int s = 0; s < NS; s++)
+                v[s] = s < active ? __ldcg((const float2 *)(p + (int64_t)s * (DS_HD + 2) + 2 + d)) : make_float2(0, 0);
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int s = lane + 32 * u;
+                mx[u] = s < active ? __ldcg(p + (int64_t)s * (DS_HD + 2)) : -INFINITY;
+                sm[u] = s < active ? __ldcg(p + (int64_t)s * (DS_HD + 2) + 1) : 0.0f;
+            }
+            const float M = warp_max(fmaxf(mx[0], mx[1]));
+            float w[2];
+#pragma unroll
+            for (int u = 0; u < 2; u++) w[u] = M == -INFINITY || mx[u] == -INFINITY ? 0.0f : __expf(mx[u] - M);
+            const float Ls = warp_sum(sm[0] * w[0] + sm[1] * w[1]);
+            float A0 = 0, A1 = 0;
+            for (int s0 = 0; s0 < active; s0 += NS) {
+                if (s0 > 0) /* past NS splits: another round trip */
+#pragma unroll
+                    for (int s = 0; s < NS; s++)
+                        v[s] = s0 + s < active ? __ldcg((const float2 *)(p + (int64_t)(s0 + s) * (DS_HD + 2) + 2 + d))
+                                               : make_float2(0, 0);
+#pragma unroll
+                for (int s = 0; s < NS; s++) {
+                    const int sp = s0 + s;
+                    const float ws = __shfl_sync(0xffffffffu, sp < 32 ? w[0] : w[1], sp % 32);
+                    if (sp < active) A0 += v[s].x * ws, A1 += v[s].y * ws;
+                }
+            }
+            bf16 *out = a.o + (int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + i) * DS_HD + d;
+            out[0] = f2bf(Ls > 0 ? A0 / Ls : 0.0f);
+            out[1] = f2bf(Ls > 0 ? A1 / Ls : 0.0f);
+        }
+    }
+}
+
 /* Phase 2: the attention items this CTA owns (the numbers of cuda_attn.cu's k_attn_decode, 64 keys
  * a round over 8 warps).  Entered straight from the q/k/v GEMV: each item's prologue takes its
  * heads' q/k/v as their tagged words come (qkv_take); its first keys and values are requested
@@ -463,34 +574,7 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
         const bool isk = warp == G;
         float wv[4];
         if (warp < G + own) qk_weights<64>(wv, isk ? L.kn : L.qn, a.qk_dt, DS_HD, lane);
-        /* prologue: warp i < G the query head kvh·G + i (times the softmax scale, into A.q's quarters);
-         * warp G (own split) the k head and v */
-        if (warp < G + own) {
-            const float sn[2] = {S.sn[row][lane], S.sn[row][lane + 32]}, cs[2] = {S.cs[row][lane], S.cs[row][lane + 32]};
-            /* the head's values from the q/k/v GEMV's tagged words (no grid barrier before the
-             * attention: a word not yet come is loaded again), as bf16 into A.in (and v into A.v) */
-            const unsigned long long *src = qkv_at(a, row, isk ? (a.nq + kvh) * DS_HD : (kvh * G + warp) * DS_HD);
-            qkv_take(src, A.in[warp], lane);
-            if (isk) qkv_take(src + a.nkv * DS_HD, A.v, lane);
-            __syncwarp();
-            if (!isk) {
-                qk_head<64>(A.in[warp], wv, sn, cs, A.x[warp], a.eps, DS_HD, lane, [&](int j, bf16 o0, bf16 o1) {
-                    const int j1 = j + DS_HD / 2;
-                    A.q[warp][j / 32][j % 32] = bf2f(o0) * a.scale;
-                    A.q[warp][j1 / 32][j1 % 32] = bf2f(o1) * a.scale;
-                });
-            } else {
-                qk_head<64>(A.in[warp], wv, sn, cs, A.x[warp], a.eps, DS_HD, lane, [&](int j, bf16 o0, bf16 o1) {
-                    A.k[j] = o0;
-                    A.k[j + DS_HD / 2] = o1;
-                });
-                int64_t sl = S.slot[row];
-                if (sl >= 0 && sl < a.n_slots && lane < 16) {
-                    *(uint4 *)(L.kc + sl * kvw + kvh * DS_HD + lane * 8) = *(const uint4 *)&A.k[lane * 8];
-                    *(uint4 *)(L.vc + sl * kvw + kvh * DS_HD + lane * 8) = *(const uint4 *)&A.v[lane * 8];
-                }
-            }
-        }
+        if (warp < G + own) attn_prologue(a, L, S, row, kvh, kvw, G, isk, warp, lane, wv);
         cons_sync();
         float acc[DS_GMAX][4], m[DS_GMAX], l[DS_GMAX];
 #pragma unroll
@@ -577,74 +661,8 @@ static __device__ void attn_phase(const ds_args &a, const ds_layer &L, ds_head &
         }
         cons_sync();
         const float *ph = a.part + ((int64_t)row * a.nq + kvh * G) * a.splits * (DS_HD + 2); /* head i, split s */
-        for (int e = threadIdx.x; e < G * DS_HD; e += DS_WARPS * 32) {
-            int i = e / DS_HD, d = e % DS_HD;
-            float M = -INFINITY;
-            for (int w = 0; w < DS_WARPS; w++) M = fmaxf(M, A.m[w][i]);
-            float Ls = 0, As = 0;
-            if (M != -INFINITY)
-                for (int w = 0; w < DS_WARPS; w++) {
-                    float wt = __expf(A.m[w][i] - M);
-                    Ls += A.l[w][i] * wt;
-                    As += A.acc[w][i][d] * wt;
-                }
-            if (active > 1) {
-                float *p = (float *)ph + ((int64_t)i * a.splits + split) * (DS_HD + 2);
-                p[2 + d] = As;
-                if (d == 0) p[0] = M, p[1] = Ls;
-            } else {
-                a.o[(int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + i) * DS_HD + d] = f2bf(Ls > 0 ? As / Ls : 0.0f);
-            }
-        }
-        if (active > 1) { /* the last split of (row, kv head) to finish merges, in split order */
-            cons_sync();
-            if (threadIdx.x == 0) A.last = split_count_last(a.count + (int64_t)row * a.nkv + kvh, active);
-            cons_sync();
-            if (A.last) {
-                /* in one round trip: a thread's two outputs (head i, dimensions d and d + 1: the group's
-                 * heads over 64 threads each, a warp's of one head) load every split's values while
-                 * the warp's lanes load the head's splits' max and sum (lane s split s, and s + 32),
-                 * which shuffles then hand round */
-                constexpr int NS = DS_MAX_SPLITS / 4;
-                const int i = threadIdx.x / (DS_HD / 2), d = threadIdx.x % (DS_HD / 2) * 2;
-                if (i < G) {
-                    const float *p = ph + (int64_t)i * a.splits * (DS_HD + 2);
-                    float2 v[NS];
-                    float mx[2], sm[2];
-#pragma unroll
-                    for (int s = 0; s < NS; s++)
-                        v[s] = s < active ? __ldcg((const float2 *)(p + (int64_t)s * (DS_HD + 2) + 2 + d)) : make_float2(0, 0);
-#pragma unroll
-                    for (int u = 0; u < 2; u++) {
-                        const int s = lane + 32 * u;
-                        mx[u] = s < active ? __ldcg(p + (int64_t)s * (DS_HD + 2)) : -INFINITY;
-                        sm[u] = s < active ? __ldcg(p + (int64_t)s * (DS_HD + 2) + 1) : 0.0f;
-                    }
-                    const float M = warp_max(fmaxf(mx[0], mx[1]));
-                    float w[2];
-#pragma unroll
-                    for (int u = 0; u < 2; u++) w[u] = M == -INFINITY || mx[u] == -INFINITY ? 0.0f : __expf(mx[u] - M);
-                    const float Ls = warp_sum(sm[0] * w[0] + sm[1] * w[1]);
-                    float A0 = 0, A1 = 0;
-                    for (int s0 = 0; s0 < active; s0 += NS) {
-                        if (s0 > 0) /* past NS splits: another round trip */
-#pragma unroll
-                            for (int s = 0; s < NS; s++)
-                                v[s] = s0 + s < active ? __ldcg((const float2 *)(p + (int64_t)(s0 + s) * (DS_HD + 2) + 2 + d))
-                                                       : make_float2(0, 0);
-#pragma unroll
-                        for (int s = 0; s < NS; s++) {
-                            const int sp = s0 + s;
-                            const float ws = __shfl_sync(0xffffffffu, sp < 32 ? w[0] : w[1], sp % 32);
-                            if (sp < active) A0 += v[s].x * ws, A1 += v[s].y * ws;
-                        }
-                    }
-                    bf16 *out = a.o + (int64_t)row * a.nq * DS_HD + (int64_t)(kvh * G + i) * DS_HD + d;
-                    out[0] = f2bf(Ls > 0 ? A0 / Ls : 0.0f);
-                    out[1] = f2bf(Ls > 0 ? A1 / Ls : 0.0f);
-                }
-            }
-        }
+        attn_partials(a, A, row, kvh, split, active, G, ph);
+        if (active > 1) attn_merge(a, A, row, kvh, active, G, lane, ph);
         cons_sync();
     }
 }
