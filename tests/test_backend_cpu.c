@@ -2,7 +2,7 @@
  * written here (double accumulation, weights decoded by independent code),
  * on odd sizes, strided rows and poisoned (NaN) outputs so an unwritten
  * element fails.  The CPU backend is the numeric reference of the project
- * (test_ops.c checks CUDA against it), so this is where its own arithmetic is
+ * (test_ops_*.c check CUDA against it), so this is where its own arithmetic is
  * pinned down: the e4m3fn decode on all 256 codes, FP8 products equal to the
  * product with the dequantized BF16 weight, paged attention over shuffled
  * blocks equal to contiguous causal attention, vision attention confined to

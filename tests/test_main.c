@@ -18,6 +18,7 @@ static struct {
 } g_tests[MAX_TESTS];
 static int g_n_tests;
 static int g_cur_failed;
+static char g_cur_skip[256]; /* why the current test was skipped; empty: it ran */
 static const char *g_cur_name;
 
 void iris_test_register(const char *name, iris_test_fn fn) {
@@ -36,6 +37,14 @@ void iris_test_fail(const char *file, int line, const char *fmt, ...) {
     va_end(ap);
     fputc('\n', stderr);
     g_cur_failed++;
+}
+
+void iris_test_skip(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_cur_skip, sizeof g_cur_skip, fmt, ap);
+    va_end(ap);
+    if (!g_cur_skip[0]) snprintf(g_cur_skip, sizeof g_cur_skip, "(no reason given)");
 }
 
 const char *iris_test_asset(const char *name) {
@@ -77,7 +86,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     qsort(g_tests, (size_t)g_n_tests, sizeof g_tests[0], cmp_test);
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < g_n_tests; i++) {
         int selected = argc < 2;
         for (int a = 1; a < argc; a++)
@@ -85,6 +94,7 @@ int main(int argc, char **argv) {
         if (!selected) continue;
         g_cur_name = g_tests[i].name;
         g_cur_failed = 0;
+        g_cur_skip[0] = 0;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         g_tests[i].fn();
@@ -93,12 +103,15 @@ int main(int argc, char **argv) {
         if (g_cur_failed) {
             failed++;
             printf("FAIL %s (%.0f ms)\n", g_tests[i].name, ms);
+        } else if (g_cur_skip[0]) {
+            skipped++;
+            printf("skip %s: %s\n", g_tests[i].name, g_cur_skip);
         } else {
             passed++;
             printf("ok   %s (%.0f ms)\n", g_tests[i].name, ms);
         }
         fflush(stdout);
     }
-    printf("%d passed, %d failed\n", passed, failed);
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }

@@ -1,6 +1,6 @@
 /* test_ops_decode.c: the CUDA backend's decode_layers (the persistent decode kernel,
  * cuda_decode.cu) against the same step run op by op on the same backend (the ops that
- * model/text.c calls, each checked against the CPU in test_ops.c), part of build/iris-test-gpu.
+ * model/text.c calls, each checked against the CPU in test_ops_*.c), part of build/iris-test-gpu.
  *
  * Random FP8 decoder layers of the real shapes (2B, 4B) and of a narrow model (128-column
  * chunks), 1 to 4 sequences with histories in a scattered paged cache, from one token to
@@ -212,11 +212,11 @@ done:
 }
 
 IRIS_TEST(gpu_ops_decode_stack) {
-    OPS_NEED_GPU("GPU decode-stack test");
+    OPS_NEED_GPU();
     iris_err err = {0};
     iris_backend *b = NULL;
     REQUIRE(iris_backend_cuda_open(0, (size_t)2 << 30, &b, &err) == 0);
-    iris_cuda_set_decode_stack(b, 1); /* opt-in (cuda_decode.cu) */
+    iris_cuda_set_decode_stack(b, 1); /* opt-in (cuda_decode_launch.cu) */
     const int p1[] = {1023}, p3[] = {0, 37, 700}, p4[] = {2999, 15, 16, 1}, p0[] = {0};
     check_stack(b, 2048, 6144, 16, 8, 2, p1, 1, 1); /* 2B's shapes */
     check_stack(b, 2048, 6144, 16, 8, 2, p0, 1, 1);
@@ -259,7 +259,7 @@ IRIS_TEST(gpu_ops_decode_stack) {
     check_stack(b, 2048, 6144, 16, 8, 2, plong, 2, 1);
     /* the default takes, for layers under 64 MiB, 1 row at any length, 2 rows while the block
      * tables are within 8,448 tokens, 3 within 3,200, 4 within 2,176; for larger layers 1-4 rows at
-     * any length (cuda_decode.cu) */
+     * any length (cuda_decode_launch.cu) */
     iris_cuda_set_decode_stack(b, -1);
     const int p2d[] = {8447, 5}, p2l[] = {8448, 5}, p3d[] = {3199, 5, 9}, p3l[] = {3200, 5, 9};
     const int p4d[] = {2175, 5, 9, 1}, p4l[] = {2176, 5, 9, 1};
@@ -285,5 +285,5 @@ IRIS_TEST(gpu_ops_decode_stack) {
     b->destroy(b);
 }
 #else
-IRIS_TEST(gpu_ops_decode_stack_not_built) { fprintf(stderr, "  (built without CUDA: decode-stack test not run)\n"); }
+IRIS_TEST(gpu_ops_decode_stack_not_built) { IRIS_TEST_SKIP("built without CUDA"); }
 #endif

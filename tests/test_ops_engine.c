@@ -90,7 +90,7 @@ static int ask(const char *device, const char *kv_dtype, const char *image, answ
 }
 
 IRIS_TEST(gpu_engine_matches_cpu_engine) {
-    OPS_NEED_GPU("GPU engine test");
+    OPS_NEED_GPU();
     tiny_arr f32, b16;
     REQUIRE(tiny_load("tiny-gqa/image/logits.npy", &f32) == 0);
     REQUIRE(tiny_load("tiny-gqa/image/logits_bf16.npy", &b16) == 0);
@@ -146,7 +146,7 @@ IRIS_TEST(gpu_engine_matches_cpu_engine) {
  * gives the tokens that sampling from the whole downloaded row gives (a request with logprobs
  * takes whole rows), greedy, seeded top-k/top-p and with penalties, on the same device logits. */
 IRIS_TEST(gpu_engine_top_sampling_equals_whole_rows) {
-    OPS_NEED_GPU("GPU engine test");
+    OPS_NEED_GPU();
     const char *img = "tests/fixtures/images/images/png_rgb_224x224.png";
     char msg[1024];
     static const char *what[] = {"greedy", "seeded top-k/top-p", "seeded, presence 1.5 + repetition 1.05"};

@@ -90,7 +90,7 @@ static int run_scenario(iris_text *t, iris_backend *b, const char *model, const 
 }
 
 IRIS_TEST(gpu_text_tiny_fixtures) {
-    OPS_NEED_GPU("GPU decoder test");
+    OPS_NEED_GPU();
     /* the fourth pass: tiny-fp8 with BF16 copies of its linears (densify), which prefill chunks of
      * more than 16 rows read (the image, two_images and multi_turn scenarios) */
     static const char *models[] = {"tiny-gqa", "tiny-mqa", "tiny-fp8", "tiny-fp8"};
@@ -258,7 +258,7 @@ static void load_tiny(const char *name, iris_backend *gpu, iris_st **st, iris_te
  * op by op (same kernels, same order, same buffers' contents), across block boundaries and with
  * 1 and 3 sequences; and the graphs are really used (the cache holds them). */
 IRIS_TEST(gpu_text_decode_graphs) {
-    OPS_NEED_GPU("GPU graph test");
+    OPS_NEED_GPU();
     iris_err err = {0};
     iris_backend *gpu = NULL;
     REQUIRE(iris_backend_cuda_open(0, (size_t)512 << 20, &gpu, &err) == 0);
@@ -293,7 +293,7 @@ IRIS_TEST(gpu_text_decode_graphs) {
  * within bf16 noise (1e-2 of the largest; the two sum the products in other orders), and each
  * step's greedy token is the same wherever the ops' top-2 margin exceeds twice the distance. */
 IRIS_TEST(gpu_text_decode_stack) {
-    OPS_NEED_GPU("GPU decode-stack test");
+    OPS_NEED_GPU();
     iris_err err = {0};
     iris_backend *gpu = NULL;
     REQUIRE(iris_backend_cuda_open(0, (size_t)512 << 20, &gpu, &err) == 0);

@@ -3,7 +3,7 @@
  * The model code (model/text.c, model/vision.c) is straight-line C over these
  * ops; the CPU backend (backend/cpu/) is the numeric reference, the CUDA
  * backend (backend/cuda/, .cu files behind a C header) the fast path, and
- * tests/test_ops.c checks every CUDA op against the CPU one.
+ * tests/test_ops_*.c check every CUDA op against the CPU one.
  *
  * Tensors are views: a pointer the backend understands (host memory for the
  * CPU, device memory for CUDA), a dtype and a row-major 2-D shape [rows,

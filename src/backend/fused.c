@@ -1,7 +1,7 @@
 /* fused.c: the optional fused ops of backend.h, called through one helper
  * each: the backend's fused kernel when it has one (CUDA), else the plain
  * sequence of ops it stands for (the CPU backend, which is the reference the
- * fused kernels are tested against in tests/test_ops.c). */
+ * fused kernels are tested against in tests/test_ops_attn.c). */
 #include <stdio.h>
 
 #include "backend/backend.h"

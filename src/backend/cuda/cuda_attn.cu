@@ -15,7 +15,7 @@
  * K and V row of the kv head is read once per row, DU warp steps' loads in
  * flight at once (a walk one key row at a time is a chain of round trips).
  * Contexts are split into chunks of whole cache blocks (at least attn_min_keys
- * keys) until the rows give ~4 CTAs per SM, one CTA each; their partial (max,
+ * keys) until the rows give 2 or 4 CTAs an SM (iris_cuda_attn_ctas_per_sm); their partial (max,
  * sum, output) go to the scratch carved at open, and the last CTA of a (row,
  * kv head) to finish merges them (flash-decoding without a second kernel: a
  * counter per (row, kv head), also carved at open, says which is last).
@@ -25,16 +25,10 @@
  * would return at once; a decode-only step (one row a sequence) launches no
  * flash kernel, and its CTAs load their first keys before waiting on the
  * kernel before them (only the row's newest key is this step's).
- * H100, 2B-FP8, batch 1 at a 1,024-token context (bench/decode_profile.py):
- * the layer's attention went from ~16 us (loads one key step at a time, a
- * combine kernel) to ~12 us of the step's critical path; the chain of the
- * split merge (fence, counter, partials from L2) is most of what is left.
- * For decode-only steps of up to QK_ATTN_MAX_ROWS rows the kernel also does
- * qk_norm_rope_kv (QK below): ~12.9 + 2.5 us -> ~14.4 us of a layer's path
- * (traced).  What the trace also shows: of its 256 CTAs at batch 1 only about
- * one an SM fits beside the q/k/v GEMV's (registers), so half of them start,
- * and load their first keys, only once that GEMV has drained: a single row
- * is split for 2 CTAs an SM, not 4 (~3% at batch 1, measured below).
+ * For decode-only steps of up to QK_ATTN_MAX_ROWS rows the kernel also does qk_norm_rope_kv (QK
+ * below): one kernel and one wait less on the step's critical path (2B-FP8 batch 1, traced:
+ * ~12.9 + 2.5 -> ~14.4 us a layer).  At batch 1 only about one of its CTAs an SM fits beside the
+ * q/k/v GEMV's (registers), hence 2 CTAs an SM for a single row (attn_paged has the figures).
  * Numerics: scores and softmax in fp32 (scale 1/sqrt(HD) folded into q), the
  * output rounded once to bf16.  The cache is BF16 or E4M3 (kv8, half the bytes
  * read); both kernels are templates over the element type. */
@@ -102,6 +96,132 @@ template <> struct kv_raw<kv8, 8> {
 template <int QK> struct qk_of { qk_args a; };
 template <> struct qk_of<0> {};
 
+/* QK: the CTA's GQA group's query heads normalized and rotated into qs_q (warp i head i), and for
+ * the split of the newest key (own) the k head and v, their cache codes into qs_k / qs_v and the
+ * cache slot; the values qk_norm_rope_kv writes, in its order. */
+template <int HD, int GMAX, int HM, typename KT>
+static __device__ __forceinline__ void attn_qk_heads(const decode_args &a, const qk_args &q, int row, int kvh, bool own,
+                                                     int warp, int lane, const float *wq, const float *wk,
+                                                     const float *sn, const float *cs, float (*qs_x)[HD],
+                                                     float (*qs_q)[HD], KT *qs_k, KT *qs_v) {
+    for (int hi = warp; hi < a.g + own; hi += DW) {
+        if (hi < a.g) { /* query head kvh·g + hi */
+            qk_head<HM>(a.q + (int64_t)row * a.ldq + (int64_t)(kvh * a.g + hi) * HD, wq, sn, cs, qs_x[warp], q.eps,
+                        HD, lane, [&](int j, bf16 o0, bf16 o1) {
+                            qs_q[hi][j] = bf2f(o0);
+                            qs_q[hi][j + HD / 2] = bf2f(o1);
+                        });
+            continue;
+        }
+        /* the k head and v: their cache codes here and in the slot */
+        int64_t sl = q.slot[row], at = sl * a.kvw + (int64_t)kvh * HD;
+        bool to_cache = sl >= 0 && sl < q.n_slots;
+        qk_head<HM>(q.k + (int64_t)row * q.ldk + (int64_t)kvh * HD, wk, sn, cs, qs_x[warp], q.eps, HD, lane,
+                    [&](int j, bf16 o0, bf16 o1) {
+                        kv_store(&qs_k[j], o0);
+                        kv_store(&qs_k[j + HD / 2], o1);
+                    });
+        const bf16 *vr = q.v + (int64_t)row * q.ldv + (int64_t)kvh * HD;
+        for (int e = lane; e < HD; e += 32) kv_store(&qs_v[e], vr[e]);
+        __syncwarp();
+        for (int e = lane; to_cache && e < HD; e += 32)
+            ((KT *)a.kc)[at + e] = qs_k[e], ((KT *)a.vc)[at + e] = qs_v[e];
+    }
+    __syncthreads();
+}
+
+/* The DW·TPW walkers' online-softmax states (m, l, acc) merged through shared memory (st_*): the
+ * output of the (row, kv head)'s query heads when the context is not split, else this split's
+ * partial (max, sum, unnormalized output) for attn_merge_splits. */
+template <int HD, int GMAX, int EPL, int DW_TPW>
+static __device__ __forceinline__ void attn_merge_walkers(const decode_args &a, int row, int kvh, int split, int sid,
+                                                          int dl, const float (&m)[GMAX], const float (&l)[GMAX],
+                                                          const float (&acc)[GMAX][EPL], float (*st_m)[GMAX],
+                                                          float (*st_l)[GMAX], float (*st_acc)[GMAX][HD]) {
+#pragma unroll
+    for (int i = 0; i < GMAX; i++) {
+        if (dl == 0) {
+            st_m[sid][i] = m[i];
+            st_l[sid][i] = l[i];
+        }
+#pragma unroll
+        for (int k = 0; k < EPL; k++) st_acc[sid][i][dl * EPL + k] = acc[i][k];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < a.g * HD; e += DW * 32) {
+        int i = e / HD, d = e % HD;
+        float M = -INFINITY;
+        for (int s = 0; s < DW_TPW; s++) M = fmaxf(M, st_m[s][i]);
+        float L = 0, A = 0;
+        if (M != -INFINITY)
+            for (int s = 0; s < DW_TPW; s++) {
+                float w = __expf(st_m[s][i] - M);
+                L += st_l[s][i] * w;
+                A += st_acc[s][i][d] * w;
+            }
+        int h = kvh * a.g + i;
+        if (a.n_splits > 1) {
+            float *p = a.part + (((int64_t)row * a.nq + h) * a.n_splits + split) * (HD + 2);
+            p[2 + d] = A;
+            if (d == 0) {
+                p[0] = M;
+                p[1] = L;
+            }
+        } else {
+            a.o[(int64_t)row * a.ldo + (int64_t)h * HD + d] = f2bf(L > 0 ? A / L : 0.0f);
+        }
+    }
+}
+
+/* Split contexts (flash-decoding): the last of the (row, kv head)'s CTAs to finish merges the
+ * splits' partials, in split order (the same sums whichever CTA is last), and re-arms the
+ * counter for the next launch.  The merge is a few round trips to L2, not one a split: every
+ * split's (max, sum) is loaded at once into shared memory and turned into its weight there,
+ * then each output sums its splits with the loads of 32 splits in flight.  sw, sl, sL: shared memory. */
+template <int HD, int GMAX>
+static __device__ __forceinline__ void attn_merge_splits(const decode_args &a, int row, int kvh, int warp, int lane,
+                                                         int &last, float (*sw)[GMAX], float (*sl)[GMAX], float *sL) {
+    __syncthreads();
+    if (threadIdx.x == 0) last = split_count_last(a.count + (int64_t)row * gridDim.y + kvh, a.n_splits);
+    __syncthreads();
+    if (!last) return;
+    const float *ph = a.part + ((int64_t)row * a.nq + kvh * a.g) * a.n_splits * (HD + 2); /* head i, split s */
+    for (int e = threadIdx.x; e < a.n_splits * a.g; e += DW * 32) {
+        int s = e / a.g, i = e % a.g;
+        const float *p = ph + ((int64_t)i * a.n_splits + s) * (HD + 2);
+        sw[s][i] = __ldcg(p);
+        sl[s][i] = __ldcg(p + 1);
+    }
+    __syncthreads();
+    for (int i = warp; i < a.g; i += DW) { /* a warp a head, a lane a split (and the split 32 on) */
+        float M = -INFINITY, L = 0;
+        for (int s = lane; s < a.n_splits; s += 32) M = fmaxf(M, sw[s][i]);
+        M = warp_max(M);
+        for (int s = lane; s < a.n_splits; s += 32) {
+            float w = M == -INFINITY ? 0.0f : __expf(sw[s][i] - M);
+            L += sl[s][i] * w;
+            sw[s][i] = w;
+        }
+        L = warp_sum(L);
+        if (lane == 0) sL[i] = L;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < a.g * HD; e += DW * 32) {
+        int i = e / HD, d = e % HD;
+        const float *p = ph + (int64_t)i * a.n_splits * (HD + 2) + 2 + d;
+        float A = 0;
+        for (int s0 = 0; s0 < a.n_splits; s0 += 32) { /* 32 splits' loads in flight, then their sum in order */
+            float v[32];
+#pragma unroll
+            for (int s = 0; s < 32; s++) v[s] = s0 + s < a.n_splits ? __ldcg(p + (int64_t)(s0 + s) * (HD + 2)) : 0.0f;
+#pragma unroll
+            for (int s = 0; s < 32; s++)
+                if (s0 + s < a.n_splits) A += v[s] * sw[s0 + s][i];
+        }
+        a.o[(int64_t)row * a.ldo + (int64_t)(kvh * a.g + i) * HD + d] = f2bf(sL[i] > 0 ? A / sL[i] : 0.0f);
+    }
+}
+
 template <int HD, int GMAX, typename KT, int EPL, int QK>
 __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk_of<QK> qa) {
     constexpr int LPT = HD / EPL, TPW = 32 / LPT, STEP = DW * TPW; /* lanes per key, keys per warp step */
@@ -154,32 +274,7 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk
     if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
     if (!a.decode_only) meta();
 
-    if constexpr (QK) {
-        for (int hi = warp; hi < a.g + own; hi += DW) {
-            if (hi < a.g) { /* query head kvh·g + hi */
-                qk_head<HM>(a.q + (int64_t)row * a.ldq + (int64_t)(kvh * a.g + hi) * HD, wq, sn, cs, qs_x[warp], qa.a.eps,
-                            HD, lane, [&](int j, bf16 o0, bf16 o1) {
-                                qs_q[hi][j] = bf2f(o0);
-                                qs_q[hi][j + HD / 2] = bf2f(o1);
-                            });
-                continue;
-            }
-            /* the k head and v: their cache codes here and in the slot */
-            int64_t sl = qa.a.slot[row], at = sl * a.kvw + (int64_t)kvh * HD;
-            bool to_cache = sl >= 0 && sl < qa.a.n_slots;
-            qk_head<HM>(qa.a.k + (int64_t)row * qa.a.ldk + (int64_t)kvh * HD, wk, sn, cs, qs_x[warp], qa.a.eps, HD, lane,
-                        [&](int j, bf16 o0, bf16 o1) {
-                            kv_store(&qs_k[j], o0);
-                            kv_store(&qs_k[j + HD / 2], o1);
-                        });
-            const bf16 *vr = qa.a.v + (int64_t)row * qa.a.ldv + (int64_t)kvh * HD;
-            for (int e = lane; e < HD; e += 32) kv_store(&qs_v[e], vr[e]);
-            __syncwarp();
-            for (int e = lane; to_cache && e < HD; e += 32)
-                ((KT *)a.kc)[at + e] = qs_k[e], ((KT *)a.vc)[at + e] = qs_v[e];
-        }
-        __syncthreads();
-    }
+    if constexpr (QK) attn_qk_heads<HD, GMAX, HM>(a, qa.a, row, kvh, own, warp, lane, wq, wk, sn, cs, qs_x, qs_q, qs_k, qs_v);
 
     float qf[GMAX][EPL], acc[GMAX][EPL], m[GMAX], l[GMAX];
 #pragma unroll
@@ -245,91 +340,15 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk
         }
     }
 
-    /* Merge the DW·TPW states: each writes (m, l, acc) to shared memory. */
+    /* Merge the DW·TPW states through shared memory. */
     __shared__ float st_m[DW * TPW][GMAX], st_l[DW * TPW][GMAX];
     __shared__ float st_acc[DW * TPW][GMAX][HD];
     __shared__ int last;
-    int sid = warp * TPW + sub;
-#pragma unroll
-    for (int i = 0; i < GMAX; i++) {
-        if (dl == 0) {
-            st_m[sid][i] = m[i];
-            st_l[sid][i] = l[i];
-        }
-#pragma unroll
-        for (int k = 0; k < EPL; k++) st_acc[sid][i][dl * EPL + k] = acc[i][k];
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < a.g * HD; e += DW * 32) {
-        int i = e / HD, d = e % HD;
-        float M = -INFINITY;
-        for (int s = 0; s < DW * TPW; s++) M = fmaxf(M, st_m[s][i]);
-        float L = 0, A = 0;
-        if (M != -INFINITY)
-            for (int s = 0; s < DW * TPW; s++) {
-                float w = __expf(st_m[s][i] - M);
-                L += st_l[s][i] * w;
-                A += st_acc[s][i][d] * w;
-            }
-        int h = kvh * a.g + i;
-        if (a.n_splits > 1) {
-            float *p = a.part + (((int64_t)row * a.nq + h) * a.n_splits + split) * (HD + 2);
-            p[2 + d] = A;
-            if (d == 0) {
-                p[0] = M;
-                p[1] = L;
-            }
-        } else {
-            a.o[(int64_t)row * a.ldo + (int64_t)h * HD + d] = f2bf(L > 0 ? A / L : 0.0f);
-        }
-    }
+    attn_merge_walkers<HD, GMAX, EPL, DW * TPW>(a, row, kvh, split, warp * TPW + sub, dl, m, l, acc, st_m, st_l, st_acc);
     if (a.n_splits == 1) return;
 
-    /* Split contexts (flash-decoding): the last of the (row, kv head)'s CTAs to finish merges the
-     * splits' partials, in split order (the same sums whichever CTA is last), and re-arms the
-     * counter for the next launch.  The merge is a few round trips to L2, not one a split: every
-     * split's (max, sum) is loaded at once into shared memory and turned into its weight there,
-     * then each output sums its splits with the loads of 32 splits in flight. */
-    __syncthreads();
-    if (threadIdx.x == 0) last = split_count_last(a.count + (int64_t)row * gridDim.y + kvh, a.n_splits);
-    __syncthreads();
-    if (!last) return;
     __shared__ float sw[ATTN_MAX_SPLITS][GMAX], sl[ATTN_MAX_SPLITS][GMAX], sL[GMAX];
-    const float *ph = a.part + ((int64_t)row * a.nq + kvh * a.g) * a.n_splits * (HD + 2); /* head i, split s */
-    for (int e = threadIdx.x; e < a.n_splits * a.g; e += DW * 32) {
-        int s = e / a.g, i = e % a.g;
-        const float *p = ph + ((int64_t)i * a.n_splits + s) * (HD + 2);
-        sw[s][i] = __ldcg(p);
-        sl[s][i] = __ldcg(p + 1);
-    }
-    __syncthreads();
-    for (int i = warp; i < a.g; i += DW) { /* a warp a head, a lane a split (and the split 32 on) */
-        float M = -INFINITY, L = 0;
-        for (int s = lane; s < a.n_splits; s += 32) M = fmaxf(M, sw[s][i]);
-        M = warp_max(M);
-        for (int s = lane; s < a.n_splits; s += 32) {
-            float w = M == -INFINITY ? 0.0f : __expf(sw[s][i] - M);
-            L += sl[s][i] * w;
-            sw[s][i] = w;
-        }
-        L = warp_sum(L);
-        if (lane == 0) sL[i] = L;
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < a.g * HD; e += DW * 32) {
-        int i = e / HD, d = e % HD;
-        const float *p = ph + (int64_t)i * a.n_splits * (HD + 2) + 2 + d;
-        float A = 0;
-        for (int s0 = 0; s0 < a.n_splits; s0 += 32) { /* 32 splits' loads in flight, then their sum in order */
-            float v[32];
-#pragma unroll
-            for (int s = 0; s < 32; s++) v[s] = s0 + s < a.n_splits ? __ldcg(p + (int64_t)(s0 + s) * (HD + 2)) : 0.0f;
-#pragma unroll
-            for (int s = 0; s < 32; s++)
-                if (s0 + s < a.n_splits) A += v[s] * sw[s0 + s][i];
-        }
-        a.o[(int64_t)row * a.ldo + (int64_t)(kvh * a.g + i) * HD + d] = f2bf(sL[i] > 0 ? A / sL[i] : 0.0f);
-    }
+    attn_merge_splits<HD, GMAX>(a, row, kvh, warp, lane, last, sw, sl, sL);
 }
 
 template <int HD, int GMAX, typename KT>

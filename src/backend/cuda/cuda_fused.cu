@@ -3,7 +3,7 @@
  * K/V cache write) — each one kernel instead of two and five.  They exist for
  * decode, where a step is a few hundred small kernels and their launch and
  * drain time, not bytes, sets the speed.  Same roundings as the plain ops
- * (tests/test_ops.c compares them with the CPU backend's plain sequence).
+ * (tests/test_ops_attn.c compares them with the CPU backend's plain sequence).
  *
  * add_rms_norm — one warp per row, 8 rows a block: x += d is written back
  * (rounded to bf16, as the residual add of the plain op), the sum of squares

@@ -15,9 +15,7 @@
  * decode-attention partials' scratch (ops run in order on the one stream, and nothing else
  * uses it between ops); rows that do not fit it at once go in groups.
  * Exact: a selection, no arithmetic on the values; checked against a host sort in the GPU tests.
- * Tried (H100, 2026-11-26): each warp's k largest by warp-wide rounds (no block barrier a round),
- * then warp 0's rounds over the 8 warps' (two levels, in both kernels): no faster (2B-FP8 batch 1
- * 792-800 tok/s against 800-807, batch 64 13,098-13,186 against 13,035-13,274). */
+ * Each logit is read from memory once; the k rounds run over registers and shared memory. */
 #include "cuda_internal.cuh"
 
 #define TOPK_MAX 64

@@ -1,0 +1,437 @@
+/* test_ops_attn.c: the CUDA attention ops (paged attention for prefill and decode, with BF16
+ * and E4M3 caches and both flash kernels; vision segment attention) and the fused ops around
+ * them (add_rms_norm, qk_norm_rope_kv, qk_norm_rope_attn) checked
+ * against the CPU backend (the numeric reference) on random inputs of odd sizes, with the
+ * helpers of ops_util.h; part of build/iris-test-gpu (not of `make test`: CI has no GPU), run by
+ * scripts/gpu-check.  Without a CUDA device every test is skipped. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "tools/quantize.h"
+#include "ops_util.h"
+#include "test.h"
+
+#ifdef IRIS_CUDA
+#include "backend/cuda/cuda_backend.h"
+
+/* ---- paged attention ---------------------------------------------------------------------- */
+
+typedef struct {
+    int n_past, n_new;
+} step_seq;
+
+static int g_impl; /* flash kernel under test: 0 mma.sync, 1 WMMA */
+static int g_kv8;  /* the caches hold E4M3 codes (--kv-cache-dtype fp8) */
+static int g_nseqs = 1; /* CUDA's meta says how many sequences the step has (n_seqs), else 0 */
+
+/* n bytes of device memory, downloaded. */
+static uint8_t *dev_read_bytes(const void *d, size_t n) {
+    uint8_t *t = malloc(n ? n : 1);
+    int rc = ops_cuda->sync(ops_cuda);
+    if (!rc) rc = ops_cuda->download(ops_cuda, t, d, n);
+    if (rc) fprintf(stderr, "  cuda: %s\n", ops_cuda->err.msg), memset(t, 0xff, n);
+    return t;
+}
+
+/* One step over sequences that bring n_new rows after n_past cached tokens: the
+ * cache is filled through kv_write (history and new rows alike), then attention
+ * of the new rows is compared. */
+static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd) {
+    int width = nkv * hd, max_blocks = 0, n_hist = 0, n_rows = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int nb = (ss[s].n_past + ss[s].n_new + 15) / 16;
+        if (nb > max_blocks) max_blocks = nb;
+        n_hist += ss[s].n_past + ss[s].n_new;
+        n_rows += ss[s].n_new;
+    }
+    int n_blocks = n_seqs * max_blocks + 3;
+    /* Block tables: a random permutation of the pool, so neighbouring blocks are far apart. */
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)n_blocks), *bt = malloc(sizeof(int32_t) * (size_t)(n_seqs * max_blocks));
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)(ops_rnd_u32() % (uint32_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int i = 0; i < n_seqs * max_blocks; i++) bt[i] = perm[i];
+    /* Every token of every sequence: its slot, K and V. */
+    int32_t *slot_all = malloc(sizeof(int32_t) * (size_t)n_hist);
+    int32_t *row_seq = malloc(sizeof(int32_t) * (size_t)n_rows), *row_ctx = malloc(sizeof(int32_t) * (size_t)n_rows);
+    int32_t *slot_new = malloc(sizeof(int32_t) * (size_t)n_rows);
+    int t = 0, r = 0;
+    for (int s = 0; s < n_seqs; s++)
+        for (int j = 0; j < ss[s].n_past + ss[s].n_new; j++, t++) {
+            slot_all[t] = bt[s * max_blocks + j / 16] * 16 + j % 16;
+            if (j >= ss[s].n_past) {
+                row_seq[r] = s, row_ctx[r] = j + 1, slot_new[r] = slot_all[t];
+                r++;
+            }
+        }
+    float *k = ops_rnd_vec((int64_t)n_hist * width, -1, 1), *v = ops_rnd_vec((int64_t)n_hist * width, -1, 1);
+    float *q = ops_rnd_vec((int64_t)n_rows * nq * hd, -1.5f, 1.5f);
+
+    /* CPU */
+    /* (k and v are bf16 values: an E4M3 cache gets the same codes on both backends) */
+    size_t ces = g_kv8 ? 1 : sizeof(float);
+    float *ck = calloc((size_t)n_blocks * 16 * width, ces), *cv = calloc((size_t)n_blocks * 16 * width, ces);
+    iris_kv_layer ckv = {ck, cv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_F32, n_blocks, nkv, hd};
+    iris_attn_meta hm = {n_hist, NULL, NULL, bt, max_blocks, slot_all, 0};
+    iris_tensor tk = ops_view(k, IRIS_DT_F32, n_hist, width, 0), tv = ops_view(v, IRIS_DT_F32, n_hist, width, 0);
+    REQUIRE(ops_cpu->kv_write(ops_cpu, &ckv, &tk, &tv, &hm) == 0);
+    float *ref = malloc(sizeof(float) * (size_t)n_rows * nq * hd);
+    iris_attn_meta cm = {n_rows, row_seq, row_ctx, bt, max_blocks, slot_new, 0};
+    iris_tensor cq = ops_view(q, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0), co = ops_view(ref, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0);
+    REQUIRE(ops_cpu->attn_paged(ops_cpu, &cq, &ckv, &cm, nq, &co) == 0);
+
+    /* CUDA */
+    size_t cache_elems = (size_t)n_blocks * 16 * width;
+    void *gk = ops_dev_poison((int64_t)cache_elems), *gv = ops_dev_poison((int64_t)cache_elems);
+    iris_kv_layer gkv = {gk, gv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_BF16, n_blocks, nkv, hd};
+    void *d_bt = ops_dev_copy(bt, sizeof(int32_t) * (size_t)(n_seqs * max_blocks));
+    void *d_slot_all = ops_dev_copy(slot_all, sizeof(int32_t) * (size_t)n_hist);
+    void *d_row_seq = ops_dev_copy(row_seq, sizeof(int32_t) * (size_t)n_rows), *d_row_ctx = ops_dev_copy(row_ctx, sizeof(int32_t) * (size_t)n_rows);
+    void *d_slot_new = ops_dev_copy(slot_new, sizeof(int32_t) * (size_t)n_rows);
+    void *dk = ops_dev_bf16(k, (int64_t)n_hist * width), *dv = ops_dev_bf16(v, (int64_t)n_hist * width);
+    iris_attn_meta ghm = {n_hist, NULL, NULL, d_bt, max_blocks, d_slot_all, 0};
+    iris_tensor gtk = ops_view(dk, IRIS_DT_BF16, n_hist, width, 0), gtv = ops_view(dv, IRIS_DT_BF16, n_hist, width, 0);
+    CHECKF(ops_cuda->kv_write(ops_cuda, &gkv, &gtk, &gtv, &ghm) == 0, "%s", ops_cuda->err.msg);
+    void *dq = ops_dev_bf16(q, (int64_t)n_rows * nq * hd), *dout = ops_dev_poison((int64_t)n_rows * nq * hd);
+    iris_attn_meta gm = {n_rows, d_row_seq, d_row_ctx, d_bt, max_blocks, d_slot_new, g_nseqs ? n_seqs : 0};
+    iris_tensor gq = ops_view(dq, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0), go = ops_view(dout, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0);
+    int rc = ops_cuda->attn_paged(ops_cuda, &gq, &gkv, &gm, nq, &go);
+    CHECKF(rc == 0, "%s", ops_cuda->err.msg);
+    float *got = ops_dev_read_bf16(dout, (int64_t)n_rows * nq * hd);
+    char what[128];
+    int len = snprintf(what, sizeof what, "attn_paged%s%s %d/%d x %d:", g_impl ? " (wmma)" : "", g_kv8 ? " (fp8 cache)" : "",
+                       nq, nkv, hd);
+    for (int s = 0; s < n_seqs && len < (int)sizeof what - 16; s++)
+        len += snprintf(what + len, sizeof what - (size_t)len, " %d+%d", ss[s].n_past, ss[s].n_new);
+    /* P is rounded to bf16 in the flash kernel: 2^-9 of each weight, so at most that of max|v|. */
+    ops_compare(what, got, (int64_t)nq * hd, ref, (int64_t)nq * hd, n_rows, (int64_t)nq * hd, 4e-3f, 4e-3f);
+
+    /* The cache itself holds exactly the written rows (E4M3: the CPU's codes, byte for byte). */
+    int kv_ok = 1;
+    if (g_kv8) {
+        uint8_t *gk8 = dev_read_bytes(gk, cache_elems), *gv8 = dev_read_bytes(gv, cache_elems);
+        for (int i = 0; i < n_hist && kv_ok; i++)
+            for (int e = 0; e < width; e++) {
+                size_t at = (size_t)slot_all[i] * width + e;
+                if (gk8[at] != ((uint8_t *)ck)[at] || gv8[at] != ((uint8_t *)cv)[at]) kv_ok = 0;
+            }
+        free(gk8), free(gv8);
+    } else {
+        float *cache_k = ops_dev_read_bf16(gk, (int64_t)cache_elems);
+        for (int i = 0; i < n_hist && kv_ok; i++)
+            for (int e = 0; e < width; e++)
+                if (cache_k[(size_t)slot_all[i] * width + e] != k[(size_t)i * width + e]) kv_ok = 0;
+        free(cache_k);
+    }
+    CHECKF(kv_ok, "kv_write%s: cache rows differ from the written k, v", g_kv8 ? " (fp8)" : "");
+
+    void *bufs[] = {gk, gv, d_bt, d_slot_all, d_row_seq, d_row_ctx, d_slot_new, dk, dv, dq, dout};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_cuda->free(ops_cuda, bufs[i]);
+    free(perm), free(bt), free(slot_all), free(row_seq), free(row_ctx), free(slot_new), free(k), free(v), free(q);
+    free(ck), free(cv), free(ref), free(got);
+}
+
+IRIS_TEST(gpu_ops_attn_paged) {
+    OPS_BACKENDS();
+    /* decode rows, one per sequence; a long one (split over the context) */
+    step_seq d1[] = {{0, 1}, {36, 1}, {700, 1}};
+    check_paged(d1, 3, 16, 8, 128);
+    check_paged(d1, 3, 6, 2, 128);
+    check_paged(d1, 3, 4, 1, 16);
+    step_seq d2[] = {{2999, 1}};
+    check_paged(d2, 1, 32, 8, 128);
+    /* 12 rows of GQA groups of 4 at long contexts: split for 2 CTAs an SM, not 4 (the rule's edges
+     * below: 4B's groups measured faster so up to 24 rows, 2B's groups of 2 from 32 rows on) */
+    step_seq d3[12];
+    for (int i = 0; i < 12; i++) d3[i] = (step_seq){300 + 97 * i, 1};
+    check_paged(d3, 12, 32, 8, 128);
+    step_seq d4[40]; /* and 40 rows of groups of 2: 2 an SM too */
+    for (int i = 0; i < 40; i++) d4[i] = (step_seq){200 + 37 * i, 1};
+    check_paged(d4, 40, 16, 8, 128);
+    CHECK(iris_cuda_attn_ctas_per_sm(1, 2) == 2 && iris_cuda_attn_ctas_per_sm(1, 4) == 2);
+    CHECK(iris_cuda_attn_ctas_per_sm(8, 2) == 4 && iris_cuda_attn_ctas_per_sm(31, 2) == 4);
+    CHECK(iris_cuda_attn_ctas_per_sm(32, 2) == 2 && iris_cuda_attn_ctas_per_sm(64, 2) == 2);
+    CHECK(iris_cuda_attn_ctas_per_sm(8, 4) == 2 && iris_cuda_attn_ctas_per_sm(24, 4) == 2);
+    CHECK(iris_cuda_attn_ctas_per_sm(25, 4) == 4 && iris_cuda_attn_ctas_per_sm(64, 4) == 4);
+    /* prefill: a chunk after a cached prefix, a decode row, a short prompt, a long one */
+    step_seq p1[] = {{20, 150}, {40, 1}, {0, 9}, {0, 200}};
+    step_seq p2[] = {{0, 5}, {0, 3}};
+    /* one sequence's prefill: the decode kernel launched only on a tail of < 8 rows (69 = 64 + 5), on
+     * none (136 = 2 x 64 + 8: the flash kernel takes the tail; 128), and on every row when the
+     * sequence count is not given */
+    step_seq s1[] = {{0, 69}}, s2[] = {{30, 136}}, s3[] = {{17, 128}};
+    for (g_nseqs = 1; g_nseqs >= 0; g_nseqs--) {
+        check_paged(s1, 1, 16, 8, 128);
+        check_paged(s1, 1, 4, 1, 16);
+    }
+    g_nseqs = 1;
+    check_paged(s2, 1, 6, 2, 128);
+    check_paged(s3, 1, 16, 8, 128);
+    for (g_impl = 0; g_impl < 2; g_impl++) {
+        iris_cuda_set_attn_impl(ops_cuda, g_impl);
+        check_paged(p1, 4, 16, 8, 128);
+        check_paged(p1, 4, 6, 2, 128);
+        check_paged(p1, 4, 4, 4, 64);
+        check_paged(p1, 4, 8, 2, 32);
+        check_paged(p1, 4, 4, 1, 16);
+        check_paged(p2, 2, 8, 8, 256);
+    }
+    g_impl = 0;
+    iris_cuda_set_attn_impl(ops_cuda, 0);
+    /* an E4M3 cache: decode rows (split and not) and prefill tiles, both flash kernels asked for
+     * (the WMMA one hands an E4M3 cache to the mma kernel) */
+    g_kv8 = 1;
+    check_paged(d1, 3, 16, 8, 128);
+    check_paged(d1, 3, 4, 1, 16);
+    check_paged(d2, 1, 32, 8, 128);
+    for (g_impl = 0; g_impl < 2; g_impl++) {
+        iris_cuda_set_attn_impl(ops_cuda, g_impl);
+        check_paged(p1, 4, 16, 8, 128);
+        check_paged(p1, 4, 8, 2, 32);
+        check_paged(p2, 2, 8, 8, 256);
+    }
+    g_kv8 = 0, g_impl = 0;
+    iris_cuda_set_attn_impl(ops_cuda, 0);
+}
+
+/* ---- fused ops: CUDA's kernels against the CPU's plain sequence --------------------------------- */
+
+static void check_add_rms(int64_t rows, int64_t cols, int with_d) {
+    float *x = ops_rnd_vec(rows * cols, -2, 2), *d = ops_rnd_vec(rows * cols, -2, 2), *w = ops_rnd_vec(cols, 0.5f, 1.5f);
+    float *rx = malloc(sizeof(float) * (size_t)(rows * cols)), *ry = malloc(sizeof(float) * (size_t)(rows * cols));
+    /* the CPU's residual add is fp32; CUDA rounds it to bf16 (as the plain CUDA add): feed the CPU the rounded sum */
+    for (int64_t i = 0; i < rows * cols; i++) rx[i] = with_d ? ops_round_bf(x[i] + d[i]) : x[i];
+    iris_tensor cx = ops_view(rx, IRIS_DT_F32, rows, cols, 0), cw = ops_view(w, IRIS_DT_F32, 1, cols, 0), cy = ops_view(ry, IRIS_DT_F32, rows, cols, 0);
+    REQUIRE(iris_backend_add_rms_norm(ops_cpu, &cx, NULL, &cw, 1e-6f, &cy) == 0);
+    void *dx = ops_dev_bf16(x, rows * cols), *dd = ops_dev_bf16(d, rows * cols), *dw = ops_dev_bf16(w, cols), *dy = ops_dev_poison(rows * cols);
+    iris_tensor gx = ops_view(dx, IRIS_DT_BF16, rows, cols, 0), gd = ops_view(dd, IRIS_DT_BF16, rows, cols, 0),
+                gw = ops_view(dw, IRIS_DT_BF16, 1, cols, 0), gy = ops_view(dy, IRIS_DT_BF16, rows, cols, 0);
+    REQUIRE(ops_cuda->add_rms_norm != NULL);
+    CHECKF(iris_backend_add_rms_norm(ops_cuda, &gx, with_d ? &gd : NULL, &gw, 1e-6f, &gy) == 0, "%s", ops_cuda->err.msg);
+    float *gotx = ops_dev_read_bf16(dx, rows * cols), *goty = ops_dev_read_bf16(dy, rows * cols);
+    char what[96];
+    snprintf(what, sizeof what, "add_rms_norm [%lld,%lld]%s: x", (long long)rows, (long long)cols, with_d ? "" : " (no d)");
+    ops_compare(what, gotx, cols, rx, cols, rows, cols, 0, 0);
+    snprintf(what, sizeof what, "add_rms_norm [%lld,%lld]%s: y", (long long)rows, (long long)cols, with_d ? "" : " (no d)");
+    ops_compare(what, goty, cols, ry, cols, rows, cols, 8e-3f, 1e-3f);
+    ops_cuda->free(ops_cuda, dx), ops_cuda->free(ops_cuda, dd), ops_cuda->free(ops_cuda, dw), ops_cuda->free(ops_cuda, dy);
+    free(x), free(d), free(w), free(rx), free(ry), free(gotx), free(goty);
+}
+
+/* Interleaved-MRoPE tables for head size hd as Qwen3-VL's text model has them: rotary pair j takes
+ * position component dim_of[j] (t, h, w interleaved over the first 60 pairs), at frequency inv[j]. */
+static void mrope_tables(int hd, int *dim_of, float *inv) {
+    for (int j = 0; j < hd / 2; j++) {
+        dim_of[j] = j % 3 == 1 && j < 60 ? 1 : j % 3 == 2 && j < 60 ? 2 : 0;
+        inv[j] = 1.0f / powf(5e6f, (float)(2 * j) / (float)hd);
+    }
+}
+
+static void check_qk_prologue(int n, int nq, int nkv, int hd) {
+    int n_blocks = (n + 15) / 16 + 2;
+    int64_t wq = (int64_t)nq * hd, wk = (int64_t)nkv * hd;
+    float *q = ops_rnd_vec(n * wq, -2, 2), *k = ops_rnd_vec(n * wk, -2, 2), *v = ops_rnd_vec(n * wk, -2, 2);
+    float *qw = ops_rnd_vec(hd, 0.5f, 1.5f), *kw = ops_rnd_vec(hd, 0.5f, 1.5f);
+    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)n), *slot = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < 3 * n; i++) pos[i] = (int32_t)(ops_rnd_u32() % 5000);
+    for (int i = 0; i < n; i++) slot[i] = ((n_blocks * 16 - 1 - i * 3) % (n_blocks * 16) + n_blocks * 16) % (n_blocks * 16); /* scattered, distinct */
+    int dim_of[128];
+    float inv[128];
+    mrope_tables(hd, dim_of, inv);
+    size_t ce = (size_t)n_blocks * 16 * wk;
+    float *rq = malloc(sizeof(float) * (size_t)(n * wq)), *rk = malloc(sizeof(float) * (size_t)(n * wk));
+    memcpy(rq, q, sizeof(float) * (size_t)(n * wq));
+    memcpy(rk, k, sizeof(float) * (size_t)(n * wk));
+    float *ck = calloc(ce, sizeof(float)), *cv = calloc(ce, sizeof(float));
+    iris_kv_layer ckv = {ck, cv, IRIS_DT_F32, n_blocks, nkv, hd};
+    iris_attn_meta cm = {n, NULL, NULL, NULL, 0, slot, 0};
+    iris_tensor cq = ops_view(rq, IRIS_DT_F32, n, wq, 0), ck_ = ops_view(rk, IRIS_DT_F32, n, wk, 0), cv_ = ops_view(v, IRIS_DT_F32, n, wk, 0);
+    iris_tensor cqw = ops_view(qw, IRIS_DT_F32, 1, hd, 0), ckw = ops_view(kw, IRIS_DT_F32, 1, hd, 0);
+    REQUIRE(iris_backend_qk_norm_rope_kv(ops_cpu, &cq, &ck_, &cv_, &cqw, &ckw, 1e-6f, nq, pos, n, dim_of, inv, &ckv, &cm) == 0);
+
+    void *dq = ops_dev_bf16(q, n * wq), *dk = ops_dev_bf16(k, n * wk), *dv = ops_dev_bf16(v, n * wk);
+    void *dqw = ops_dev_bf16(qw, hd), *dkw = ops_dev_bf16(kw, hd), *dpos = ops_dev_copy(pos, sizeof(int32_t) * 3 * (size_t)n);
+    void *dslot = ops_dev_copy(slot, sizeof(int32_t) * (size_t)n), *gk = ops_dev_poison((int64_t)ce), *gv = ops_dev_poison((int64_t)ce);
+    iris_kv_layer gkv = {gk, gv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_BF16, n_blocks, nkv, hd};
+    iris_attn_meta gm = {n, NULL, NULL, NULL, 0, dslot, 0};
+    iris_tensor gq = ops_view(dq, IRIS_DT_BF16, n, wq, 0), gk_ = ops_view(dk, IRIS_DT_BF16, n, wk, 0), gv_ = ops_view(dv, IRIS_DT_BF16, n, wk, 0);
+    iris_tensor gqw = ops_view(dqw, IRIS_DT_BF16, 1, hd, 0), gkw = ops_view(dkw, IRIS_DT_BF16, 1, hd, 0);
+    REQUIRE(ops_cuda->qk_norm_rope_kv != NULL);
+    CHECKF(iris_backend_qk_norm_rope_kv(ops_cuda, &gq, &gk_, &gv_, &gqw, &gkw, 1e-6f, nq, dpos, n, dim_of, inv, &gkv, &gm) == 0,
+           "%s", ops_cuda->err.msg);
+    float *oq = ops_dev_read_bf16(dq, n * wq), *ok = ops_dev_read_bf16(dk, n * wk), *okc, *ovc;
+    if (g_kv8) { /* the codes, widened: E4M3 of the returned k and of the given v */
+        uint8_t *k8 = dev_read_bytes(gk, ce), *v8 = dev_read_bytes(gv, ce);
+        okc = malloc(sizeof(float) * ce), ovc = malloc(sizeof(float) * ce);
+        for (size_t i = 0; i < ce; i++) okc[i] = iris_fp8_e4m3_decode(k8[i]), ovc[i] = iris_fp8_e4m3_decode(v8[i]);
+        free(k8), free(v8);
+    } else {
+        okc = ops_dev_read_bf16(gk, (int64_t)ce), ovc = ops_dev_read_bf16(gv, (int64_t)ce);
+    }
+    char what[96];
+    /* norm output rounded twice, rotary once more: 3 bf16 roundings; the rotation can cancel, so the
+     * absolute part is 3 roundings (2^-9 each, 6e-3) of the largest value, not of the result */
+    snprintf(what, sizeof what, "qk_norm_rope_kv %d/%d x %d: q", nq, nkv, hd);
+    ops_compare(what, oq, wq, rq, wq, n, wq, 1.2e-2f, 6e-3f);
+    snprintf(what, sizeof what, "qk_norm_rope_kv %d/%d x %d: k", nq, nkv, hd);
+    ops_compare(what, ok, wk, rk, wk, n, wk, 1.2e-2f, 6e-3f);
+    int cache_ok = 1;
+    for (int i = 0; i < n; i++)
+        for (int64_t e = 0; e < wk; e++) {
+            float want_k = ok[(size_t)i * wk + e], want_v = v[(size_t)i * wk + e];
+            if (g_kv8)
+                want_k = iris_fp8_e4m3_decode(iris_fp8_e4m3_encode(want_k)),
+                want_v = iris_fp8_e4m3_decode(iris_fp8_e4m3_encode(want_v));
+            cache_ok &= okc[(size_t)slot[i] * wk + e] == want_k;
+            cache_ok &= ovc[(size_t)slot[i] * wk + e] == want_v;
+        }
+    CHECKF(cache_ok, "qk_norm_rope_kv %d/%d x %d: cache rows are not the returned k and the given v", nq, nkv, hd);
+    void *bufs[] = {dq, dk, dv, dqw, dkw, dpos, dslot, gk, gv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_cuda->free(ops_cuda, bufs[i]);
+    free(q), free(k), free(v), free(qw), free(kw), free(pos), free(slot), free(rq), free(rk), free(ck), free(cv);
+    free(oq), free(ok), free(okc), free(ovc);
+}
+
+/* qk_norm_rope_attn on a decode-only step (one new row a sequence after n_past[s] cached tokens):
+ * the decode kernel doing qk_norm_rope_kv itself gives the bits of the two kernels, in o and in the
+ * whole cache (each path on its own copy of the cache, q and k). */
+static void check_qk_attn(const int *n_past, int n, int nq, int nkv, int hd) {
+    int width = nkv * hd, max_blocks = 0;
+    for (int s = 0; s < n; s++)
+        if ((n_past[s] + 16) / 16 > max_blocks) max_blocks = (n_past[s] + 16) / 16;
+    int n_blocks = n * max_blocks + 2, n_hist = 0;
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)(n * max_blocks)), *pos = malloc(sizeof(int32_t) * 3 * (size_t)n);
+    int32_t *row_seq = malloc(sizeof(int32_t) * (size_t)n), *row_ctx = malloc(sizeof(int32_t) * (size_t)n);
+    int32_t *slot = malloc(sizeof(int32_t) * (size_t)n), *hslot = malloc(sizeof(int32_t) * (size_t)(n * max_blocks * 16));
+    for (int i = 0; i < n * max_blocks; i++) bt[i] = (int32_t)((i * 7 + 1) % n_blocks); /* scattered, distinct */
+    for (int s = 0; s < n; s++) {
+        row_seq[s] = s, row_ctx[s] = n_past[s] + 1;
+        slot[s] = bt[s * max_blocks + n_past[s] / 16] * 16 + n_past[s] % 16;
+        for (int j = 0; j < n_past[s]; j++) hslot[n_hist++] = bt[s * max_blocks + j / 16] * 16 + j % 16;
+        for (int d = 0; d < 3; d++) pos[d * n + s] = (int32_t)(n_past[s] + (int)(ops_rnd_u32() % 7));
+    }
+    int dim_of[128];
+    float inv[128];
+    mrope_tables(hd, dim_of, inv);
+    int64_t wq = (int64_t)nq * hd;
+    float *q = ops_rnd_vec(n * wq, -2, 2), *k = ops_rnd_vec((int64_t)n * width, -2, 2), *v = ops_rnd_vec((int64_t)n * width, -2, 2);
+    float *hk = ops_rnd_vec((int64_t)(n_hist + 1) * width, -1, 1), *hv = ops_rnd_vec((int64_t)(n_hist + 1) * width, -1, 1);
+    float *qw = ops_rnd_vec(hd, 0.5f, 1.5f), *kw = ops_rnd_vec(hd, 0.5f, 1.5f);
+    void *dqw = ops_dev_bf16(qw, hd), *dkw = ops_dev_bf16(kw, hd), *dpos = ops_dev_copy(pos, sizeof(int32_t) * 3 * (size_t)n);
+    void *dbt = ops_dev_copy(bt, sizeof(int32_t) * (size_t)(n * max_blocks)), *dslot = ops_dev_copy(slot, sizeof(int32_t) * (size_t)n);
+    void *dseq = ops_dev_copy(row_seq, sizeof(int32_t) * (size_t)n), *dctx = ops_dev_copy(row_ctx, sizeof(int32_t) * (size_t)n);
+    void *dhslot = ops_dev_copy(hslot, sizeof(int32_t) * (size_t)(n_hist + 1));
+    void *dhk = ops_dev_bf16(hk, (int64_t)(n_hist + 1) * width), *dhv = ops_dev_bf16(hv, (int64_t)(n_hist + 1) * width);
+    iris_tensor gqw = ops_view(dqw, IRIS_DT_BF16, 1, hd, 0), gkw = ops_view(dkw, IRIS_DT_BF16, 1, hd, 0);
+    size_t ce = (size_t)n_blocks * 16 * width;
+    void *cache[2][2], *out[2];
+    for (int p = 0; p < 2; p++) { /* p = 0: the two kernels; 1: one */
+        cache[p][0] = ops_dev_poison((int64_t)ce), cache[p][1] = ops_dev_poison((int64_t)ce);
+        iris_kv_layer kv = {cache[p][0], cache[p][1], g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_BF16, n_blocks, nkv, hd};
+        iris_attn_meta hm = {n_hist, NULL, NULL, dbt, max_blocks, dhslot, 0};
+        iris_tensor th = ops_view(dhk, IRIS_DT_BF16, n_hist, width, 0), tv = ops_view(dhv, IRIS_DT_BF16, n_hist, width, 0);
+        if (n_hist) CHECKF(ops_cuda->kv_write(ops_cuda, &kv, &th, &tv, &hm) == 0, "%s", ops_cuda->err.msg);
+        void *dq = ops_dev_bf16(q, n * wq), *dk = ops_dev_bf16(k, (int64_t)n * width), *dv = ops_dev_bf16(v, (int64_t)n * width);
+        out[p] = ops_dev_poison(n * wq);
+        iris_tensor gq = ops_view(dq, IRIS_DT_BF16, n, wq, 0), gk = ops_view(dk, IRIS_DT_BF16, n, width, 0);
+        iris_tensor gv = ops_view(dv, IRIS_DT_BF16, n, width, 0), go = ops_view(out[p], IRIS_DT_BF16, n, wq, 0);
+        iris_attn_meta m = {n, dseq, dctx, dbt, max_blocks, dslot, n};
+        iris_cuda_set_qk_attn(ops_cuda, p);
+        int rc = iris_backend_qk_norm_rope_attn(ops_cuda, &gq, &gk, &gv, &gqw, &gkw, 1e-6f, nq, dpos, n, dim_of, inv, &kv, &m, &go);
+        iris_cuda_set_qk_attn(ops_cuda, 1);
+        CHECKF(rc == 0, "%s", ops_cuda->err.msg);
+        ops_cuda->free(ops_cuda, dq), ops_cuda->free(ops_cuda, dk), ops_cuda->free(ops_cuda, dv);
+    }
+    char what[128];
+    int len = snprintf(what, sizeof what, "qk_norm_rope_attn%s %d/%d x %d:", g_kv8 ? " (fp8 cache)" : "", nq, nkv, hd);
+    for (int s = 0; s < n && len < (int)sizeof what - 12; s++) len += snprintf(what + len, sizeof what - (size_t)len, " %d", n_past[s]);
+    ops_same_bits(out[0], out[1], n * wq, what);
+    uint8_t *c0 = dev_read_bytes(cache[0][0], ce * 2), *c1 = dev_read_bytes(cache[1][0], ce * 2);
+    uint8_t *v0 = dev_read_bytes(cache[0][1], ce * 2), *v1 = dev_read_bytes(cache[1][1], ce * 2);
+    CHECKF(!memcmp(c0, c1, ce * 2) && !memcmp(v0, v1, ce * 2), "%s the caches differ", what);
+    free(c0), free(c1), free(v0), free(v1);
+    for (int p = 0; p < 2; p++) ops_cuda->free(ops_cuda, cache[p][0]), ops_cuda->free(ops_cuda, cache[p][1]), ops_cuda->free(ops_cuda, out[p]);
+    void *bufs[] = {dqw, dkw, dpos, dbt, dslot, dseq, dctx, dhslot, dhk, dhv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_cuda->free(ops_cuda, bufs[i]);
+    free(bt), free(pos), free(row_seq), free(row_ctx), free(slot), free(hslot);
+    free(q), free(k), free(v), free(hk), free(hv), free(qw), free(kw);
+}
+
+IRIS_TEST(gpu_ops_qk_attn) {
+    OPS_BACKENDS();
+    REQUIRE(ops_cuda->qk_norm_rope_attn != NULL);
+    /* contexts of one token, within a block, split over the context (the newest key in the last
+     * split, or alone in a split: 1024 = 64 blocks, the 1,025th key) */
+    const int d3[] = {0, 36, 700}, d1[] = {2999}, d4[] = {1024, 15, 16, 1}, d6[] = {5, 80, 0, 300, 17, 2};
+    for (g_kv8 = 0; g_kv8 < 2; g_kv8++) {
+        check_qk_attn(d3, 3, 16, 8, 128); /* 2B's heads */
+        check_qk_attn(d1, 1, 32, 8, 128); /* 4B's */
+        check_qk_attn(d4, 4, 16, 8, 128);
+        check_qk_attn(d3, 3, 8, 8, 64);   /* no grouping */
+        check_qk_attn(d3, 3, 4, 2, 32);   /* tiny-gqa */
+        check_qk_attn(d4, 4, 4, 1, 16);   /* tiny-mqa: a group of 4 */
+        check_qk_attn(d3, 3, 8, 1, 128);  /* a group of 8 over 4 warps */
+        check_qk_attn(d3, 3, 4, 2, 256);  /* past QK_ATTN_MAX_HD: the two kernels both times */
+        check_qk_attn(d6, 6, 16, 8, 128); /* past QK_ATTN_MAX_ROWS: the same */
+    }
+    g_kv8 = 0;
+}
+
+IRIS_TEST(gpu_ops_fused) {
+    OPS_BACKENDS();
+    check_add_rms(37, 264, 1);
+    check_add_rms(5, 131, 1);
+    check_add_rms(3, 2048, 0);
+    check_qk_prologue(23, 16, 8, 128);
+    check_qk_prologue(9, 6, 2, 32);
+    check_qk_prologue(1, 4, 1, 16);
+    g_kv8 = 1; /* into an E4M3 cache */
+    check_qk_prologue(23, 16, 8, 128);
+    check_qk_prologue(9, 6, 2, 32);
+    g_kv8 = 0;
+}
+
+/* ---- segment attention (vision) ------------------------------------------------------------- */
+
+static void check_segments(const int *cu, int n_seg, int nh, int hd) {
+    int64_t n = cu[n_seg], w = (int64_t)nh * hd, ld = 3 * w;
+    float *qkv = ops_rnd_vec(n * ld, -1.5f, 1.5f), *ref = malloc(sizeof(float) * (size_t)(n * w));
+    iris_tensor cqkv = ops_view(qkv, IRIS_DT_F32, n, ld, 0), co = ops_view(ref, IRIS_DT_F32, n, w, 0);
+    REQUIRE(ops_cpu->attn_segments(ops_cpu, &cqkv, nh, hd, cu, n_seg, &co) == 0);
+    void *dqkv = ops_dev_bf16(qkv, n * ld), *dout = ops_dev_poison(n * w);
+    iris_tensor gqkv = ops_view(dqkv, IRIS_DT_BF16, n, ld, 0), go = ops_view(dout, IRIS_DT_BF16, n, w, 0);
+    CHECKF(ops_cuda->attn_segments(ops_cuda, &gqkv, nh, hd, cu, n_seg, &go) == 0, "%s", ops_cuda->err.msg);
+    float *got = ops_dev_read_bf16(dout, n * w);
+    char what[128];
+    int len = snprintf(what, sizeof what, "attn_segments%s %d x %d:", g_impl ? " (wmma)" : "", nh, hd);
+    for (int s = 0; s < n_seg && len < (int)sizeof what - 8; s++)
+        len += snprintf(what + len, sizeof what - (size_t)len, " %d", cu[s + 1] - cu[s]);
+    ops_compare(what, got, w, ref, w, n, w, 4e-3f, 4e-3f);
+    ops_cuda->free(ops_cuda, dqkv), ops_cuda->free(ops_cuda, dout);
+    free(qkv), free(ref), free(got);
+}
+
+IRIS_TEST(gpu_ops_attn_segments) {
+    OPS_BACKENDS();
+    int a[] = {0, 37, 250, 300};
+    int b[] = {0, 129};
+    int c[] = {0, 1, 1025};
+    int d[] = {0, 70, 133};
+    for (g_impl = 0; g_impl < 2; g_impl++) {
+        iris_cuda_set_attn_impl(ops_cuda, g_impl);
+        check_segments(a, 3, 3, 64);
+        check_segments(b, 1, 2, 128);
+        check_segments(c, 2, 16, 64);
+        check_segments(d, 2, 4, 32);
+        check_segments(d, 2, 2, 16);
+    }
+    g_impl = 0;
+    iris_cuda_set_attn_impl(ops_cuda, 0);
+}
+
+#endif
