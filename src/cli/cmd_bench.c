@@ -1,18 +1,18 @@
 /* cmd_bench.c: `iris bench MODEL [--batch 1,8,32,64] [--prompt-tokens N]
- * [--gen-tokens N] [--device cuda|cpu]`: prefill and decode speed of the text
- * decoder (model/text.c) through the op table, printed as one JSON object.
+ * [--gen-tokens N] [--device cuda|cpu]`: prefill and decode speed of the
+ * engine's own step, printed as one JSON object.
  *
- * Prefill: one sequence of N random tokens (logits of the last row).  Decode:
- * for each batch size B, B sequences that share the prompt's cache blocks
- * (the prompt is rounded to whole blocks so each sequence's new tokens land
- * in blocks of its own) decode --gen-tokens steps, one token each a step.
- * Each step goes through the text decoder as the engine calls it for greedy
- * requests: host inputs uploaded, decode steps replayed from CUDA graphs
- * (IRIS_CUDA_GRAPHS=0: op by op), and each row's most likely tokens taken on
- * the GPU (text.h iris_text_forward_top, a few past the one greedy needs, as
- * the engine asks) and downloaded; --host-sampling downloads every row's fp32
- * logits instead (the path of requests with penalties or logprobs).  Memory:
- * the arena (weights + KV cache + scratch, sized from the checkpoint) and
+ * The engine is opened as `iris serve` opens it (its loader, memory plan and
+ * runner), sized for the largest batch; while it has no requests, the
+ * engine's runner (engine/runner.h) is driven directly.  Prefill: one
+ * sequence of N random tokens (logits of the last row).  Decode: for each
+ * batch size B, B sequences that share the prompt's cache blocks (the prompt
+ * is rounded to whole blocks so each sequence's new tokens land in blocks of
+ * their own) decode --gen-tokens steps, one token each a step, asking for
+ * greedy's candidates as the engine does (decode graphs where the backend
+ * records them); --host-sampling downloads every row's fp32 logits instead
+ * (the path of requests with penalties or logprobs).  --image: time to first
+ * token of one request through the engine.  Memory: the engine's arena and
  * the device's used memory (cudaMemGetInfo; the whole device).
  * Figures are reported, never asserted (DESIGN.md). */
 #include <stdio.h>   /* before jpeglib.h, which needs FILE and size_t */
