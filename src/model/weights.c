@@ -15,7 +15,7 @@
 
 #include "err.h"
 
-static int is_cpu(const iris_backend *b) { return !b || !strcmp(b->name, "cpu"); }
+static int reads_host_weights(const iris_backend *b) { return !b || b->host_weights; }
 
 int iris_model_open(const char *dir, const iris_model_opts *opts, iris_model **out, iris_err *err) {
     static const iris_model_opts defaults = {0};
@@ -46,7 +46,7 @@ int iris_model_open(const char *dir, const iris_model_opts *opts, iris_model **o
         rc = iris_vision_load(m->st, &m->cfg.vision_config, &m->vision, err);
         m->has_vision = rc == 0;
     }
-    if (!rc && !is_cpu(opts->backend)) {
+    if (!rc && !reads_host_weights(opts->backend)) {
         rc = iris_text_upload(&m->text, opts->backend, err);
         if (!rc && m->has_vision) rc = iris_vision_upload(&m->vision, opts->backend, err);
         if (!rc) m->on = opts->backend;
