@@ -190,6 +190,12 @@ IRIS_TEST(build_archs_say_which_cards_run) {
     CHECK(iris_cuda_ptx_runs("120", 13, 0) && iris_cuda_ptx_runs("120", 12, 0) && iris_cuda_ptx_runs("90", 10, 0));
     CHECK(!iris_cuda_ptx_runs("120", 10, 0) && !iris_cuda_ptx_runs("90", 8, 9) && !iris_cuda_ptx_runs("", 9, 0) &&
           !iris_cuda_ptx_runs(NULL, 9, 0));
+    /* the capability the kernels are compiled for: the device's, or the older PTX's they were JIT-compiled from */
+    CHECK(iris_cuda_kernels_major("90a", "90", 9, 0) == 9);
+    CHECK(iris_cuda_kernels_major("90a", "90", 10, 0) == 9);
+    CHECK(iris_cuda_kernels_major("86", "86", 9, 0) == 8);   /* sm_90 features compiled out: off */
+    CHECK(iris_cuda_kernels_major("80 86 89 90a 120f", "120", 13, 0) == 12);
+    CHECK(iris_cuda_kernels_major("80 86 89 90a 120f", "120", 8, 9) == 8);
 }
 
 /* The PTX entries of the fatbinary nvcc embeds in object file `path`: how many there are, and

@@ -4,7 +4,9 @@
  * The Makefile compiles machine code (SASS) for each target of CUDA_ARCHS ("80 86 89 90a 120f")
  * and PTX for the newest one, as a plain target (compute_120).  The driver runs SASS built for
  * sm_XY on a device X.Z with Z >= Y, sm_XYf (family) likewise, and sm_XYa (arch-specific) on X.Y
- * only; PTX for compute_P it compiles at run time (JIT) for any device of capability P or newer. */
+ * only; PTX for compute_P it compiles at run time (JIT) for any device of capability P or newer.
+ * Kernels so compiled keep the PTX's __CUDA_ARCH__, so the backend gates what needs sm_90 on
+ * iris_cuda_kernels_major, not on the device's own capability (cuda_mem.cu set_choices). */
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_info.h"
@@ -39,4 +41,10 @@ int iris_cuda_archs_have_sass(const char *archs, int major, int minor) {
 int iris_cuda_ptx_runs(const char *ptx, int major, int minor) {
     int p = ptx ? atoi(ptx) : 0;
     return p > 0 && major * 10 + minor >= p;
+}
+
+int iris_cuda_kernels_major(const char *archs, const char *ptx, int major, int minor) {
+    if (iris_cuda_archs_have_sass(archs, major, minor)) return major;
+    int p = ptx ? atoi(ptx) : 0;
+    return p > 0 && p / 10 < major ? p / 10 : major;
 }

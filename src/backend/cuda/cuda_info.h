@@ -33,6 +33,10 @@ const char *iris_cuda_ptx(void);
  * ptx or newer).  Pure functions of their arguments (cuda_archs.c): no GPU needed. */
 int iris_cuda_archs_have_sass(const char *archs, int major, int minor);
 int iris_cuda_ptx_runs(const char *ptx, int major, int minor);
+/* The major compute capability the kernels run as on such a device: its own where `archs` has
+ * machine code for it, else the PTX's (compute_`ptx`), which may be older (a build for "86" on an
+ * H100 runs compute_86 code: what needs sm_90, compiled out of it, must stay off). */
+int iris_cuda_kernels_major(const char *archs, const char *ptx, int major, int minor);
 
 /* 1 when `device` can run this build: a driver at least as new as its CUDA runtime, the device
  * there, and kernels for it in the build's CUDA_ARCHS (machine code, or the PTX compiled at run time

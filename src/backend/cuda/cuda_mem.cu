@@ -485,13 +485,15 @@ static void carve_scratch(cuda_ctx *c) {
 /* The kernels' choices: the measured defaults, and the switches where set. */
 static void set_choices(iris_backend *b, const switches *sw) {
     cuda_ctx *c = cuda_of(b);
+    /* what needs sm_90 is compiled out of kernels JIT-compiled from older PTX: it stays off */
+    int major = iris_cuda_kernels_major(iris_cuda_archs(), iris_cuda_ptx(), c->prop.major, c->prop.minor);
     iris_cuda_set_gemv_rows(b, -1); /* products of more rows go to cuBLASLt */
     c->fp8_mma = sw->fp8_mma && c->prop.major == 9;
-    c->gemv_mma = sw->gemv_mma && c->prop.major >= 8;
+    c->gemv_mma = sw->gemv_mma && major >= 8;
     c->gemv_smem = 1;
-    c->pdl = sw->pdl && c->prop.major >= 9;
+    c->pdl = sw->pdl && major >= 9;
     c->qk_attn = 1;
-    c->decode_stack = sw->decode_stack;
+    c->decode_stack = major >= 9 ? sw->decode_stack : 0;
     c->ds_split = -1;
     c->ds_trace = sw->ds_trace;
 }
