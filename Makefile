@@ -1,5 +1,6 @@
 # iris: top-level build.  `make` builds build/iris and build/libiris.a;
 # `make test` sets up, builds and runs every test (last line: "N passed, N failed");
+# `make probes` builds the CUDA probes (bench/*.cu, below);
 # `make demo` sets up, builds and runs the main job.  CUDA sources are built when
 # nvcc is found (CUDA=0 skips them); CUDA_ARCHS picks the architectures.
 
@@ -16,7 +17,7 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -
 LDLIBS  += $(PKG_LIBS) -lm -pthread
 
 LIB_SRC := $(wildcard src/base/*.c src/formats/*.c src/hub/*.c src/model/*.c src/tools/*.c src/backend/*.c src/backend/cpu/*.c \
-                      src/engine/*.c src/server/*.c)
+                      src/backend/cuda/*.c src/engine/*.c src/server/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 TEST_SRC:= $(filter-out tests/test_ops%,$(wildcard tests/*.c))
 GPU_TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,tests/test_main.c tests/tiny_fixture.c $(wildcard tests/test_ops*.c))
@@ -30,35 +31,50 @@ CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # CUDA_ARCHS: by default the GPUs of this machine (scripts/cuda-archs: an RTX 5060 gives 120f, an
 # H100 90a), else 90a (no GPU: CI).  90a / 120f: with their arch- and family-specific instructions
 # (setmaxnreg in cuda_decode.cu).  A release build: "80 86 89 90a 120f".
+# Machine code (sm_XX) for each, and PTX for the newest as a plain target (120f -> compute_120,
+# 90a -> compute_90: what an arch-specific target adds is behind feature macros), so that a card
+# newer than the list still runs: the driver compiles that PTX at its first start (cuda_info.cu
+# says so in the log).  It costs a compile pass (cuda_decode.cu, CI's 90a: 6.8 -> 10.1 s);
+# CUDA_PTX= (empty) leaves it out.
 CU_SRC  := $(wildcard src/backend/cuda/*.cu)
+comma   := ,
 gencode  = $(foreach a,$(1),-gencode arch=compute_$(a),code=sm_$(a))
+ptx_arch = $(shell printf '%s\n' $(1) | sed 's/[a-z]*$$//' | sort -n | tail -1)
 CUDA    ?= $(if $(and $(NVCC),$(CU_SRC)),1,0)
 ifeq ($(CUDA),1)
 ifeq ($(origin CUDA_ARCHS),undefined)
 CUDA_ARCHS := $(shell scripts/cuda-archs)
 endif
 export CUDA_ARCHS  # to the sub-makes of `make test` (asked once)
+ifeq ($(origin CUDA_PTX),undefined)
+CUDA_PTX := $(call ptx_arch,$(CUDA_ARCHS))
+endif
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
-# the CUDA objects are rebuilt when CUDA_ARCHS changes: a file that holds it, rewritten only then
+# the CUDA objects are rebuilt when the targets change: a file that holds them (CUDA_ARCHS, then
+# "ptx N"), rewritten only then
 CU_STAMP := $(BUILD)/cuda_archs
-$(shell mkdir -p $(BUILD) && { [ "$$(cat $(CU_STAMP) 2>/dev/null)" = "$(CUDA_ARCHS)" ] || echo "$(CUDA_ARCHS)" > $(CU_STAMP); })
+CU_STAMP_TEXT := printf '%s\nptx %s\n' "$(CUDA_ARCHS)" "$(CUDA_PTX)"
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(CU_STAMP) 2>/dev/null)" = "$$($(CU_STAMP_TEXT))" ] || $(CU_STAMP_TEXT) > $(CU_STAMP); })
 CFLAGS  += -DIRIS_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 # the flags every CUDA compile takes (the probes' and scripts/spill-check's too)
 NVBASE  := -O3 -std=c++17 -Iinclude -Isrc -Isrc/base
-NVFLAGS ?= $(NVBASE) $(call gencode,$(CUDA_ARCHS)) \
-           -Xcompiler -fPIC -MMD -MP -DIRIS_CUDA_ARCHS='"$(CUDA_ARCHS)"'
+NVFLAGS ?= $(NVBASE) $(call gencode,$(CUDA_ARCHS)) $(if $(CUDA_PTX),-gencode arch=compute_$(CUDA_PTX)$(comma)code=compute_$(CUDA_PTX)) \
+           -Xcompiler -fPIC -MMD -MP -DIRIS_CUDA_ARCHS='"$(CUDA_ARCHS)"' -DIRIS_CUDA_PTX='"$(CUDA_PTX)"'
 endif
 
 # Probes: bench/NAME.cu, stand-alone measurements of one mechanism on an H100 (sm_90 whatever
-# CUDA_ARCHS says, beside its newer targets), built with the library so that CI compiles them;
-# scripts/gpu-check runs them.
+# CUDA_ARCHS says, beside its newer targets), built by `make probes` (and by `make test`, so that
+# CI compiles them: ~12 s of one core for all six, against minutes for the library's CUDA objects);
+# scripts/gpu-check builds and runs them.
 PROBES := $(if $(filter 1,$(CUDA)),$(patsubst bench/%.cu,$(BUILD)/bench/%,$(wildcard bench/*.cu)))
 # and for the newer GPUs CUDA_ARCHS names (an RTX 50 card: 120f), so that gpu-check runs them there too
 PROBE_ARCHS := $(filter 100% 101% 103% 110% 120% 121%,$(CUDA_ARCHS))
 
-.PHONY: all test demo setup clean fuzz-smoke bench-tok examples spill-check
-all: $(BUILD)/iris $(BUILD)/libiris.a $(PROBES)
+.PHONY: all test demo setup clean fuzz-smoke bench-tok examples spill-check probes
+all: $(BUILD)/iris $(BUILD)/libiris.a
+probes: $(PROBES)
+	@$(if $(PROBES),,echo "probes: no CUDA in this build")
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -140,7 +156,7 @@ $(BUILD)/spill-check.ok: src/backend/cuda/cuda_decode.cu src/backend/cuda/cuda_i
 	@NVCC=$(NVCC) NVBASE="$(NVBASE)" scripts/spill-check > $@.tmp; st=$$?; cat $@.tmp; [ $$st = 0 ] && mv $@.tmp $@
 
 test: setup
-	@$(MAKE) --no-print-directory -j$$(nproc) all $(BUILD)/iris-test
+	@$(MAKE) --no-print-directory -j$$(nproc) all $(BUILD)/iris-test probes
 	@$(MAKE) --no-print-directory -j$$(nproc) fuzz-smoke
 	@$(MAKE) --no-print-directory spill-check
 	@IRIS_ROOT=$(CURDIR) IRIS_BIN=$${IRIS_BIN:-$(BUILD)/iris} $(BUILD)/iris-test

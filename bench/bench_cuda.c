@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_testing.h"
 
 static iris_backend *B;
 static uint64_t g_rng = 88172645463325252ull;

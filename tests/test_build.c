@@ -1,12 +1,17 @@
 /* test_build.c: the build targets this machine's GPUs.  scripts/cuda-archs maps what nvidia-smi
  * lists to CUDA_ARCHS (a fake nvidia-smi here), and the Makefile compiles the CUDA code (and the
- * probes, beside sm_90) for them when CUDA_ARCHS is not given (make -n: nothing is built). */
+ * probes, beside sm_90) for them when CUDA_ARCHS is not given (make -n: nothing is built).  Builds
+ * outlive their GPUs: machine code for each target and PTX for the newest, as a plain target, that
+ * a newer card compiles at start (cuda_archs.c says which cards run which).  None of it needs a
+ * GPU or nvcc. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda_info.h"
 #include "test.h"
 
 /* stdout of cmd, "" when it failed */
@@ -73,6 +78,10 @@ IRIS_TEST(build_cuda_archs_follow_the_gpus) {
     CHECKF(strstr(out, "arch=compute_86,code=sm_86") && strstr(out, "arch=compute_120f,code=sm_120f") &&
                strstr(out, "IRIS_CUDA_ARCHS='\"86 120f\"'"),
            "make -n: %s", out);
+    /* and PTX for the newest of them, plain (no arch- or family-specific PTX: a newer card JITs it) */
+    CHECKF(strstr(out, "arch=compute_120,code=compute_120") && strstr(out, "IRIS_CUDA_PTX='\"120\"'") &&
+               !strstr(out, "code=compute_86") && !strstr(out, "code=compute_120f"),
+           "make -n (PTX): %s", out);
     free(out);
     /* the probes: sm_90 (H100 measurements) and the newer targets beside it */
     snprintf(line, sizeof line,
@@ -90,8 +99,167 @@ IRIS_TEST(build_cuda_archs_follow_the_gpus) {
     snprintf(cmd, sizeof cmd, "PATH=%s:$PATH %s 2>&1", dir, line);
     out = run(cmd);
     REQUIRE(out);
-    CHECKF(strstr(out, "arch=compute_89,code=sm_89") && !strstr(out, "sm_120f"), "make -n CUDA_ARCHS=89: %s", out);
+    CHECKF(strstr(out, "arch=compute_89,code=sm_89") && !strstr(out, "sm_120f") &&
+               strstr(out, "arch=compute_89,code=compute_89"),
+           "make -n CUDA_ARCHS=89: %s", out);
+    free(out);
+    /* a release build's list: SASS for each, PTX once, for the newest (by number, not by spelling) */
+    snprintf(line, sizeof line, mk, dir, "CUDA_ARCHS='80 86 89 90a 120f'", dir);
+    snprintf(cmd, sizeof cmd, "PATH=%s:$PATH %s 2>&1", dir, line);
+    out = run(cmd);
+    REQUIRE(out);
+    int ptx_targets = 0;
+    for (const char *p = out; (p = strstr(p, ",code=compute_")); p++) ptx_targets++;
+    CHECKF(strstr(out, "arch=compute_80,code=sm_80") && strstr(out, "arch=compute_90a,code=sm_90a") &&
+               strstr(out, "arch=compute_120,code=compute_120") && ptx_targets == 1,
+           "make -n (release list): %d PTX targets: %s", ptx_targets, out);
+    free(out);
+    /* CI's build (no GPU: 90a): sm_90a and compute_90, which cuda_decode.cu's setmaxnreg stays out of
+     * (it is behind __CUDA_ARCH_FAMILY_SPECIFIC__) */
+    fake_smi(dir, NULL);
+    snprintf(line, sizeof line, mk, dir, "", dir);
+    snprintf(cmd, sizeof cmd, "PATH=%s:$PATH %s 2>&1", dir, line);
+    out = run(cmd);
+    REQUIRE(out);
+    CHECKF(strstr(out, "arch=compute_90a,code=sm_90a") && strstr(out, "arch=compute_90,code=compute_90"),
+           "make -n (no GPU): %s", out);
     free(out);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
+}
+
+/* `make` builds the CLI and the library, not the probes (bench/NAME.cu); `make probes` does, and
+ * `make test` builds them too, so that CI compiles them. */
+IRIS_TEST(build_probes_by_their_own_target) {
+    char dir[] = "/tmp/iris-probes-XXXXXX", cmd[1024];
+    REQUIRE(mkdtemp(dir));
+    const char *mk = "unset MAKEFLAGS MFLAGS; make -n --no-print-directory CUDA=1 NVCC=/bin/true CUDA_ARCHS=90a "
+                     "BUILD=%s/b %s 2>&1";
+    snprintf(cmd, sizeof cmd, mk, dir, "all");
+    char *out = run(cmd);
+    REQUIRE(out);
+    CHECKF(out[0] && strstr(out, "cuda_attn.cu") && !strstr(out, "bench/sync_probe"), "make -n all: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, mk, dir, "probes");
+    out = run(cmd);
+    REQUIRE(out);
+    CHECKF(strstr(out, "bench/sync_probe.cu") && strstr(out, "bench/pdl_probe.cu"), "make -n probes: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "unset MAKEFLAGS MFLAGS; make -n --no-print-directory CUDA=0 BUILD=%s/b probes 2>&1", dir);
+    out = run(cmd);
+    REQUIRE(out);
+    CHECKF(strstr(out, "no CUDA in this build") && !strstr(out, "nvcc"), "make -n CUDA=0 probes: %s", out);
+    free(out);
+    FILE *f = fopen("Makefile", "r");
+    REQUIRE(f);
+    char l[512];
+    int test_builds_probes = 0;
+    while (fgets(l, sizeof l, f))
+        if (strstr(l, "$(MAKE)") && strstr(l, " all ") && strstr(l, "iris-test") && strstr(l, "probes")) test_builds_probes = 1;
+    fclose(f);
+    CHECKF(test_builds_probes, "make test does not build the probes");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* Which cards a build runs, from its CUDA_ARCHS: machine code for the same major version and an
+ * equal or newer minor one (sm_XYa: that one card only), PTX for any card at least as new. */
+IRIS_TEST(build_archs_say_which_cards_run) {
+    static const struct {
+        const char *archs;
+        int major, minor, sass;
+    } cases[] = {
+        {"90a", 9, 0, 1},
+        {"90a", 10, 0, 0},                /* a B200 under CI's build: only the PTX */
+        {"90a", 8, 9, 0},
+        {"80 86 89 90a 120f", 8, 6, 1},
+        {"80", 8, 9, 1},                  /* sm_80 runs on 8.6 and 8.9 */
+        {"86", 8, 0, 0},                  /* not backwards */
+        {"90a", 9, 1, 0},                 /* arch-specific: 9.0 only */
+        {"90", 9, 1, 1},
+        {"120f", 12, 1, 1},               /* the family: 12.0 and 12.1 */
+        {"120f", 13, 0, 0},               /* a card newer than the list */
+        {"100f 120f", 11, 0, 0},
+        {"", 9, 0, 0},
+        {"bogus 90a", 9, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        CHECKF(iris_cuda_archs_have_sass(cases[i].archs, cases[i].major, cases[i].minor) == cases[i].sass,
+               "CUDA_ARCHS \"%s\" on %d.%d: want %s", cases[i].archs, cases[i].major, cases[i].minor,
+               cases[i].sass ? "machine code" : "none");
+    CHECK(iris_cuda_ptx_runs("120", 13, 0) && iris_cuda_ptx_runs("120", 12, 0) && iris_cuda_ptx_runs("90", 10, 0));
+    CHECK(!iris_cuda_ptx_runs("120", 10, 0) && !iris_cuda_ptx_runs("90", 8, 9) && !iris_cuda_ptx_runs("", 9, 0) &&
+          !iris_cuda_ptx_runs(NULL, 9, 0));
+    /* the capability the kernels are compiled for: the device's, or the older PTX's they were JIT-compiled from */
+    CHECK(iris_cuda_kernels_major("90a", "90", 9, 0) == 9);
+    CHECK(iris_cuda_kernels_major("90a", "90", 10, 0) == 9);
+    CHECK(iris_cuda_kernels_major("86", "86", 9, 0) == 8);   /* sm_90 features compiled out: off */
+    CHECK(iris_cuda_kernels_major("80 86 89 90a 120f", "120", 13, 0) == 12);
+    CHECK(iris_cuda_kernels_major("80 86 89 90a 120f", "120", 8, 9) == 8);
+}
+
+/* The PTX entries of the fatbinary nvcc embeds in object file `path`: how many there are, and
+ * whether one is for compute_`sm` and plain (neither arch- nor family-specific).  The layout, as
+ * nvcc 12-13 writes it: a 16-byte header (magic 0xBA55ED50, version, header size, payload size),
+ * then entries of { u16 kind (1 PTX, 2 machine code), u16 version, u32 header size, u64 payload
+ * size, ..., u32 sm at 28, u64 flags at 40 (0x100000 arch-specific "a", 0x200000 family "f") }. */
+static int fatbin_ptx(const char *path, unsigned sm, int *plain) {
+    *plain = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    static unsigned char buf[16 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    int count = 0;
+    for (size_t i = 0; i + 16 <= n; i += 4) {
+        uint32_t magic;
+        memcpy(&magic, buf + i, 4);
+        if (magic != 0xBA55ED50u) continue;
+        uint16_t hs;
+        uint64_t size;
+        memcpy(&hs, buf + i + 6, 2);
+        memcpy(&size, buf + i + 8, 8);
+        for (size_t p = i + hs; p + 48 <= n && p < i + hs + size;) {
+            uint16_t kind;
+            uint32_t ehs, esm;
+            uint64_t payload, flags;
+            memcpy(&kind, buf + p, 2);
+            memcpy(&ehs, buf + p + 4, 4);
+            memcpy(&payload, buf + p + 8, 8);
+            memcpy(&esm, buf + p + 28, 4);
+            memcpy(&flags, buf + p + 40, 8);
+            if (ehs < 48) break;
+            if (kind == 1) {
+                count++;
+                if (esm == sm && !(flags & 0x300000)) *plain = 1;
+            }
+            p += ehs + payload;
+        }
+    }
+    return count;
+}
+
+/* A CUDA build's objects carry the PTX the Makefile asks for: checked on every object of this
+ * checkout's build when it has CUDA (its stamp, build/cuda_archs, names the PTX target). */
+IRIS_TEST(build_objects_embed_ptx) {
+    FILE *f = fopen("build/cuda_archs", "r");
+    char archs[256] = {0}, ptx[64] = {0};
+    int have = f && fgets(archs, sizeof archs, f) && fgets(ptx, sizeof ptx, f) && !strncmp(ptx, "ptx ", 4);
+    if (f) fclose(f);
+    char *objs = have ? run("ls build/src/backend/cuda/*.o 2>/dev/null | grep -v cuda_archs.o") : NULL;
+    if (!objs || !objs[0]) {
+        free(objs);
+        IRIS_TEST_SKIP("no CUDA build in build/ (the Makefile's flags are checked by build_cuda_archs_follow_the_gpus)");
+    }
+    unsigned sm = (unsigned)atoi(ptx + 4); /* 0: built with CUDA_PTX= (none) */
+    int n_obj = 0;
+    for (char *o = strtok(objs, "\n"); o; o = strtok(NULL, "\n"), n_obj++) {
+        int plain = 0, count = fatbin_ptx(o, sm, &plain);
+        CHECKF(sm ? count == 1 && plain : count == 0, "%s (CUDA_ARCHS %.*s): %d PTX entries, %s plain compute_%u", o,
+               (int)strcspn(archs, "\n"), archs, count, plain ? "one" : "none", sm);
+    }
+    if (sm) printf("  %d CUDA objects, each with plain compute_%u PTX\n", n_obj, sm);
+    else printf("  %d CUDA objects, none with PTX (built with CUDA_PTX=)\n", n_obj);
+    CHECK(n_obj >= 10);
+    free(objs);
 }

@@ -2,7 +2,8 @@
  * NVIDIA driver older than the build's CUDA runtime (played by tests/preload/old_driver.so), or a
  * GPU the build has no kernels for (tests/preload/no_kernels.so: an RTX 5060).  --device auto
  * warns why and what to do, and answers on the CPU; --device cuda stops with the same reason.  (A
- * build without CUDA: auto runs on the CPU, cuda says the build has no CUDA.) */
+ * build without CUDA: auto runs on the CPU, cuda says the build has no CUDA.)  A GPU newer than the
+ * build's targets (tests/preload/new_card.so) runs its PTX, and the log says so. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,30 @@ IRIS_TEST(device_pick_no_kernels_for_the_gpu) {
     static const char *const cuda_says[] = {"device cuda: this iris was built with CUDA_ARCHS=", "make CUDA_ARCHS=120f",
                                             "--device cpu", NULL};
     check_pick("no_kernels.so", auto_says, cuda_says);
+}
+
+/* A card newer than every target of the build runs the PTX the build embeds for the newest one,
+ * compiled by the driver at first start: the log says so (info level), once, naming the card and
+ * the PTX target, and how to build machine code for it.  (`iris ls`: it looks at the GPU and
+ * goes on without one when the rest fails, as it does here.) */
+IRIS_TEST(device_pick_newer_card_runs_the_ptx) {
+    char so[512], cmd[2048];
+    int st = 0, cuda = 0;
+    REQUIRE(preload_of("new_card.so", so, sizeof so, &cuda) == 0);
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s HF_HUB_CACHE=/nonexistent-iris-cache %s ls 2>&1", so, bin_path());
+    char *out = iris_test_popen(cmd, &st);
+    REQUIRE(out);
+    const char *say = "NVIDIA Future GPU (played) (compute capability 13.0) has no machine code in this build";
+    if (cuda) {
+        CHECKF(strstr(out, say) && strstr(out, "JIT-compiled from the compute_") && strstr(out, "make CUDA_ARCHS=130"),
+               "ls: %s", out);
+        const char *first = strstr(out, say);
+        CHECKF(first && !strstr(first + 1, say), "said more than once: %s", out);
+        CHECKF(!strstr(out, "warning"), "ls: %s", out);
+    } else {
+        CHECKF(!strstr(out, "JIT"), "ls (no CUDA build): %s", out);
+    }
+    free(out);
 }
 
 /* `iris version` says what GPUs the binary can serve: its CUDA_ARCHS (as the build recorded them

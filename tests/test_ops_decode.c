@@ -22,7 +22,7 @@
 #ifdef IRIS_CUDA
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_testing.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static float unif(float lo, float hi) { return ops_uniform(&rng, lo, hi); }

@@ -14,7 +14,7 @@
 #include "test.h"
 
 #ifdef IRIS_CUDA
-#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_testing.h"
 
 /* ---- linear ------------------------------------------------------------------------------- */
 

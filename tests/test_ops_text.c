@@ -28,7 +28,7 @@
 #include "tiny_fixture.h"
 
 #ifdef IRIS_CUDA
-#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_testing.h"
 
 static float max_abs_diff(const float *a, const float *b, int64_t n) {
     float d = 0;

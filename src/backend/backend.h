@@ -90,8 +90,11 @@ typedef struct iris_decode_stack {
 
 typedef struct iris_backend iris_backend;
 struct iris_backend {
-    const char *name;
+    const char *name;           /* for messages and logs only: model code asks the capabilities below */
     iris_dtype act;             /* activation dtype */
+    int host_weights;           /* 1: the ops read weights where they lie in host memory (the mmap'd
+                                   checkpoint's views), so nothing is uploaded (the CPU backend); 0: weights
+                                   go to backend memory first (iris_backend_place) */
     void *ctx;
     iris_err err;
 

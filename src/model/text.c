@@ -170,7 +170,7 @@ fail:
 /* One weight into backend memory (with its FP8 scales). */
 
 int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err) {
-    if (!strcmp(b->name, "cpu")) return IRIS_OK; /* the CPU backend reads the mmap'd views directly */
+    if (b->host_weights) return IRIS_OK; /* the backend reads the mmap'd views in place */
     int tied = t->lm_head.data == t->embed_tokens.data;
     int rc = iris_backend_place(b, &t->embed_tokens, err);
     if (!rc) rc = iris_backend_place(b, &t->norm, err);

@@ -188,7 +188,7 @@ static void taps(int i, int size, int side, int idx[2], float w[2]) {
 
 
 int iris_vision_upload(iris_vision *v, iris_backend *b, iris_err *err) {
-    if (!strcmp(b->name, "cpu")) return IRIS_OK;
+    if (b->host_weights) return IRIS_OK;
     int rc = iris_backend_place(b, &v->patch_w, err);
     if (!rc) rc = iris_backend_place(b, &v->patch_b, err);
     if (!rc) rc = iris_backend_place(b, &v->pos_embed, err);

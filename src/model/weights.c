@@ -54,6 +54,7 @@ int iris_model_open(const char *dir, const iris_model_opts *opts, iris_model **o
                             sizeof m->dir - 1);
     }
     strcpy(m->dir, dir);
+
     int rc = load(m, opts, err);
     if (rc) {
         iris_err_prefix(err, "model %s", dir);

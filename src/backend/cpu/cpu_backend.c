@@ -270,14 +270,28 @@ int iris_cpu_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_lay
 int iris_cpu_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
                            int n_seg, iris_tensor *o);
 
-static void cpu_destroy(iris_backend *b) { free(b); }
+static void cpu_destroy(iris_backend *b) {
+    if (!b) return;
+    free(b->ctx);
+    free(b);
+}
 
 int iris_backend_cpu_open(iris_backend **out, iris_err *err) {
     iris_backend *b = calloc(1, sizeof *b);
-    if (!b) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    iris_cpu_ctx *c = calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
     iris_fp8_table_init();
+    /* (FP8 rows stay on the table path even with AVX2: it measured faster, cpu_linear.c) */
+    const char *avx2 = getenv("IRIS_CPU_AVX2");
+    c->avx2 = iris_cpu_has_avx2() && !(avx2 && !strcmp(avx2, "0"));
+    b->ctx = c;
     b->name = "cpu";
     b->act = IRIS_DT_F32;
+    b->host_weights = 1;
     b->alloc = cpu_alloc;
     b->free = cpu_free;
     b->upload = cpu_copy;

@@ -40,4 +40,10 @@ int iris_cpu_dot_row_avx2(const iris_tensor *w, int64_t r, const float *x, int n
 
 int iris_cpu_fail(iris_backend *b, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* The CPU backend's context (b->ctx): its choices, made once at open.  IRIS_CPU_AVX2=0, the one
+ * developers' switch of this backend (docs/env.md), is read there and nowhere else. */
+typedef struct iris_cpu_ctx {
+    int avx2;                   /* decode-sized BF16 products through the AVX2 kernel (where the CPU has it) */
+} iris_cpu_ctx;
+
 #endif

@@ -2,11 +2,11 @@
  *
  * Few rows (decode): each pool worker takes its share of W's rows and dots
  * each with every x row — W is read once, memory-bound.  With AVX2 the row is
- * dequantized in registers (cpu_dot_avx2.c; IRIS_CPU_AVX2=0 turns it off, to
- * measure) for BF16: 2x the scalar path on the 2-core dev VM.  FP8 rows use
- * per-block tables of their 256 values: measured faster than the AVX2 bit
- * decode (5.2 vs 3.2 GB/s of weights), so FP8 takes the AVX2 kernel only from
- * the tests (IRIS_CPU_AVX2=fp8), which keep it exact.
+ * dequantized in registers (cpu_dot_avx2.c; IRIS_CPU_AVX2=0 at open turns it
+ * off: the scalar reference path, same numbers) for BF16: 2x the scalar path
+ * on the 2-core dev VM.  FP8 rows use per-block tables of their 256 values:
+ * measured faster than the AVX2 bit decode (5.2 vs 3.2 GB/s of weights), so
+ * FP8 takes the AVX2 kernel only in its own test, which keeps it exact.
  * Many rows (prefill, vision): W is widened to fp32 in tiles of LIN_CHUNK
  * rows (in parallel), each tile multiplied with OpenBLAS sgemm (which threads
  * by itself; the two never run at once). */
@@ -28,15 +28,6 @@ typedef struct {
     int simd;
 } lin_ctx;
 
-static int use_avx2(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("IRIS_CPU_AVX2");
-        on = !iris_cpu_has_avx2() || (e && !strcmp(e, "0")) ? 0 : e && !strcmp(e, "fp8") ? 2 : 1;
-    }
-    return on;
-}
-
 /* FP8 rows: the 256 possible values of one 128x128 block, bf16(e4m3(code) · scale),
  * are tabulated once per block row, so widening is a table lookup. */
 static void fp8_tables(const iris_tensor *w, int64_t rb, float *tab) {
@@ -57,7 +48,7 @@ static void lin_dot(void *p, int64_t r0, int64_t r1) {
     if (!row) return;
     float *tab = row + in;
     for (int64_t r = r0; r < r1; r++) {
-        if (c->simd > fp8 && iris_cpu_dot_row_avx2(w, r, c->x->data, (int)n, ldx, (float *)c->y->data + r, ldy) == 0) continue;
+        if (c->simd && !fp8 && iris_cpu_dot_row_avx2(w, r, c->x->data, (int)n, ldx, (float *)c->y->data + r, ldy) == 0) continue;
         if (fp8) {
             if (r / w->block[0] != cur_rb) fp8_tables(w, cur_rb = r / w->block[0], tab);
             const uint8_t *q = (const uint8_t *)w->data + r * iris_tensor_ld(w);
@@ -98,7 +89,7 @@ int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w,
     lin_ctx c = {.x = x, .w = w, .y = y};
     int64_t ldx = iris_tensor_ld(x), ldy = iris_tensor_ld(y);
     if (n <= DOT_MAX_ROWS) {
-        c.simd = use_avx2();
+        c.simd = b->ctx && ((const iris_cpu_ctx *)b->ctx)->avx2;
         iris_pool_for(out, lin_dot, &c);
     } else {
         int64_t rows = out < LIN_CHUNK ? out : LIN_CHUNK;

@@ -36,9 +36,10 @@
 
 #define DW 4 /* warps per decode CTA */
 #define ATTN_MAX_SPLITS 64 /* context splits of a row at most (the merge's shared memory) */
+#define ATTN_MIN_KEYS 32   /* keys a context split takes at least (measured in attn_paged) */
 #define QK_ATTN_MAX_HD 128 /* head sizes the decode kernel also does qk_norm_rope_kv for (static shared memory) */
 /* Rows (sequences) of a decode step up to which it does: H100, iris bench at a 1,024-token context,
- * IRIS_CUDA_QK_ATTN=0 vs 1 alternating (3 runs 2B, 2 runs 4B): 2B-FP8 batch 1 601 -> 612 tok/s,
+ * the two kernels vs this one alternating (3 runs 2B, 2 runs 4B): 2B-FP8 batch 1 601 -> 612 tok/s,
  * batch 8 3,613 -> 3,646, batch 64 13,135 -> 13,037; 4B-FP8 batch 1 301 -> 303, batch 8 1,800 ->
  * 1,781, batch 64 5,969 -> 5,868 (every CTA of a split row normalizes its query heads again). */
 #define QK_ATTN_MAX_ROWS 4
@@ -434,7 +435,7 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
      * 1.5, 1 CTAs an SM wanted: batch 1 665 / 620 / 535, 660 / 639 / 552, 664 / 633 / 537, 665 /
      * 610 / 500 tok/s, batch 4 2,385 / 2,259 / 1,848, 2,366 / 2,172 / 1,587 (fewer is worse from
      * there on); 4B-FP8 batch 1 at 1,024 / 4,096, 4 vs 2: 309 / 250 vs 309 / 267.  For more rows
-     * (IRIS_CUDA_ATTN_CTAS=N sets the count; H100, 1,024 tokens, 2 rounds, 2026-11-26), 8 / 16 / 32 /
+     * (the count forced; H100, 1,024 tokens, 2 rounds, 2026-11-26), 8 / 16 / 32 /
      * 64 rows with 4 (the rule), 1, 2, 8 CTAs an SM: 2B-FP8 3,953-3,963 / 6,143-6,174 / 8,320-8,333
      * / 13,416-13,417 tok/s; 3,227-3,312 / 5,230-5,437 / 7,414-7,474 / 13,674-13,679; 3,672-3,700 /
      * 6,042-6,057 / 8,636-8,777 / 13,651-13,711; 3,775-3,777 / 6,106-6,117 / 8,433-8,463 /
@@ -458,16 +459,16 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
      * zeros in the combine). */
     int plan_blocks = (meta->max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
     int max_ctx = plan_blocks * IRIS_KV_BLOCK;
-    const int per_sm = c->attn_ctas ? c->attn_ctas : iris_cuda_attn_ctas_per_sm(meta->n_rows, a.g);
+    const int per_sm = iris_cuda_attn_ctas_per_sm(meta->n_rows, a.g);
     int want = per_sm * c->prop.multiProcessorCount;
     int splits = 1, ctas = meta->n_rows * nkv;
     if (ctas < want && max_ctx > 64) {
         splits = (want + ctas - 1) / ctas;
-        /* at least attn_min_keys keys a split (a warp's walk is a chain of dependent loads).  H100,
+        /* at least ATTN_MIN_KEYS keys a split (a warp's walk is a chain of dependent loads).  H100,
          * iris bench, 1,024-token context, batch 1: 16, 32, 64, 128, 256 keys gave 2B-FP8 523, 530,
-         * 511, 468, 409 tok/s and 4B-FP8 275, 272, 273, 253, 224 (IRIS_CUDA_ATTN_MIN_KEYS=N); with
+         * 511, 468, 409 tok/s and 4B-FP8 275, 272, 273, 253, 224 (the count forced); with
          * the plan on rounded widths, 32 vs 64: 2B-FP8 526 vs 511 (GPU tests 15/15 with each). */
-        int by_len = (max_ctx + c->attn_min_keys - 1) / c->attn_min_keys;
+        int by_len = (max_ctx + ATTN_MIN_KEYS - 1) / ATTN_MIN_KEYS;
         if (splits > by_len) splits = by_len;
         while (splits > 1 && (size_t)meta->n_rows * n_q_heads * splits * (hd + 2) > c->attn_part_elems) splits--;
         if (splits > ATTN_MAX_SPLITS) splits = ATTN_MAX_SPLITS;
@@ -500,7 +501,7 @@ int iris_cuda_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_la
 }
 
 /* backend.h's qk_norm_rope_attn: one kernel for a decode-only step (k_attn_decode<..., QK = 1>), else
- * the two ops.  IRIS_CUDA_QK_ATTN=0 (read at open: iris_cuda_set_qk_attn) keeps the two kernels. */
+ * the two ops.  iris_cuda_set_qk_attn(b, 0) (tests) or IRIS_CUDA_FUSED=0 keeps the two kernels. */
 int iris_cuda_qk_norm_rope_attn(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v,
                                 const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads,
                                 const int32_t *pos, int pos_stride, const int *dim_of, const float *inv_freq,

@@ -239,10 +239,9 @@ static int cu_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, c
     return iris_cuda_check(b, "qk_norm_rope_kv");
 }
 
-/* IRIS_CUDA_FUSED=0 leaves them out (the plain ops run instead): for measuring them, and as a way
- * around them should one misbehave on a card they were not tested on. */
+/* Not called under IRIS_CUDA_FUSED=0 (cuda_mem.cu): the plain ops run instead, for measuring them,
+ * and as a way around them should one misbehave on a card they were not tested on. */
 void iris_cuda_fused_init(iris_backend *b) {
-    if (!env_on("IRIS_CUDA_FUSED")) return;
     b->add_rms_norm = cu_add_rms_norm;
     b->qk_norm_rope_kv = cu_qk_norm_rope_kv;
     b->qk_norm_rope_attn = iris_cuda_qk_norm_rope_attn;

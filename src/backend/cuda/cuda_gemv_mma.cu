@@ -177,7 +177,7 @@ static size_t red_bytes(int kw) { return (size_t)kw * (1 + SWIGLU) * NT * 128 * 
 
 /* The split: 16 warps a CTA when the columns fill them (>= 64 super-steps) and the tiles fit one
  * wave of such CTAs (one an SM: registers bound it); else 8 (4 for narrow rows).  Measured on an
- * H100 (bench_cuda, fused decode, IRIS_CUDA_GEMV_KW forcing each split): 4B-FP8 batch 1 with 4, 5,
+ * H100 (bench_cuda, fused decode, each split forced): 4B-FP8 batch 1 with 4, 5,
  * 8, 10, 16 warps everywhere: 227, 242, 246, 217, 225 tok/s (16 loses on its 160-tile o_proj and
  * down_proj: two waves); 2B-FP8: 419, 430, 446, 416, 440, where 16 wins on down_proj (96
  * super-steps, 128 tiles: 6.6 vs 7.5 us). */
@@ -204,10 +204,9 @@ static void launch_kw(const cuda_ctx *cx, const gemv_set &p, const bf16 *x, int6
     int64_t steps = in / 64, tiles = 0;
     for (int i = 0; i < (SWIGLU ? 1 : p.m); i++) tiles += (p.out[i] + 15) / 16;
     int kw = steps >= 64 && tiles <= cx->prop.multiProcessorCount ? 16 : steps >= 8 ? 8 : 4;
-    if (cx->gemv_kw) kw = cx->gemv_kw;
     /* The weight tile in shared memory when the register path would take more than one wave and
      * this one does not, for up to 2 tokens.  H100, iris bench at a 1,024-token context, shared-memory
-     * tiles (for up to 4 tokens) vs registers, IRIS_CUDA_GEMV_SMEM=1/0, two runs each: 2B-FP8 batch 1
+     * tiles (for up to 4 tokens) vs registers, two runs each: 2B-FP8 batch 1
      * 603, 605 vs 584, 567 tok/s (gate/up: 384 tiles, 2 CTAs an SM by registers, 3 by shared memory;
      * 11.7 -> ~8 us of a layer's critical path), batch 2 1,178, 1,179 vs 1,153, 1,154, batch 4 2,166,
      * 2,165 vs 2,185, 2,188; 4B-FP8 batch 1 299, 296 vs 284, 283 (its q/k/v, 384 tiles).  Launches

@@ -6,6 +6,10 @@
 
 #include "cuda_info.h"
 
+extern "C" {
+#include "log.h"
+}
+
 /* The memory plan's contract (planner.h, IRIS_CUDA_STACK_LIMIT = 256): a small per-thread stack
  * limit before the first kernel.  The context reserves SMs x threads x stack of local memory; with
  * the default 1 KiB that is ~200 MiB more on an H100 (tools/measure_cuda_overhead.cu).  The driver
@@ -32,8 +36,12 @@ int iris_cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes)
 #ifndef IRIS_CUDA_ARCHS
 #define IRIS_CUDA_ARCHS "?"
 #endif
+#ifndef IRIS_CUDA_PTX
+#define IRIS_CUDA_PTX ""
+#endif
 
 const char *iris_cuda_archs(void) { return IRIS_CUDA_ARCHS; }
+const char *iris_cuda_ptx(void) { return IRIS_CUDA_PTX; }
 
 int iris_cuda_runtime_version(void) {
     int v = 0;
@@ -41,9 +49,37 @@ int iris_cuda_runtime_version(void) {
     return v;
 }
 
-/* Built like every other kernel (the same -gencode list, SASS only, no PTX to compile at run
- * time): when the device has no image of it, it has none of the others either. */
+/* Built like every other kernel (the same -gencode list: machine code for CUDA_ARCHS, PTX for the
+ * newest): when the device can run neither for it, it can run none of the others either. */
 static __global__ void k_probe(void) {}
+
+/* The target scripts/cuda-archs picks for a card of this capability (9.0 -> 90a, 12.x -> 120f). */
+static void arch_of(const cudaDeviceProp *p, char *arch, size_t n) {
+    if (p->major == 9) snprintf(arch, n, "90a");
+    else if (p->major == 10 || p->major == 12) snprintf(arch, n, "%d0f", p->major);
+    else snprintf(arch, n, "%d%d", p->major, p->minor);
+}
+
+/* A device this build has no machine code for runs the PTX, compiled by the driver when each
+ * module's kernels are first loaded (seconds to minutes, once: the driver keeps them in its
+ * compute cache for later starts).  Said once a process. */
+static void tell_jit(int device) {
+    static int told;
+    cudaDeviceProp p;
+    if (told || cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    if (iris_cuda_archs_have_sass(IRIS_CUDA_ARCHS, p.major, p.minor)) return;
+    told = 1;
+    char arch[16];
+    arch_of(&p, arch, sizeof arch);
+    iris_log(IRIS_LOG_INFO, "cuda",
+             "%s (compute capability %d.%d) has no machine code in this build (CUDA_ARCHS=\"%s\"): its kernels are "
+             "JIT-compiled from the compute_%s PTX at first start, then cached by the driver; `make CUDA_ARCHS=%s` "
+             "builds them for it",
+             p.name, p.major, p.minor, IRIS_CUDA_ARCHS, IRIS_CUDA_PTX, arch);
+}
 
 /* Whether this build has kernels for `device` (the probe's attributes; the card's properties only
  * to say why not). */
@@ -51,7 +87,10 @@ static int kernels_for(int device, char *why, size_t n) {
     cudaFuncAttributes fa;
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, (const void *)k_probe);
-    if (e == cudaSuccess) return 1;
+    if (e == cudaSuccess) {
+        tell_jit(device);
+        return 1;
+    }
     cudaGetLastError();
     cudaDeviceProp p;
     if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
@@ -59,11 +98,8 @@ static int kernels_for(int device, char *why, size_t n) {
         snprintf(why, n, "CUDA device %d cannot be used: %s", device, cudaGetErrorString(e));
         return 0;
     }
-    /* the target scripts/cuda-archs picks for this card */
     char arch[16];
-    if (p.major == 9) snprintf(arch, sizeof arch, "90a");
-    else if (p.major == 10 || p.major == 12) snprintf(arch, sizeof arch, "%d0f", p.major);
-    else snprintf(arch, sizeof arch, "%d%d", p.major, p.minor);
+    arch_of(&p, arch, sizeof arch);
     if (p.major < 8)
         snprintf(why, n, "%s (compute capability %d.%d) is older than iris supports (8.0 and newer)", p.name, p.major,
                  p.minor);

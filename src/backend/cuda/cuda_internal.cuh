@@ -29,6 +29,7 @@
 extern "C" {
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_testing.h"
 #include "err.h"
 }
 
@@ -45,7 +46,7 @@ struct cuda_span {          /* one piece of the arena, kept sorted by offset */
  * gate_proj (bench_cuda linear_switch): the FMA kernel is about even with cuBLASLt after
  * dequantization at 12 rows (68 vs 65 us), the tensor-core kernel still ahead at 32 rows in
  * 8-token launches (55 vs 67 us; it takes 16 tokens a launch now).  Weights with a BF16 copy
- * (densify) take cuBLASLt past GEMV_ROWS (cuda_linear.cu gemv_ok).  IRIS_CUDA_GEMV_ROWS=N sets both. */
+ * (densify) take cuBLASLt past GEMV_ROWS (cuda_linear.cu gemv_ok).  iris_cuda_set_gemv_rows sets both. */
 #define GEMV_ROWS 16
 /* BF16 weights (the lm_head of every checkpoint, every linear of a BF16 one): k_gemv_n up to 4 rows,
  * cuBLASLt past that (at 8 tokens a launch the FMA kernel is compute-bound: the 2B lm_head took
@@ -76,16 +77,15 @@ struct cuda_ctx {
     int *attn_count;        /* its splits done per (row, kv head), zero between launches */
     size_t attn_count_n;
 
+    /* The choices below are set at open from the defaults and the developers' switches (cuda_mem.cu
+     * read_switches, docs/env.md); tests and benchmarks change some of them (cuda_testing.h). */
     int w8_max_rows;
     int gemv_mma;           /* FP8 decode linears on the tensor cores (cuda_gemv_mma.cu); IRIS_CUDA_GEMV_MMA=0: off */
     int mma_max_rows;       /* linear: rows up to this take that kernel where it applies (else w8_max_rows) */
     int bf16_max_rows;      /* linear: BF16 weights take k_gemv_n up to this many rows (else cuBLASLt) */
-    int gemv_kw;            /* its warps a CTA; 0: chosen per shape (IRIS_CUDA_GEMV_KW=N, for measurements) */
-    int gemv_smem;          /* its weight tiles through shared memory where they fit one wave (IRIS_CUDA_GEMV_SMEM=0: off) */
-    int attn_min_keys;      /* decode attention: keys a context split takes at least (IRIS_CUDA_ATTN_MIN_KEYS) */
-    int attn_ctas;          /* decode attention: CTAs an SM its splits aim at, 0: the rule (IRIS_CUDA_ATTN_CTAS) */
+    int gemv_smem;          /* its weight tiles through shared memory where they fit one wave (tests: off) */
     int pdl;                /* decode kernels launched as programmatic dependents (sm_90+; IRIS_CUDA_PDL=0: off) */
-    int qk_attn;            /* decode attention does qk_norm_rope_kv itself (IRIS_CUDA_QK_ATTN=0: off) */
+    int qk_attn;            /* decode attention does qk_norm_rope_kv itself (tests: off) */
     int decode_stack;       /* decode_layers, the persistent decode kernel (cuda_decode.cu): -1 where measured faster
                                (the default), 1 every step it takes, 0 off (IRIS_CUDA_DECODE_STACK=1 / 0) */
     unsigned *ds_bar;       /* its grid barrier's counter (carved at open, zeroed before each launch) */
@@ -447,20 +447,6 @@ static inline cudaError_t launch(const cuda_ctx *cx, void (*kern)(KArgs...), dim
     cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = cx->stream;
     cfg.attrs = at, cfg.numAttrs = cx->pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kern, args...);
-}
-
-/* A backend switch of the environment (IRIS_CUDA_...): on unless set to "0". */
-static inline int env_on(const char *name) {
-    const char *v = getenv(name);
-    return !(v && !strcmp(v, "0"));
-}
-/* A backend number of the environment (IRIS_CUDA_..., for measurements): its value when set to a
- * whole number in [lo, hi], else dflt. */
-static inline int env_int(const char *name, int lo, int hi, int dflt) {
-    const char *v = getenv(name);
-    char *end = NULL;
-    long n = v && *v ? strtol(v, &end, 10) : 0;
-    return end && !*end && n >= lo && n <= hi ? (int)n : dflt;
 }
 
 static inline int64_t tld(const iris_tensor *t) { return t->ld ? t->ld : t->cols; }

@@ -599,9 +599,8 @@ static int cu_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_te
     return launch_set(b, p, x, wg->dtype == IRIS_DT_F8_E4M3, 1);
 }
 
-/* IRIS_CUDA_FUSED=0 leaves them out, as the other fused ops (cuda_fused.cu). */
+/* Not called under IRIS_CUDA_FUSED=0, as the other fused ops (cuda_fused.cu). */
 void iris_cuda_linear_fused_init(iris_backend *b) {
-    if (!env_on("IRIS_CUDA_FUSED")) return;
     b->linear_n = cu_linear_n;
     b->linear_swiglu = cu_linear_swiglu;
 }

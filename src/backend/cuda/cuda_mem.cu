@@ -352,6 +352,13 @@ static int cu_graph_end(iris_backend *b, void **g) { return iris_cuda_graph_end(
 static int cu_graph_replay(iris_backend *b, void *g) { return iris_cuda_graph_replay(b, (iris_cuda_graph *)g); }
 static void cu_graph_free(void *g) { iris_cuda_graph_free((iris_cuda_graph *)g); }
 
+extern "C" void iris_cuda_set_graphs(iris_backend *b, int on) {
+    b->graph_begin = on ? iris_cuda_graph_begin : NULL;
+    b->graph_end = on ? cu_graph_end : NULL;
+    b->graph_replay = on ? cu_graph_replay : NULL;
+    b->graph_free = on ? cu_graph_free : NULL;
+}
+
 extern "C" int iris_cuda_mark(iris_backend *b) {
     cuda_ctx *c = cuda_of(b);
     return iris_cuda_status(b, cudaEventRecord(c->ev0, c->stream), "event record");
@@ -396,29 +403,45 @@ static void cu_destroy(iris_backend *b) {
 #define DS_BAR_BYTES 256u  /* the persistent decode kernel's grid barrier (cuda_decode.cu) */
 
 /* The scratch carved at open besides the cuBLASLt workspace (which the memory plan counts). */
-extern "C" size_t iris_cuda_scratch_bytes(void) { return (size_t)DQ_ELEMS * 2 + (size_t)ATTN_PART_ELEMS * 4 + (size_t)ATTN_COUNT_N * 4 + DS_BAR_BYTES + DS_PART_BYTES + 6 * ARENA_ALIGN; }
+extern "C" size_t iris_cuda_scratch_bytes(void) {
+    return (size_t)DQ_ELEMS * 2 + (size_t)ATTN_PART_ELEMS * 4 + (size_t)ATTN_COUNT_N * 4 + DS_BAR_BYTES + DS_PART_BYTES +
+           6 * ARENA_ALIGN;
+}
 
-extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, iris_err *err) {
-    *out = NULL;
-    size_t scratch = LT_WS_BYTES + ARENA_ALIGN + iris_cuda_scratch_bytes(); /* and the cuBLASLt workspace */
-    if (arena_bytes < scratch + (16u << 20))
-        return iris_err_set(err, IRIS_EINVAL, "cuda: arena of %zu bytes is too small: the backend's scratch alone takes %zu",
-                            arena_bytes, scratch);
-    int n = iris_cuda_device_count();
-    if (n > 0 && (device < 0 || device >= n))
-        return iris_err_set(err, IRIS_EINVAL, "cuda: device %d does not exist (%d device%s)", device, n, n == 1 ? "" : "s");
-    char why[512];
-    if (!iris_cuda_usable(device, why, sizeof why))
-        return iris_err_set(err, IRIS_EDEVICE, "cuda: %s", why[0] ? why : "no CUDA device found (driver missing or no GPU)");
+/* The developers' switches of the CUDA backend (docs/env.md): the one place that reads them, at
+ * open.  Each is a way around a fast path (for a card it misbehaves on, or to profile without it)
+ * or a debugging aid; the choices they override are made by rules measured once (see each). */
+typedef struct switches {
+    int graphs;             /* IRIS_CUDA_GRAPHS=0: no graph hooks, every step launched op by op */
+    int fused;              /* IRIS_CUDA_FUSED=0: no fused ops (backend/fused.c runs the plain ones) */
+    int gemv_mma;           /* IRIS_CUDA_GEMV_MMA=0: FP8 decode linears on the FMA GEMV, not the tensor cores */
+    int pdl;                /* IRIS_CUDA_PDL=0: decode kernels launched the plain way */
+    int decode_stack;       /* IRIS_CUDA_DECODE_STACK=0: never the persistent kernel, 1: every step it takes */
+    int fp8_mma;            /* IRIS_CUDA_FP8_MMA=1: W8A8 prefill on sm_90 (other numbers; cuda_linear.cu) */
+    const char *ds_trace;   /* IRIS_CUDA_DS_TRACE=FILE: the persistent kernel's phase stamps (bench/ds_trace.py) */
+} switches;
 
-    iris_backend *b = (iris_backend *)calloc(1, sizeof *b);
-    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
-    if (!b || !c) {
-        free(b);
-        free(c);
-        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    }
-    b->ctx = c;
+/* "0" turns a switch off, "1" on; anything else (or unset) leaves dflt. */
+static int env_switch(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, "0") ? 0 : v && !strcmp(v, "1") ? 1 : dflt;
+}
+
+static switches read_switches(void) {
+    switches s;
+    s.graphs = env_switch("IRIS_CUDA_GRAPHS", 1);
+    s.fused = env_switch("IRIS_CUDA_FUSED", 1);
+    s.gemv_mma = env_switch("IRIS_CUDA_GEMV_MMA", 1);
+    s.pdl = env_switch("IRIS_CUDA_PDL", 1);
+    s.decode_stack = env_switch("IRIS_CUDA_DECODE_STACK", -1);
+    s.fp8_mma = env_switch("IRIS_CUDA_FP8_MMA", 0);
+    s.ds_trace = getenv("IRIS_CUDA_DS_TRACE");
+    if (s.ds_trace && !*s.ds_trace) s.ds_trace = NULL;
+    return s;
+}
+
+/* The device, its stream, events, arena and cuBLASLt handle into c; 0 or an error in err. */
+static int open_device(cuda_ctx *c, int device, size_t arena_bytes, iris_err *err) {
     c->device = device;
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess && iris_cuda_small_stack() != 0) e = cudaErrorUnknown;
@@ -431,21 +454,19 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
         size_t fr = 0, tot = 0;
         cudaGetLastError();
         cudaMemGetInfo(&fr, &tot);
-        iris_err_set(err, IRIS_EDEVICE, "cuda: device %d: %s while taking the %zu-byte arena (free %zu of %zu)", device,
-                     cudaGetErrorString(e), arena_bytes, fr, tot);
-        cu_destroy(b);
-        return err ? err->code : IRIS_EDEVICE;
+        return iris_err_set(err, IRIS_EDEVICE, "cuda: device %d: %s while taking the %zu-byte arena (free %zu of %zu)",
+                            device, cudaGetErrorString(e), arena_bytes, fr, tot);
     }
     c->arena_bytes = arena_bytes;
     cuda_span whole = {0, arena_bytes, 0};
-    if (spans_insert(c, 0, whole)) {
-        cu_destroy(b);
-        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    }
-    if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
-        cu_destroy(b);
+    if (spans_insert(c, 0, whole)) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS)
         return iris_err_set(err, IRIS_EDEVICE, "cuda: cublasLtCreate failed on device %d", device);
-    }
+    return 0;
+}
+
+/* The ops' scratch, carved from the arena (iris_cuda_scratch_bytes and the workspace fit). */
+static void carve_scratch(cuda_ctx *c) {
     c->lt_ws_bytes = LT_WS_BYTES;
     c->lt_ws = arena_alloc(c, c->lt_ws_bytes);
     c->dq_elems = DQ_ELEMS;
@@ -459,24 +480,26 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     c->ds_bar = (unsigned *)arena_alloc(c, DS_BAR_BYTES);
     c->ds_part = arena_alloc(c, DS_PART_BYTES);
     if (c->ds_part && cudaMemsetAsync(c->ds_part, 0, DS_PART_BYTES, c->stream) != cudaSuccess) c->ds_part = NULL;
-    /* products of more rows go to cuBLASLt; the second, BF16 weights' alone */
-    iris_cuda_set_gemv_rows(b, env_int("IRIS_CUDA_GEMV_ROWS", 0, 1 << 20, -1));
-    c->bf16_max_rows = env_int("IRIS_CUDA_GEMV_BF16_ROWS", 0, 1 << 20, c->bf16_max_rows);
-    const char *mma = getenv("IRIS_CUDA_FP8_MMA");
-    c->fp8_mma = mma && !strcmp(mma, "1") && c->prop.major == 9;
-    c->gemv_mma = c->prop.major >= 8 && env_on("IRIS_CUDA_GEMV_MMA");
-    c->gemv_kw = env_int("IRIS_CUDA_GEMV_KW", 0, 16, 0);
-    c->gemv_smem = env_on("IRIS_CUDA_GEMV_SMEM");
-    c->attn_min_keys = env_int("IRIS_CUDA_ATTN_MIN_KEYS", 16, 1 << 20, 32);
-    c->attn_ctas = env_int("IRIS_CUDA_ATTN_CTAS", 1, 64, 0);
-    c->pdl = c->prop.major >= 9 && env_on("IRIS_CUDA_PDL");
-    c->qk_attn = env_on("IRIS_CUDA_QK_ATTN");
-    const char *ds = getenv("IRIS_CUDA_DECODE_STACK"); /* 0 off, 1 every step it takes, else where it is faster */
-    c->decode_stack = ds && !strcmp(ds, "0") ? 0 : ds && !strcmp(ds, "1") ? 1 : -1;
-    c->ds_split = env_int("IRIS_CUDA_DS_SPLIT", 0, 15, -1);
-    c->ds_trace = getenv("IRIS_CUDA_DS_TRACE");
-    if (c->ds_trace && !*c->ds_trace) c->ds_trace = NULL;
+}
 
+/* The kernels' choices: the measured defaults, and the switches where set. */
+static void set_choices(iris_backend *b, const switches *sw) {
+    cuda_ctx *c = cuda_of(b);
+    /* what needs sm_90 is compiled out of kernels JIT-compiled from older PTX: it stays off */
+    int major = iris_cuda_kernels_major(iris_cuda_archs(), iris_cuda_ptx(), c->prop.major, c->prop.minor);
+    iris_cuda_set_gemv_rows(b, -1); /* products of more rows go to cuBLASLt */
+    c->fp8_mma = sw->fp8_mma && c->prop.major == 9;
+    c->gemv_mma = sw->gemv_mma && major >= 8;
+    c->gemv_smem = 1;
+    c->pdl = sw->pdl && major >= 9;
+    c->qk_attn = 1;
+    c->decode_stack = major >= 9 ? sw->decode_stack : 0;
+    c->ds_split = -1;
+    c->ds_trace = sw->ds_trace;
+}
+
+/* The op table (backend.h); the optional entries as the switches allow. */
+static void set_ops(iris_backend *b, const switches *sw) {
     b->name = "cuda";
     b->act = IRIS_DT_BF16;
     b->alloc = cu_alloc;
@@ -501,8 +524,10 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     b->get_rows = iris_cuda_get_rows;
     b->interp4 = iris_cuda_interp4;
     b->destroy = cu_destroy;
-    iris_cuda_fused_init(b);
-    iris_cuda_linear_fused_init(b);
+    if (sw->fused) {
+        iris_cuda_fused_init(b);
+        iris_cuda_linear_fused_init(b);
+    }
     b->get_f32 = cu_get_f32;
     b->put_f32 = cu_put_f32;
     b->densify = iris_cuda_densify;
@@ -510,10 +535,39 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     b->host_free = cu_host_free;
     b->get_topk = iris_cuda_get_topk;
     b->decode_layers = iris_cuda_decode_layers;
-    b->graph_begin = iris_cuda_graph_begin;
-    b->graph_end = cu_graph_end;
-    b->graph_replay = cu_graph_replay;
-    b->graph_free = cu_graph_free;
+    iris_cuda_set_graphs(b, sw->graphs);
+}
+
+extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, iris_err *err) {
+    *out = NULL;
+    size_t scratch = LT_WS_BYTES + ARENA_ALIGN + iris_cuda_scratch_bytes(); /* and the cuBLASLt workspace */
+    if (arena_bytes < scratch + (16u << 20))
+        return iris_err_set(err, IRIS_EINVAL, "cuda: arena of %zu bytes is too small: the backend's scratch alone takes %zu",
+                            arena_bytes, scratch);
+    int n = iris_cuda_device_count();
+    if (n > 0 && (device < 0 || device >= n))
+        return iris_err_set(err, IRIS_EINVAL, "cuda: device %d does not exist (%d device%s)", device, n, n == 1 ? "" : "s");
+    char why[512];
+    if (!iris_cuda_usable(device, why, sizeof why))
+        return iris_err_set(err, IRIS_EDEVICE, "cuda: %s", why[0] ? why : "no CUDA device found (driver missing or no GPU)");
+
+    iris_backend *b = (iris_backend *)calloc(1, sizeof *b);
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    b->ctx = c;
+    int rc = open_device(c, device, arena_bytes, err);
+    if (rc) {
+        cu_destroy(b);
+        return rc;
+    }
+    carve_scratch(c);
+    switches sw = read_switches();
+    set_choices(b, &sw);
+    set_ops(b, &sw);
     *out = b;
     return 0;
 }
