@@ -1,5 +1,5 @@
 # iris: top-level build.  `make` builds build/iris and build/libiris.a;
-# `make test` sets up, builds and runs every test (last line: "N passed, N failed");
+# `make test` sets up, builds and runs every test (last line: "N passed, N failed, N skipped");
 # `make probes` builds the CUDA probes (bench/*.cu, below);
 # `make demo` sets up, builds and runs the main job.  CUDA sources are built when
 # nvcc is found (CUDA=0 skips them); CUDA_ARCHS picks the architectures.
@@ -151,7 +151,7 @@ setup:
 # its sources change).
 spill-check: $(if $(filter 1,$(CUDA)),$(BUILD)/spill-check.ok)
 	@$(if $(filter 1,$(CUDA)),,echo "spill-check: no CUDA in this build")
-$(BUILD)/spill-check.ok: src/backend/cuda/cuda_decode.cu src/backend/cuda/cuda_internal.cuh scripts/spill-check
+$(BUILD)/spill-check.ok: src/backend/cuda/cuda_decode.cu src/backend/cuda/cuda_decode.cuh src/backend/cuda/cuda_internal.cuh scripts/spill-check
 	@mkdir -p $(dir $@)
 	@NVCC=$(NVCC) NVBASE="$(NVBASE)" scripts/spill-check > $@.tmp; st=$$?; cat $@.tmp; [ $$st = 0 ] && mv $@.tmp $@
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ds_trace.py FILE: where a decode step's time went in the persistent decode kernel.
 
-FILE is what IRIS_CUDA_DS_TRACE wrote (cuda_decode.cu): a header (grid, layers, events) and every
+FILE is what IRIS_CUDA_DS_TRACE wrote (cuda_decode_launch.cu): a header (grid, layers, events) and every
 CTA's globaltimer stamps at the end of each phase of each layer.  Prints, per phase, the mean over
 the middle layers of (the latest CTA's stamp - the latest CTA's previous stamp): the phase's share
 of the critical path; and the mean per-CTA time in it (how long a CTA itself spent there)."""

@@ -14,7 +14,7 @@
  * are merged through shared memory at the end.  Memory-bound: every visible
  * K and V row of the kv head is read once per row, DU warp steps' loads in
  * flight at once (a walk one key row at a time is a chain of round trips).
- * Contexts are split into chunks of whole cache blocks (at least attn_min_keys
+ * Contexts are split into chunks of whole cache blocks (at least ATTN_MIN_KEYS
  * keys) until the rows give 2 or 4 CTAs an SM (iris_cuda_attn_ctas_per_sm); their partial (max,
  * sum, output) go to the scratch carved at open, and the last CTA of a (row,
  * kv head) to finish merges them (flash-decoding without a second kernel: a
@@ -429,34 +429,13 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
     a.part = c->attn_part;
     a.count = c->attn_count;
 
-    /* Split long contexts when the rows alone do not fill the GPU: up to 4 CTAs an SM, 2 for a single
-     * row, for up to 24 rows of GQA groups of 4 or more and for 32 rows or more of smaller groups
-     * (below).  H100, iris bench, 2B-FP8 (two runs each) at 256 / 1,024 / 4,096-token contexts with 4, 2,
-     * 1.5, 1 CTAs an SM wanted: batch 1 665 / 620 / 535, 660 / 639 / 552, 664 / 633 / 537, 665 /
-     * 610 / 500 tok/s, batch 4 2,385 / 2,259 / 1,848, 2,366 / 2,172 / 1,587 (fewer is worse from
-     * there on); 4B-FP8 batch 1 at 1,024 / 4,096, 4 vs 2: 309 / 250 vs 309 / 267.  For more rows
-     * (the count forced; H100, 1,024 tokens, 2 rounds, 2026-11-26), 8 / 16 / 32 /
-     * 64 rows with 4 (the rule), 1, 2, 8 CTAs an SM: 2B-FP8 3,953-3,963 / 6,143-6,174 / 8,320-8,333
-     * / 13,416-13,417 tok/s; 3,227-3,312 / 5,230-5,437 / 7,414-7,474 / 13,674-13,679; 3,672-3,700 /
-     * 6,042-6,057 / 8,636-8,777 / 13,651-13,711; 3,775-3,777 / 6,106-6,117 / 8,433-8,463 /
-     * 13,181-13,238; 4B-FP8 1,848-1,866 / 2,851-2,862 / 4,273-4,297 / 6,024-6,051; 1,738-1,739 /
-     * 2,788-2,806 / 3,959-3,977 / 5,321-5,449; 1,891-1,896 / 3,046-3,063 / 3,966 / 5,406-5,428;
-     * 1,805-1,829 / 2,922-2,951 / 4,259-4,271 / 6,284-6,305.  No one count wins for both models
-     * (2B's best split grows with the rows, 4B's groups of 4 want ~3 splits).  4B-FP8 again, 8 / 12 /
-     * 16 / 24 rows, 4 against 2: at 1,024 tokens 1,855-1,867 / 2,327-2,328 / 2,896-2,900 /
-     * 3,437-3,440 -> 1,915-1,924 / 2,364-2,379 / 3,109-3,113 / 3,646-3,647, at 4,096 tokens
-     * 1,160-1,174 / 1,368 / 1,629 / 1,673 -> 1,223-1,229 / 1,352 / 1,789-1,790 / 1,984-1,985; and 32 / 48
-     * / 64 rows, 4 against 2: 2B-FP8 at 1,024 tokens 8,298-8,302 / 10,498-10,515 / 13,467-13,469 ->
-     * 8,740-8,788 / 10,714-10,771 / 13,752-13,792, at 4,096 4,142-4,178 / 4,689-4,704 / 5,953-5,960 ->
-     * 4,772-4,844 / 4,746 / 5,907-5,929; 4B-FP8 at 1,024 4,272-4,290 / 5,529-5,543 / 6,068-6,083 ->
-     * 3,949-3,969 / 5,693-5,695 / 5,451-5,452, at 4,096 2,142-2,148 / 2,389-2,398 / 2,355-2,356 ->
-     * 1,694-1,696 / 2,418-2,421 / 1,940-1,945.  So 2 for GQA groups of 4 or more up to 24 rows and
-     * for smaller groups from 32 rows on; 4 otherwise (2B's groups of 2 lose at 8 and 16 rows with 2,
-     * 4B's at 32 and 64).  (A batch-1 step's
-     * CTAs beside the q/k/v GEMV's: about one an SM fits, the rest start once it drains.)  The plan
-     * sees the table width rounded up to IRIS_ATTN_PLAN_BLOCKS, so a graph captured on a wider table
-     * (text.c) has the same split boundaries (its extra trailing splits are empty and add exact
-     * zeros in the combine). */
+    /* Split long contexts when the rows alone do not fill the GPU: 2 CTAs an SM for a single row, for
+     * up to 24 rows of GQA groups of 4 or more and for 32 rows or more of smaller groups, 4 otherwise
+     * (iris_cuda_attn_ctas_per_sm; H100, 1,024 tokens: 4B-FP8 16 rows 2,896 -> 3,109 tok/s with 2,
+     * 2B-FP8 32 rows 8,300 -> 8,740; docs/performance.md has the whole sweep).  The plan sees the
+     * table width rounded up to IRIS_ATTN_PLAN_BLOCKS, so a graph captured on a wider table
+     * (engine/runner.c) has the same split boundaries (its extra trailing splits are empty and add
+     * exact zeros in the combine). */
     int plan_blocks = (meta->max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
     int max_ctx = plan_blocks * IRIS_KV_BLOCK;
     const int per_sm = iris_cuda_attn_ctas_per_sm(meta->n_rows, a.g);

@@ -211,12 +211,7 @@ static void launch_kw(const cuda_ctx *cx, const gemv_set &p, const bf16 *x, int6
      * 11.7 -> ~8 us of a layer's critical path), batch 2 1,178, 1,179 vs 1,153, 1,154, batch 4 2,166,
      * 2,165 vs 2,185, 2,188; 4B-FP8 batch 1 299, 296 vs 284, 283 (its q/k/v, 384 tiles).  Launches
      * that were one wave already lose a little with it (a CTA waits for its whole tile before the
-     * first product, where a warp of the register path starts on its own loads).  Tried and dropped:
-     * the tile in four column chunks (cp.async groups), each used once it is there: 2B-FP8 batch 1
-     * 612 -> 581 tok/s (a warp's super-steps then wait chunk by chunk instead of overlapping), and
-     * shared memory for every one-wave launch too: 535; for the q/k/v set too (its CTAs then leave
-     * room for two attention CTAs an SM): batch 1 640 -> 626, batch 2 1,214 -> 1,229; for it and
-     * the single linears: 2B 640 -> 633 and 1,214 -> 1,256, 4B-FP8 batch 1 310 -> 286. */
+     * first product, where a warp of the register path starts on its own loads; docs/performance.md). */
     size_t tile_bytes = (size_t)(1 + SWIGLU) * 16 * (size_t)(in + GM_PAD), red = red_bytes<SWIGLU, NT>(kw);
     size_t smem = tile_bytes > red ? tile_bytes : red;
     if (cx->gemv_smem && n <= 2 && smem <= cx->prop.sharedMemPerBlockOptin &&

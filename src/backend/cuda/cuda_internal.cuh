@@ -144,7 +144,7 @@ int iris_cuda_interp4(iris_backend *b, const iris_tensor *table, const int32_t *
 
 int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, int32_t *ids, float *vals); /* cuda_sample.cu */
 int iris_cuda_download_staged(iris_backend *b, const void *src, size_t bytes, const void **host); /* cuda_mem.cu */
-int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d);                         /* cuda_decode.cu */
+int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d);                         /* cuda_decode_launch.cu */
 
 /* Sets the optional fused ops of backend.h (cuda_fused.cu). */
 void iris_cuda_fused_init(iris_backend *b);
@@ -411,20 +411,7 @@ static __device__ __forceinline__ void qk_head(const bf16 *x, const float *wv, c
  * in a stream and in a captured graph alike; iris bench, IRIS_CUDA_PDL=0 -> 1 in one run: 2B-FP8
  * decode batch 1 487 -> 516 tok/s, 4B-FP8 259 -> 274 (batch 8/32: 2B 3,246/7,625 -> 3,171/7,381,
  * 4B 1,723/3,130 -> 1,790/3,227).  Without the GEMV's early loads (an L2 prefetch instead, on the
- * per-row kernel) it had measured no gain.  Tried and dropped since: the latency-bound kernels
- * (attention, the GEMVs before them) fetching later GEMVs' weights into L2 with bulk prefetches
- * (cp.async.bulk.prefetch.L2, plain or evict_last, three placements): 2B-FP8 batch 1 601 -> 524-574
- * tok/s, 4B-FP8 300 -> 249-267 (H100; the small loads on the critical path wait behind the
- * prefetch traffic, and the GEMVs, whose weights are in flight before pdl_wait, barely gain); and
- * o_proj's and down_proj's GEMV doing the residual add and the next RMSNorm in its last CTA to
- * finish (fence, counter, the norm by that CTA) instead of k_add_rms_block after it: 2B-FP8 batch 1
- * 625 -> 598, batch 8 3,533 -> 2,355, 4B-FP8 batch 1 305 -> 282 (a kernel boundary under PDL costs
- * less than that serial tail).  Nor the other way round: the q/k/v and gate/up GEMV making its own x
- * from the residual stream (each CTA: h + d and the RMSNorm into shared memory after pdl_wait, the
- * norm weight copied in before it, CTA 0 storing h + d to a second residual buffer; add_rms_norm's
- * kernel gone, same bits): 2B-FP8 batch 1 638, 639 -> 624, 627 tok/s, batch 2 1,207 -> 1,113, batch 4
- * 2,245 -> 1,978, 4B-FP8 batch 1 308 -> 277 (H100, alternating runs; every CTA's own trip for h and
- * its reduction cost more than the kernel they replace). */
+ * per-row kernel) it had measured no gain (the variants measured and dropped: docs/performance.md). */
 static __device__ __forceinline__ void pdl_launch_next() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

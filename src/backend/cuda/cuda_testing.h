@@ -25,7 +25,7 @@ int iris_cuda_set_fp8_mma(iris_backend *b, int on);
  * the output tile in shared memory (kept as the check and the baseline). */
 void iris_cuda_set_attn_impl(iris_backend *b, int impl);
 /* The tensor-core GEMV's weight tiles through shared memory where they fit one wave (1, the default)
- * or always through registers (0); the two give the same bits (tests/test_ops.c). */
+ * or always through registers (0); the two give the same bits (tests/test_ops_linear.c). */
 void iris_cuda_set_gemv_smem(iris_backend *b, int on);
 /* Decode-only steps' attention doing qk_norm_rope_kv itself (backend.h qk_norm_rope_attn; on by
  * default); off: the two kernels. */
