@@ -216,7 +216,10 @@ IRIS_TEST(gpu_ops_decode_stack) {
     iris_err err = {0};
     iris_backend *b = NULL;
     REQUIRE(iris_backend_cuda_open(0, (size_t)2 << 30, &b, &err) == 0);
-    iris_cuda_set_decode_stack(b, 1); /* opt-in (cuda_decode_launch.cu) */
+    if (iris_cuda_set_decode_stack(b, 1)) { /* opt-in (cuda_decode_launch.cu) */
+        b->destroy(b);
+        IRIS_TEST_SKIP("the kernels were built without sm_90 code (JIT from older PTX): no persistent decode kernel");
+    }
     const int p1[] = {1023}, p3[] = {0, 37, 700}, p4[] = {2999, 15, 16, 1}, p0[] = {0};
     check_stack(b, 2048, 6144, 16, 8, 2, p1, 1, 1); /* 2B's shapes */
     check_stack(b, 2048, 6144, 16, 8, 2, p0, 1, 1);

@@ -67,7 +67,7 @@ static int ask_with(const char *device, const char *kv_dtype, const char *image,
     iris_request *r = NULL;
     int rc = iris_engine_submit(e, &rp, &r, &err);
     iris_event ev;
-    while (!rc && iris_request_next(r, &ev, 60000) == IRIS_OK) {
+    while (!rc && iris_request_next(r, &ev, 300000) == IRIS_OK) { /* a JIT build's first start takes ~1 min */
         if (ev.kind == IRIS_EVENT_DONE) {
             a->finish = ev.finish_reason;
             if (ev.finish_reason == IRIS_FINISH_REASON_ERROR) snprintf(a->err, sizeof a->err, "%s", ev.err.msg);

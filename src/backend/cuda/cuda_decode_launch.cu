@@ -61,7 +61,12 @@ extern "C" int iris_cuda_decode_split_default(int sms, int H, int FF, int nq, in
     int run[4];
     return cw && sms > 0 ? ds_split_rule(sms, H, FF, nq, nkv, cw, -1, run) : 0;
 }
-extern "C" void iris_cuda_set_decode_stack(iris_backend *b, int mode) { cuda_of(b)->decode_stack = mode; }
+extern "C" int iris_cuda_set_decode_stack(iris_backend *b, int mode) {
+    cuda_ctx *c = cuda_of(b);
+    if (mode && !c->ds_compiled) return IRIS_EUNSUPPORTED;   /* compiled out of older PTX: it stays off */
+    c->decode_stack = mode;
+    return IRIS_OK;
+}
 extern "C" int iris_cuda_decode_stack_runs(iris_backend *b) { return cuda_of(b)->ds_runs; }
 extern "C" void iris_cuda_set_decode_split(iris_backend *b, int mask) { cuda_of(b)->ds_split = mask < 0 ? -1 : mask & 15; }
 extern "C" int iris_cuda_decode_split_last(iris_backend *b) { return cuda_of(b)->ds_split_last; }

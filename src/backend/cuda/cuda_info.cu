@@ -76,8 +76,8 @@ static void tell_jit(int device) {
     arch_of(&p, arch, sizeof arch);
     iris_log(IRIS_LOG_INFO, "cuda",
              "%s (compute capability %d.%d) has no machine code in this build (CUDA_ARCHS=\"%s\"): its kernels are "
-             "JIT-compiled from the compute_%s PTX at first start, then cached by the driver; `make CUDA_ARCHS=%s` "
-             "builds them for it",
+             "JIT-compiled from the compute_%s PTX at first start (about a minute on an H200), then cached by "
+             "the driver; `make CUDA_ARCHS=%s` builds them for it",
              p.name, p.major, p.minor, IRIS_CUDA_ARCHS, IRIS_CUDA_PTX, arch);
 }
 

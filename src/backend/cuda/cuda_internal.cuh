@@ -86,6 +86,7 @@ struct cuda_ctx {
     int gemv_smem;          /* its weight tiles through shared memory where they fit one wave (tests: off) */
     int pdl;                /* decode kernels launched as programmatic dependents (sm_90+; IRIS_CUDA_PDL=0: off) */
     int qk_attn;            /* decode attention does qk_norm_rope_kv itself (tests: off) */
+    int ds_compiled;        /* the kernels hold the persistent decode kernel (compiled for sm_90 or newer) */
     int decode_stack;       /* decode_layers, the persistent decode kernel (cuda_decode.cu): -1 where measured faster
                                (the default), 1 every step it takes, 0 off (IRIS_CUDA_DECODE_STACK=1 / 0) */
     unsigned *ds_bar;       /* its grid barrier's counter (carved at open, zeroed before each launch) */

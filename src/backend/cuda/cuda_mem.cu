@@ -493,7 +493,8 @@ static void set_choices(iris_backend *b, const switches *sw) {
     c->gemv_smem = 1;
     c->pdl = sw->pdl && major >= 9;
     c->qk_attn = 1;
-    c->decode_stack = major >= 9 ? sw->decode_stack : 0;
+    c->ds_compiled = major >= 9;
+    c->decode_stack = c->ds_compiled ? sw->decode_stack : 0;
     c->ds_split = -1;
     c->ds_trace = sw->ds_trace;
 }

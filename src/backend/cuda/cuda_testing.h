@@ -37,8 +37,9 @@ void iris_cuda_set_graphs(iris_backend *b, int on);
  * (backend.h decode_layers, cuda_decode.cu): mode -1 where it measured faster than the ops (the
  * default: for decoder layers under 64 MiB 1 sequence at any length, 2 within 8,448 tokens, 3
  * within 3,200, 4 within 2,176; for larger layers 1-4 at any length), 1 every step it takes, 0 never
- * (IRIS_CUDA_DECODE_STACK=1 / 0 at open). */
-void iris_cuda_set_decode_stack(iris_backend *b, int mode);
+ * (IRIS_CUDA_DECODE_STACK=1 / 0 at open).  IRIS_EUNSUPPORTED (and off) where the kernels were
+ * JIT-compiled from PTX older than sm_90, which compiles the kernel out. */
+int iris_cuda_set_decode_stack(iris_backend *b, int mode);
 /* Launches of that kernel so far (graph captures included; replays not), for the tests. */
 int iris_cuda_decode_stack_runs(iris_backend *b);
 /* Its GEMV phases (bit 0 q/k/v, 1 o_proj, 2 gate/up, 3 down_proj) that share their chunks out
