@@ -62,7 +62,7 @@ void iris_engine_prompt_ctx(const iris_engine *e, iris_prompt_ctx *out) {
     out->pc = &e->pc;
 }
 
-const iris_text *iris_engine_text(const iris_engine *e) { return &e->text; }
+const iris_text *iris_engine_text(const iris_engine *e) { return &e->model->text; }
 iris_backend *iris_engine_backend(iris_engine *e) { return e->be; }
 iris_runner *iris_engine_runner(iris_engine *e) { return e->runner; }
 
@@ -75,12 +75,12 @@ size_t iris_engine_weight_bytes(const iris_engine *e) {
 void iris_engine_model_info(const iris_engine *e, iris_model_info *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->dir, sizeof out->dir, "%s", e->dir);
-    out->vocab_size = e->cfg.text_config.vocab_size;
+    out->vocab_size = e->model->cfg.text_config.vocab_size;
     out->max_model_len = e->max_model_len;
     out->kv_blocks = e->n_blocks;
-    out->n_layers = e->cfg.text_config.num_hidden_layers;
-    out->hidden_size = e->cfg.text_config.hidden_size;
-    out->image_token_id = e->cfg.image_token_id;
+    out->n_layers = e->model->cfg.text_config.num_hidden_layers;
+    out->hidden_size = e->model->cfg.text_config.hidden_size;
+    out->image_token_id = e->model->cfg.image_token_id;
 }
 
 /* ---- finishing requests ------------------------------------------------------------------- */
@@ -171,7 +171,7 @@ static void fail(iris_engine *e, iris_request *r, const iris_err *why) {
 /* Encode the images the chunk [n_computed, n_computed + n_new) reaches that have no embeddings. */
 static int encode_images(iris_engine *e, iris_request *r, iris_err *err) {
     iris_seq *q = &r->seq;
-    int lo = q->n_computed, hi = q->n_computed + q->n_new, pd = e->vis.patch_dim;
+    int lo = q->n_computed, hi = q->n_computed + q->n_new, pd = e->model->vision.patch_dim;
     int64_t row0 = 0;
     for (int i = 0; i < q->n_images; i++) {
         const int *g = r->prompt.grid_thw + 3 * i;
@@ -182,8 +182,8 @@ static int encode_images(iris_engine *e, iris_request *r, iris_err *err) {
             /* on the GPU the rows stay bf16 on their way to the decoder (no fp32 round trip) */
             size_t sb = 0;
             void *scratch = iris_runner_scratch(e->runner, &sb);
-            int rc = e->on_gpu ? iris_vision_encode_bf16(&e->vis, e->be, scratch, sb, px, rows, g, 1, &r->vout[i], err)
-                               : iris_vision_encode(&e->vis, px, rows, g, 1, &r->vout[i], NULL, err);
+            int rc = e->on_gpu ? iris_vision_encode_bf16(&e->model->vision, e->be, scratch, sb, px, rows, g, 1, &r->vout[i], err)
+                               : iris_vision_encode(&e->model->vision, px, rows, g, 1, &r->vout[i], NULL, err);
             if (rc) return rc;
             if (r->vout[i].n_tokens != im->n_tokens)
                 return iris_err_set(err, IRIS_EINVAL, "image %d: the encoder gave %d rows for %d tokens", i + 1,
@@ -215,7 +215,7 @@ static const char *vout_rows(const iris_vision_out *o, int taps) {
  * touches one image, else gathered into the step's image buffer at `*img_at` bytes). */
 static int prepare(iris_engine *e, iris_request *r, int row0, size_t *img_at, iris_text_seq *ts, iris_err *err) {
     iris_seq *q = &r->seq;
-    int n = q->n_new, c0 = q->n_computed, H = e->cfg.text_config.hidden_size, np = q->n_prompt;
+    int n = q->n_new, c0 = q->n_computed, H = e->model->cfg.text_config.hidden_size, np = q->n_prompt;
     int T = e->o.max_batch_tokens;
     int32_t *pos = e->step_pos + row0;
     for (int i = 0; i < n; i++) {
@@ -384,7 +384,7 @@ static void step(iris_engine *e) {
         return;
     }
     iris_sched_commit(&e->sched, b);
-    int row = 0, V = e->cfg.text_config.vocab_size, k = out.k;
+    int row = 0, V = e->model->cfg.text_config.vocab_size, k = out.k;
     for (int i = 0; i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
         if (!r->seq.want_logits) continue;
@@ -429,10 +429,10 @@ int iris_engine_prompt_logits(iris_engine *e, const iris_prompt *p, int n_out, i
         /* every image in one encoder call, as requests encode them (bf16 rows on a GPU) */
         size_t sb = 0;
         void *scratch = iris_runner_scratch(e->runner, &sb);
-        if (sb < iris_vision_scratch_bytes(&e->vis, e->be->act, p->n_rows)) scratch = NULL, sb = 0;
-        rc = e->on_gpu ? iris_vision_encode_bf16(&e->vis, e->be, scratch, sb, p->pixel_values, p->n_rows, p->grid_thw,
+        if (sb < iris_vision_scratch_bytes(&e->model->vision, e->be->act, p->n_rows)) scratch = NULL, sb = 0;
+        rc = e->on_gpu ? iris_vision_encode_bf16(&e->model->vision, e->be, scratch, sb, p->pixel_values, p->n_rows, p->grid_thw,
                                                  p->n_images, &vo, err)
-                       : iris_vision_encode(&e->vis, p->pixel_values, p->n_rows, p->grid_thw, p->n_images, &vo, NULL, err);
+                       : iris_vision_encode(&e->model->vision, p->pixel_values, p->n_rows, p->grid_thw, p->n_images, &vo, NULL, err);
         if (rc) return rc;
     }
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)nb);
@@ -450,9 +450,9 @@ int iris_engine_prompt_logits(iris_engine *e, const iris_prompt *p, int n_out, i
                               .n_deepstack = vo.n_deepstack, .trace = trace != NULL};
     iris_runner *r = NULL;
     iris_runner_out out;
-    if (!rc) rc = iris_runner_open(&e->text, e->be, &e->kv, &lim, &r, err);
+    if (!rc) rc = iris_runner_open(&e->model->text, e->be, &e->kv, &lim, &r, err);
     if (!rc) rc = iris_runner_step_trace(r, &q, 1, trace, ud, &out, err);
-    if (!rc) memcpy(logits, out.logits, sizeof(float) * (size_t)n_out * e->cfg.text_config.vocab_size);
+    if (!rc) memcpy(logits, out.logits, sizeof(float) * (size_t)n_out * e->model->cfg.text_config.vocab_size);
     iris_runner_close(r);
     free(bt);
     iris_vision_out_free(&vo);
@@ -539,15 +539,8 @@ static size_t kv_block_bytes(const iris_text_config *tc, iris_dtype dt) {
            iris_dtype_size(dt);
 }
 
-/* The weights onto e->be (the decoder, its dense copies, the vision tower: weights.h), then the
- * placed decoder and vision tower into the engine's short names (engine_internal.h). */
-static int place(iris_engine *e, int dense, iris_err *err) {
-    int rc = iris_model_place(e->model, e->be, dense, err);
-    if (rc) return rc;
-    e->text = e->model->text;
-    e->vis = e->model->vision;
-    return IRIS_OK;
-}
+/* The weights onto e->be (the decoder, its dense copies, the vision tower: weights.h). */
+static int place(iris_engine *e, int dense, iris_err *err) { return iris_model_place(e->model, e->be, dense, err); }
 
 #ifdef IRIS_CUDA
 /* The memory plan for this device, then the one allocation it sizes, the
@@ -558,7 +551,7 @@ static int place(iris_engine *e, int dense, iris_err *err) {
 static int load_cuda(iris_engine *e, iris_err *err) {
     const iris_engine_opts *o = &e->o;
     iris_plan_model pm;
-    int rc = iris_plan_model_init(&e->cfg, e->model->st, e->dir, &pm, err);
+    int rc = iris_plan_model_init(&e->model->cfg, e->model->st, e->dir, &pm, err);
     if (rc) return rc;
     size_t fr = 0, tot = 0;
     if (iris_cuda_device_memory(0, &fr, &tot))
@@ -585,7 +578,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     ps.kv_cache_dtype = e->kv_plan_dtype;
     ps.dense_weights = o->dense_weights ? iris_plan_dense_parse(o->dense_weights) : IRIS_DENSE_AUTO;
     if (o->max_image_pixels > 0) ps.max_image_pixels = o->max_image_pixels;
-    int64_t max_pos = e->cfg.text_config.max_position_embeddings;
+    int64_t max_pos = e->model->cfg.text_config.max_position_embeddings;
     int64_t min_ctx = max_pos < IRIS_PLAN_MIN_CONTEXT ? max_pos : IRIS_PLAN_MIN_CONTEXT;
     if (o->max_model_len > 0) ps.max_model_len = o->max_model_len < min_ctx ? min_ctx
                                                 : o->max_model_len > max_pos ? max_pos : o->max_model_len;
@@ -621,7 +614,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     free(plan);
     rc = iris_backend_cuda_open(0, device_bytes + scratch, &e->be, err);
     if (!rc) rc = place(e, dense, err);
-    if (!rc) rc = iris_kv_cache_init_dtype(&e->kv, &e->cfg.text_config, e->n_blocks, kv_dtype_on(e, e->be), e->be, err);
+    if (!rc) rc = iris_kv_cache_init_dtype(&e->kv, &e->model->cfg.text_config, e->n_blocks, kv_dtype_on(e, e->be), e->be, err);
     if (!rc && e->be->sync && e->be->sync(e->be)) rc = iris_err_set(err, IRIS_EDEVICE, "%s", e->be->err.msg);
     if (rc) return rc;
     iris_cuda_mem mi;
@@ -636,7 +629,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
 /* The CPU backend: the KV cache in host memory, sized by kv_blocks or kv_cache_bytes. */
 static int load_cpu(iris_engine *e, iris_err *err) {
     const iris_engine_opts *o = &e->o;
-    const iris_text_config *tc = &e->cfg.text_config;
+    const iris_text_config *tc = &e->model->cfg.text_config;
     int rc = iris_backend_cpu_open(&e->be, err);
     if (!rc) rc = place(e, 0, err);
     if (rc) return rc;
@@ -660,13 +653,13 @@ static int load_cpu(iris_engine *e, iris_err *err) {
  * the largest image's patches size the vision scratch the runner's activations lend). */
 static int open_runner(iris_engine *e, iris_err *err) {
     const iris_engine_opts *o = &e->o;
-    const iris_config *c = &e->cfg;
+    const iris_config *c = &e->model->cfg;
     int m = c->vision_config.spatial_merge_size;
     iris_runner_limits lim = {.max_rows = o->max_batch_tokens, .max_seqs = o->max_num_seqs,
                               .max_context = e->max_model_len, .n_deepstack = c->vision_config.n_deepstack};
     if (e->on_gpu && e->max_image_tokens > 0)
-        lim.scratch_bytes = iris_vision_scratch_bytes(&e->vis, e->be->act, (int64_t)e->max_image_tokens * m * m);
-    int rc = iris_runner_open(&e->text, e->be, &e->kv, &lim, &e->runner, err);
+        lim.scratch_bytes = iris_vision_scratch_bytes(&e->model->vision, e->be->act, (int64_t)e->max_image_tokens * m * m);
+    int rc = iris_runner_open(&e->model->text, e->be, &e->kv, &lim, &e->runner, err);
     if (rc) return rc;
     size_t S = (size_t)o->max_num_seqs, T = (size_t)o->max_batch_tokens;
     e->step_img_bytes = T * (size_t)c->text_config.hidden_size * (1 + (size_t)c->vision_config.n_deepstack) *
@@ -689,9 +682,8 @@ static int load(iris_engine *e, iris_err *err) {
     if (!rc) rc = iris_model_ensure(o->model, e->dir, sizeof e->dir, o->allow_download, err);
     if (!rc) rc = iris_model_open(e->dir, NULL, &e->model, err);
     if (rc) return rc;
-    e->cfg = e->model->cfg;
     e->pc = e->model->pc;
-    const iris_text_config *tc = &e->cfg.text_config;
+    const iris_text_config *tc = &e->model->cfg.text_config;
     if (cuda) {
 #ifdef IRIS_CUDA
         rc = load_cuda(e, err);
@@ -729,8 +721,6 @@ static void unload(iris_engine *e) {
     if (e->kv.layers) iris_kv_cache_free(&e->kv);
     iris_runner_close(e->runner);
     e->runner = NULL;
-    if (e->model && e->text.layers) e->model->text = e->text;
-    if (e->model && e->vis.blocks) e->model->vision = e->vis;
     iris_model_close(e->model);
     if (e->be) e->be->destroy(e->be);
     free(e->plan_text);

@@ -61,13 +61,6 @@ struct iris_engine {
     iris_engine_opts o;
     char dir[4096];             /* the resolved model directory */
     iris_model *model;          /* the one loaded model (weights.h), owned */
-    /* The model's parts the step reads, under short names: cfg is a copy of model->cfg; text and
-     * vis are the model's placed decoder and vision tower, copied after placement.  The step
-     * keeps the decoder's graph cache in text, so unload hands both back to the model before
-     * closing it (one owner frees them). */
-    iris_config cfg;
-    iris_text text;
-    iris_vision vis;
     iris_preprocessor_config pc; /* the model's, with max_pixels lowered to what the memory plan admits */
     iris_backend *be;
     iris_kv_cache kv;

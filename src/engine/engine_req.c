@@ -156,15 +156,15 @@ static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
     r->images = calloc((size_t)p->n_images, sizeof *r->images);
     r->vout = calloc((size_t)p->n_images, sizeof *r->vout);
     if (!r->images || !r->vout) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    int m = e->cfg.vision_config.spatial_merge_size, patch_dim = e->vis.patch_dim;
+    int m = e->model->cfg.vision_config.spatial_merge_size, patch_dim = e->model->vision.patch_dim;
     int64_t row0 = 0;
     int j = 0, n = (int)p->ids.n;
     for (int i = 0; i < p->n_images; i++) {
         const int *g = p->grid_thw + 3 * i;
         int n_tok = g[0] * (g[1] / m) * (g[2] / m);
-        while (j < n && p->ids.ids[j] != e->cfg.image_token_id) j++;
+        while (j < n && p->ids.ids[j] != e->model->cfg.image_token_id) j++;
         int k = j;
-        while (k < n && k - j < n_tok && p->ids.ids[k] == e->cfg.image_token_id) k++;
+        while (k < n && k - j < n_tok && p->ids.ids[k] == e->model->cfg.image_token_id) k++;
         if (k - j != n_tok)
             return iris_err_set(err, IRIS_EINVAL, "image %d: the prompt holds %d image tokens where its grid %dx%dx%d "
                                 "needs %d", i + 1, k - j, g[0], g[1], g[2], n_tok);
@@ -266,7 +266,7 @@ int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_reques
     iris_stop_ids_default(&stop, &e->model->gc);
     if (n < 1) rc = iris_err_set(err, IRIS_EINVAL, "the prompt is empty");
     else rc = check_context(e, n, sp->max_tokens, cap, err);
-    if (!rc) rc = iris_sampler_init(&r->sampler, sp, &stop, e->cfg.text_config.vocab_size, err);
+    if (!rc) rc = iris_sampler_init(&r->sampler, sp, &stop, e->model->cfg.text_config.vocab_size, err);
     if (!rc) rc = iris_sampler_add_prompt(r->sampler, r->prompt.ids.ids, n, err);
     if (!rc) rc = iris_stop_init(&r->stop, sp->stop, sp->n_stop, err);
     if (!rc) rc = find_images(e, r, err);
