@@ -229,7 +229,6 @@ static void *watchdog_main(void *arg) {
             if (!k->cut && limit > 0 && now - k->t0 > limit) {
                 k->cut = 1;
                 shutdown(k->fd, SHUT_RDWR);
-                atomic_fetch_add(&s->n_cut, 1);
                 iris_log(IRIS_LOG_DEBUG, "serve", "closed a connection whose request %s did not arrive in %.1f s",
                          k->phase == 0 ? "head" : "body", limit);
             }

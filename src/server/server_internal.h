@@ -75,7 +75,6 @@ struct iris_server {
     srv_sock *socks;
     pthread_t watchdog;
     int watchdog_on, watchdog_stop;
-    atomic_int n_cut;                  /* sockets the watchdog shut (metrics) */
 };
 
 /* A connection's current request. */
