@@ -120,11 +120,12 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIBOBJ)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIBOBJ) -o $@ $(PKG_LIBS) -lm -pthread
 
-# A short run of every fuzz target from its seed corpus (tests/fuzz/corpus/NAME).
+# A short run of every fuzz target from its seed corpus (tests/fuzz/corpus/NAME); any UBSan
+# report is fatal (halt_on_error), as ASan's are.
 fuzz-smoke: $(FUZZ_BIN)
 	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p $(BUILD)/fuzz/corpus-$$n; \
 	  echo "fuzz $$n: 15 s"; \
-	  $$f -max_total_time=15 -max_len=65536 -rss_limit_mb=2048 $(BUILD)/fuzz/corpus-$$n tests/fuzz/corpus/$$n \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $$f -max_total_time=15 -max_len=65536 -rss_limit_mb=2048 $(BUILD)/fuzz/corpus-$$n tests/fuzz/corpus/$$n \
 	      > $(BUILD)/fuzz/$$n.log 2>&1 || { tail -40 $(BUILD)/fuzz/$$n.log; exit 1; }; done
 
 # Benchmarks: bench/NAME.c -> $(BUILD)/bench/NAME, run by hand (figures are reported, never asserted).

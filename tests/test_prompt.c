@@ -198,3 +198,55 @@ IRIS_TEST(prompt_files_bytes_decoded_agree) {
     json_decref(m);
     iris_tok_free(tok);
 }
+
+/* The image budget in the builder's ctx: the resize bound lowers the preprocessor's, the decode
+ * bound follows it (32x), and a request's images are added up from their headers. */
+IRIS_TEST(prompt_image_budget) {
+    const char *dir = TINY_DIR "/tiny-gqa/model";
+    iris_err err = {0};
+    iris_config cfg;
+    iris_preprocessor_config pc;
+    iris_tok *tok = NULL;
+    REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
+    REQUIRE(iris_preprocessor_config_load(dir, &pc, &err) == 0);
+    REQUIRE(iris_tok_load(TINY_DIR "/tiny-gqa/model/tokenizer.json", &tok, &err) == 0);
+    iris_preprocessor_config big = pc;
+    big.max_pixels = 16777216;
+    iris_prompt_ctx ctx = {.tok = tok, .cfg = &cfg, .pc = &big};
+    int64_t resize = 0, decode = 0;
+    iris_prompt_image_bounds(&ctx, &resize, &decode);
+    CHECK_EQ_INT(resize, 16777216);
+    CHECK_EQ_INT(decode, 178956970); /* the CLI's CPU path as before: Pillow's bound */
+    ctx.max_image_pixels = 1048576;
+    iris_prompt_image_bounds(&ctx, &resize, &decode);
+    CHECK_EQ_INT(resize, 1048576);
+    CHECK_EQ_INT(decode, 1048576LL * IRIS_PROMPT_DECODE_RATIO);
+    ctx.max_decode_pixels = 5000;
+    iris_prompt_image_bounds(&ctx, &resize, &decode);
+    CHECK_EQ_INT(decode, 5000);
+
+    size_t n = 0;
+    char *png = read_all(TINY_DIR "/images/a.png", &n);
+    REQUIRE(png);
+    int w = 0, h = 0;
+    REQUIRE(iris_image_probe_mem(png, n, "a.png", NULL, &w, &h, &err) == 0);
+    json_t *m = iris_prompt_one_turn(NULL, 2, "hi");
+    iris_prompt_image two[2] = {{.data = png, .n = n, .label = "image 1"}, {.data = png, .n = n, .label = "image 2"}};
+    iris_prompt p;
+    int which = -7;
+    ctx = (iris_prompt_ctx){.tok = tok, .cfg = &cfg, .pc = &pc, .max_total_pixels = (int64_t)w * h * 2};
+    CHECK_EQ_INT(iris_prompt_build(&ctx, m, two, 2, &p, &which, &err), 0);
+    iris_prompt_free(&p);
+    ctx.max_total_pixels = (int64_t)w * h * 2 - 1; /* one pixel short: the second image is refused */
+    CHECK_EQ_INT(iris_prompt_build(&ctx, m, two, 2, &p, &which, &err), IRIS_ELIMIT);
+    CHECK_EQ_INT(which, 1);
+    CHECK_CONTAINS(err.msg, "image 2");
+    ctx.max_total_pixels = 0;
+    ctx.max_decode_pixels = (int64_t)w * h - 1; /* refused from the header, before decoding */
+    CHECK_EQ_INT(iris_prompt_build(&ctx, m, two, 2, &p, &which, &err), IRIS_ELIMIT);
+    CHECK_EQ_INT(which, 0);
+    CHECK_CONTAINS(err.msg, "over the limit");
+    json_decref(m);
+    free(png);
+    iris_tok_free(tok);
+}

@@ -48,7 +48,7 @@ IRIS_TEST(server_endpoints_and_generation) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     ts_server s;
     char extra[512];
-    snprintf(extra, sizeof extra, "--allowed-local-media-path %s/images", TINY_DIR);
+    snprintf(extra, sizeof extra, "--allowed-local-media-path %s/images --allowed-media-networks 127.0.0.1/32", TINY_DIR);
     REQUIRE(ts_server_start(&s, extra) == 0);
     int port = s.port;
     char *out = NULL;

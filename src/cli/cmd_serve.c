@@ -89,13 +89,27 @@ static void usage(FILE *f) {
             "  --served-model-name NAME      the model id clients send and /v1/models lists\n"
             "                                (default: MODEL as given)\n"
             "  --max-body-bytes SIZE         larger request bodies get 413 (default 32MiB)\n"
+            "  --header-timeout S            a request's head must arrive within S seconds, else the\n"
+            "                                connection is closed (default 10)\n"
             "  --body-timeout S              a body must arrive within S seconds, else 408 (default 30)\n"
+            "  --max-connections N           open connections at once (default 1024)\n"
+            "  --max-connections-per-client N  from one client address (default 256)\n"
+            "  --allowed-origins LIST        origins (https://a.example,...; * for any) whose web pages\n"
+            "                                may call the API (CORS); default none.  POST bodies must be\n"
+            "                                Content-Type: application/json (else 415)\n"
             "  --no-remote-images            refuse http(s) image URLs (data: URLs always work)\n"
+            "  --allow-private-media-urls    let http(s) image URLs reach private, loopback and link-local\n"
+            "                                addresses (refused by default, after every redirect too)\n"
+            "  --allowed-media-networks LIST private networks image URLs may reach anyway (10.1.0.0/16,...)\n"
             "  --max-image-bytes SIZE        largest image file accepted (default 20MiB)\n"
             "  --image-timeout S             an http(s) image's whole download (default 10)\n"
-            "  --max-image-pixels N          images larger than this are refused before decoding; on a\n"
-            "                                GPU the memory plan is sized for N (without the flag: 1048576,\n"
-            "                                and larger images are resized down to it)\n"
+            "  --max-image-pixels N          images are resized down to at most N pixels, on the CPU as on\n"
+            "                                a GPU, whose memory plan is sized for N (default 1048576);\n"
+            "                                images over 32 x N pixels are refused before decoding\n"
+            "  --max-request-pixels N        a request's images together, as decoded (default 64 x the\n"
+            "                                above); refused before decoding\n"
+            "  --image-workers N             requests decoding images at once (default: the cores, 2-16)\n"
+            "  --image-queue N               requests waiting to decode before 503 (default 256)\n"
             "  --dense-weights auto|on|off   FP8 models: BF16 copies of the decoder linears for prefill and\n"
             "                                large batches (default auto: when they take at most 10%% of the\n"
             "                                GPU memory budget and the plan still fits)\n"
@@ -168,6 +182,29 @@ static int server_option(serve_args *s, const char *a, const char *v, int *takes
         bad = size(a, v, &so->max_body_bytes);
     } else if (!strcmp(a, "--body-timeout")) {
         bad = num(a, v, 0.1, 86400, &so->body_timeout_s);
+    } else if (!strcmp(a, "--header-timeout")) {
+        bad = num(a, v, 0.1, 86400, &so->header_timeout_s);
+    } else if (!strcmp(a, "--max-connections")) {
+        bad = num(a, v, 1, 1 << 20, &x);
+        so->max_connections = (int)x;
+    } else if (!strcmp(a, "--max-connections-per-client")) {
+        bad = num(a, v, 1, 1 << 20, &x);
+        so->max_connections_per_client = (int)x;
+    } else if (!strcmp(a, "--allowed-origins")) {
+        so->allowed_origins = v;
+    } else if (!strcmp(a, "--allow-private-media-urls")) {
+        so->allow_private_media = 1, *takes = 0;
+    } else if (!strcmp(a, "--allowed-media-networks")) {
+        so->media_networks = v;
+    } else if (!strcmp(a, "--max-request-pixels")) {
+        bad = num(a, v, 1, 1e12, &x);
+        so->max_request_pixels = (long long)x;
+    } else if (!strcmp(a, "--image-workers")) {
+        bad = num(a, v, 1, 256, &x);
+        so->image_workers = (int)x;
+    } else if (!strcmp(a, "--image-queue")) {
+        bad = num(a, v, 0, 1 << 20, &x);
+        so->image_queue = (int)x;
     } else if (!strcmp(a, "--no-remote-images")) {
         so->allow_remote_images = 0, *takes = 0;
     } else if (!strcmp(a, "--max-image-bytes")) {

@@ -1,6 +1,13 @@
 /* prompt.c: the one prompt builder: chat template + tokens + images +
  * positions, or plain text (see prompt.h).
  *
+ * The image budget: before any image is decoded, the headers of the images
+ * given as bytes are read and their pixels added up against
+ * max_total_pixels; each decoder then refuses an image over the decode
+ * bound before allocating it; every image is resized to at most the resize
+ * bound.  What runs these builds at once (the server's decode slots) is
+ * the caller's business.
+ *
  * Images are decoded one at a time and resized at once (smart_resize, then
  * bicubic), so only the resized uint8 images are held until every one is
  * known; then the pixel rows of all of them go into one array.  A failure
@@ -46,6 +53,19 @@ void iris_prompt_free(iris_prompt *p) {
     memset(p, 0, sizeof *p);
 }
 
+void iris_prompt_image_bounds(const iris_prompt_ctx *ctx, int64_t *resize_pixels, int64_t *decode_pixels) {
+    int64_t resize = ctx->pc ? ctx->pc->max_pixels : IRIS_IMAGE_MAX_RESIZE_PIXELS_DEFAULT;
+    if (ctx->max_image_pixels > 0 && ctx->max_image_pixels < resize) resize = ctx->max_image_pixels;
+    int64_t decode = ctx->max_decode_pixels;
+    if (decode <= 0) {
+        decode = IRIS_IMAGE_MAX_PIXELS_DEFAULT;
+        if (resize > 0 && resize <= IRIS_IMAGE_MAX_PIXELS_DEFAULT / IRIS_PROMPT_DECODE_RATIO)
+            decode = resize * IRIS_PROMPT_DECODE_RATIO;
+    }
+    if (resize_pixels) *resize_pixels = resize;
+    if (decode_pixels) *decode_pixels = decode;
+}
+
 /* The preprocessor settings, checked against the vision tower they feed. */
 static int prep_opts(const iris_prompt_ctx *ctx, iris_image_prep_opts *po, iris_err *err) {
     iris_image_prep_opts_default(po);
@@ -59,6 +79,8 @@ static int prep_opts(const iris_prompt_ctx *ctx, iris_image_prep_opts *po, iris_
         memcpy(po->image_mean, pc->image_mean, sizeof po->image_mean);
         memcpy(po->image_std, pc->image_std, sizeof po->image_std);
     }
+    iris_prompt_image_bounds(ctx, &po->max_pixels, NULL);
+    if (po->min_pixels > po->max_pixels) po->min_pixels = po->max_pixels;
     const iris_vision_config *vc = &ctx->cfg->vision_config;
     if (po->patch_size != vc->patch_size || po->merge_size != vc->spatial_merge_size ||
         po->temporal_patch_size != vc->temporal_patch_size)
@@ -95,14 +117,49 @@ static int prepare_one(const iris_prompt_image *im, int i, const iris_image_deco
     return IRIS_OK;
 }
 
+/* The pixels of the images given as bytes or decoded, added up from their headers against
+ * max_total_pixels (files are the caller's own and are not counted). */
+static int check_total(const iris_prompt_ctx *ctx, const iris_prompt_image *images, int n_images, int *bad_image,
+                       iris_err *err) {
+    if (ctx->max_total_pixels <= 0) return IRIS_OK;
+    int64_t total = 0, one = 0;
+    iris_prompt_image_bounds(ctx, NULL, &one);
+    for (int i = 0; i < n_images; i++) {
+        const iris_prompt_image *im = &images[i];
+        char fallback[32];
+        snprintf(fallback, sizeof fallback, "image %d", i + 1);
+        const char *label = im->label ? im->label : fallback;
+        int w = 0, h = 0;
+        if (im->image) {
+            w = im->image->width, h = im->image->height;
+        } else if (im->data && !im->path) {
+            int rc = iris_image_probe_mem(im->data, im->n, label, NULL, &w, &h, err);
+            if (rc) {
+                if (bad_image) *bad_image = i;
+                return rc;
+            }
+        }
+        if ((int64_t)w * h > one) continue; /* its decoder refuses it, naming the per-image bound */
+        total += (int64_t)w * h;
+        if (total > ctx->max_total_pixels) {
+            if (bad_image) *bad_image = i;
+            return iris_err_set(err, IRIS_ELIMIT, "%s: the images of this request add up to %lld pixels or more, "
+                                "over the limit of %lld for one request (--max-request-pixels)", label,
+                                (long long)total, (long long)ctx->max_total_pixels);
+        }
+    }
+    return IRIS_OK;
+}
+
 /* The images' grids, keys and pixel rows into out; their token counts into counts. */
 static int add_images(const iris_prompt_ctx *ctx, const iris_prompt_image *images, int n_images, iris_prompt *out,
                       int32_t *counts, int *bad_image, iris_err *err) {
     iris_image_decode_opts dopts;
     iris_image_prep_opts popts;
     iris_image_decode_opts_default(&dopts);
-    if (ctx->max_decode_pixels > 0) dopts.max_pixels = ctx->max_decode_pixels;
+    iris_prompt_image_bounds(ctx, NULL, &dopts.max_pixels);
     int rc = prep_opts(ctx, &popts, err);
+    if (!rc) rc = check_total(ctx, images, n_images, bad_image, err);
     if (rc) return rc;
     int mm = popts.merge_size * popts.merge_size;
     iris_image_prep *preps = calloc((size_t)n_images, sizeof *preps);

@@ -37,13 +37,26 @@ typedef struct iris_prompt {
     int rope_delta;
 } iris_prompt;
 
-/* What building needs from the model. */
+/* Decoded pixels allowed per image, as a multiple of the resize bound (max_pixels): what is
+ * decoded is bounded by what the model will use, not by Pillow's 179 Mpx. */
+#define IRIS_PROMPT_DECODE_RATIO 32
+
+/* What building needs from the model, and the image budget.  Every bound is checked from the
+ * image's header, before anything is decoded or allocated. */
 typedef struct iris_prompt_ctx {
     const iris_tok *tok;
     const iris_config *cfg;
     const iris_preprocessor_config *pc;  /* NULL: Qwen3-VL's defaults (image.h) */
-    int64_t max_decode_pixels;           /* images larger than this are refused before decoding (0: image.h's bound) */
+    int64_t max_image_pixels;   /* images are resized to at most this many pixels; lowers pc's max_pixels
+                                   (0: pc's) */
+    int64_t max_decode_pixels;  /* larger images are refused before decoding (0: IRIS_PROMPT_DECODE_RATIO
+                                   times the resize bound, at most image.h's IRIS_IMAGE_MAX_PIXELS_DEFAULT) */
+    int64_t max_total_pixels;   /* all the images given as bytes or decoded, added up from their headers
+                                   (0: no limit) */
 } iris_prompt_ctx;
+
+/* The resize bound and the per-image decode bound that ctx gives (see iris_prompt_ctx). */
+void iris_prompt_image_bounds(const iris_prompt_ctx *ctx, int64_t *resize_pixels, int64_t *decode_pixels);
 
 /* One image: exactly one of path, data (n bytes of an encoded image) and image (decoded RGB,
  * not freed here).  label names it in messages ("image 2"; NULL: the path, or "image N"). */

@@ -364,7 +364,7 @@ static int parse_header(iris_st *st, int file, const char *hdr, size_t len, iris
         sp[m].end = sp[m].begin + t->n_bytes;
         sp[m++].idx = first + i;
     }
-    qsort(sp, (size_t)m, sizeof *sp, cmp_span);
+    if (m > 1) qsort(sp, (size_t)m, sizeof *sp, cmp_span);
     for (int i = 1; i < m && !rc; i++)
         if (sp[i].begin < sp[i - 1].end)
             rc = iris_err_set(err, IRIS_EFORMAT,

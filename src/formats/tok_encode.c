@@ -163,9 +163,9 @@ static void cache_put(tok_cache *c, const char *w, size_t len, uint64_t h, const
     s->key_len = (uint32_t)len;
     s->ids_off = (uint32_t)c->ids_len;
     s->n_ids = (uint32_t)n;
-    memcpy(c->keys + c->keys_len, w, len);
+    if (len) memcpy(c->keys + c->keys_len, w, len);
     c->keys_len += len;
-    memcpy(c->ids + c->ids_len, ids, n * sizeof *ids);
+    if (n) memcpy(c->ids + c->ids_len, ids, n * sizeof *ids);
     c->ids_len += n;
     c->n++;
 }
@@ -282,7 +282,7 @@ static int encode_word(iris_tok *t, const char *w, size_t len, scratch *sc, iris
     if ((rc = bpe_word(t, w, len, sc, out, err))) return rc;
     if (len <= CACHE_MAX_KEY) {
         pthread_mutex_lock(&t->cache.lock);
-        cache_put(&t->cache, w, len, h, out->ids + first, out->n - first);
+        cache_put(&t->cache, w, len, h, out->n > first ? out->ids + first : NULL, out->n - first);
         pthread_mutex_unlock(&t->cache.lock);
     }
     return 0;

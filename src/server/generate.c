@@ -8,10 +8,20 @@
  * Parameters left out take the model's generation_config.json values (as
  * vLLM does), so a bare request samples the way the model card says.
  *
- * Disconnects: while waiting for the engine we wake every 50 ms and peek at
- * the client's socket; a closed socket cancels the request (the engine frees
- * its KV blocks at its next step).  When MHD itself notices (a failed write)
- * it destroys the response, whose free callback cancels too.
+ * Images: fetched on the connection's thread, then decoded and made into
+ * the prompt in one of --image-workers decode slots; up to --image-queue
+ * requests wait for a slot (a full queue is a 503 image_queue_full, like
+ * the engine's queue_full).  The builder's budget (prompt.h) is the
+ * server's: images resized to --max-image-pixels, each refused above
+ * IRIS_PROMPT_DECODE_RATIO times that before decoding, a request's images
+ * bounded by --max-request-pixels, all from the headers.
+ *
+ * Disconnects: at least every 50 ms, whether tokens are flowing or not, we
+ * peek at the client's socket (while waiting for a decode slot, and while
+ * the engine generates, streamed or not); a closed socket cancels the
+ * request (the engine frees its KV blocks at its next step).  When MHD
+ * itself notices (a failed write) it destroys the response, whose free
+ * callback cancels too.
  *
  * Ownership: a streamed srv_gen belongs to its MHD response (freed in
  * gen_free); a non-streamed one lives on the handler's stack frame.
@@ -31,11 +41,59 @@
 
 #define WAIT_MS 50
 
-static int client_gone(int fd) {
+int srv_client_gone(int fd) {
     if (fd < 0) return 0;
     char ch;
     ssize_t k = recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
     return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* The client's socket looked at no more than every WAIT_MS. */
+static int gen_client_gone(srv_gen *g) {
+    double now = srv_now();
+    if (now - g->t_check < WAIT_MS * 1e-3) return 0;
+    g->t_check = now;
+    return srv_client_gone(g->fd);
+}
+
+static void deadline_in(struct timespec *ts, long ms) {
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_nsec += ms * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) ts->tv_sec++, ts->tv_nsec -= 1000000000L;
+}
+
+/* A decode slot: 0, IRIS_ELIMIT when the queue is full, IRIS_ECANCELLED when the client left
+ * while waiting. */
+static int gate_enter(iris_server *s, int fd) {
+    pthread_mutex_lock(&s->gate_mu);
+    if (s->gate_busy >= s->o.image_workers) {
+        if (s->gate_waiting >= s->o.image_queue) {
+            pthread_mutex_unlock(&s->gate_mu);
+            return IRIS_ELIMIT;
+        }
+        s->gate_waiting++;
+        while (s->gate_busy >= s->o.image_workers) {
+            struct timespec ts;
+            deadline_in(&ts, WAIT_MS);
+            pthread_cond_timedwait(&s->gate_cv, &s->gate_mu, &ts);
+            if (s->gate_busy >= s->o.image_workers && srv_client_gone(fd)) {
+                s->gate_waiting--;
+                pthread_mutex_unlock(&s->gate_mu);
+                return IRIS_ECANCELLED;
+            }
+        }
+        s->gate_waiting--;
+    }
+    s->gate_busy++;
+    pthread_mutex_unlock(&s->gate_mu);
+    return 0;
+}
+
+static void gate_leave(iris_server *s) {
+    pthread_mutex_lock(&s->gate_mu);
+    s->gate_busy--;
+    pthread_cond_signal(&s->gate_cv);
+    pthread_mutex_unlock(&s->gate_mu);
 }
 
 static void free_images(srv_image *im, int n) {
@@ -166,14 +224,12 @@ static int produce(srv_gen *g) {
     }
     iris_event ev;
     int rc = iris_request_next(g->r, &ev, WAIT_MS);
-    if (rc == IRIS_ELIMIT) {
-        if (client_gone(g->fd)) {
-            iris_request_cancel(g->r);
-            return -1;
-        }
-        return 0;
+    if (rc != IRIS_ELIMIT && rc) return -1;
+    if ((rc || ev.kind == IRIS_EVENT_DELTA) && gen_client_gone(g)) {
+        iris_request_cancel(g->r);
+        return -1;
     }
-    if (rc) return -1;
+    if (rc) return 0;
     const iris_tok *tok = iris_engine_model(eng)->tok;
     if (ev.kind == IRIS_EVENT_DELTA) {
         note_token(g);
@@ -252,13 +308,11 @@ static enum MHD_Result collect(struct MHD_Connection *c, srv_conn *cc, srv_gen *
     int gone = 0;
     for (;;) {
         int rc = iris_request_next(g->r, &ev, WAIT_MS);
-        if (rc == IRIS_ELIMIT) {
-            if (!gone && client_gone(g->fd)) {
-                gone = 1;
-                iris_request_cancel(g->r);
-            }
-            continue;
+        if ((rc == IRIS_ELIMIT || (!rc && ev.kind == IRIS_EVENT_DELTA)) && !gone && gen_client_gone(g)) {
+            gone = 1;
+            iris_request_cancel(g->r);
         }
+        if (rc == IRIS_ELIMIT) continue;
         if (rc) {
             memset(&ev, 0, sizeof ev);
             ev.finish_reason = IRIS_FINISH_REASON_ERROR;
@@ -320,7 +374,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, srv_conn *cc, iris_oai_er
 
 /* A chat request's prompt: its images fetched, then the one prompt builder; on failure e is the
  * client's error, naming the image_url that failed. */
-static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request *q, iris_prompt *prompt,
+static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request *q, int fd, iris_prompt *prompt,
                        iris_oai_err *e) {
     srv_image im[IRIS_OAI_MAX_IMAGES];
     iris_prompt_image pim[IRIS_OAI_MAX_IMAGES];
@@ -335,9 +389,19 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
         pim[i] = (iris_prompt_image){.data = im[i].data, .n = im[i].n, .label = im[i].label};
     iris_prompt_ctx ctx;
     iris_engine_prompt_ctx(eng, &ctx);
-    ctx.max_decode_pixels = s->o.max_image_pixels;
+    ctx.max_image_pixels = s->o.max_image_pixels;
+    ctx.max_total_pixels = s->o.max_request_pixels;
     iris_err err = {0};
-    int rc = iris_prompt_build(&ctx, q->messages, pim, q->n_images, prompt, &bad, &err);
+    int rc = q->n_images > 0 ? gate_enter(s, fd) : 0;
+    if (rc) {
+        free_images(im, q->n_images);
+        if (rc == IRIS_ELIMIT)
+            return iris_oai_fail(e, 503, "server_error", NULL, "image_queue_full", "the server is busy: %d requests "
+                                 "are waiting to decode images (--image-queue); retry later", s->o.image_queue);
+        return iris_oai_fail(e, 499, "invalid_request_error", NULL, "client_closed", "the client went away");
+    }
+    rc = iris_prompt_build(&ctx, q->messages, pim, q->n_images, prompt, &bad, &err);
+    if (q->n_images > 0) gate_leave(s);
     free_images(im, q->n_images);
     if (!rc) return 0;
     if (bad >= 0) {
@@ -387,7 +451,8 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
     if (kind == IRIS_OAI_CHAT) {
         prompt = calloc(1, sizeof *prompt);
         if (!prompt) iris_oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
-        if (!prompt || chat_prompt(s, eng, &q, prompt, &e)) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!prompt || chat_prompt(s, eng, &q, ci ? ci->connect_fd : -1, prompt, &e)) {
             free(prompt);
             return reply(c, cc, &e, &q);
         }
@@ -449,6 +514,7 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    srv_add_cors(resp, cc);
     cc->status = 200;
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);

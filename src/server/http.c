@@ -12,12 +12,30 @@
  * inflight counts requests from their first call to MHD's completion
  * notice, so draining waits for streams still being written.
  *
+ * Hostile clients.  Thread per connection (measured against MHD's epoll
+ * thread pool: docs/performance.md "Server"): a slow client costs one idle
+ * thread, and generation may block its thread.  What bounds them:
+ *  - the watchdog thread shuts the socket of a connection whose first
+ *    request head has not arrived within --header-timeout of the accept, or
+ *    whose body has not within --body-timeout more; a kept-alive
+ *    connection gets both plus a second between requests (MHD's own
+ *    timeout is an idle timeout: a client dripping a byte a second resets
+ *    it);
+ *  - MHD_OPTION_PER_IP_CONNECTION_LIMIT under MHD_OPTION_CONNECTION_LIMIT,
+ *    so one address cannot take every connection;
+ *  - the listening socket is ours, bound without SO_REUSEPORT (a second
+ *    server on the port fails "port in use"), handed to MHD.
+ * POST routes need Content-Type: application/json (415 otherwise: a web
+ * page's "simple" cross-site POST is text/plain or a form); CORS headers
+ * and preflights (OPTIONS) only for the origins of --allowed-origins.
+ *
  * Not done here: anything model-specific (generate.c) and
  * JSON schema checks (openai.c).
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/planner.h"
 #include "err.h"
 #include "log.h"
 #include "server/server_internal.h"
@@ -46,8 +65,44 @@ void iris_server_opts_default(iris_server_opts *o) {
     o->allow_remote_images = 1;
     o->max_image_bytes = 20u << 20;
     o->image_timeout_ms = 10000;
+    o->image_queue = 256;
+    o->header_timeout_s = 10;
     o->body_timeout_s = 30;
     o->max_connections = 1024;
+    o->max_connections_per_client = 256;
+}
+
+/* ---- CORS ---- */
+
+void srv_add_cors(struct MHD_Response *r, const srv_conn *cc) {
+    if (!cc || !cc->origin[0]) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", cc->origin);
+    MHD_add_response_header(r, "Vary", "Origin");
+}
+
+/* The request's Origin when --allowed-origins lists it (or is "*"). */
+static void cors_origin(iris_server *s, struct MHD_Connection *c, srv_conn *cc) {
+    const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!s->origins || !o || !*o || strlen(o) >= sizeof cc->origin) return;
+    size_t n = strlen(o);
+    for (const char *p = s->origins; *p;) {
+        const char *e = strchr(p, ',');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        if ((k == 1 && *p == '*') || (k == n && !strncmp(p, o, n))) {
+            memcpy(cc->origin, o, n + 1);
+            return;
+        }
+        p += k + (e != NULL);
+    }
+}
+
+/* "application/json", any case, alone or with parameters (; charset=utf-8). */
+static int is_json_type(const char *ct) {
+    if (!ct) return 0;
+    while (*ct == ' ' || *ct == '\t') ct++;
+    if (strncasecmp(ct, "application/json", 16)) return 0;
+    char e = ct[16];
+    return e == 0 || e == ';' || e == ' ' || e == '\t';
 }
 
 /* ---- replies ---- */
@@ -61,6 +116,7 @@ static enum MHD_Result queue(struct MHD_Connection *c, srv_conn *cc, int status,
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (close) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    srv_add_cors(r, cc);
     if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -115,7 +171,94 @@ static enum MHD_Result fail_midbody(struct MHD_Connection *c, srv_conn *cc, int 
     return MHD_NO;
 }
 
+/* ---- sockets and their deadlines ---- */
+
+static void sock_phase(iris_server *s, srv_sock *k, int phase) {
+    if (!k) return;
+    pthread_mutex_lock(&s->sock_mu);
+    /* from accept, the head and the body count from the start; a kept-alive
+     * connection's from when the previous answer ended */
+    if (!(phase == 1 && k->phase == 0)) k->t0 = srv_now();
+    k->phase = phase;
+    pthread_mutex_unlock(&s->sock_mu);
+}
+
+/* MHD's connection notices: a record per socket, removed (under the lock)
+ * before MHD closes the descriptor, so the watchdog never shuts a reused
+ * descriptor. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    iris_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        srv_sock *k = calloc(1, sizeof *k);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!k || !ci) {
+            free(k);
+            return;
+        }
+        k->fd = ci->connect_fd;
+        k->t0 = srv_now();
+        pthread_mutex_lock(&s->sock_mu);
+        k->next = s->socks;
+        if (s->socks) s->socks->prev = k;
+        s->socks = k;
+        pthread_mutex_unlock(&s->sock_mu);
+        *socket_context = k;
+        return;
+    }
+    srv_sock *k = *socket_context;
+    if (!k) return;
+    pthread_mutex_lock(&s->sock_mu);
+    if (k->prev) k->prev->next = k->next;
+    else s->socks = k->next;
+    if (k->next) k->next->prev = k->prev;
+    pthread_mutex_unlock(&s->sock_mu);
+    free(k);
+    *socket_context = NULL;
+}
+
+/* Every 50 ms: shut the sockets past their head or body deadline (MHD's
+ * thread then sees the end of the stream and closes the connection). */
+static void *watchdog_main(void *arg) {
+    iris_server *s = arg;
+    pthread_mutex_lock(&s->sock_mu);
+    while (!s->watchdog_stop) {
+        double now = srv_now(), head = s->o.header_timeout_s, body = s->o.body_timeout_s;
+        for (srv_sock *k = s->socks; k; k = k->next) {
+            double limit = k->phase == 0 ? head : k->phase == 1 ? head + body : k->phase == 3 ? head + body + 1 : 0;
+            if (!k->cut && limit > 0 && now - k->t0 > limit) {
+                k->cut = 1;
+                shutdown(k->fd, SHUT_RDWR);
+                iris_log(IRIS_LOG_DEBUG, "serve", "closed a connection whose request %s did not arrive in %.1f s",
+                         k->phase == 0 ? "head" : "body", limit);
+            }
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->sock_cv, &s->sock_mu, &ts);
+    }
+    pthread_mutex_unlock(&s->sock_mu);
+    return NULL;
+}
+
 /* ---- routes ---- */
+
+/* A CORS preflight from an allowed origin. */
+static enum MHD_Result preflight(struct MHD_Connection *c, srv_conn *cc) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    srv_add_cors(r, cc);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    cc->answered = 1;
+    cc->status = 204;
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
 
 static int route_of(const char *url, const char **endpoint) {
     static const struct {
@@ -228,6 +371,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->t0 = srv_now();
         cc->route = route_of(url, &cc->endpoint);
         *con_cls = cc;
+        const union MHD_ConnectionInfo *si = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        cc->sock = si ? si->socket_context : NULL;
+        sock_phase(s, cc->sock, 1);
+        cors_origin(s, c, cc);
         pthread_mutex_lock(&s->mu);
         s->inflight++;
         pthread_mutex_unlock(&s->mu);
@@ -239,6 +386,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             cc->answered = 1;
             return fail(c, cc, 404, "not_found_error", "not_found", 0, msg);
         }
+        if (!strcmp(method, "OPTIONS") && cc->origin[0]) return preflight(c, cc);
         if (strcmp(method, post ? "POST" : "GET") && !(!post && !strcmp(method, "HEAD"))) {
             char msg[300];
             snprintf(msg, sizeof msg, "%s %s: use %s", method, url, post ? "POST" : "GET");
@@ -249,6 +397,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             cc->answered = 1;
             return fail(c, cc, 401, "authentication_error", "invalid_api_key", 1,
                         "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
+        }
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        if (post && !is_json_type(ct)) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "Content-Type %.100s%s%s: send the body as 'Content-Type: application/json'",
+                     ct ? "'" : "missing", ct ? ct : "", ct ? "' is not JSON" : "");
+            cc->answered = 1;
+            return fail(c, cc, 415, "invalid_request_error", "unsupported_media_type", 1, msg);
         }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) {
@@ -291,6 +447,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (cc->answered) return MHD_YES;
     cc->answered = 1;
+    sock_phase(s, cc->sock, 2);
     return dispatch(c, cc, url);
 }
 
@@ -298,6 +455,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     iris_server *s = cls;
     srv_conn *cc = *con_cls;
     if (!cc) return;
+    sock_phase(s, cc->sock, 3); /* kept alive: idle until the next request */
     iris_metrics_request(s->metrics, cc->endpoint, cc->status ? cc->status : 499);
     free(cc->body);
     free(cc);
@@ -322,6 +480,35 @@ static char *dup_or_null(const char *s) {
     return s ? strdup(s) : NULL;
 }
 
+/* The listening socket, bound exclusively: SO_REUSEADDR only (on Linux it
+ * allows rebinding past TIME_WAIT, never a second listener), no
+ * SO_REUSEPORT.  *port gets the port bound (the one chosen for 0). */
+static int listen_on(const struct addrinfo *ai, const char *host, int *port, iris_err *err) {
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return iris_err_set(err, IRIS_EIO, "cannot listen on %s:%d: socket: %s", host, *port, strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 511)) {
+        int e = errno;
+        close(fd);
+        if (e == EADDRINUSE)
+            return iris_err_set(err, IRIS_EIO, "cannot listen on %s:%d: port in use (another server is listening "
+                                "there; pick another --port)", host, *port);
+        return iris_err_set(err, IRIS_EIO, "cannot listen on %s:%d: %s", host, *port, strerror(e));
+    }
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    if (!getsockname(fd, (struct sockaddr *)&sa, &len))
+        *port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                               : ((struct sockaddr_in *)&sa)->sin_port);
+    return fd;
+}
+
+static int default_workers(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 2 ? 2 : n > 16 ? 16 : (int)n;
+}
+
 int iris_server_start(const iris_server_opts *o, iris_server **out, iris_err *err) {
     *out = NULL;
     iris_server *s = calloc(1, sizeof *s);
@@ -332,14 +519,28 @@ int iris_server_start(const iris_server_opts *o, iris_server **out, iris_err *er
     s->served = strdup(o->served_model_name ? o->served_model_name : "iris");
     s->model_arg = dup_or_null(o->model_arg);
     s->media_dir = dup_or_null(o->local_media_dir);
+    s->origins = o->allowed_origins && *o->allowed_origins ? strdup(o->allowed_origins) : NULL;
+    s->networks = dup_or_null(o->media_networks);
+    if (s->o.max_image_pixels <= 0) s->o.max_image_pixels = IRIS_PLAN_DEFAULT_MAX_IMAGE_PIXELS;
+    if (s->o.max_request_pixels <= 0) s->o.max_request_pixels = 64 * s->o.max_image_pixels;
+    if (s->o.image_workers <= 0) s->o.image_workers = default_workers();
+    if (s->o.image_queue < 0) s->o.image_queue = 0;
+    if (s->o.max_connections <= 0) s->o.max_connections = 1024;
+    if (s->o.max_connections_per_client <= 0 || s->o.max_connections_per_client > s->o.max_connections)
+        s->o.max_connections_per_client = s->o.max_connections;
     s->metrics = iris_metrics_new();
     s->started = (int64_t)time(NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->gate_mu, NULL);
+    pthread_cond_init(&s->gate_cv, NULL);
+    pthread_mutex_init(&s->sock_mu, NULL);
+    pthread_cond_init(&s->sock_cv, NULL);
     if (getrandom(&s->id_salt, sizeof s->id_salt, 0) != sizeof s->id_salt) s->id_salt = (uint64_t)time(NULL);
     s->media = (iris_media_opts){.allow_remote = o->allow_remote_images, .local_dir = s->media_dir,
                                  .max_bytes = o->max_image_bytes ? o->max_image_bytes : (20u << 20),
-                                 .timeout_ms = o->image_timeout_ms};
+                                 .timeout_ms = o->image_timeout_ms, .allow_private = o->allow_private_media,
+                                 .networks = s->networks};
     if (!s->host || !s->served || !s->metrics) {
         iris_server_stop(s);
         return iris_err_set(err, IRIS_ENOMEM, "out of memory");
@@ -358,26 +559,32 @@ int iris_server_start(const iris_server_opts *o, iris_server **out, iris_err *er
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
                      MHD_USE_ITC | MHD_USE_POLL;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections > 0 ? o->max_connections : 1024),
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->body_timeout_s > 0 ? o->body_timeout_s + 1 : 31),
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
-                            MHD_OPTION_END);
+    s->port = o->port;
+    int lfd = listen_on(ai, s->host, &s->port, err);
     freeaddrinfo(ai);
-    if (!s->d) {
-        int e = errno;
-        iris_err_set(err, IRIS_EIO, "cannot listen on %s:%d: %s", s->host, o->port,
-                     e ? strerror(e) : "libmicrohttpd refused to start");
+    if (lfd < 0) {
         iris_server_stop(s);
         return IRIS_EIO;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : o->port;
+    double idle = s->o.header_timeout_s + (s->o.body_timeout_s > 0 ? s->o.body_timeout_s : 30) + 1;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                            MHD_OPTION_LISTEN_SOCKET, lfd,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->o.max_connections_per_client,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
+                            MHD_OPTION_END);
+    if (!s->d) {
+        close(lfd);
+        iris_err_set(err, IRIS_EIO, "cannot listen on %s:%d: libmicrohttpd refused to start", s->host, o->port);
+        iris_server_stop(s);
+        return IRIS_EIO;
+    }
+    if (s->o.header_timeout_s > 0 && !pthread_create(&s->watchdog, NULL, watchdog_main, s)) s->watchdog_on = 1;
     *out = s;
     return 0;
 }
@@ -435,10 +642,23 @@ void srv_gen_unregister(iris_server *s, srv_gen *g) {
 
 void iris_server_stop(iris_server *s) {
     if (!s) return;
+    if (s->watchdog_on) {
+        pthread_mutex_lock(&s->sock_mu);
+        s->watchdog_stop = 1;
+        pthread_cond_broadcast(&s->sock_cv);
+        pthread_mutex_unlock(&s->sock_mu);
+        pthread_join(s->watchdog, NULL);
+    }
     if (s->d) MHD_stop_daemon(s->d);
     iris_metrics_free(s->metrics);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->gate_mu);
+    pthread_cond_destroy(&s->gate_cv);
+    pthread_mutex_destroy(&s->sock_mu);
+    pthread_cond_destroy(&s->sock_cv);
+    free(s->origins);
+    free(s->networks);
     free(s->host);
     free(s->api_key);
     free(s->served);

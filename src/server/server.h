@@ -1,11 +1,21 @@
 /* server.h: `iris serve`, the OpenAI-compatible HTTP server.
  *
  * Threads: libmicrohttpd runs one thread per connection.  A connection
- * thread reads the body, parses and validates it (openai.c), fetches and
- * decodes the images and builds the prompt (engine/prompt.c), submits it to
- * the engine and then streams the engine's events back (generate.c).  The
- * engine thread owns the model; nothing here touches it except through
- * include/iris.h's request API.
+ * thread reads the body, parses and validates it (openai.c), fetches the
+ * images, takes one of the decode slots (a bounded pool with a bounded
+ * queue: full is a 503) to decode them and build the prompt
+ * (engine/prompt.c), submits it to the engine and then streams the engine's
+ * events back (generate.c).  The engine thread owns the model; nothing here
+ * touches it except through include/iris.h's request API.
+ *
+ * Hostile clients: a connection's request head must arrive within
+ * header_timeout_s and its body within body_timeout_s (a watchdog thread
+ * shuts the socket of one that does not); one client address holds at most
+ * max_connections_per_client of the max_connections; a client that goes
+ * away is noticed within ~50 ms, streamed or not, and its request
+ * cancelled.  POST bodies must be Content-Type: application/json (415);
+ * no CORS header is sent unless allowed_origins names the page's origin.
+ * The port is bound exclusively: a second server on it fails "port in use".
  *
  * Life cycle: iris_server_start listens at once and answers /health with
  * 503 (and generation routes with 503) until iris_server_set_engine marks it
@@ -30,9 +40,18 @@ typedef struct iris_server_opts {
     const char *local_media_dir;     /* file:// URLs inside it; NULL refuses them */
     size_t max_image_bytes;          /* an image file's size limit (20 MiB) */
     long image_timeout_ms;           /* an http(s) image's whole transfer (10 s) */
-    long long max_image_pixels;      /* refused before decoding (0: the decoder's default) */
+    int allow_private_media;         /* http(s) image URLs may reach private, loopback, link-local addresses (0) */
+    const char *media_networks;      /* "CIDR,CIDR": private networks image URLs may reach anyway (NULL) */
+    long long max_image_pixels;      /* images resized to at most this (0: 1,048,576, the memory plan's default);
+                                        decoded images of more than IRIS_PROMPT_DECODE_RATIO times it refused */
+    long long max_request_pixels;    /* a request's images, decoded, added up (0: 64 x max_image_pixels) */
+    int image_workers;               /* requests decoding images at once (0: the cores, 2 to 16) */
+    int image_queue;                 /* requests waiting for a decode slot before 503 (256) */
+    double header_timeout_s;         /* a request's whole head must arrive within it (10 s) */
     double body_timeout_s;           /* the whole body must arrive within it, else 408 (30 s) */
     int max_connections;             /* simultaneous connections (1024) */
+    int max_connections_per_client;  /* from one client address (256) */
+    const char *allowed_origins;     /* "https://a.example,https://b.example" or "*": CORS; NULL: none */
 } iris_server_opts;
 
 typedef struct iris_server iris_server;

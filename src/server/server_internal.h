@@ -33,13 +33,24 @@ typedef struct srv_gen {
     size_t out_n, out_off, out_cap;
     int phase;                         /* 0 role chunk due, 1 streaming, 2 [DONE] queued, 3 ended */
     size_t text_off;                   /* completions logprobs text_offset */
-    double t_submit, t_last;
+    double t_submit, t_last, t_check;  /* t_check: the last look at the client's socket */
     int n_tokens;
 } srv_gen;
+
+/* One client socket, from accept to close (MHD's connection notices), for
+ * the watchdog that enforces the head and body deadlines. */
+typedef struct srv_sock {
+    struct srv_sock *prev, *next;      /* the server's list, under sock_mu */
+    int fd;
+    double t0;                         /* accept, or when the phase began (see http.c's sock_phase) */
+    int phase;                         /* 0 first head arriving, 1 body arriving, 2 being answered, 3 kept alive */
+    int cut;                           /* the watchdog shut it down */
+} srv_sock;
 
 struct iris_server {
     iris_server_opts o;
     char *host, *api_key, *served, *model_arg, *media_dir; /* owned copies of the opts' strings */
+    char *origins, *networks;
     struct MHD_Daemon *d;
     int port;
     _Atomic(iris_engine *) eng;        /* NULL while loading */
@@ -54,6 +65,16 @@ struct iris_server {
     pthread_cond_t cv;                 /* signalled when inflight drops */
     int inflight;                      /* requests being handled, from headers to completion */
     srv_gen *gens;                     /* generations with an engine request, for cancellation */
+
+    pthread_mutex_t gate_mu;           /* the decode slots (generate.c) */
+    pthread_cond_t gate_cv;
+    int gate_busy, gate_waiting;
+
+    pthread_mutex_t sock_mu;           /* the client sockets and the watchdog */
+    pthread_cond_t sock_cv;
+    srv_sock *socks;
+    pthread_t watchdog;
+    int watchdog_on, watchdog_stop;
 };
 
 /* A connection's current request. */
@@ -66,6 +87,8 @@ typedef struct srv_conn {
     double t0;                         /* headers received (monotonic seconds) */
     int status;                        /* the status queued, for metrics */
     int answered;                      /* a response was queued before the body ended */
+    srv_sock *sock;                    /* its socket's record (NULL if MHD gave none) */
+    char origin[256];                  /* the Origin to allow (CORS), "" for none */
 } srv_conn;
 
 /* One image of a request: its bytes and a label for messages. */
@@ -80,6 +103,10 @@ double srv_now(void);
  * `close`). */
 enum MHD_Result srv_reply_error(struct MHD_Connection *c, srv_conn *cc, const iris_oai_err *e, int close);
 enum MHD_Result srv_reply_json(struct MHD_Connection *c, srv_conn *cc, int status, json_t *j);
+/* The CORS headers of cc's origin, when it is allowed. */
+void srv_add_cors(struct MHD_Response *r, const srv_conn *cc);
+/* Whether the client of socket fd has closed it (a non-blocking peek). */
+int srv_client_gone(int fd);
 
 void srv_gen_register(iris_server *s, srv_gen *g);
 void srv_gen_unregister(iris_server *s, srv_gen *g);
