@@ -159,11 +159,15 @@ static int env_true(const char *name) {
     return v && (!strcmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "yes") || !strcasecmp(v, "true"));
 }
 
+static int default_progress = -1;
+
+void iris_hub_set_default_progress(int progress) { default_progress = progress; }
+
 void iris_hub_opts_default(iris_hub_opts *o) {
     memset(o, 0, sizeof *o);
     o->offline = -1;
     o->retries = -1;
-    o->progress = -1;
+    o->progress = default_progress;
 }
 
 /* HF_TOKEN, else the token file (huggingface_hub's order); "" when none. */
@@ -601,8 +605,9 @@ int iris_model_ensure(const char *model, char *dir_out, size_t dir_size, int all
         return rc;
     }
     const char *ep = getenv("HF_ENDPOINT");
-    iris_log(IRIS_LOG_INFO, "hub", "%s is not in the cache: downloading it from %s (as `iris pull %s`)", model,
-             ep && *ep ? ep : "https://huggingface.co", model);
+    if (default_progress)   /* said even when the log is quiet: a download is never silent, unless --quiet */
+        fprintf(stderr, "iris: %s is not in the cache: downloading it from %s (as `iris pull %s`; --offline "
+                        "never downloads)\n", model, ep && *ep ? ep : "https://huggingface.co", model);
     iris_hub_result res;
     if ((rc = iris_hub_pull(model, NULL, &res, err))) return rc;
     if (strlen(res.dir) >= dir_size) return iris_err_set(err, IRIS_ELIMIT, "model path too long");

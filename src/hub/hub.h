@@ -29,6 +29,9 @@ typedef struct iris_hub_opts {
 
 /* Defaults for every field (as the comments above). */
 void iris_hub_opts_default(iris_hub_opts *opts);
+/* The `progress` that iris_hub_opts_default gives from now on (the command
+ * line's --quiet: 0); also what iris_model_ensure uses. */
+void iris_hub_set_default_progress(int progress);
 
 typedef struct iris_hub_result {
     char commit[41];
