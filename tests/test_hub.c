@@ -409,3 +409,36 @@ IRIS_TEST(hub_cli_pull_ls) {
     CHECK_CONTAINS(out, "HF_TOKEN");
     teardown(&e);
 }
+
+/* One download rule for every command that opens a model (engine_flags.h): a repo id missing from
+ * the cache is downloaded after saying so, unless --offline or HF_HUB_OFFLINE=1; iris serve the
+ * same, without --download. */
+IRIS_TEST(hub_cli_download_rule) {
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    env e;
+    REQUIRE(setup(&e) == 0);
+    char cmd[1200], out[16384];
+    /* --offline and HF_HUB_OFFLINE: no request, the error names iris pull */
+    snprintf(cmd, sizeof cmd, "%s run -m tiny/qwen3-vl --offline --max-tokens 2 hi 2>&1", bin);
+    CHECK_EQ_INT(run_cmd(cmd, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "iris pull tiny/qwen3-vl");
+    snprintf(cmd, sizeof cmd, "HF_HUB_OFFLINE=1 %s serve tiny/qwen3-vl --port 0 2>&1", bin);
+    CHECK_EQ_INT(run_cmd(cmd, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "iris pull tiny/qwen3-vl");
+    CHECK_EQ_INT(atomic_load(&hub_mock_stats_get()->n_api), 0);
+    /* serve: downloads without --download (the mock's model then fails its config check: exit 1,
+     * but after the download, which is what is checked here) */
+    snprintf(cmd, sizeof cmd, "timeout -s TERM 20 %s serve tiny/qwen3-vl --port 0 --device cpu 2>&1", bin);
+    run_cmd(cmd, out, sizeof out);
+    CHECK_CONTAINS(out, "tiny/qwen3-vl is not in the cache: downloading it");
+    CHECK_CONTAINS(out, "4/4 files");
+    CHECK_CONTAINS(out, "out_hidden_size");
+    CHECK(atomic_load(&hub_mock_stats_get()->n_get_cdn) > 0);
+    /* run: the cached copy, nothing downloaded again; --quiet: only the (model's) error */
+    hub_mock_reset();
+    snprintf(cmd, sizeof cmd, "%s run -m tiny/qwen3-vl -q --max-tokens 2 hi 2>&1 >/dev/null", bin);
+    CHECK_EQ_INT(run_cmd(cmd, out, sizeof out), 1);
+    CHECKF(!strstr(out, "downloading") && strstr(out, "out_hidden_size"), "%s", out);
+    CHECK_EQ_INT(atomic_load(&hub_mock_stats_get()->n_get_cdn), 0);
+    teardown(&e);
+}
