@@ -170,8 +170,7 @@ void iris_hub_opts_default(iris_hub_opts *o) {
     o->progress = default_progress;
 }
 
-/* HF_TOKEN, else the token file (huggingface_hub's order); "" when none. */
-static void find_token(char *out, size_t out_size) {
+void hub_find_token(char *out, size_t out_size) {
     const char *t = getenv("HF_TOKEN");
     if (!t || !*t) t = getenv("HUGGING_FACE_HUB_TOKEN");
     out[0] = 0;
@@ -577,7 +576,7 @@ int iris_hub_pull(const char *model, const iris_hub_opts *opts, iris_hub_result 
     if (strncmp(endpoint, "http://", 7) && strncmp(endpoint, "https://", 8))
         return iris_err_set(err, IRIS_EINVAL, "HF_ENDPOINT '%s' is not an http(s) URL", endpoint);
     if (o.token) snprintf(token, sizeof token, "%s", o.token);
-    else find_token(token, sizeof token);
+    else hub_find_token(token, sizeof token);
     if (token[0]) snprintf(p.auth, sizeof p.auth, "Authorization: Bearer %s", token);
     p.endpoint = endpoint;
     p.repo = repo;
