@@ -86,7 +86,7 @@ static int store(const char *cmd, const iris_opt *o, const char *flag, const cha
         iris_err e = {0};
         uint64_t b = 0;
         if (strcmp(v, "0") && iris_plan_parse_bytes(v, &b, &e))
-            return iris_cli_usage_error(cmd, "%s '%s': give a size such as 512MiB or 8GiB", flag, v);
+            return iris_cli_usage_error(cmd, "%s %s", flag, e.msg);
         if ((double)b < o->lo)
             return iris_cli_usage_error(cmd, "%s '%s': give a size of at least %.0f bytes", flag, v, o->lo);
         *(uint64_t *)o->dst = b;
