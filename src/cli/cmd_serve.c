@@ -11,16 +11,18 @@
  *
  * SIGTERM is an orderly exit 0 from the first instruction of ours on,
  * start-up included: the handler is installed from .preinit_array (below),
- * before the shared libraries' constructors run.  Those take ~0.35 s on a
- * CUDA build (cuBLASLt's and cudart's initialisers, OpenBLAS's thread pool),
- * and a SIGTERM sent then, before main(), used to kill the server with the
- * default action (exit status 143).  A signal that arrives while the model
- * loads is acted on once iris_engine_open returns (it cannot be
- * interrupted): the server then exits without ever becoming ready.  What is
- * left to the kernel's default action is the dynamic loader's mapping and
- * relocating of the libraries before any code of ours can run: a few ms on
- * a CPU build, ~0.13 s with cuBLASLt linked (loading the CUDA libraries with
- * dlopen when the CUDA backend opens would remove that).
+ * before the shared libraries' constructors run (OpenBLAS's thread pool;
+ * the CUDA libraries are loaded later, with the CUDA backend:
+ * backend/cuda/cuda_loader.c), so a SIGTERM sent before main() does not
+ * kill the server with the default action (exit status 143).  A signal that
+ * arrives while the model loads is acted on once iris_engine_open returns (it
+ * cannot be interrupted): the server then exits without ever becoming ready.
+ * What is left to the kernel's default action is the dynamic loader's
+ * mapping and relocating of the libraries before any code of ours can run: a
+ * few ms.
+ *
+ * Flags: the server's own rows in server_table (opts.h: one row a flag,
+ * its kind checks the value), the engine's from engine_flags.h.
  */
 #include <curl/curl.h>
 #include <signal.h>
