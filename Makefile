@@ -56,7 +56,14 @@ CU_STAMP := $(BUILD)/cuda_archs
 CU_STAMP_TEXT := printf '%s\nptx %s\n' "$(CUDA_ARCHS)" "$(CUDA_PTX)"
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CU_STAMP) 2>/dev/null)" = "$$($(CU_STAMP_TEXT))" ] || $(CU_STAMP_TEXT) > $(CU_STAMP); })
 CFLAGS  += -DIRIS_CUDA=1 -I$(CUDA_HOME)/include
-LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+# The CUDA backend (CU_OBJ) and the CUDA libraries are a shared object loaded when a GPU is used
+# (src/backend/cuda/cuda_loader.c): iris --help, plan, inspect and CPU runs start without them.
+# The executables that may load it export their symbols (the library takes iris's log and errors
+# from them) and carry all of libiris.a; what calls the backend's test knobs (iris-test-gpu, the
+# benchmarks) links CU_OBJ in directly instead.
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+CUDA_SO  := $(BUILD)/libiris-cuda.so
+EXE_LINK := -rdynamic -Wl,--whole-archive $(BUILD)/libiris.a -Wl,--no-whole-archive
 # the flags every CUDA compile takes (the probes' and scripts/spill-check's too)
 NVBASE  := -O3 -std=c++17 -Iinclude -Isrc -Isrc/base
 NVFLAGS ?= $(NVBASE) $(call gencode,$(CUDA_ARCHS)) $(if $(CUDA_PTX),-gencode arch=compute_$(CUDA_PTX)$(comma)code=compute_$(CUDA_PTX)) \
@@ -71,8 +78,10 @@ PROBES := $(if $(filter 1,$(CUDA)),$(patsubst bench/%.cu,$(BUILD)/bench/%,$(wild
 # and for the newer GPUs CUDA_ARCHS names (an RTX 50 card: 120f), so that gpu-check runs them there too
 PROBE_ARCHS := $(filter 100% 101% 103% 110% 120% 121%,$(CUDA_ARCHS))
 
-.PHONY: all test demo setup clean fuzz-smoke bench-tok examples spill-check probes
-all: $(BUILD)/iris $(BUILD)/libiris.a
+EXE_LINK ?= $(BUILD)/libiris.a
+
+.PHONY: all test demo setup clean fuzz-smoke bench-tok examples spill-check probes install
+all: $(BUILD)/iris $(BUILD)/libiris.a $(CUDA_SO)
 probes: $(PROBES)
 	@$(if $(PROBES),,echo "probes: no CUDA in this build")
 
@@ -84,15 +93,22 @@ $(BUILD)/%.o: %.cu $(CU_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-$(BUILD)/libiris.a: $(LIB_OBJ) $(CU_OBJ)
+$(BUILD)/libiris.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/iris: $(CLI_OBJ) $(BUILD)/libiris.a
-	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libiris.a $(LDLIBS)
+ifeq ($(CUDA),1)
+# -Bsymbolic: the library's calls among its own functions stay inside it (the executables' weak
+# stand-ins of the same names are for their callers only).
+$(CUDA_SO): $(CU_OBJ)
+	$(CC) -shared -Wl,-Bsymbolic -o $@ $(CU_OBJ) $(CUDA_LIBS)
+endif
 
-$(BUILD)/iris-test: $(TEST_OBJ) $(BUILD)/libiris.a | $(TEST_SO)
-	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libiris.a $(LDLIBS)
+$(BUILD)/iris: $(CLI_OBJ) $(BUILD)/libiris.a
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(EXE_LINK) $(LDLIBS)
+
+$(BUILD)/iris-test: $(TEST_OBJ) $(BUILD)/libiris.a | $(TEST_SO) $(CUDA_SO)
+	$(CC) $(CFLAGS) -o $@ $(TEST_OBJ) $(EXE_LINK) $(LDLIBS)
 
 # Shared libraries the tests load into the iris binary with LD_PRELOAD (tests/preload/; see each file).
 $(BUILD)/tests/preload/%.so: tests/preload/%.c $(CU_STAMP)
@@ -101,8 +117,8 @@ $(BUILD)/tests/preload/%.so: tests/preload/%.c $(CU_STAMP)
 	    $(if $(filter 1,$(CUDA)),-DIRIS_CUDA=1 -I$(CUDA_HOME)/include) -o $@ $<
 
 # GPU checks (every CUDA op against the CPU backend): run on a GPU machine by scripts/gpu-check, not by `make test`.
-$(BUILD)/iris-test-gpu: $(GPU_TEST_OBJ) $(BUILD)/libiris.a
-	$(CC) $(CFLAGS) -o $@ $(GPU_TEST_OBJ) $(BUILD)/libiris.a $(LDLIBS)
+$(BUILD)/iris-test-gpu: $(GPU_TEST_OBJ) $(CU_OBJ) $(BUILD)/libiris.a
+	$(CC) $(CFLAGS) -o $@ $(GPU_TEST_OBJ) $(CU_OBJ) $(BUILD)/libiris.a $(LDLIBS) $(CUDA_LIBS)
 
 # Fuzz targets: the library rebuilt with clang's libFuzzer + ASan instrumentation.
 FUZZ_CC    ?= clang
@@ -129,9 +145,9 @@ fuzz-smoke: $(FUZZ_BIN)
 	      > $(BUILD)/fuzz/$$n.log 2>&1 || { tail -40 $(BUILD)/fuzz/$$n.log; exit 1; }; done
 
 # Benchmarks: bench/NAME.c -> $(BUILD)/bench/NAME, run by hand (figures are reported, never asserted).
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libiris.a
+$(BUILD)/bench/%: bench/%.c $(CU_OBJ) $(BUILD)/libiris.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libiris.a $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(CU_OBJ) $(BUILD)/libiris.a $(LDLIBS) $(CUDA_LIBS)
 
 # Probes (PROBES above): bench/NAME.cu -> $(BUILD)/bench/NAME.
 $(BUILD)/bench/%: bench/%.cu $(CU_STAMP)
@@ -165,6 +181,25 @@ test: setup
 demo: setup
 	@$(MAKE) --no-print-directory -j$$(nproc) all
 	@scripts/demo
+
+# make install PREFIX=DIR (default /usr/local; DESTDIR for packaging): DIR/bin/iris, the CUDA backend
+# in DIR/lib/iris (where the binary looks: cuda_loader.c), the demo model in DIR/share/iris/models/demo
+# (default_model.c), and the binary's own help: DIR/share/doc/iris/COMMAND.txt and man iris.
+PREFIX ?= /usr/local
+IDIR = $(DESTDIR)$(PREFIX)
+IDOC = $(IDIR)/share/doc/iris
+DEMO_FILES := $(wildcard models/demo/*.json models/demo/*.safetensors models/demo/README.md)
+install: all
+	install -d $(IDIR)/bin $(IDIR)/share/iris/models/demo $(IDIR)/share/man/man1 $(IDOC)
+	install -m 755 $(BUILD)/iris $(IDIR)/bin/iris
+	$(if $(CUDA_SO),install -d $(IDIR)/lib/iris && install -m 755 $(CUDA_SO) $(IDIR)/lib/iris/)
+	install -m 644 $(DEMO_FILES) $(IDIR)/share/iris/models/demo/
+	@cmds=$$($(BUILD)/iris --help | awk '/^commands:/{on=1;next} /^$$/{on=0} on{print $$1}'); \
+	 $(BUILD)/iris --help > $(IDOC)/iris.txt && for c in $$cmds; do $(BUILD)/iris help $$c > $(IDOC)/$$c.txt || exit 1; done; \
+	 { printf '.TH IRIS 1\n.SH NAME\niris \\- Qwen3-VL inference on the CPU or one GPU\n.SH DESCRIPTION\n.nf\n'; \
+	   for f in iris $$cmds; do sed -e 's/\\/\\e/g' -e 's/^\./\\\&./' $(IDOC)/$$f.txt; echo; done; \
+	   printf '.fi\n'; } > $(IDIR)/share/man/man1/iris.1
+	@echo "installed $(IDIR)/bin/iris; the demo model in $(IDIR)/share/iris/models/demo; man iris"
 
 clean:
 	rm -rf $(BUILD)

@@ -160,7 +160,39 @@ static enum MHD_Result api(struct MHD_Connection *c, const char *repo, const cha
     return r;
 }
 
+/* tiny/plan: the files of tests/fixtures/tiny/tiny-gqa/model read from disk (the tests run in the
+ * repository's root), served directly with Range support ("bytes=a-b" and "bytes=a-"), for
+ * `iris plan` from the Hub; the bytes sent are counted. */
+static enum MHD_Result plan_file(struct MHD_Connection *c, const char *name) {
+    char path[1200];
+    snprintf(path, sizeof path, "tests/fixtures/tiny/tiny-gqa/model/%s", name);
+    FILE *f = strstr(name, "..") ? NULL : fopen(path, "rb");
+    if (!f) return send_error(c, 404, "EntryNotFound", "Entry not found");
+    fseek(f, 0, SEEK_END);
+    size_t len = (size_t)ftell(f), a = 0, b = len ? len - 1 : 0;
+    const char *range = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range");
+    if (range && !strncmp(range, "bytes=", 6)) {
+        char *end;
+        a = strtoull(range + 6, &end, 10);
+        if (*end == '-' && end[1]) b = strtoull(end + 1, NULL, 10);
+        if (b >= len) b = len - 1;
+    }
+    size_t n = a <= b && a < len ? b - a + 1 : 0;
+    unsigned char *body = malloc(n ? n : 1);
+    fseek(f, (long)a, SEEK_SET);
+    n = fread(body, 1, n, f);
+    fclose(f);
+    atomic_fetch_add(&g_stats.plan_bytes, (long)n);
+    char cr[96];
+    snprintf(cr, sizeof cr, "bytes %zu-%zu/%zu", a, a + n - 1, len);
+    const char *h[] = {"Content-Range", cr, "Accept-Ranges", "bytes", NULL};
+    enum MHD_Result r = send_buf(c, range ? 206 : 200, body, n, range ? h : h + 2);
+    free(body);
+    return r;
+}
+
 static enum MHD_Result resolve(struct MHD_Connection *c, const char *repo, const char *rev, const char *name) {
+    if (!strcmp(repo, "tiny/plan")) return plan_file(c, name);
     if (!strcmp(repo, "tiny/old-name")) return renamed(c, "/tiny/qwen3-vl/resolve/%s/%s", rev, name);
     const char *commit = repo_commit(repo);
     if (!commit) return send_error(c, 401, "RepoNotFound", "Repository not found");
@@ -308,6 +340,7 @@ void hub_mock_reset(void) {
     atomic_store(&g_stats.cut_at, -1L);
     atomic_store(&g_stats.cdn_saw_auth, 0);
     atomic_store(&g_stats.api_saw_auth, 0);
+    atomic_store(&g_stats.plan_bytes, 0L);
     atomic_store(&g_stats.cut_once, 0);
     atomic_store(&g_stats.corrupt, 0);
 }

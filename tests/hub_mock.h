@@ -14,7 +14,9 @@
  * model.safetensors of ~600 kB in LFS, plus README.md and onnx/model.onnx
  * that iris skips); tiny/gated (the same, gated); tiny/huge (the listing
  * claims a 1 PB safetensors file); tiny/gguf (no safetensors); tiny/old-name
- * (renamed: 307 with a relative Location to tiny/qwen3-vl). */
+ * (renamed: 307 with a relative Location to tiny/qwen3-vl); tiny/plan (the
+ * tiny fixture model's config.json and model.safetensors from
+ * tests/fixtures/tiny/tiny-gqa/model, served with byte ranges, for iris plan). */
 #ifndef IRIS_HUB_MOCK_H
 #define IRIS_HUB_MOCK_H
 
@@ -30,6 +32,7 @@ typedef struct hub_mock_stats {
     atomic_long cut_at;           /* where the cut transfer stopped (bytes of the file) */
     atomic_int cdn_saw_auth;      /* an Authorization header reached the CDN */
     atomic_int api_saw_auth;
+    atomic_long plan_bytes;       /* bytes of tiny/plan's files sent (iris plan from the Hub) */
     /* Behaviour switches (set by the test before a pull). */
     atomic_int cut_once;          /* the next CDN GET sends half the bytes, then drops the connection */
     atomic_int corrupt;           /* the CDN serves one wrong byte */

@@ -263,3 +263,104 @@ IRIS_TEST(build_objects_embed_ptx) {
     CHECK(n_obj >= 10);
     free(objs);
 }
+
+/* A CUDA build links the CUDA libraries into libiris-cuda.so, loaded when a GPU is used
+ * (src/backend/cuda/cuda_loader.c), not into the executables that may run without one (make -n:
+ * nothing is built).  The benchmarks and iris-test-gpu, which call the backend's test knobs, link
+ * its objects in. */
+IRIS_TEST(build_cuda_backend_is_loaded_not_linked) {
+    char dir[] = "/tmp/iris-cudaso-XXXXXX", cmd[1024];
+    REQUIRE(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "unset MAKEFLAGS MFLAGS; make -n --no-print-directory CUDA=1 NVCC=/bin/true CUDA_ARCHS=90a "
+             "BUILD=%s/b all %s/b/iris-test-gpu 2>&1", dir, dir);
+    char *out = run(cmd);
+    REQUIRE(out && out[0]);
+    int iris_link = 0, so_link = 0, gpu_link = 0;
+    for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n")) {
+        if (strstr(l, "-o ") && strstr(l, "/b/iris ")) {
+            iris_link = 1;
+            CHECKF(!strstr(l, "-lcudart") && !strstr(l, "-lcublas") && strstr(l, "-rdynamic"), "iris: %s", l);
+        }
+        if (strstr(l, "-shared") && strstr(l, "libiris-cuda.so")) {
+            so_link = 1;
+            CHECKF(strstr(l, "-lcublasLt") && strstr(l, "-lcudart") && strstr(l, "cuda_attn.o"), "the library: %s", l);
+        }
+        if (strstr(l, "-o ") && strstr(l, "/b/iris-test-gpu ")) {
+            gpu_link = 1;
+            CHECKF(strstr(l, "-lcudart") && strstr(l, "cuda_attn.o"), "iris-test-gpu: %s", l);
+        }
+    }
+    CHECKF(iris_link && so_link && gpu_link, "links seen: iris %d, libiris-cuda.so %d, iris-test-gpu %d", iris_link,
+           so_link, gpu_link);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* The binary under test (a CPU or a CUDA build): `iris --help` and `iris plan` load no CUDA library. */
+IRIS_TEST(build_light_start) {
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    char cmd[1024];
+    const char *runs[] = {"--help", "plan tests/fixtures/tiny/tiny-gqa/model",
+                          "run tests/fixtures/tiny/tiny-gqa/model --device cpu --max-tokens 2 hi"};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        snprintf(cmd, sizeof cmd, "LD_DEBUG=files %s %s 2>&1 >/dev/null | grep -c -E 'file=lib(cudart|cublas)' || true",
+                 bin, runs[i]);
+        char *out = run(cmd);
+        REQUIRE(out);
+        CHECKF(atoi(out) == 0, "iris %s loaded %s CUDA libraries", runs[i], out);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "ldd %s | grep -c -E 'lib(cudart|cublas)' || true", bin);
+    char *out = run(cmd);
+    CHECKF(out && atoi(out) == 0, "%s links %s CUDA libraries", bin, out ? out : "?");
+    free(out);
+}
+
+/* make install PREFIX=DIR: the binary, the demo model where the binary finds it, the help pages;
+ * the installed iris captions with the demo model from any directory. */
+IRIS_TEST(build_install) {
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    char dir[] = "/tmp/iris-install-XXXXXX", cmd[2048], build[512];
+    REQUIRE(mkdtemp(dir));
+    const char *slash = strrchr(bin, '/');
+    snprintf(build, sizeof build, "%.*s", slash ? (int)(slash - bin) : 1, slash ? bin : ".");
+    char *ver = run(strcat(strcpy(cmd, bin), " version"));
+    int cuda = ver && strstr(ver, "cuda: yes");
+    free(ver);
+    snprintf(cmd, sizeof cmd, "unset MAKEFLAGS MFLAGS; make --no-print-directory -q BUILD=%s CUDA=%d all; echo $?", build,
+             cuda);
+    char *q = run(cmd);
+    int up_to_date = q && atoi(q) == 0;
+    free(q);
+    if (!up_to_date) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        CHECK(system(cmd) == 0);
+        IRIS_TEST_SKIP("%s is not up to date with the sources (make install would rebuild it)", bin);
+    }
+    snprintf(cmd, sizeof cmd, "unset MAKEFLAGS MFLAGS; make --no-print-directory BUILD=%s CUDA=%d install PREFIX=%s/p "
+             ">/dev/null 2>&1 && echo ok", build, cuda, dir);
+    char *out = run(cmd);
+    CHECKF(out && strstr(out, "ok"), "make install failed: %s", cmd);
+    free(out);
+    const char *files[] = {"bin/iris", "share/iris/models/demo/config.json", "share/iris/models/demo/model.safetensors",
+                           "share/man/man1/iris.1", "share/doc/iris/caption.txt", "share/doc/iris/serve.txt"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/p/%s", dir, files[i]);
+        CHECKF(access(p, R_OK) == 0, "%s not installed", p);
+    }
+    char cwd[1024];
+    REQUIRE(getcwd(cwd, sizeof cwd));
+    snprintf(cmd, sizeof cmd, "cd / && env -u IRIS_DEMO_MODEL %s/p/bin/iris caption %s/examples/images/scene1.png "
+             "--max-tokens 12 --temperature 0 2>&1", dir, cwd);
+    out = run(cmd);
+    CHECKF(out && strstr(out, "demo model") && strstr(out, "square"), "the installed iris: %s", out ? out : "(failed)");
+    free(out);
+    snprintf(cmd, sizeof cmd, "grep -c 'usage: iris caption' %s/p/share/man/man1/iris.1", dir);
+    out = run(cmd);
+    CHECK(out && atoi(out) == 1);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}

@@ -42,7 +42,7 @@ static void check_pick(const char *so_name, const char *const *auto_says, const 
     int st = 0, cuda = 0;
     REQUIRE(preload_of(so_name, so, sizeof so, &cuda) == 0);
     for (int dev = 0; dev < 2; dev++) {
-        snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s %s run %s Hello --temperature 0 --max-tokens 4%s 2>&1", so, bin,
+        snprintf(cmd, sizeof cmd, "LD_PRELOAD=%s %s run %s Hello -v --temperature 0 --max-tokens 4%s 2>&1", so, bin,
                  model, dev ? " --device cuda" : "");
         char *out = iris_test_popen(cmd, &st);
         REQUIRE(out);

@@ -2,6 +2,8 @@
  * mock Hub of hub_mock.c on loopback (no network). */
 #include "test.h"
 
+#include <jansson.h>
+
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -407,5 +409,70 @@ IRIS_TEST(hub_cli_pull_ls) {
     snprintf(cmd, sizeof cmd, "%s pull --help", bin);
     CHECK_EQ_INT(run_cmd(cmd, out, sizeof out), 0);
     CHECK_CONTAINS(out, "HF_TOKEN");
+    teardown(&e);
+}
+
+/* One download rule for every command that opens a model (engine_flags.h): a repo id missing from
+ * the cache is downloaded after saying so, unless --offline or HF_HUB_OFFLINE=1; iris serve the
+ * same, without --download. */
+IRIS_TEST(hub_cli_download_rule) {
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    env e;
+    REQUIRE(setup(&e) == 0);
+    char cmd[1200], out[16384];
+    /* --offline and HF_HUB_OFFLINE: no request, the error names iris pull */
+    snprintf(cmd, sizeof cmd, "%s run -m tiny/qwen3-vl --offline --max-tokens 2 hi 2>&1", bin);
+    CHECK_EQ_INT(run_cmd(cmd, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "iris pull tiny/qwen3-vl");
+    snprintf(cmd, sizeof cmd, "HF_HUB_OFFLINE=1 %s serve tiny/qwen3-vl --port 0 2>&1", bin);
+    CHECK_EQ_INT(run_cmd(cmd, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "iris pull tiny/qwen3-vl");
+    CHECK_EQ_INT(atomic_load(&hub_mock_stats_get()->n_api), 0);
+    /* serve: downloads without --download (the mock's model then fails its config check: exit 1,
+     * but after the download, which is what is checked here) */
+    snprintf(cmd, sizeof cmd, "timeout -s TERM 20 %s serve tiny/qwen3-vl --port 0 --device cpu 2>&1", bin);
+    run_cmd(cmd, out, sizeof out);
+    CHECK_CONTAINS(out, "tiny/qwen3-vl is not in the cache: downloading it");
+    CHECK_CONTAINS(out, "4/4 files");
+    CHECK_CONTAINS(out, "out_hidden_size");
+    CHECK(atomic_load(&hub_mock_stats_get()->n_get_cdn) > 0);
+    /* run: the cached copy, nothing downloaded again; --quiet: only the (model's) error */
+    hub_mock_reset();
+    snprintf(cmd, sizeof cmd, "%s run -m tiny/qwen3-vl -q --max-tokens 2 hi 2>&1 >/dev/null", bin);
+    CHECK_EQ_INT(run_cmd(cmd, out, sizeof out), 1);
+    CHECKF(!strstr(out, "downloading") && strstr(out, "out_hidden_size"), "%s", out);
+    CHECK_EQ_INT(atomic_load(&hub_mock_stats_get()->n_get_cdn), 0);
+    teardown(&e);
+}
+
+/* iris plan of a repo id not in the cache, online: config.json and the safetensors header by range
+ * requests (a few KB of the 675 kB file), the same plan as from the files themselves, nothing in
+ * the cache. */
+IRIS_TEST(hub_cli_plan_online) {
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    env e;
+    REQUIRE(setup(&e) == 0);
+    char cmd[1200], out[65536], local[65536];
+    snprintf(cmd, sizeof cmd, "%s plan tiny/plan --plan-json 2>/tmp/iris-plan-online-%d.err", bin, (int)getpid());
+    CHECK_EQ_INT(run_cmd(cmd, out, sizeof out), 0);
+    long sent = atomic_load(&hub_mock_stats_get()->plan_bytes);
+    CHECKF(sent > 1000 && sent < 20000, "%ld bytes sent for the plan", sent);
+    snprintf(cmd, sizeof cmd, "cat /tmp/iris-plan-online-%d.err; rm -f /tmp/iris-plan-online-%d.err", (int)getpid(),
+             (int)getpid());
+    char err_text[4096];
+    run_cmd(cmd, err_text, sizeof err_text);
+    CHECK_CONTAINS(err_text, "from the Hub: config.json and the safetensors headers");
+    snprintf(cmd, sizeof cmd, "%s plan tests/fixtures/tiny/tiny-gqa/model --plan-json 2>/dev/null", bin);
+    CHECK_EQ_INT(run_cmd(cmd, local, sizeof local), 0);
+    json_t *a = json_loads(out, 0, NULL), *b = json_loads(local, 0, NULL);
+    REQUIRE(a && b);
+    json_object_del(a, "model"), json_object_del(b, "model");
+    CHECKF(json_equal(a, b), "online:\n%s\nlocal:\n%s", out, local);
+    json_decref(a), json_decref(b);
+    CHECK(access(e.repo_dir, F_OK) != 0);   /* nothing went into the cache */
+    /* a repo the Hub does not have: exit 1, said */
+    snprintf(cmd, sizeof cmd, "%s plan tiny/nope 2>&1", bin);
+    CHECK_EQ_INT(run_cmd(cmd, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "tiny/nope");
     teardown(&e);
 }

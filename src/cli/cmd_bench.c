@@ -25,6 +25,8 @@
 
 #include "backend/backend.h"
 #include "cli.h"
+#include "engine_flags.h"
+#include "opts.h"
 #include "engine/engine.h"
 #include "err.h"
 #include "formats/config.h"
@@ -43,20 +45,6 @@
 
 #define MAX_BATCHES 16
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: iris bench MODEL [--batch 1,8,32,64] [--prompt-tokens N] [--gen-tokens N] [--device cuda|cpu]\n"
-               "                  [--image WxH|PATH] [--kv-cache-dtype bf16|fp8] [--host-sampling]\n"
-               "                  [--dense-weights auto|on|off]\n\n"
-               "Prefill and decode speed of the text decoder, as JSON (tok/s per batch size, memory).\n"
-               "--image: also the image path for one image (a WxH test picture, or a file) and a 20-token\n"
-               "question: preprocessing ms, vision encoder ms, and time to first token through the engine\n"
-               "(median of 5, prefix cache off; the model needs its tokenizer.json).\n"
-               "--host-sampling: decode steps download every row's fp32 logits (as requests with penalties or\n"
-               "logprobs do) instead of each row's most likely tokens picked on the GPU.\n"
-               "--dense-weights: FP8 checkpoints keep BF16 copies of the decoder linears for prefill and\n"
-               "batches over 16 rows (auto, the default: when they take at most 10%% of the GPU's memory).\n");
-}
-
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -74,16 +62,6 @@ static int parse_batches(const char *s, int *out, int *n) {
         if (*end && *end != ',') return -1;
     }
     return *n ? 0 : -1;
-}
-
-static long parse_pos(const char *opt, const char *v, long hi) {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : -1;
-    if (!v || *end || x < 1 || x > hi) {
-        fprintf(stderr, "iris bench: %s wants a number in 1..%ld, not \"%s\"\n", opt, hi, v ? v : "");
-        return -1;
-    }
-    return x;
 }
 
 /* A WxH test picture (smooth gradients and stripes) as a JPEG at `path`. */
@@ -201,81 +179,58 @@ static int decode_step(bench *x, int n_seqs, int past, iris_err *err) {
 }
 
 typedef struct bench_args {
-    const char *model, *device, *image, *kv_dtype, *dense;
+    const char *model, *image, *batch;
     int host_sampling, batches[MAX_BATCHES], n_batches;
-    long P, G;
+    long long P, G;
+    iris_cli_engine ce;
 } bench_args;
 
 /* The command line into x: -1 to go on, else the exit status (help: 0, bad usage: 2). */
 static int parse_args(int argc, char **argv, bench_args *x) {
-    *x = (bench_args){.device = "cuda", .kv_dtype = "bf16", .dense = "auto", .batches = {1, 8, 32, 64}, .n_batches = 4,
-                      .P = 128, .G = 32};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--batch")) {
-            if (i + 1 >= argc || parse_batches(argv[++i], x->batches, &x->n_batches)) {
-                fprintf(stderr, "iris bench: --batch wants sizes like 1,8,32,64 (each 1..4096, at most %d)\n", MAX_BATCHES);
-                return 2;
-            }
-        } else if (!strcmp(a, "--prompt-tokens")) {
-            if ((x->P = parse_pos(a, i + 1 < argc ? argv[++i] : NULL, 1 << 20)) < 0) return 2;
-        } else if (!strcmp(a, "--gen-tokens")) {
-            if ((x->G = parse_pos(a, i + 1 < argc ? argv[++i] : NULL, 1 << 16)) < 0) return 2;
-        } else if (!strcmp(a, "--image")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "iris bench: --image wants WxH (a test picture) or a file\n");
-                return 2;
-            }
-            x->image = argv[++i];
-        } else if (!strcmp(a, "--host-sampling")) {
-            x->host_sampling = 1;
-        } else if (!strcmp(a, "--kv-cache-dtype")) {
-            x->kv_dtype = i + 1 < argc ? argv[++i] : "";
-            if (iris_plan_kv_dtype_parse(x->kv_dtype) < 0) {
-                fprintf(stderr, "iris bench: --kv-cache-dtype is bf16 or fp8, not \"%s\"\n", x->kv_dtype);
-                return 2;
-            }
-        } else if (!strcmp(a, "--dense-weights")) {
-            x->dense = i + 1 < argc ? argv[++i] : "";
-            if (iris_plan_dense_parse(x->dense) < 0) {
-                fprintf(stderr, "iris bench: --dense-weights is auto, on or off, not \"%s\"\n", x->dense);
-                return 2;
-            }
-        } else if (!strcmp(a, "--device")) {
-            x->device = i + 1 < argc ? argv[++i] : "";
-            if (strcmp(x->device, "cuda") && strcmp(x->device, "cpu")) {
-                fprintf(stderr, "iris bench: --device is cuda or cpu, not \"%s\"\n", x->device);
-                return 2;
-            }
-        } else if (a[0] == '-') {
-            fprintf(stderr, "iris bench: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
-        } else if (!x->model) {
-            x->model = a;
-        } else {
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!x->model) {
-        usage(stderr);
-        return 2;
-    }
+    memset(x, 0, sizeof *x);
+    *x = (bench_args){.batches = {1, 8, 32, 64}, .n_batches = 4, .P = 128, .G = 32};
+    iris_opt own[] = {
+        {"--batch", 0, IRIS_OPT_STR, &x->batch, "B,B,..", "decode batch sizes (default 1,8,32,64; each 1..4096)", 0, 0,
+         NULL, NULL, 0},
+        {"--prompt-tokens", 0, IRIS_OPT_INT, &x->P, "N", "the prefill's tokens (default 128)", 1, 1 << 20, NULL, NULL, 0},
+        {"--gen-tokens", 0, IRIS_OPT_INT, &x->G, "N", "decode steps per batch size (default 32)", 1, 1 << 16, NULL, NULL,
+         0},
+        {"--image", 0, IRIS_OPT_STR, &x->image, "WxH|PATH",
+         "also the image path for one image (a WxH test picture, or a file)\nand a 20-token question: preprocessing "
+         "ms, vision encoder ms and\ntime to first token through the engine (median of 5, prefix cache\noff; the "
+         "model needs its tokenizer.json)", 0, 0, NULL, NULL, 0},
+        {"--host-sampling", 0, IRIS_OPT_FLAG, &x->host_sampling, NULL,
+         "decode steps download every row's fp32 logits (as requests with\npenalties or logprobs do) instead of each "
+         "row's most likely tokens\npicked on the GPU", 0, 0, NULL, NULL, 0},
+        IRIS_OPT_TABLE_END,
+    };
+    iris_cli_spec sp = {
+        .cmd = "bench",
+        .usage = "MODEL [options]",
+        .about = "Prefill and decode speed of the text decoder, as JSON (tok/s per batch size, memory).\n"
+                 "The device is cuda unless --device says otherwise.",
+        .max_pos = 1,
+        .tables = {own, iris_cli_engine_flags(&x->ce, IRIS_CLI_E_DEVICE | IRIS_CLI_E_MEMORY | IRIS_CLI_E_KV |
+                                                          IRIS_CLI_E_HUB)},
+    };
+    const char *pos[1];
+    int n_pos, rc = iris_cli_parse(&sp, argc, argv, pos, &n_pos);
+    if (rc >= 0) return rc;
+    if (!n_pos) return iris_cli_usage_error("bench", "give MODEL");
+    x->model = pos[0];
+    if (x->batch && parse_batches(x->batch, x->batches, &x->n_batches))
+        return iris_cli_usage_error("bench", "--batch '%s': give sizes like 1,8,32,64 (each 1..4096, at most %d)",
+                                    x->batch, MAX_BATCHES);
     return -1;
 }
-
 
 int iris_cmd_bench(int argc, char **argv) {
     bench_args ba;
     int st = parse_args(argc, argv, &ba);
     if (st >= 0) return st;
-    const char *model = ba.model, *device = ba.device, *image = ba.image, *kv_dtype = ba.kv_dtype, *dense = ba.dense;
+    const char *model = ba.model, *image = ba.image;
     int host_sampling = ba.host_sampling, *batches = ba.batches, n_batches = ba.n_batches;
-    long P = ba.P, G = ba.G;
+    long P = (long)ba.P, G = (long)ba.G;
     iris_err err = {0};
     int max_batch = 0;
     for (int i = 0; i < n_batches; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
@@ -298,14 +253,13 @@ int iris_cmd_bench(int argc, char **argv) {
     /* The engine, as `iris serve` opens it, sized for the largest batch and the prompt. */
     iris_engine_opts o;
     iris_engine_opts_default(&o);
+    o.device = "cuda";
+    iris_cli_engine_apply(&ba.ce, &o);
     o.model = model;
-    o.device = device;
     o.max_num_seqs = max_batch;
     if (o.max_batch_tokens < past0) o.max_batch_tokens = past0;
     o.max_model_len = past0 + (int)G + IRIS_KV_BLOCK;
     o.prefix_caching = 0;
-    o.kv_cache_dtype = kv_dtype;
-    o.dense_weights = dense;
     o.max_image_pixels = pixels;
     iris_engine *e = NULL;
     double t0 = now();
@@ -340,7 +294,8 @@ int iris_cmd_bench(int argc, char **argv) {
     const iris_text_config *c = &t->cfg;
     printf("{\"model\":\"%s\",\"device\":\"%s\",\"layers\":%d,\"hidden\":%d,\"fp8_linears\":%d,\"weights_bytes\":%zu,"
            "\"load_s\":%.3f,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"kv_cache_dtype\":\"%s\",\"sampling\":\"%s\",\"decode_graphs\":%s,\"dense_weights\":%s",
-           mi.dir, be->name, c->num_hidden_layers, c->hidden_size, t->n_fp8, w_bytes, t_load, P, G, kv_dtype,
+           mi.dir, be->name, c->num_hidden_layers, c->hidden_size, t->n_fp8, w_bytes, t_load, P, G,
+           o.kv_cache_dtype ? o.kv_cache_dtype : "bf16",
            host_sampling || !be->get_topk ? "host, fp32 rows" : "top-k on the device",
            be->graph_begin ? "true" : "false", t->layers[0].q_proj.dense ? "true" : "false");
     fflush(stdout);

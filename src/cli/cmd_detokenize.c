@@ -12,29 +12,10 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "err.h"
 #include "hub/resolve.h"
 #include "formats/tokenizer.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: iris detokenize [--skip-special] [-n] TOKENIZER IDS...\n\n"
-            "Print the text of token ids (separated by spaces or commas; a JSON array such as\n"
-            "the output of `iris tokenize` works too; without IDS they are read from stdin).\n\n"
-            "  TOKENIZER       a tokenizer.json, a model directory, or a repo id in the HF cache\n"
-            "  --skip-special  leave out special tokens such as <|im_end|>\n"
-            "  -n              no newline after the text\n");
-}
-
-static int load_tokenizer(const char *arg, iris_tok **tok, iris_err *err) {
-    struct stat st;
-    if (stat(arg, &st) == 0) return iris_tok_load(arg, tok, err);
-    char dir[4096];
-    iris_err rerr = {0};
-    if (iris_model_resolve(arg, dir, sizeof dir, &rerr) == 0) return iris_tok_load(dir, tok, err);
-    return iris_err_set(err, IRIS_ENOTFOUND, "%s: no such file or directory, nor a model in the Hugging Face cache",
-                        arg);
-}
 
 /* Parse the ids in s (spaces, commas and brackets separate them). */
 static int parse_ids(const char *s, iris_tok_ids *ids, iris_err *err) {
@@ -60,32 +41,35 @@ static int parse_ids(const char *s, iris_tok_ids *ids, iris_err *err) {
 }
 
 int iris_cmd_detokenize(int argc, char **argv) {
-    int flags = 0, newline = 1, first = 0;
-    for (int i = 1; i < argc && !first; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--skip-special")) {
-            flags |= IRIS_TOK_SKIP_SPECIAL;
-        } else if (!strcmp(argv[i], "-n")) {
-            newline = 0;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "iris detokenize: unknown option %s\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else {
-            first = i;
-        }
+    int skip = 0, no_newline = 0;
+    iris_opt own[] = {
+        {"--skip-special", 0, IRIS_OPT_FLAG, &skip, NULL, "leave out special tokens such as <|im_end|>", 0, 0, NULL, NULL,
+         0},
+        {"--no-newline", 'n', IRIS_OPT_FLAG, &no_newline, NULL, "no newline after the text", 0, 0, NULL, NULL, 0},
+        IRIS_OPT_TABLE_END,
+    };
+    iris_cli_spec sp = {
+        .cmd = "detokenize",
+        .usage = "[--skip-special] [-n] TOKENIZER IDS...",
+        .about = "Print the text of token ids (separated by spaces or commas; a JSON array such as\n"
+                 "the output of `iris tokenize` works too; without IDS they are read from stdin).\n"
+                 "TOKENIZER is a tokenizer.json, a model directory, or a repo id in the HF cache.",
+        .max_pos = argc,
+        .tables = {own},
+    };
+    const char **pos = calloc((size_t)argc + 1, sizeof *pos);
+    int n_pos = 0, st = pos ? iris_cli_parse(&sp, argc, argv, pos, &n_pos) : 1;
+    if (st < 0 && !n_pos) st = iris_cli_usage_error("detokenize", "give TOKENIZER");
+    if (st >= 0) {
+        free(pos);
+        return st;
     }
-    if (!first) {
-        usage(stderr);
-        return 2;
-    }
+    int flags = skip ? IRIS_TOK_SKIP_SPECIAL : 0, newline = !no_newline;
     iris_err err = {0};
     iris_tok_ids ids = {0};
     int rc = 0;
-    if (first + 1 < argc) {
-        for (int i = first + 1; i < argc && !rc; i++) rc = parse_ids(argv[i], &ids, &err);
+    if (n_pos > 1) {
+        for (int i = 1; i < n_pos && !rc; i++) rc = parse_ids(pos[i], &ids, &err);
     } else {
         char *line = NULL;
         size_t cap = 0;
@@ -93,7 +77,7 @@ int iris_cmd_detokenize(int argc, char **argv) {
         free(line);
     }
     iris_tok *tok = NULL;
-    if (!rc) rc = load_tokenizer(argv[first], &tok, &err);
+    if (!rc) rc = iris_cli_load_tokenizer(pos[0], &tok, &err);
     char *text = NULL;
     size_t len = 0;
     if (!rc) {
@@ -110,5 +94,6 @@ int iris_cmd_detokenize(int argc, char **argv) {
     free(text);
     iris_tok_free(tok);
     iris_tok_ids_free(&ids);
+    free(pos);
     return rc ? iris_cli_fail(&err) : 0;
 }

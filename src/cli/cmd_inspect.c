@@ -5,48 +5,35 @@
 #include <string.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "tools/inspect.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: iris inspect MODEL [--json] [--summary]\n\n"
-            "Shows what iris sees in a checkpoint without loading it: the config summary\n"
-            "(config.json, generation_config.json, preprocessor_config.json), a table of\n"
-            "tensors (name, dtype, shape, bytes), totals by dtype and by part (vision,\n"
-            "language model, embeddings), the FP8 linears, and warnings where the tensors\n"
-            "do not match the config.\n\n"
-            "MODEL is a model directory, a repo id Org/Name[@revision] in the Hugging Face\n"
-            "cache, or a single .safetensors / model.safetensors.index.json file.\n\n"
-            "  --json      the report as one JSON object\n"
-            "  --summary   leave out the per-tensor table\n");
-}
-
 int iris_cmd_inspect(int argc, char **argv) {
-    const char *model = NULL;
-    int as_json = 0, with_tensors = 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            as_json = 1;
-        } else if (!strcmp(argv[i], "--summary")) {
-            with_tensors = 0;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "iris inspect: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (model) {
-            fprintf(stderr, "iris inspect: one MODEL only ('%s' and '%s')\n", model, argv[i]);
-            return 2;
-        } else {
-            model = argv[i];
-        }
-    }
-    if (!model) {
-        usage(stderr);
-        return 2;
-    }
+    int as_json = 0, summary = 0;
+    iris_opt own[] = {
+        {"--json", 0, IRIS_OPT_FLAG, &as_json, NULL, "the report as one JSON object", 0, 0, NULL, NULL, 0},
+        {"--summary", 0, IRIS_OPT_FLAG, &summary, NULL, "leave out the per-tensor table", 0, 0, NULL, NULL, 0},
+        IRIS_OPT_TABLE_END,
+    };
+    iris_cli_spec sp = {
+        .cmd = "inspect",
+        .usage = "MODEL [--json] [--summary]",
+        .about = "Shows what iris sees in a checkpoint without loading it: the config summary\n"
+                 "(config.json, generation_config.json, preprocessor_config.json), a table of\n"
+                 "tensors (name, dtype, shape, bytes), totals by dtype and by part (vision,\n"
+                 "language model, embeddings), the FP8 linears, and warnings where the tensors\n"
+                 "do not match the config.\n\n"
+                 "MODEL is a model directory, a repo id Org/Name[@revision] in the Hugging Face\n"
+                 "cache, or a single .safetensors / model.safetensors.index.json file.",
+        .max_pos = 1,
+        .tables = {own},
+    };
+    const char *pos[1];
+    int n_pos, st = iris_cli_parse(&sp, argc, argv, pos, &n_pos);
+    if (st >= 0) return st;
+    if (!n_pos) return iris_cli_usage_error("inspect", "give MODEL");
+    const char *model = pos[0];
+    int with_tensors = !summary;
     iris_err err = {0};
     json_t *report = NULL;
     if (iris_inspect(model, &report, &err)) return iris_cli_fail(&err);

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "engine_flags.h"
+#include "opts.h"
 #include "err.h"
 #include "engine/engine.h"
 #include "engine/prompt.h"
@@ -16,12 +18,6 @@
 
 #include <errno.h>
 #include <sys/stat.h>
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: iris logits MODEL [--image PATH]... [--system TEXT] --prompt TEXT --out FILE.npy\n"
-               "                   [--last N] [--hidden-states DIR] [--device cpu|cuda]\n\n"
-               "Writes the float32 logits of the prompt's positions as a .npy [n, vocab].\n");
-}
 
 typedef struct {
     const char *dir;
@@ -40,54 +36,36 @@ static void save_hidden(void *ud, int il, const float *h, int n_rows, int hidden
 }
 
 int iris_cmd_logits(int argc, char **argv) {
-    const char *model = NULL, *system = NULL, *prompt = NULL, *out = NULL, *hidden = NULL, *device = NULL;
+    const char *model = NULL, *system = NULL, *prompt = NULL, *out = NULL, *hidden = NULL;
     const char *images[64];
     int n_images = 0;
-    long last = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (s[0] == '-' && s[1] == '-') {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "iris logits: %s needs a value\n", s);
-                return 2;
-            }
-            const char *v = argv[++i];
-            if (!strcmp(s, "--image") && n_images < 64) images[n_images++] = v;
-            else if (!strcmp(s, "--system")) system = v;
-            else if (!strcmp(s, "--prompt")) prompt = v;
-            else if (!strcmp(s, "--out")) out = v;
-            else if (!strcmp(s, "--hidden-states")) hidden = v;
-            else if (!strcmp(s, "--device")) device = v;
-            else if (!strcmp(s, "--last")) {
-                char *e;
-                last = strtol(v, &e, 10);
-                if (e == v || *e || last < 0) {
-                    fprintf(stderr, "iris logits: --last expects a count, got \"%s\"\n", v);
-                    return 2;
-                }
-            } else {
-                fprintf(stderr, "iris logits: unknown option %s\n", s);
-                return 2;
-            }
-        } else if (!model) {
-            model = s;
-        } else {
-            fprintf(stderr, "iris logits: unexpected argument \"%s\"\n", s);
-            return 2;
-        }
-    }
-    if (!model || !prompt || !out) {
-        usage(stderr);
-        return 2;
-    }
-    if (device && strcmp(device, "cpu") && strcmp(device, "cuda")) {
-        fprintf(stderr, "iris logits: --device %s: use cpu (fp32, the reference) or cuda (bf16)\n", device);
-        return 2;
-    }
+    long long last = 0;
+    iris_cli_engine ce;
+    memset(&ce, 0, sizeof ce);
+    iris_opt own[] = {
+        {"--image", 0, IRIS_OPT_LIST, images, "PATH", "an image (repeatable)", 0, 0, NULL, &n_images, 64},
+        {"--system", 0, IRIS_OPT_STR, &system, "TEXT", "a system message", 0, 0, NULL, NULL, 0},
+        {"--prompt", 0, IRIS_OPT_STR, &prompt, "TEXT", "the user's text (required)", 0, 0, NULL, NULL, 0},
+        {"--out", 'o', IRIS_OPT_STR, &out, "FILE.npy", "where to write the logits (required)", 0, 0, NULL, NULL, 0},
+        {"--last", 0, IRIS_OPT_INT, &last, "N", "only the last N positions (default: all)", 0, 1 << 30, NULL, NULL, 0},
+        {"--hidden-states", 0, IRIS_OPT_STR, &hidden, "DIR", "also the residual stream entering every layer, as .npy",
+         0, 0, NULL, NULL, 0},
+        IRIS_OPT_TABLE_END,
+    };
+    iris_cli_spec sp = {
+        .cmd = "logits",
+        .usage = "MODEL [--image PATH]... [--system TEXT] --prompt TEXT -o FILE.npy [options]",
+        .about = "Writes the float32 logits of the prompt's positions as a .npy [n, vocab].  The device is\n"
+                 "cpu (fp32, the reference) unless --device cuda (bf16).",
+        .max_pos = 1,
+        .tables = {own, iris_cli_engine_flags(&ce, IRIS_CLI_E_DEVICE | IRIS_CLI_E_HUB)},
+    };
+    const char *pos[1];
+    int n_pos, st = iris_cli_parse(&sp, argc, argv, pos, &n_pos);
+    if (st >= 0) return st;
+    if (!n_pos || !prompt || !out)
+        return iris_cli_usage_error("logits", "give %s", !n_pos ? "MODEL" : !prompt ? "--prompt TEXT" : "--out FILE.npy");
+    model = pos[0];
     if (hidden && mkdir(hidden, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "iris logits: --hidden-states %s: %s\n", hidden, strerror(errno));
         return 1;
@@ -96,8 +74,9 @@ int iris_cmd_logits(int argc, char **argv) {
      * one prompt; its vision encoder and decoder make the logits. */
     iris_engine_opts o;
     iris_engine_opts_default(&o);
+    iris_cli_engine_apply(&ce, &o);
     o.model = model;
-    o.device = device && !strcmp(device, "cuda") ? "cuda" : "cpu";
+    o.device = o.device && !strcmp(o.device, "cuda") ? "cuda" : "cpu";
     o.max_num_seqs = 1;
     o.prefix_caching = 0;
     iris_err err = {0};

@@ -8,26 +8,13 @@
 #include <string.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "hub/hub.h"
 #include "hub/resolve.h"
 #include "engine/planner.h"
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_info.h"
 #endif
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: iris ls [--json] [--vram SIZE [--reserved SIZE]]\n\n"
-            "Lists the models in the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub,\n"
-            "else ~/.cache/huggingface/hub): repo id, size on disk, revisions, model_type\n"
-            "and whether iris supports it (qwen3_vl).  Run one with `iris run Org/Name`.\n\n"
-            "  --json            one JSON array instead of the table\n"
-            "  --vram SIZE       also plan each supported model for a card of SIZE (e.g. 8GiB)\n"
-            "                    with the default settings: does it fit, and the context it gets\n"
-            "  --reserved SIZE   memory the desktop holds on that card (default 0)\n"
-            "On a machine with a GPU (CUDA build) the FITS column is planned for that GPU\n"
-            "as it is now, unless --vram is given.\n");
-}
 
 /* Plans a model for the card; writes "yes, 30336-token context" or "no: ..." to buf. */
 static int fits(const char *dir, uint64_t vram, uint64_t reserved, char *buf, size_t n, int64_t *ctx) {
@@ -78,27 +65,27 @@ static const char *fmt_size(uint64_t n, char buf[32]) {
 int iris_cmd_ls(int argc, char **argv) {
     int as_json = 0;
     uint64_t vram = 0, reserved = 0;
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "--vram") || !strcmp(argv[i], "--reserved")) && i + 1 < argc) {
-            iris_err e = {0};
-            if (iris_plan_parse_bytes(argv[i + 1], !strcmp(argv[i], "--vram") ? &vram : &reserved, &e)) {
-                fprintf(stderr, "iris ls: %s %s: %s\n", argv[i], argv[i + 1], e.msg);
-                return 2;
-            }
-            i++;
-            continue;
-        }
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            as_json = 1;
-        } else {
-            fprintf(stderr, "iris ls: unknown argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
+    iris_opt own[] = {
+        {"--json", 0, IRIS_OPT_FLAG, &as_json, NULL, "one JSON array instead of the table", 0, 0, NULL, NULL, 0},
+        {"--vram", 0, IRIS_OPT_SIZE, &vram, "SIZE",
+         "also plan each supported model for a card of SIZE (e.g. 8GiB) with\nthe default settings: does it fit, and "
+         "the context it gets", 1, 0, NULL, NULL, 0},
+        {"--reserved", 0, IRIS_OPT_SIZE, &reserved, "SIZE", "memory the desktop holds on that card (default 0)", 0, 0,
+         NULL, NULL, 0},
+        IRIS_OPT_TABLE_END,
+    };
+    iris_cli_spec sp = {
+        .cmd = "ls",
+        .usage = "[--json] [--vram SIZE [--reserved SIZE]]",
+        .about = "Lists the models in the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub,\n"
+                 "else ~/.cache/huggingface/hub): repo id, size on disk, revisions, model_type\n"
+                 "and whether iris supports it (qwen3_vl).  Run one with `iris run Org/Name`.",
+        .footer = "On a machine with a GPU (CUDA build) the FITS column is planned for that GPU\n"
+                  "as it is now, unless --vram is given.",
+        .tables = {own},
+    };
+    int n_pos, st = iris_cli_parse(&sp, argc, argv, NULL, &n_pos);
+    if (st >= 0) return st;
 #ifdef IRIS_CUDA
     /* Without --vram: this machine's GPU, as it is now (what others hold counts as reserved). */
     if (!vram) {

@@ -1,4 +1,4 @@
-/* cmd_preprocess.c: `iris preprocess IMAGE... --out FILE.npy`: images ->
+/* cmd_preprocess.c: `iris preprocess IMAGE... -o FILE.npy`: images ->
  * Qwen3-VL pixel_values, as transformers' Qwen2VLImageProcessor makes them.
  *
  * Writes float32 [N, 1536] (all images concatenated in order) as .npy and
@@ -12,34 +12,10 @@
 #include <string.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "err.h"
 #include "formats/image.h"
 #include "npy.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: iris preprocess IMAGE... --out FILE.npy [options]\n\n"
-            "Decode the images (JPEG, PNG, WebP) and write Qwen3-VL pixel_values as float32\n"
-            "[N, 1536] to FILE.npy; print {\"grid_thw\": [[t, h, w], ...]} on stdout.\n\n"
-            "  --out FILE.npy          where to write pixel_values (required)\n"
-            "  --min-pixels N          smart_resize lower bound on h*w (default 65536)\n"
-            "  --max-pixels N          smart_resize upper bound on h*w (default 16777216)\n"
-            "  --no-exif-rotate        ignore the EXIF orientation (transformers' torchvision path\n"
-            "                          does not apply it; by default photos are turned upright)\n"
-            "  --max-image-pixels N    refuse larger images before decoding (default 178956970)\n");
-}
-
-static int parse_i64(const char *flag, const char *s, int64_t *v) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(s ? s : "", &end, 10);
-    if (!s || errno || *end || x <= 0) {
-        fprintf(stderr, "iris preprocess: %s needs a positive integer, got \"%s\"\n", flag, s ? s : "");
-        return -1;
-    }
-    *v = x;
-    return 0;
-}
 
 int iris_cmd_preprocess(int argc, char **argv) {
     iris_image_decode_opts dopts;
@@ -47,45 +23,41 @@ int iris_cmd_preprocess(int argc, char **argv) {
     iris_image_decode_opts_default(&dopts);
     iris_image_prep_opts_default(&popts);
     const char *out = NULL;
-    const char **paths = calloc((size_t)argc, sizeof *paths);
+    long long minp = popts.min_pixels, maxp = popts.max_pixels, maxi = dopts.max_pixels;
+    int no_exif = 0;
+    iris_opt own[] = {
+        {"--out", 'o', IRIS_OPT_STR, &out, "FILE.npy", "where to write pixel_values (required)", 0, 0, NULL, NULL, 0},
+        {"--min-pixels", 0, IRIS_OPT_INT, &minp, "N", "smart_resize lower bound on h*w (default 65536)", 1, 9.2e18, NULL,
+         NULL, 0},
+        {"--max-pixels", 0, IRIS_OPT_INT, &maxp, "N", "smart_resize upper bound on h*w (default 16777216)", 1, 9.2e18,
+         NULL, NULL, 0},
+        {"--no-exif-rotate", 0, IRIS_OPT_FLAG, &no_exif, NULL,
+         "ignore the EXIF orientation (transformers' torchvision path does\nnot apply it; by default photos are "
+         "turned upright)", 0, 0, NULL, NULL, 0},
+        {"--max-image-pixels", 0, IRIS_OPT_INT, &maxi, "N", "refuse larger images before decoding (default 178956970)",
+         1, 9.2e18, NULL, NULL, 0},
+        IRIS_OPT_TABLE_END,
+    };
+    iris_cli_spec sp = {
+        .cmd = "preprocess",
+        .usage = "IMAGE... -o FILE.npy [options]",
+        .about = "Decode the images (JPEG, PNG, WebP) and write Qwen3-VL pixel_values as float32\n"
+                 "[N, 1536] to FILE.npy; print {\"grid_thw\": [[t, h, w], ...]} on stdout.",
+        .max_pos = argc,
+        .tables = {own},
+    };
+    const char **paths = calloc((size_t)argc + 1, sizeof *paths);
     int n = 0;
     if (!paths) return 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int bad = 0;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            free(paths);
-            return 0;
-        } else if (!strcmp(a, "--out") || !strcmp(a, "-o")) {
-            out = i + 1 < argc ? argv[++i] : NULL;
-            bad = !out;
-        } else if (!strcmp(a, "--min-pixels")) {
-            bad = parse_i64(a, i + 1 < argc ? argv[++i] : NULL, &popts.min_pixels);
-        } else if (!strcmp(a, "--max-pixels")) {
-            bad = parse_i64(a, i + 1 < argc ? argv[++i] : NULL, &popts.max_pixels);
-        } else if (!strcmp(a, "--max-image-pixels")) {
-            bad = parse_i64(a, i + 1 < argc ? argv[++i] : NULL, &dopts.max_pixels);
-        } else if (!strcmp(a, "--no-exif-rotate")) {
-            dopts.exif_rotate = 0;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "iris preprocess: unknown option %s\n", a);
-            bad = 1;
-        } else {
-            paths[n++] = a;
-        }
-        if (bad) {
-            usage(stderr);
-            free(paths);
-            return 2;
-        }
-    }
-    if (n == 0 || !out) {
-        fprintf(stderr, "iris preprocess: %s\n", n == 0 ? "no IMAGE given" : "--out FILE.npy is required");
-        usage(stderr);
+    int st = iris_cli_parse(&sp, argc, argv, paths, &n);
+    if (st < 0 && (n == 0 || !out))
+        st = iris_cli_usage_error("preprocess", "%s", n == 0 ? "give IMAGE..." : "give --out FILE.npy");
+    if (st >= 0) {
         free(paths);
-        return 2;
+        return st;
     }
+    popts.min_pixels = minp, popts.max_pixels = maxp, dopts.max_pixels = maxi;
+    if (no_exif) dopts.exif_rotate = 0;
     iris_err err = {0};
     int rc = 0;
     iris_image_prep *preps = calloc((size_t)n, sizeof *preps);

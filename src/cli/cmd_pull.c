@@ -7,61 +7,44 @@
 #include <time.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "hub/hub.h"
 #include "hub/resolve.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: iris pull Org/Name[@revision] [--jobs N] [--quiet]\n\n"
-            "Downloads what iris needs of a Hugging Face Hub model (config, generation and\n"
-            "preprocessor configs, tokenizer, chat template, *.safetensors and their index)\n"
-            "into the Hugging Face cache that transformers and vLLM use, and prints the\n"
-            "snapshot directory.  Files already there are not fetched again; an interrupted\n"
-            "pull resumes where it stopped; LFS files are checked against their SHA-256.\n\n"
-            "  --jobs N    files downloaded at once (default 8)\n"
-            "  --quiet     no progress on stderr\n\n"
-            "environment:\n"
-            "  HF_ENDPOINT     the Hub (default https://huggingface.co)\n"
-            "  HF_TOKEN        access token for gated or private models (else the file\n"
-            "                  $HF_HOME/token or ~/.cache/huggingface/token)\n"
-            "  HF_HUB_CACHE    the cache (else $HF_HOME/hub, else ~/.cache/huggingface/hub)\n"
-            "  HF_HUB_OFFLINE  1: no network; succeed only if the model is in the cache\n");
-}
 
 int iris_cmd_pull(int argc, char **argv) {
     iris_hub_opts o;
     iris_hub_opts_default(&o);
-    const char *model = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
-            o.progress = 0;
-        } else if (!strcmp(argv[i], "--jobs") || !strcmp(argv[i], "-j")) {
-            char *end = NULL;
-            long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (!end || *end || n < 1 || n > 32) {
-                fprintf(stderr, "iris pull: --jobs takes a number from 1 to 32\n");
-                return 2;
-            }
-            o.n_parallel = (int)n;
-            i++;
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "iris pull: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (model) {
-            fprintf(stderr, "iris pull: one model at a time ('%s' and '%s')\n", model, argv[i]);
-            return 2;
-        } else {
-            model = argv[i];
-        }
-    }
-    if (!model) {
-        usage(stderr);
-        return 2;
-    }
+    long long jobs = 8;
+    int quiet = 0;
+    iris_opt own[] = {
+        {"--jobs", 'j', IRIS_OPT_INT, &jobs, "N", "files downloaded at once (default 8)", 1, 32, NULL, NULL, 0},
+        {"--quiet", 'q', IRIS_OPT_FLAG, &quiet, NULL, "no progress on stderr", 0, 0, NULL, NULL, 0},
+        IRIS_OPT_TABLE_END,
+    };
+    iris_cli_spec sp = {
+        .cmd = "pull",
+        .usage = "Org/Name[@revision] [options]",
+        .about = "Downloads what iris needs of a Hugging Face Hub model (config, generation and\n"
+                 "preprocessor configs, tokenizer, chat template, *.safetensors and their index)\n"
+                 "into the Hugging Face cache that transformers and vLLM use, and prints the\n"
+                 "snapshot directory.  Files already there are not fetched again; an interrupted\n"
+                 "pull resumes where it stopped; LFS files are checked against their SHA-256.",
+        .footer = "environment:\n"
+                  "  HF_ENDPOINT     the Hub (default https://huggingface.co)\n"
+                  "  HF_TOKEN        access token for gated or private models (else the file\n"
+                  "                  $HF_HOME/token or ~/.cache/huggingface/token)\n"
+                  "  HF_HUB_CACHE    the cache (else $HF_HOME/hub, else ~/.cache/huggingface/hub)\n"
+                  "  HF_HUB_OFFLINE  1: no network; succeed only if the model is in the cache",
+        .max_pos = 1,
+        .tables = {own},
+    };
+    const char *pos[1];
+    int n_pos, st = iris_cli_parse(&sp, argc, argv, pos, &n_pos);
+    if (st >= 0) return st;
+    if (!n_pos) return iris_cli_usage_error("pull", "give Org/Name");
+    const char *model = pos[0];
+    o.n_parallel = (int)jobs;
+    if (quiet) o.progress = 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     iris_hub_result res;

@@ -1,6 +1,6 @@
-/* cmd_run.c: `iris run MODEL [--image PATH]... [--system TEXT] PROMPT` and the
- * fixed-prompt shortcuts `iris caption IMAGE`, `iris ask IMAGE QUESTION`,
- * `iris describe IMAGE` (all with --model).
+/* cmd_run.c: `iris run [MODEL] [--image PATH]... [--system TEXT] PROMPT` and
+ * the fixed-prompt shortcuts `iris caption IMAGE`, `iris ask IMAGE QUESTION`,
+ * `iris describe IMAGE` (all with -m/--model).
  *
  * One path, as the server's: open the engine (it loads the model, once),
  * build the prompt with the one builder (engine/prompt.c; images decoded
@@ -8,18 +8,26 @@
  * engine runs one sequence at the default context (the largest that fits,
  * up to the model's), and checks that the prompt and --max-tokens fit it.
  * Sampling flags are written over the model's generation_config.json
- * defaults (iris_request_params_default).  The answer streams to stdout; a
- * summary line (prompt tokens, generated tokens, time to first token,
- * tok/s) goes to stderr at the end. */
+ * defaults (iris_request_params_default).
+ *
+ * Output: the answer streams to stdout; with --json nothing streams and one
+ * JSON object is printed at the end (text, finish reason, token counts,
+ * timings).  The statistics line goes to stderr with --verbose, or when
+ * stderr is a terminal; --quiet leaves only errors on stderr.  Without a
+ * model the demo model answers, and one notice on stderr says so.  The
+ * prompt may come from --prompt-file FILE or `-` (stdin). */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "default_model.h"
-#include "err.h"
-#include "engine/planner.h"
 #include "engine/engine.h"
+#include "engine_flags.h"
+#include "err.h"
+#include "opts.h"
 #include "pool.h"
 
 #define MAX_IMAGES 64
@@ -29,187 +37,179 @@ static const char *DESCRIBE_PROMPT =
     "Analyze this scene. List the objects you see with their colours and positions, describe the setting and "
     "any activities, and transcribe any visible text.";
 
+enum { F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP, F_PRES, F_FREQ, F_SEED, F_MAXTOK, F_N };
+
 typedef struct run_args {
-    const char *model, *system, *prompt;
+    const char *cmd, *model, *system, *prompt, *prompt_file;
     const char *images[MAX_IMAGES];
     int n_images;
-    iris_engine_opts eo;   /* --device and the GPU memory settings over the defaults */
     const char *stop[IRIS_MAX_STOP];
     int n_stop;
-    int threads;
-    int have[16];   /* which sampling flags were given, to write over the defaults */
-    float fv[16];
-    long long iv[16];
+    long long threads;
+    int json, quiet, verbose, demo;
+    int have[F_N];        /* which sampling flags were given, to write over the defaults */
+    double fv[F_N];
+    long long iv[F_N];
+    char *prompt_buf;     /* --prompt-file or stdin (freed at the end) */
+    iris_cli_engine ce;   /* the engine's flags (engine_flags.h) */
+    iris_opt own[32];
 } run_args;
 
-enum { F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP, F_PRES, F_FREQ, F_SEED, F_MAXTOK, F_N };
-static const char *flag_names[F_N] = {"--temperature", "--top-k", "--top-p", "--min-p", "--repetition-penalty",
-                                      "--presence-penalty", "--frequency-penalty", "--seed", "--max-tokens"};
+#define OPT(n, sh, k, d, a, h, l, u, w, s) \
+    (iris_opt) { n, sh, k, d, a, h, l, u, w, s, 0 }
 
-static void usage(FILE *f, const char *cmd) {
-    if (!strcmp(cmd, "run"))
-        fprintf(f, "usage: iris run [MODEL] [--image PATH]... [--system TEXT] [options] PROMPT\n");
-    else if (!strcmp(cmd, "ask"))
-        fprintf(f, "usage: iris ask [--model MODEL] [options] IMAGE QUESTION\n");
-    else
-        fprintf(f, "usage: iris %s [--model MODEL] [options] IMAGE\n", cmd);
-    fprintf(f, "\nMODEL is a model directory (Hugging Face layout) or a repo id in the HF cache;\n"
-               "without it, the demo model (models/demo, or $IRIS_DEMO_MODEL).\n"
-               "options:\n"
-               "  --image PATH           an image (repeatable; run only)\n"
-               "  --system TEXT          a system message\n"
-               "  --device cpu|cuda|auto where to run (default auto: cuda when there is a GPU)\n"
-               "  --gpu-memory-limit SIZE  --gpu-memory-utilization F  --gpu-memory-margin SIZE\n"
-               "                         the GPU memory budget (default: free memory less 512MiB)\n"
-               "  --max-image-pixels N   on a GPU, images are resized to at most N pixels (default 1048576)\n"
-               "  --kv-cache-dtype bf16|fp8  the KV cache's element type (default bf16; fp8 halves it)\n"
-               "  --dense-weights auto|on|off  FP8 models on a GPU: BF16 copies of the decoder linears for\n"
-               "                         prefill (default auto: when they take at most 10%% of the budget)\n"
-               "  --temperature F  --top-k N  --top-p F  --min-p F\n"
-               "  --repetition-penalty F  --presence-penalty F  --frequency-penalty F\n"
-               "  --seed N  --max-tokens N   (defaults: the model's generation_config.json;\n"
-               "                         --temperature 0 is greedy)\n"
-               "  --stop TEXT            stop when the answer contains TEXT (repeatable; TEXT is not printed)\n"
-               "  --threads N            CPU threads (default: the machine's cores)\n");
+/* This command's own rows: the model, the prompt, sampling and output. */
+static const iris_opt *own_table(run_args *a) {
+    int run = !strcmp(a->cmd, "run"), ask = !strcmp(a->cmd, "ask"), n = 0;
+    iris_opt *t = a->own;
+    t[n++] = OPT("--model", 'm', IRIS_OPT_STR, &a->model, "MODEL",
+                 "a model directory or a repo id (Org/Name); default: the demo model", 0, 0, NULL, NULL);
+    if (run) {
+        t[n] = OPT("--image", 0, IRIS_OPT_LIST, a->images, "PATH", "an image (repeatable)", 0, 0, NULL, &a->n_images);
+        t[n++].max = MAX_IMAGES;
+    }
+    t[n++] = OPT("--system", 0, IRIS_OPT_STR, &a->system, "TEXT", "a system message", 0, 0, NULL, NULL);
+    if (run || ask)
+        t[n++] = OPT("--prompt-file", 0, IRIS_OPT_STR, &a->prompt_file, "FILE",
+                     run ? "read the prompt from FILE (- for stdin) instead of PROMPT"
+                         : "read the question from FILE (- for stdin) instead of QUESTION",
+                     0, 0, NULL, NULL);
+    t[n++] = (iris_opt)IRIS_OPT_HEADING("sampling (defaults: the model's generation_config.json)");
+    t[n++] = OPT("--temperature", 0, IRIS_OPT_NUM, &a->fv[F_TEMP], "F", "0 is greedy", 0, 100, NULL, &a->have[F_TEMP]);
+    t[n++] = OPT("--top-k", 0, IRIS_OPT_INT, &a->iv[F_TOPK], "N", "0 is off", 0, 1 << 24, NULL, &a->have[F_TOPK]);
+    t[n++] = OPT("--top-p", 0, IRIS_OPT_NUM, &a->fv[F_TOPP], "F", "in (0, 1]; 1 is off", 1e-9, 1,
+                 "a number in (0, 1]", &a->have[F_TOPP]);
+    t[n++] = OPT("--min-p", 0, IRIS_OPT_NUM, &a->fv[F_MINP], "F", "in [0, 1]; 0 is off", 0, 1, NULL, &a->have[F_MINP]);
+    t[n++] = OPT("--repetition-penalty", 0, IRIS_OPT_NUM, &a->fv[F_REP], "F", "> 0; 1 is off", 1e-9, 100,
+                 "a number in (0, 100]", &a->have[F_REP]);
+    t[n++] = OPT("--presence-penalty", 0, IRIS_OPT_NUM, &a->fv[F_PRES], "F", "in [-2, 2]", -2, 2, NULL,
+                 &a->have[F_PRES]);
+    t[n++] = OPT("--frequency-penalty", 0, IRIS_OPT_NUM, &a->fv[F_FREQ], "F", "in [-2, 2]", -2, 2, NULL,
+                 &a->have[F_FREQ]);
+    t[n++] = OPT("--seed", 0, IRIS_OPT_INT, &a->iv[F_SEED], "N", "the sampler's seed", 0, 9.2e18, NULL,
+                 &a->have[F_SEED]);
+    t[n++] = OPT("--max-tokens", 0, IRIS_OPT_INT, &a->iv[F_MAXTOK], "N", "tokens to generate at most (0: no limit)", 0,
+                 1 << 24, NULL, &a->have[F_MAXTOK]);
+    t[n] = OPT("--stop", 0, IRIS_OPT_LIST, a->stop, "TEXT",
+               "stop when the answer contains TEXT (repeatable; TEXT is not printed)", 0, 0, NULL, &a->n_stop);
+    t[n++].max = IRIS_MAX_STOP;
+    t[n++] = (iris_opt)IRIS_OPT_HEADING("output");
+    t[n++] = OPT("--json", 0, IRIS_OPT_FLAG, &a->json, NULL,
+                 "one JSON object on stdout: text, finish_reason, usage, timings", 0, 0, NULL, NULL);
+    t[n++] = OPT("--quiet", 'q', IRIS_OPT_FLAG, &a->quiet, NULL, "nothing on stderr but errors", 0, 0, NULL, NULL);
+    t[n++] = OPT("--verbose", 'v', IRIS_OPT_FLAG, &a->verbose, NULL,
+                 "the statistics line on stderr (default: when stderr is a terminal)", 0, 0, NULL, NULL);
+    t[n++] = OPT("--threads", 0, IRIS_OPT_INT, &a->threads, "N", "CPU threads (default: the machine's cores)", 1, 1024,
+                 NULL, NULL);
+    t[n] = (iris_opt)IRIS_OPT_TABLE_END;
+    return t;
 }
 
-static int parse(int argc, char **argv, run_args *a, int positional_max, const char **pos, int *n_pos) {
-    *n_pos = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (!strcmp(s, "--help") || !strcmp(s, "-h")) return 1;
-        int takes = !strcmp(s, "--image") || !strcmp(s, "--system") || !strcmp(s, "--model") ||
-                    !strcmp(s, "--device") || !strcmp(s, "--stop") || !strcmp(s, "--threads") ||
-                    !strcmp(s, "--gpu-memory-limit") || !strcmp(s, "--gpu-memory-utilization") ||
-                    !strcmp(s, "--gpu-memory-margin") || !strcmp(s, "--max-image-pixels") ||
-                    !strcmp(s, "--kv-cache-dtype") || !strcmp(s, "--dense-weights");
-        int fi = -1;
-        for (int k = 0; k < F_N; k++)
-            if (!strcmp(s, flag_names[k])) fi = k;
-        if (takes || fi >= 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "iris %s: %s needs a value\n", argv[0], s);
-                return 2;
-            }
-            const char *v = argv[++i];
-            if (!strcmp(s, "--image")) {
-                if (a->n_images >= MAX_IMAGES) {
-                    fprintf(stderr, "iris %s: at most %d images\n", argv[0], MAX_IMAGES);
-                    return 2;
-                }
-                a->images[a->n_images++] = v;
-            } else if (!strcmp(s, "--system")) {
-                a->system = v;
-            } else if (!strcmp(s, "--model")) {
-                a->model = v;
-            } else if (!strcmp(s, "--device")) {
-                a->eo.device = v;
-            } else if (!strcmp(s, "--gpu-memory-limit") || !strcmp(s, "--gpu-memory-margin")) {
-                iris_err e = {0};
-                uint64_t bytes = 0;
-                if (iris_plan_parse_bytes(v, &bytes, &e)) {
-                    fprintf(stderr, "iris %s: %s: %s\n", argv[0], s, e.msg);
-                    return 2;
-                }
-                if (!strcmp(s, "--gpu-memory-limit")) a->eo.gpu_memory_limit = bytes;
-                else a->eo.gpu_memory_margin = bytes, a->eo.gpu_memory_margin_set = 1;
-            } else if (!strcmp(s, "--gpu-memory-utilization") || !strcmp(s, "--max-image-pixels")) {
-                char *e;
-                double x = strtod(v, &e);
-                int util = !strcmp(s, "--gpu-memory-utilization");
-                if (e == v || *e || !(util ? x > 0 && x <= 1 : x >= 1 && x <= 1e12)) {
-                    fprintf(stderr, "iris %s: %s expects %s, got \"%s\"\n", argv[0], s,
-                            util ? "a fraction in (0, 1]" : "a pixel count", v);
-                    return 2;
-                }
-                if (util) a->eo.gpu_memory_utilization = x;
-                else a->eo.max_image_pixels = (long long)x;
-            } else if (!strcmp(s, "--kv-cache-dtype")) {
-                if (iris_plan_kv_dtype_parse(v) < 0) {
-                    fprintf(stderr, "iris %s: --kv-cache-dtype '%s': give bf16 or fp8\n", argv[0], v);
-                    return 2;
-                }
-                a->eo.kv_cache_dtype = v;
-            } else if (!strcmp(s, "--dense-weights")) {
-                if (iris_plan_dense_parse(v) < 0) {
-                    fprintf(stderr, "iris %s: --dense-weights '%s': give auto, on or off\n", argv[0], v);
-                    return 2;
-                }
-                a->eo.dense_weights = v;
-            } else if (!strcmp(s, "--stop")) {
-                if (a->n_stop >= IRIS_MAX_STOP || !*v) {
-                    fprintf(stderr, "iris %s: --stop: at most %d non-empty stop strings\n", argv[0], IRIS_MAX_STOP);
-                    return 2;
-                }
-                a->stop[a->n_stop++] = v;
-            } else if (!strcmp(s, "--threads")) {
-                char *e;
-                long t = strtol(v, &e, 10);
-                if (e == v || *e || t < 1 || t > 1024) {
-                    fprintf(stderr, "iris %s: --threads expects a count from 1 to 1024, got \"%s\"\n", argv[0], v);
-                    return 2;
-                }
-                a->threads = (int)t;
-            } else {
-                char *e;
-                if (fi == F_TOPK || fi == F_SEED || fi == F_MAXTOK) a->iv[fi] = strtoll(v, &e, 10);
-                else a->fv[fi] = strtof(v, &e);
-                if (e == v || *e) {
-                    fprintf(stderr, "iris %s: %s expects a number, got \"%s\"\n", argv[0], s, v);
-                    return 2;
-                }
-                a->have[fi] = 1;
-            }
-        } else if (s[0] == '-' && s[1] == '-') {
-            fprintf(stderr, "iris %s: unknown option %s\n", argv[0], s);
-            return 2;
-        } else {
-            if (*n_pos >= positional_max) {
-                fprintf(stderr, "iris %s: unexpected argument \"%s\"\n", argv[0], s);
-                return 2;
-            }
-            pos[(*n_pos)++] = s;
-        }
+static void spec_of(run_args *a, iris_cli_spec *sp) {
+    memset(sp, 0, sizeof *sp);
+    sp->cmd = a->cmd;
+    if (!strcmp(a->cmd, "run")) {
+        sp->usage = "[MODEL] [--image PATH]... [options] PROMPT\n[MODEL] [--image PATH]... --prompt-file FILE";
+        sp->about = "Answers PROMPT (- reads it from stdin) about the images, streamed to stdout.";
+        sp->max_pos = 2;
+    } else if (!strcmp(a->cmd, "ask")) {
+        sp->usage = "[-m MODEL] [options] IMAGE QUESTION";
+        sp->about = "Answers QUESTION (- reads it from stdin) about IMAGE, streamed to stdout.";
+        sp->max_pos = 2;
+    } else {
+        sp->usage = "[-m MODEL] [options] IMAGE";
+        sp->about = !strcmp(a->cmd, "caption") ? "Captions IMAGE in one sentence, streamed to stdout."
+                                               : "Describes IMAGE: objects, setting, activities, visible text.";
+        sp->max_pos = 1;
     }
-    return 0;
+    sp->tables[0] = own_table(a);
+    sp->tables[1] = iris_cli_engine_flags(&a->ce, IRIS_CLI_E_RUN);
+    sp->footer = "MODEL is a model directory (Hugging Face layout) or a repo id, downloaded into the\n"
+                 "Hugging Face cache on first use (unless --offline).  Without it the demo model\n"
+                 "answers: a 7.8M-parameter toy trained on synthetic shapes (models/demo).\n"
+                 "SIZE is bytes or a number with a unit (512MiB, 8GiB).";
 }
 
 /* The sampling flags given, written over the model's defaults in p. */
 static void apply_flags(const run_args *a, iris_sampling *p) {
-    if (a->have[F_TEMP]) p->temperature = a->fv[F_TEMP];
+    if (a->have[F_TEMP]) p->temperature = (float)a->fv[F_TEMP];
     if (a->have[F_TOPK]) p->top_k = (int)a->iv[F_TOPK];
-    if (a->have[F_TOPP]) p->top_p = a->fv[F_TOPP];
-    if (a->have[F_MINP]) p->min_p = a->fv[F_MINP];
-    if (a->have[F_REP]) p->repetition_penalty = a->fv[F_REP];
-    if (a->have[F_PRES]) p->presence_penalty = a->fv[F_PRES];
-    if (a->have[F_FREQ]) p->frequency_penalty = a->fv[F_FREQ];
+    if (a->have[F_TOPP]) p->top_p = (float)a->fv[F_TOPP];
+    if (a->have[F_MINP]) p->min_p = (float)a->fv[F_MINP];
+    if (a->have[F_REP]) p->repetition_penalty = (float)a->fv[F_REP];
+    if (a->have[F_PRES]) p->presence_penalty = (float)a->fv[F_PRES];
+    if (a->have[F_FREQ]) p->frequency_penalty = (float)a->fv[F_FREQ];
     if (a->have[F_SEED]) p->seed = a->iv[F_SEED];
     if (a->have[F_MAXTOK]) p->max_tokens = (int)a->iv[F_MAXTOK];
     if (a->have[F_TEMP] && a->fv[F_TEMP] > 0) p->do_sample = 1;
     for (int i = 0; i < a->n_stop; i++) p->stop[p->n_stop++] = a->stop[i];
 }
 
-/* Stream the request's text to stdout, then the summary line to stderr. */
-static int stream(iris_request *r, iris_err *err) {
+/* The answer's text (kept for --json) and the final event. */
+typedef struct answer {
+    char *text;
+    size_t len, cap;
+} answer;
+
+static int answer_add(answer *w, const char *s, size_t n) {
+    if (w->len + n + 1 > w->cap) {
+        size_t cap = (w->len + n + 1) * 2;
+        char *t = realloc(w->text, cap);
+        if (!t) return -1;
+        w->text = t, w->cap = cap;
+    }
+    memcpy(w->text + w->len, s, n);
+    w->len += n;
+    w->text[w->len] = 0;
+    return 0;
+}
+
+static void print_json(const run_args *a, const iris_event *ev, const answer *w) {
+    const iris_usage *u = &ev->usage;
+    double gen_s = u->total_s - u->ttft_s;
+    json_t *o = json_pack("{s:s, s:s#, s:s, s:{s:i, s:i}, s:{s:f, s:f, s:f}}", "model", a->model, "text",
+                          w->text ? w->text : "", w->len, "finish_reason", iris_finish_reason_name(ev->finish_reason),
+                          "usage", "prompt_tokens", u->prompt_tokens, "completion_tokens", u->completion_tokens,
+                          "timings", "ttft_s", u->ttft_s, "total_s", u->total_s, "decode_tok_per_s",
+                          u->completion_tokens > 1 && gen_s > 0 ? (u->completion_tokens - 1) / gen_s : 0.0);
+    if (o) json_dumpf(o, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
+    fputc('\n', stdout);
+    json_decref(o);
+}
+
+/* Stream the request's text to stdout (or keep it for --json), then the statistics. */
+static int stream(const run_args *a, iris_request *r, iris_err *err) {
     iris_event ev;
+    answer w = {0};
     while (iris_request_next(r, &ev, -1) == IRIS_OK) {
-        if (ev.text_len) {
+        if (ev.text_len && a->json) {
+            if (answer_add(&w, ev.text, ev.text_len)) {
+                free(w.text);
+                return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+            }
+        } else if (ev.text_len) {
             fwrite(ev.text, 1, ev.text_len, stdout);
             fflush(stdout);
         }
         if (ev.kind != IRIS_EVENT_DONE) continue;
         if (ev.finish_reason == IRIS_FINISH_REASON_ERROR) {
+            free(w.text);
             *err = ev.err;
             return ev.err.code ? ev.err.code : IRIS_EINVAL;
         }
         const iris_usage *u = &ev.usage;
         double gen_s = u->total_s - u->ttft_s;
-        fprintf(stdout, "\n");
-        fprintf(stderr, "iris: %d prompt tokens, %d generated (%s), time to first token %.3f s, %.1f tok/s\n",
-                u->prompt_tokens, u->completion_tokens, iris_finish_reason_name(ev.finish_reason), u->ttft_s,
-                u->completion_tokens > 1 && gen_s > 0 ? (u->completion_tokens - 1) / gen_s : 0.0);
+        if (a->json) print_json(a, &ev, &w);
+        else fprintf(stdout, "\n");
+        fflush(stdout);
+        if (!a->quiet && (a->verbose || isatty(2)))
+            fprintf(stderr, "iris: %d prompt tokens, %d generated (%s), time to first token %.3f s, %.1f tok/s\n",
+                    u->prompt_tokens, u->completion_tokens, iris_finish_reason_name(ev.finish_reason), u->ttft_s,
+                    u->completion_tokens > 1 && gen_s > 0 ? (u->completion_tokens - 1) / gen_s : 0.0);
+        free(w.text);
         return IRIS_OK;
     }
+    free(w.text);
     return iris_err_set(err, IRIS_EINVAL, "the engine's channel failed");
 }
 
@@ -233,56 +233,93 @@ static int generate(iris_engine *e, const run_args *a, iris_err *err) {
     iris_request *r = NULL;
     rc = iris_engine_submit(e, &rp, &r, err);
     iris_prompt_free(&p);  /* the engine's now (zeroed) unless submit failed early */
-    if (!rc) rc = stream(r, err);
+    if (!rc) rc = stream(a, r, err);
     iris_request_free(r);
     return rc;
 }
 
+/* Once, on stderr, when the demo model answers because no model was given. */
+static void demo_notice(const run_args *a) {
+    if (a->quiet) return;
+    fprintf(stderr,
+            "iris %s: no model given: the demo model answers (7.8M parameters, trained on synthetic shapes; its\n"
+            "  answers about real photos are meaningless).  For a real model: iris %s -m Qwen/Qwen3-VL-2B-Instruct-FP8 "
+            "...\n  (downloaded on first use; `iris plan Qwen/Qwen3-VL-4B-Instruct-FP8` shows what fits your GPU)\n",
+            a->cmd, a->cmd);
+}
+
 static int run_common(run_args *a) {
     iris_err err = {0};
-    const char *dev = a->eo.device;
-    if (dev && strcmp(dev, "cpu") && strcmp(dev, "auto") && strcmp(dev, "cuda")) {
-        fprintf(stderr, "iris: --device must be cpu, cuda or auto, not \"%s\"\n", dev);
-        return 2;
-    }
-    if (a->threads) iris_pool_set_threads(a->threads);
-    a->eo.model = a->model;
-    a->eo.allow_download = 1;
-    a->eo.max_num_seqs = 1;
+    if (a->n_stop)
+        for (int i = 0; i < a->n_stop; i++)
+            if (!*a->stop[i]) return iris_cli_usage_error(a->cmd, "--stop '': give a non-empty text");
+    iris_cli_quiet(a->quiet);
+    /* the engine's info lines are statistics too: shown with --verbose or on a terminal */
+    if (!a->quiet && !a->verbose && !isatty(2) && !getenv("IRIS_LOG")) iris_log_set_level(IRIS_LOG_WARN);
+    if (a->threads) iris_pool_set_threads((int)a->threads);
+    if (a->demo) demo_notice(a);
+    iris_engine_opts eo;
+    iris_engine_opts_default(&eo);
+    iris_cli_engine_apply(&a->ce, &eo);
+    eo.model = a->model;
+    eo.max_num_seqs = 1;
     iris_engine *e = NULL;
-    if (iris_engine_open(&a->eo, &e, &err)) return iris_cli_fail(&err);
-    int rc = generate(e, a, &err);
+    int rc = iris_engine_open(&eo, &e, &err);
+    if (!rc) rc = generate(e, a, &err);
     iris_engine_close(e);
+    free(a->prompt_buf);
     return rc ? iris_cli_fail(&err) : 0;
 }
 
-static void args_init(run_args *a) {
+/* The prompt from --prompt-file or `-` (stdin) when asked: 0, or the exit status. */
+static int read_prompt(run_args *a, const char *given) {
+    const char *path = a->prompt_file;
+    if (path && given) return iris_cli_usage_error(a->cmd, "give the prompt once: --prompt-file or an argument");
+    if (!path && given && !strcmp(given, "-")) path = "-";
+    if (!path) {
+        a->prompt = given;
+        return 0;
+    }
+    iris_err err = {0};
+    if (!(a->prompt_buf = iris_cli_read_text(path, &err))) return iris_cli_fail(&err);
+    a->prompt = a->prompt_buf;
+    return 0;
+}
+
+/* The model when none was given: the demo model (noticed), or a usage error. */
+static int default_model(run_args *a) {
+    if (a->model) return 0;
+    if (!(a->model = iris_default_model_dir()))
+        return iris_cli_usage_error(a->cmd, "no --model and no demo model found (models/demo beside the executable, "
+                                            "or $IRIS_DEMO_MODEL): give -m MODEL, a model directory or a repo id");
+    a->demo = 1;
+    return 0;
+}
+
+static int parse(run_args *a, int argc, char **argv, const char **pos, int *n_pos) {
     memset(a, 0, sizeof *a);
-    iris_engine_opts_default(&a->eo);
+    a->cmd = argv[0];
+    iris_cli_spec sp;
+    spec_of(a, &sp);
+    return iris_cli_parse(&sp, argc, argv, pos, n_pos);
 }
 
 static int fixed_prompt(int argc, char **argv, const char *prompt, int wants_question) {
     run_args a;
-    args_init(&a);
     const char *pos[2];
-    int n_pos, rc = parse(argc, argv, &a, wants_question ? 2 : 1, pos, &n_pos);
-    if (rc == 1) {
-        usage(stdout, argv[0]);
-        return 0;
-    }
-    if (rc) return rc;
-    if (n_pos != (wants_question ? 2 : 1) || a.n_images) {
-        usage(stderr, argv[0]);
-        return 2;
-    }
-    if (!a.model && !(a.model = iris_default_model_dir())) {
-        fprintf(stderr, "iris %s: no --model and no demo model found (models/demo beside the executable, or "
-                        "$IRIS_DEMO_MODEL): pass --model MODEL, a model directory or a repo id in the Hugging Face "
-                        "cache\n", argv[0]);
-        return 2;
-    }
+    int n_pos, rc = parse(&a, argc, argv, pos, &n_pos);
+    if (rc >= 0) return rc;
+    int need = wants_question && !a.prompt_file ? 2 : 1;
+    if (n_pos != need)
+        return iris_cli_usage_error(a.cmd, "give %s", wants_question ? (need == 2 ? "IMAGE and QUESTION" : "IMAGE")
+                                                                     : "one IMAGE");
+    if ((rc = default_model(&a))) return rc;
     a.images[a.n_images++] = pos[0];
-    a.prompt = wants_question ? pos[1] : prompt;
+    if (wants_question) {
+        if ((rc = read_prompt(&a, n_pos == 2 ? pos[1] : NULL))) return rc;
+    } else {
+        a.prompt = prompt;
+    }
     return run_common(&a);
 }
 
@@ -292,22 +329,18 @@ int iris_cmd_ask(int argc, char **argv) { return fixed_prompt(argc, argv, NULL, 
 
 int iris_cmd_run(int argc, char **argv) {
     run_args a;
-    args_init(&a);
     const char *pos[2];
-    int n_pos, rc = parse(argc, argv, &a, 2, pos, &n_pos);
-    if (rc == 1) {
-        usage(stdout, "run");
-        return 0;
-    }
-    if (rc) return rc;
-    if (n_pos == 2 && !a.model) {
+    int n_pos, rc = parse(&a, argc, argv, pos, &n_pos);
+    if (rc >= 0) return rc;
+    /* [MODEL] PROMPT, or [MODEL] with --prompt-file */
+    int want_prompt = !a.prompt_file;
+    if (n_pos < want_prompt) return iris_cli_usage_error("run", "give the PROMPT (or --prompt-file FILE)");
+    if (n_pos > want_prompt + 1) return iris_cli_usage_error("run", "unexpected argument '%s'", pos[n_pos - 1]);
+    if (n_pos == want_prompt + 1) {
+        if (a.model) return iris_cli_usage_error("run", "MODEL given twice ('%s' and -m %s)", pos[0], a.model);
         a.model = pos[0];
-        a.prompt = pos[1];
-    } else if (n_pos == 1 && (a.model || (a.model = iris_default_model_dir()))) {
-        a.prompt = pos[0];   /* iris run [--model M] PROMPT: the demo model by default */
-    } else {
-        usage(stderr, "run");
-        return 2;
     }
+    if ((rc = default_model(&a))) return rc;
+    if ((rc = read_prompt(&a, want_prompt ? pos[n_pos - 1] : NULL))) return rc;
     return run_common(&a);
 }

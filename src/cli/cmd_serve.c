@@ -11,19 +11,20 @@
  *
  * SIGTERM is an orderly exit 0 from the first instruction of ours on,
  * start-up included: the handler is installed from .preinit_array (below),
- * before the shared libraries' constructors run.  Those take ~0.35 s on a
- * CUDA build (cuBLASLt's and cudart's initialisers, OpenBLAS's thread pool),
- * and a SIGTERM sent then, before main(), used to kill the server with the
- * default action (exit status 143).  A signal that arrives while the model
- * loads is acted on once iris_engine_open returns (it cannot be
- * interrupted): the server then exits without ever becoming ready.  What is
- * left to the kernel's default action is the dynamic loader's mapping and
- * relocating of the libraries before any code of ours can run: a few ms on
- * a CPU build, ~0.13 s with cuBLASLt linked (loading the CUDA libraries with
- * dlopen when the CUDA backend opens would remove that).
+ * before the shared libraries' constructors run (OpenBLAS's thread pool;
+ * the CUDA libraries are loaded later, with the CUDA backend:
+ * backend/cuda/cuda_loader.c), so a SIGTERM sent before main() does not
+ * kill the server with the default action (exit status 143).  A signal that
+ * arrives while the model loads is acted on once iris_engine_open returns (it
+ * cannot be interrupted): the server then exits without ever becoming ready.
+ * What is left to the kernel's default action is the dynamic loader's
+ * mapping and relocating of the libraries before any code of ours can run: a
+ * few ms.
+ *
+ * Flags: the server's own rows in server_table (opts.h: one row a flag,
+ * its kind checks the value), the engine's from engine_flags.h.
  */
 #include <curl/curl.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,9 +33,10 @@
 
 #include "cli.h"
 #include "default_model.h"
-#include "engine/planner.h"
+#include "engine_flags.h"
 #include "err.h"
 #include "log.h"
+#include "opts.h"
 #include "server/server.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -75,248 +77,124 @@ static void preinit_serve(int argc, char **argv, char **envp) {
 __attribute__((section(".preinit_array"), used)) static void (*const preinit_serve_ptr)(int, char **, char **) =
     preinit_serve;
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: iris serve MODEL [options]\n\n"
-            "An OpenAI-compatible API for MODEL (a directory or Org/Name[@revision] in the Hugging\n"
-            "Face cache): POST /v1/chat/completions (text and image_url parts, streaming),\n"
-            "POST /v1/completions, GET /v1/models, GET /health (503 until loaded), GET /metrics.\n\n"
-            "the server:\n"
-            "  --host ADDR                   address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
-            "  --port N                      (default 8000; 0 picks a free port, printed at start)\n"
-            "  --api-key KEY                 require 'Authorization: Bearer KEY' on /v1/* (default\n"
-            "                                $IRIS_API_KEY; none when both are unset)\n"
-            "  --served-model-name NAME      the model id clients send and /v1/models lists\n"
-            "                                (default: MODEL as given)\n"
-            "  --max-body-bytes SIZE         larger request bodies get 413 (default 32MiB)\n"
-            "  --header-timeout S            a request's head must arrive within S seconds, else the\n"
-            "                                connection is closed (default 10)\n"
-            "  --body-timeout S              a body must arrive within S seconds, else 408 (default 30)\n"
-            "  --max-connections N           open connections at once (default 1024)\n"
-            "  --max-connections-per-client N  from one client address (default 256)\n"
-            "  --allowed-origins LIST        origins (https://a.example,...; * for any) whose web pages\n"
-            "                                may call the API (CORS); default none.  POST bodies must be\n"
-            "                                Content-Type: application/json (else 415)\n"
-            "  --no-remote-images            refuse http(s) image URLs (data: URLs always work)\n"
-            "  --allow-private-media-urls    let http(s) image URLs reach private, loopback and link-local\n"
-            "                                addresses (refused by default, after every redirect too)\n"
-            "  --allowed-media-networks LIST private networks image URLs may reach anyway (10.1.0.0/16,...)\n"
-            "  --max-image-bytes SIZE        largest image file accepted (default 20MiB)\n"
-            "  --image-timeout S             an http(s) image's whole download (default 10)\n"
-            "  --max-image-pixels N          images are resized down to at most N pixels, on the CPU as on\n"
-            "                                a GPU, whose memory plan is sized for N (default 1048576);\n"
-            "                                images over 32 x N pixels are refused before decoding\n"
-            "  --max-request-pixels N        a request's images together, as decoded (default 64 x the\n"
-            "                                above); refused before decoding\n"
-            "  --image-workers N             requests decoding images at once (default: the cores, 2-16)\n"
-            "  --image-queue N               requests waiting to decode before 503 (default 256)\n"
-            "  --dense-weights auto|on|off   FP8 models: BF16 copies of the decoder linears for prefill and\n"
-            "                                large batches (default auto: when they take at most 10%% of the\n"
-            "                                GPU memory budget and the plan still fits)\n"
-            "  --kv-cache-dtype bf16|fp8     the KV cache's element type (default bf16; fp8 halves it,\n"
-            "                                e4m3 codes with scale 1 as vLLM's uncalibrated fp8 cache)\n"
-            "  --allowed-local-media-path DIR  allow file:// image URLs inside DIR\n"
-            "  --shutdown-timeout S          on SIGTERM/SIGINT, wait S seconds for requests in\n"
-            "                                flight before cancelling them (default 30)\n"
-            "the engine:\n"
-            "  --device cpu|cuda|auto        (default auto: cuda when there is a GPU)\n"
-            "  --gpu-memory-limit SIZE       CUDA: a hard cap on the process's GPU memory\n"
-            "  --gpu-memory-utilization F    CUDA: a fraction of the GPU's memory\n"
-            "  --gpu-memory-margin SIZE      CUDA: else the free memory less SIZE (default 512MiB)\n"
-            "  --max-model-len N             prompt + generated tokens per request (default: the model's)\n"
-            "  --max-num-seqs N              sequences running at once (default 64)\n"
-            "  --max-batch-tokens N          tokens per engine step (default 2048)\n"
-            "  --max-waiting N               queued requests before 503 (default 256)\n"
-            "  --kv-cache-bytes SIZE         CPU: host memory for the KV cache (default 1GiB)\n"
-            "  --no-prefix-caching           do not share KV blocks between requests\n"
-            "  --download                    fetch a repo id missing from the HF cache\n\n"
-            "SIZE is bytes or a number with a unit (512MiB, 1GiB, 20MB).\n");
-}
-
-static int num(const char *opt, const char *v, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || !*v || *end || errno || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "iris serve: %s '%s': give a number from %g to %g\n", opt, v ? v : "", lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int size(const char *opt, const char *v, size_t *out) {
-    iris_err err = {0};
-    uint64_t b = 0;
-    if (!v || iris_plan_parse_bytes(v, &b, &err) || b == 0) {
-        fprintf(stderr, "iris serve: %s '%s': %s\n", opt, v ? v : "", v && err.msg[0] ? err.msg : "give a size");
-        return -1;
-    }
-    *out = (size_t)b;
-    return 0;
-}
-
 typedef struct serve_args {
     iris_server_opts so;
     iris_engine_opts eo;
-    double shutdown_timeout;
+    double shutdown_timeout, body_timeout, image_timeout, header_timeout;
+    long long port, max_conns, max_conns_client, max_request_pixels, image_workers, image_queue;
+    int seen_header, seen_conns, seen_conns_client, seen_request_pixels, seen_workers, seen_queue;
+    uint64_t max_body_bytes, max_image_bytes;
+    int no_remote_images, seen_body, seen_image_timeout, seen_port, seen_body_bytes, seen_image_bytes;
     const char *model;
+    iris_cli_engine ce;
+    iris_opt own[32];
 } serve_args;
 
-/* Option a (its value v) when it is the server's: 0 done, -1 a bad value (said), 1 not the
- * server's.  *takes 0: a flag without a value. */
-static int server_option(serve_args *s, const char *a, const char *v, int *takes) {
-    iris_server_opts *so = &s->so;
-    double x = 0;
-    int bad = 0;
-    if (!strcmp(a, "--host")) {
-        so->host = v;
-    } else if (!strcmp(a, "--port")) {
-        bad = num(a, v, 0, 65535, &x);
-        so->port = (int)x;
-    } else if (!strcmp(a, "--api-key")) {
-        so->api_key = v;
-    } else if (!strcmp(a, "--served-model-name")) {
-        so->served_model_name = v;
-    } else if (!strcmp(a, "--max-body-bytes")) {
-        bad = size(a, v, &so->max_body_bytes);
-    } else if (!strcmp(a, "--body-timeout")) {
-        bad = num(a, v, 0.1, 86400, &so->body_timeout_s);
-    } else if (!strcmp(a, "--header-timeout")) {
-        bad = num(a, v, 0.1, 86400, &so->header_timeout_s);
-    } else if (!strcmp(a, "--max-connections")) {
-        bad = num(a, v, 1, 1 << 20, &x);
-        so->max_connections = (int)x;
-    } else if (!strcmp(a, "--max-connections-per-client")) {
-        bad = num(a, v, 1, 1 << 20, &x);
-        so->max_connections_per_client = (int)x;
-    } else if (!strcmp(a, "--allowed-origins")) {
-        so->allowed_origins = v;
-    } else if (!strcmp(a, "--allow-private-media-urls")) {
-        so->allow_private_media = 1, *takes = 0;
-    } else if (!strcmp(a, "--allowed-media-networks")) {
-        so->media_networks = v;
-    } else if (!strcmp(a, "--max-request-pixels")) {
-        bad = num(a, v, 1, 1e12, &x);
-        so->max_request_pixels = (long long)x;
-    } else if (!strcmp(a, "--image-workers")) {
-        bad = num(a, v, 1, 256, &x);
-        so->image_workers = (int)x;
-    } else if (!strcmp(a, "--image-queue")) {
-        bad = num(a, v, 0, 1 << 20, &x);
-        so->image_queue = (int)x;
-    } else if (!strcmp(a, "--no-remote-images")) {
-        so->allow_remote_images = 0, *takes = 0;
-    } else if (!strcmp(a, "--max-image-bytes")) {
-        bad = size(a, v, &so->max_image_bytes);
-    } else if (!strcmp(a, "--image-timeout")) {
-        bad = num(a, v, 0.1, 3600, &x);
-        so->image_timeout_ms = (long)(x * 1000);
-    } else if (!strcmp(a, "--max-image-pixels")) {
-        bad = num(a, v, 1, 1e12, &x);
-        so->max_image_pixels = (long long)x;
-        s->eo.max_image_pixels = (long long)x;
-    } else if (!strcmp(a, "--allowed-local-media-path")) {
-        so->local_media_dir = v;
-    } else if (!strcmp(a, "--shutdown-timeout")) {
-        bad = num(a, v, 0, 86400, &s->shutdown_timeout);
-    } else {
-        return 1;
-    }
-    return bad ? -1 : 0;
-}
+#define OPT(n, k, d, a, h, l, u, s) \
+    (iris_opt) { n, 0, k, d, a, h, l, u, NULL, s, 0 }
 
-/* The same for the engine's options. */
-static int engine_option(iris_engine_opts *eo, const char *a, const char *v, int *takes) {
-    double x = 0;
-    size_t gb = 0;
-    int bad = 0;
-    if (!strcmp(a, "--device")) {
-        eo->device = v;
-        if (v && strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
-            fprintf(stderr, "iris serve: --device '%s': use cpu, cuda or auto\n", v);
-            bad = 1;
-        }
-    } else if (!strcmp(a, "--gpu-memory-limit")) {
-        bad = size(a, v, &gb);
-        eo->gpu_memory_limit = gb;
-    } else if (!strcmp(a, "--gpu-memory-margin")) {
-        bad = size(a, v, &gb);
-        eo->gpu_memory_margin = gb, eo->gpu_memory_margin_set = 1;
-    } else if (!strcmp(a, "--gpu-memory-utilization")) {
-        bad = num(a, v, 0.01, 1, &eo->gpu_memory_utilization);
-    } else if (!strcmp(a, "--dense-weights")) {
-        eo->dense_weights = v;
-        if (v && iris_plan_dense_parse(v) < 0) {
-            fprintf(stderr, "iris serve: --dense-weights '%s': give auto, on or off\n", v);
-            bad = 1;
-        }
-    } else if (!strcmp(a, "--kv-cache-dtype")) {
-        eo->kv_cache_dtype = v;
-        if (v && iris_plan_kv_dtype_parse(v) < 0) {
-            fprintf(stderr, "iris serve: --kv-cache-dtype '%s': give bf16 or fp8\n", v);
-            bad = 1;
-        }
-    } else if (!strcmp(a, "--max-model-len")) {
-        bad = num(a, v, 1, 1 << 24, &x);
-        eo->max_model_len = (int)x;
-    } else if (!strcmp(a, "--max-num-seqs")) {
-        bad = num(a, v, 1, 1 << 16, &x);
-        eo->max_num_seqs = (int)x;
-    } else if (!strcmp(a, "--max-batch-tokens")) {
-        bad = num(a, v, 1, 1 << 24, &x);
-        eo->max_batch_tokens = (int)x;
-    } else if (!strcmp(a, "--max-waiting")) {
-        bad = num(a, v, 1, 1 << 20, &x);
-        eo->max_waiting = (int)x;
-    } else if (!strcmp(a, "--kv-cache-bytes")) {
-        bad = size(a, v, &eo->kv_cache_bytes);
-    } else if (!strcmp(a, "--no-prefix-caching")) {
-        eo->prefix_caching = 0, *takes = 0;
-    } else if (!strcmp(a, "--download")) {
-        eo->allow_download = 1, *takes = 0;
-    } else {
-        return 1;
-    }
-    return bad ? -1 : 0;
+/* The server's own rows (the engine's are engine_flags.h's).  A flag of the server is one row
+ * here: name, kind (how its value is checked), where it goes, its help. */
+static const iris_opt *server_table(serve_args *s) {
+    iris_server_opts *so = &s->so;
+    iris_opt *t = s->own;
+    int n = 0;
+    t[n++] = (iris_opt)IRIS_OPT_HEADING("the server");
+    t[n++] = (iris_opt){"--model", 'm', IRIS_OPT_STR, &s->model, "MODEL", "the model (or give MODEL)", 0, 0, NULL, NULL, 0};
+    t[n++] = OPT("--host", IRIS_OPT_STR, &so->host, "ADDR", "address to listen on (default 127.0.0.1; 0.0.0.0 for all)", 0,
+                 0, NULL);
+    t[n++] = OPT("--port", IRIS_OPT_INT, &s->port, "N", "(default 8000; 0 picks a free port, printed at start)", 0,
+                 65535, &s->seen_port);
+    t[n++] = OPT("--api-key", IRIS_OPT_STR, &so->api_key, "KEY",
+                 "require 'Authorization: Bearer KEY' on /v1/* (default $IRIS_API_KEY;\nnone when both are unset)", 0,
+                 0, NULL);
+    t[n++] = OPT("--served-model-name", IRIS_OPT_STR, &so->served_model_name, "NAME",
+                 "the model id clients send and /v1/models lists (default: MODEL)", 0, 0, NULL);
+    t[n++] = OPT("--max-body-bytes", IRIS_OPT_SIZE, &s->max_body_bytes, "SIZE",
+                 "larger request bodies get 413 (default 32MiB)", 1, 0, &s->seen_body_bytes);
+    t[n++] = OPT("--body-timeout", IRIS_OPT_NUM, &s->body_timeout, "S",
+                 "a body must arrive within S seconds, else 408 (default 30)", 0.1, 86400, &s->seen_body);
+    t[n++] = OPT("--header-timeout", IRIS_OPT_NUM, &s->header_timeout, "S",
+                 "a request's head must arrive within S seconds, else the connection\nis closed (default 10)", 0.1,
+                 86400, &s->seen_header);
+    t[n++] = OPT("--max-connections", IRIS_OPT_INT, &s->max_conns, "N", "open connections at once (default 1024)", 1,
+                 1 << 20, &s->seen_conns);
+    t[n++] = OPT("--max-connections-per-client", IRIS_OPT_INT, &s->max_conns_client, "N",
+                 "from one client address (default 256)", 1, 1 << 20, &s->seen_conns_client);
+    t[n++] = OPT("--allowed-origins", IRIS_OPT_STR, &so->allowed_origins, "LIST",
+                 "origins (https://a.example,...; * for any) whose web pages may call\nthe API (CORS); default none. "
+                 " POST bodies must be\nContent-Type: application/json (else 415)", 0, 0, NULL);
+    t[n++] = OPT("--allow-private-media-urls", IRIS_OPT_FLAG, &so->allow_private_media, NULL,
+                 "let http(s) image URLs reach private, loopback and link-local\naddresses (refused by default, after "
+                 "every redirect too)", 0, 0, NULL);
+    t[n++] = OPT("--allowed-media-networks", IRIS_OPT_STR, &so->media_networks, "LIST",
+                 "private networks image URLs may reach anyway (10.1.0.0/16,...)", 0, 0, NULL);
+    t[n++] = OPT("--max-request-pixels", IRIS_OPT_INT, &s->max_request_pixels, "N",
+                 "a request's images together, as decoded (default 64 x\n--max-image-pixels); refused before decoding",
+                 1, 1e12, &s->seen_request_pixels);
+    t[n++] = OPT("--image-workers", IRIS_OPT_INT, &s->image_workers, "N",
+                 "requests decoding images at once (default: the cores, 2-16)", 1, 256, &s->seen_workers);
+    t[n++] = OPT("--image-queue", IRIS_OPT_INT, &s->image_queue, "N",
+                 "requests waiting to decode before 503 (default 256)", 0, 1 << 20, &s->seen_queue);
+    t[n++] = OPT("--no-remote-images", IRIS_OPT_FLAG, &s->no_remote_images, NULL,
+                 "refuse http(s) image URLs (data: URLs always work)", 0, 0, NULL);
+    t[n++] = OPT("--max-image-bytes", IRIS_OPT_SIZE, &s->max_image_bytes, "SIZE",
+                 "largest image file accepted (default 20MiB)", 1, 0, &s->seen_image_bytes);
+    t[n++] = OPT("--image-timeout", IRIS_OPT_NUM, &s->image_timeout, "S",
+                 "an http(s) image's whole download (default 10)", 0.1, 3600, &s->seen_image_timeout);
+    t[n++] = OPT("--allowed-local-media-path", IRIS_OPT_STR, &so->local_media_dir, "DIR",
+                 "allow file:// image URLs inside DIR", 0, 0, NULL);
+    t[n++] = OPT("--shutdown-timeout", IRIS_OPT_NUM, &s->shutdown_timeout, "S",
+                 "on SIGTERM/SIGINT, wait S seconds for requests in flight before\ncancelling them (default 30)", 0,
+                 86400, NULL);
+    t[n] = (iris_opt)IRIS_OPT_TABLE_END;
+    return t;
 }
 
 /* The command line into s: -1 to serve, else the exit status (0 for --help, 2 bad usage). */
 static int parse(int argc, char **argv, serve_args *s) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1, rc = 1;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (a[0] == '-') {
-            rc = server_option(s, a, v, &takes);
-            if (rc == 1) rc = engine_option(&s->eo, a, v, &takes);
-            if (rc == 1) {
-                fprintf(stderr, "iris serve: unknown option %s (see iris serve --help)\n", a);
-                return 2;
-            }
-        } else if (!s->model) {
-            s->model = a, takes = 0;
-        } else {
-            fprintf(stderr, "iris serve: one MODEL only ('%s' and '%s')\n", s->model, a);
-            return 2;
-        }
-        if (takes && !v) {
-            fprintf(stderr, "iris serve: %s needs a value\n", a);
-            return 2;
-        }
-        if (rc < 0) return 2;
-        i += takes;
-    }
-    if (!s->model && !(s->model = iris_default_model_dir())) {   /* the demo model by default */
-        usage(stderr);
-        return 2;
-    }
+    iris_cli_spec sp = {
+        .cmd = "serve",
+        .usage = "[MODEL] [options]",
+        .about = "An OpenAI-compatible API for MODEL (a directory or Org/Name[@revision], downloaded into\n"
+                 "the Hugging Face cache on first use unless --offline; default: the demo model):\n"
+                 "POST /v1/chat/completions (text and image_url parts, streaming), POST /v1/completions,\n"
+                 "GET /v1/models, GET /health (503 until loaded), GET /metrics.",
+        .footer = "SIZE is bytes or a number with a unit (512MiB, 1GiB, 20MB).",
+        .max_pos = 1,
+    };
+    sp.tables[0] = server_table(s);
+    iris_opt *eng = iris_cli_engine_flags(&s->ce, ~0u);
+    iris_opt *px = iris_opt_find(eng, "--max-image-pixels");
+    if (px)
+        px->help = "images are resized down to at most N pixels, on the CPU as on a\nGPU, whose memory plan is sized "
+                   "for N (default 1048576); images\nover 32 x N pixels are refused before decoding";
+    sp.tables[1] = eng;
+    const char *pos[1];
+    int n_pos, rc = iris_cli_parse(&sp, argc, argv, pos, &n_pos);
+    if (rc >= 0) return rc;
+    if (n_pos && s->model) return iris_cli_usage_error("serve", "one MODEL only ('%s' and '%s')", s->model, pos[0]);
+    if (n_pos) s->model = pos[0];
+    if (!s->model && !(s->model = iris_default_model_dir()))   /* the demo model by default */
+        return iris_cli_usage_error("serve", "give MODEL (no demo model found beside the executable)");
+    iris_server_opts *so = &s->so;
+    if (s->seen_port) so->port = (int)s->port;
+    if (s->seen_body_bytes) so->max_body_bytes = (size_t)s->max_body_bytes;
+    if (s->seen_body) so->body_timeout_s = s->body_timeout;
+    if (s->no_remote_images) so->allow_remote_images = 0;
+    if (s->seen_image_bytes) so->max_image_bytes = (size_t)s->max_image_bytes;
+    if (s->seen_image_timeout) so->image_timeout_ms = (long)(s->image_timeout * 1000);
+    if (s->seen_header) so->header_timeout_s = s->header_timeout;
+    if (s->seen_conns) so->max_connections = (int)s->max_conns;
+    if (s->seen_conns_client) so->max_connections_per_client = (int)s->max_conns_client;
+    if (s->seen_request_pixels) so->max_request_pixels = s->max_request_pixels;
+    if (s->seen_workers) so->image_workers = (int)s->image_workers;
+    if (s->seen_queue) so->image_queue = (int)s->image_queue;
+    if (s->ce.seen[CE_PIXELS]) so->max_image_pixels = s->ce.max_image_pixels;
+    iris_cli_engine_apply(&s->ce, &s->eo);
     s->eo.model = s->model;
-    s->so.model_arg = s->model;
-    if (!s->so.served_model_name) s->so.served_model_name = s->model;
+    so->model_arg = s->model;
+    if (!so->served_model_name) so->served_model_name = s->model;
     return -1;
 }
 

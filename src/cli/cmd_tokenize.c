@@ -12,23 +12,13 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "err.h"
 #include "hub/resolve.h"
 #include "formats/tokenizer.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: iris tokenize TOKENIZER [TEXT]\n"
-            "       iris tokenize TOKENIZER --jsonl < lines.jsonl\n\n"
-            "Print the token ids of TEXT as a JSON array (no BOS/EOS is added; special-token\n"
-            "strings such as <|im_start|> in the text become their ids).\n\n"
-            "  TOKENIZER   a tokenizer.json, a model directory, or a repo id in the HF cache\n"
-            "  TEXT        the text; without it stdin is read, byte for byte\n"
-            "  --jsonl     each stdin line is a JSON string; print one JSON array per line\n");
-}
-
 /* Load TOKENIZER given as a file, a directory or a cached repo id. */
-static int load_tokenizer(const char *arg, iris_tok **tok, iris_err *err) {
+int iris_cli_load_tokenizer(const char *arg, iris_tok **tok, iris_err *err) {
     struct stat st;
     if (stat(arg, &st) == 0) return iris_tok_load(arg, tok, err);
     char dir[4096];
@@ -91,33 +81,29 @@ static int run_jsonl(iris_tok *tok, iris_err *err) {
 int iris_cmd_tokenize(int argc, char **argv) {
     const char *pos[2] = {0};
     int n_pos = 0, jsonl = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--jsonl")) {
-            jsonl = 1;
-        } else if (!strcmp(argv[i], "--")) {
-            for (i++; i < argc && n_pos < 2; i++) pos[n_pos++] = argv[i];
-            if (i < argc) n_pos = 3;
-            break;
-        } else if (argv[i][0] == '-' && argv[i][1] && n_pos == 0) {
-            fprintf(stderr, "iris tokenize: unknown option %s\n", argv[i]);
-            usage(stderr);
-            return 2;
-        } else if (n_pos < 2) {
-            pos[n_pos++] = argv[i];
-        } else {
-            n_pos = 3;
-        }
-    }
-    if (n_pos < 1 || n_pos > 2 || (jsonl && n_pos != 1)) {
-        usage(stderr);
-        return 2;
-    }
+    iris_opt own[] = {
+        {"--jsonl", 0, IRIS_OPT_FLAG, &jsonl, NULL, "each stdin line is a JSON string; print one JSON array per line", 0,
+         0, NULL, NULL, 0},
+        IRIS_OPT_TABLE_END,
+    };
+    iris_cli_spec sp = {
+        .cmd = "tokenize",
+        .usage = "TOKENIZER [TEXT]\nTOKENIZER --jsonl < lines.jsonl",
+        .about = "Print the token ids of TEXT as a JSON array (no BOS/EOS is added; special-token\n"
+                 "strings such as <|im_start|> in the text become their ids).\n\n"
+                 "  TOKENIZER   a tokenizer.json, a model directory, or a repo id in the HF cache\n"
+                 "  TEXT        the text (after -- when it starts with -); without it stdin is\n"
+                 "              read, byte for byte",
+        .max_pos = 2,
+        .tables = {own},
+    };
+    int st = iris_cli_parse(&sp, argc, argv, pos, &n_pos);
+    if (st >= 0) return st;
+    if (n_pos < 1) return iris_cli_usage_error("tokenize", "give TOKENIZER");
+    if (jsonl && n_pos != 1) return iris_cli_usage_error("tokenize", "--jsonl reads stdin: give no TEXT");
     iris_err err = {0};
     iris_tok *tok = NULL;
-    if (load_tokenizer(pos[0], &tok, &err)) return iris_cli_fail(&err);
+    if (iris_cli_load_tokenizer(pos[0], &tok, &err)) return iris_cli_fail(&err);
     int rc;
     if (jsonl) {
         rc = run_jsonl(tok, &err);

@@ -2,13 +2,17 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "opts.h"
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_info.h"
 #endif
 
 int iris_cmd_version(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    iris_opt none[] = {IRIS_OPT_TABLE_END};
+    iris_cli_spec sp = {.cmd = "version", .usage = "", .about = "Prints the version and what this build has.",
+                        .tables = {none}};
+    int n_pos, st = iris_cli_parse(&sp, argc, argv, NULL, &n_pos);
+    if (st >= 0) return st;
 #ifdef IRIS_CUDA
     /* what GPUs it can run on: the kernels' targets and the runtime the driver must support */
     int rt = iris_cuda_runtime_version();

@@ -1,5 +1,7 @@
 /* default_model.c: finds the demo model relative to the running executable
- * (/proc/self/exe) or through $IRIS_DEMO_MODEL.  No allocation; one static
+ * (/proc/self/exe) or through $IRIS_DEMO_MODEL: models/demo of the source tree
+ * (the executable in build/ or build/NAME/), or share/iris/models/demo of an
+ * installation (make install).  No allocation; one static
  * buffer. */
 #include "default_model.h"
 
@@ -21,7 +23,7 @@ const char *iris_default_model_dir(void) {
     char *slash = strrchr(exe, '/');
     if (!slash) return NULL;
     *slash = 0;
-    static const char *const rel[] = {"/../models/demo", "/../../models/demo"};
+    static const char *const rel[] = {"/../models/demo", "/../../models/demo", "/../share/iris/models/demo"};
     for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
         char cfg[sizeof found + 16];
         snprintf(found, sizeof found, "%s%s", exe, rel[i]);

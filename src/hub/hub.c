@@ -159,15 +159,18 @@ static int env_true(const char *name) {
     return v && (!strcmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "yes") || !strcasecmp(v, "true"));
 }
 
+static int default_progress = -1;
+
+void iris_hub_set_default_progress(int progress) { default_progress = progress; }
+
 void iris_hub_opts_default(iris_hub_opts *o) {
     memset(o, 0, sizeof *o);
     o->offline = -1;
     o->retries = -1;
-    o->progress = -1;
+    o->progress = default_progress;
 }
 
-/* HF_TOKEN, else the token file (huggingface_hub's order); "" when none. */
-static void find_token(char *out, size_t out_size) {
+void hub_find_token(char *out, size_t out_size) {
     const char *t = getenv("HF_TOKEN");
     if (!t || !*t) t = getenv("HUGGING_FACE_HUB_TOKEN");
     out[0] = 0;
@@ -573,7 +576,7 @@ int iris_hub_pull(const char *model, const iris_hub_opts *opts, iris_hub_result 
     if (strncmp(endpoint, "http://", 7) && strncmp(endpoint, "https://", 8))
         return iris_err_set(err, IRIS_EINVAL, "HF_ENDPOINT '%s' is not an http(s) URL", endpoint);
     if (o.token) snprintf(token, sizeof token, "%s", o.token);
-    else find_token(token, sizeof token);
+    else hub_find_token(token, sizeof token);
     if (token[0]) snprintf(p.auth, sizeof p.auth, "Authorization: Bearer %s", token);
     p.endpoint = endpoint;
     p.repo = repo;
@@ -601,8 +604,9 @@ int iris_model_ensure(const char *model, char *dir_out, size_t dir_size, int all
         return rc;
     }
     const char *ep = getenv("HF_ENDPOINT");
-    iris_log(IRIS_LOG_INFO, "hub", "%s is not in the cache: downloading it from %s (as `iris pull %s`)", model,
-             ep && *ep ? ep : "https://huggingface.co", model);
+    if (default_progress)   /* said even when the log is quiet: a download is never silent, unless --quiet */
+        fprintf(stderr, "iris: %s is not in the cache: downloading it from %s (as `iris pull %s`; --offline "
+                        "never downloads)\n", model, ep && *ep ? ep : "https://huggingface.co", model);
     iris_hub_result res;
     if ((rc = iris_hub_pull(model, NULL, &res, err))) return rc;
     if (strlen(res.dir) >= dir_size) return iris_err_set(err, IRIS_ELIMIT, "model path too long");

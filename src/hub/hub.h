@@ -29,6 +29,9 @@ typedef struct iris_hub_opts {
 
 /* Defaults for every field (as the comments above). */
 void iris_hub_opts_default(iris_hub_opts *opts);
+/* The `progress` that iris_hub_opts_default gives from now on (the command
+ * line's --quiet: 0); also what iris_model_ensure uses. */
+void iris_hub_set_default_progress(int progress);
 
 typedef struct iris_hub_result {
     char commit[41];
@@ -72,5 +75,16 @@ typedef struct iris_hub_model {
  * frees), *n_out its count.  A missing cache directory is 0 models, not an
  * error. */
 int iris_hub_list(iris_hub_model **out, int *n_out, iris_err *err);
+
+/* `iris plan` for a repo id not in the cache: into the existing directory
+ * `dir`, config.json, the shard index when there is one, and every
+ * safetensors file as a sparse copy holding its header alone (hub_plan.c),
+ * read with HTTP range requests; *bytes_read: what was downloaded.  Nothing
+ * goes to the cache; HF_HUB_OFFLINE is the caller's to check. */
+int iris_hub_fetch_headers(const char *model, const char *dir, uint64_t *bytes_read, iris_err *err);
+
+/* Write a safetensors file of `data_bytes` of data whose data is a hole: the
+ * 8-byte length, the header `hdr`, then a sparse extent (no disk used). */
+int iris_hub_write_sparse_st(const char *path, const char *hdr, size_t hlen, uint64_t data_bytes, iris_err *err);
 
 #endif

@@ -57,6 +57,8 @@ int hub_curl_error(const char *endpoint, int curl_code, const char *detail, cons
 char *hub_url_quote(const char *s, int keep_slash, char *out, size_t out_size);
 /* Human-readable bytes: "1.23 GB". */
 const char *hub_fmt_bytes(uint64_t n, char buf[32]);
+/* HF_TOKEN, else the token file (huggingface_hub's order); "" when none. */
+void hub_find_token(char *out, size_t out_size);
 /* mkdir -p; 0 or -errno. */
 int hub_mkdirs(const char *path);
 

@@ -5,8 +5,10 @@
  * generated, one pthread per core.  Every 1 MiB sub-chunk of a tensor has its
  * own PRNG stream seeded from (seed, tensor name, sub-chunk index), so the
  * bytes do not depend on the thread count.
+ * Also: the table of the published checkpoints' shapes (iris_synth_known_repo)
+ * and header-only copies of them (iris_synth_write_headers) for `iris plan`.
  * Does not: produce meaningful weights (the logits are noise), or a tied
- * lm_head (not stored, as the real 2B/4B files).
+ * lm_head (not stored, as the real 2B/4B files; the 8B's is untied, stored).
  */
 #include "tools/synth.h"
 
@@ -26,6 +28,7 @@
 #include "log.h"
 #include "tools/quantize.h"
 #include "formats/st_write.h"
+#include "hub/hub.h"
 
 #define SUB_BYTES (1u << 20)
 #define PIECE_BYTES (64u << 20)
@@ -38,20 +41,54 @@ typedef struct preset {
     int v_depth, v_hidden_size, v_intermediate_size, v_num_heads, v_num_position_embeddings, v_out_hidden_size;
     int n_deepstack, deepstack[3];
     int mrope_section[3];
+    int tie_word_embeddings;   /* 0: lm_head.weight is stored (8B) */
 } preset;
 
+/* The shapes of the published checkpoints: 2B and 4B from QWEN3VL.md §1.1; 8B from its config.json
+ * (a SigLIP-2-sized ViT of 27 blocks, DeepStack from blocks 8/16/24, an untied lm_head), which
+ * QWEN3VL.md does not cover. */
 static const preset g_presets[] = {
-    {"2B", 2048, 6144, 28, 16, 8, 128, 151936, 24, 1024, 4096, 16, 2304, 2048, 3, {5, 11, 17}, {24, 20, 20}},
-    {"4B", 2560, 9728, 36, 32, 8, 128, 151936, 24, 1024, 4096, 16, 2304, 2560, 3, {5, 11, 17}, {24, 20, 20}},
+    {"2B", 2048, 6144, 28, 16, 8, 128, 151936, 24, 1024, 4096, 16, 2304, 2048, 3, {5, 11, 17}, {24, 20, 20}, 1},
+    {"4B", 2560, 9728, 36, 32, 8, 128, 151936, 24, 1024, 4096, 16, 2304, 2560, 3, {5, 11, 17}, {24, 20, 20}, 1},
+    {"8B", 4096, 12288, 36, 32, 8, 128, 151936, 27, 1152, 4304, 16, 2304, 4096, 3, {8, 16, 24}, {24, 20, 20}, 0},
     /* tiny: LM dims multiples of 128 (a valid FP8 model), GQA 2:1, 3 layers, a 3-block ViT with an 8x8 grid. */
-    {"tiny", 128, 384, 3, 2, 1, 128, 151936, 3, 64, 128, 2, 64, 128, 2, {0, 1, 0}, {24, 20, 20}},
+    {"tiny", 128, 384, 3, 2, 1, 128, 151936, 3, 64, 128, 2, 64, 128, 2, {0, 1, 0}, {24, 20, 20}, 1},
 };
 
 static const preset *find_preset(const char *like, iris_err *err) {
     for (size_t i = 0; i < sizeof g_presets / sizeof *g_presets; i++)
         if (like && !strcasecmp(like, g_presets[i].name)) return &g_presets[i];
-    iris_err_set(err, IRIS_EINVAL, "--like %s: unknown shape (use 2B, 4B or tiny)", like ? like : "(none)");
+    iris_err_set(err, IRIS_EINVAL, "--like %s: unknown shape (use 2B, 4B, 8B or tiny)", like ? like : "(none)");
     return NULL;
+}
+
+/* The published Qwen3-VL checkpoints (Hugging Face repo ids) and their shapes. */
+static const struct {
+    const char *repo, *like;
+    int fp8;
+} g_known[] = {
+    {"Qwen/Qwen3-VL-2B-Instruct", "2B", 0},     {"Qwen/Qwen3-VL-2B-Instruct-FP8", "2B", 1},
+    {"Qwen/Qwen3-VL-2B-Thinking", "2B", 0},     {"Qwen/Qwen3-VL-2B-Thinking-FP8", "2B", 1},
+    {"Qwen/Qwen3-VL-4B-Instruct", "4B", 0},     {"Qwen/Qwen3-VL-4B-Instruct-FP8", "4B", 1},
+    {"Qwen/Qwen3-VL-4B-Thinking", "4B", 0},     {"Qwen/Qwen3-VL-4B-Thinking-FP8", "4B", 1},
+    {"Qwen/Qwen3-VL-8B-Instruct", "8B", 0},     {"Qwen/Qwen3-VL-8B-Instruct-FP8", "8B", 1},
+    {"Qwen/Qwen3-VL-8B-Thinking", "8B", 0},     {"Qwen/Qwen3-VL-8B-Thinking-FP8", "8B", 1},
+};
+
+int iris_synth_known_repo(const char *repo, iris_synth_opts *o) {
+    size_t n = strcspn(repo, "@");   /* a revision does not change the shapes */
+    for (size_t i = 0; i < sizeof g_known / sizeof *g_known; i++)
+        if (strlen(g_known[i].repo) == n && !strncasecmp(repo, g_known[i].repo, n)) {
+            memset(o, 0, sizeof *o);
+            o->like = g_known[i].like;
+            o->fp8 = g_known[i].fp8;
+            return 1;
+        }
+    return 0;
+}
+
+const char *iris_synth_known_name(int i) {
+    return i >= 0 && i < (int)(sizeof g_known / sizeof *g_known) ? g_known[i].repo : NULL;
 }
 
 /* ---- the tensor list ---- */
@@ -143,6 +180,7 @@ static void list_tensors(const preset *p, int vocab, int fp8, emit_ctx *e) {
         snprintf(n, sizeof n, "%s.mlp.down_proj", pre), linear(e, fp8, h, im, n);
     }
     emit(e, K_NORM, IRIS_DT_BF16, 1, S1(h), "model.language_model.norm.weight");
+    if (!p->tie_word_embeddings) emit(e, K_WEIGHT, IRIS_DT_BF16, 2, S2(vocab, h), "lm_head.weight");
 }
 
 int iris_synth_list(const iris_synth_opts *o, iris_synth_tensor_fn fn, void *ctx, iris_err *err) {
@@ -190,11 +228,11 @@ int iris_synth_config_json(const iris_synth_opts *o, char **out, iris_err *err) 
     json_object_set_new(rs, "rope_type", json_string("default"));
     json_object_set_new(t, "rope_scaling", rs);
     json_object_set_new(t, "rope_theta", json_integer(5000000));
-    json_object_set_new(t, "tie_word_embeddings", json_true());
+    json_object_set_new(t, "tie_word_embeddings", json_boolean(p->tie_word_embeddings));
     json_object_set_new(t, "use_cache", json_true());
     json_object_set_new(t, "vocab_size", json_integer(o->vocab_size > 0 ? o->vocab_size : p->vocab_size));
     json_object_set_new(c, "text_config", t);
-    json_object_set_new(c, "tie_word_embeddings", json_true());
+    json_object_set_new(c, "tie_word_embeddings", json_boolean(p->tie_word_embeddings));
     json_object_set_new(c, "transformers_version", json_string("4.57.0.dev0"));
     json_object_set_new(c, "video_token_id", json_integer(151656));
     json_object_set_new(v, "deepstack_visual_indexes", int_array(p->deepstack, p->n_deepstack));
@@ -520,5 +558,45 @@ int iris_synth_write(const char *dir, const iris_synth_opts *o, iris_err *err) {
     free(buf);
     free(l.t);
     iris_st_writer_close(w);
+    return rc;
+}
+
+/* ---- header-only checkpoints, for `iris plan` ---- */
+
+typedef struct header_ctx {
+    json_t *h;
+    uint64_t off;   /* the data's bytes so far */
+} header_ctx;
+
+static void add_header_entry(void *ctx, const char *name, iris_dtype dt, int n_dims, const int64_t *shape) {
+    header_ctx *c = ctx;
+    uint64_t ne = 1;
+    json_t *sh = json_array();
+    for (int d = 0; d < n_dims; d++) json_array_append_new(sh, json_integer(shape[d])), ne *= (uint64_t)shape[d];
+    uint64_t nb = ne * iris_dtype_size(dt);
+    json_object_set_new(c->h, name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", iris_dtype_name(dt), "shape", sh,
+                                              "data_offsets", (json_int_t)c->off, (json_int_t)(c->off + nb)));
+    c->off += nb;
+}
+
+int iris_synth_write_headers(const char *dir, const iris_synth_opts *o, iris_err *err) {
+    const preset *p = find_preset(o->like, err);
+    if (!p) return IRIS_EINVAL;
+    header_ctx c = {json_pack("{s:{s:s}}", "__metadata__", "format", "pt"), 0};
+    emit_ctx e = {add_header_entry, &c, NULL};
+    list_tensors(p, o->vocab_size > 0 ? o->vocab_size : p->vocab_size, o->fp8, &e);
+    json_t *h = c.h;
+    uint64_t data = c.off;
+    char *hdr = json_dumps(h, JSON_COMPACT), *cfg = NULL, path[4096];
+    json_decref(h);
+    int rc = hdr ? 0 : iris_err_set(err, IRIS_ENOMEM, "synth: out of memory");
+    if (!rc) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = iris_hub_write_sparse_st(path, hdr, strlen(hdr), data, err);
+    }
+    if (!rc) rc = iris_synth_config_json(o, &cfg, err);
+    if (!rc) rc = write_text(dir, "config.json", cfg, err);
+    free(hdr);
+    free(cfg);
     return rc;
 }
