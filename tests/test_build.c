@@ -246,7 +246,7 @@ IRIS_TEST(build_objects_embed_ptx) {
     char archs[256] = {0}, ptx[64] = {0};
     int have = f && fgets(archs, sizeof archs, f) && fgets(ptx, sizeof ptx, f) && !strncmp(ptx, "ptx ", 4);
     if (f) fclose(f);
-    char *objs = have ? run("ls build/src/backend/cuda/*.o 2>/dev/null | grep -v cuda_archs.o") : NULL;
+    char *objs = have ? run("for f in src/backend/cuda/*.cu; do o=build/${f%.cu}.o; [ -f $o ] && echo $o; done") : NULL;
     if (!objs || !objs[0]) {
         free(objs);
         IRIS_TEST_SKIP("no CUDA build in build/ (the Makefile's flags are checked by build_cuda_archs_follow_the_gpus)");
