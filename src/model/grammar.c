@@ -246,6 +246,7 @@ struct iris_grammar_matcher {
     uint32_t *mask;           /* the walk's output */
     mask_entry cache[N_CACHE];
     int cache_next;
+    uint64_t cache_hits;
 };
 
 static uint32_t node_hash(int32_t el, int32_t parent) {
@@ -449,6 +450,8 @@ void iris_grammar_matcher_free(iris_grammar_matcher *m) {
     free(m);
 }
 
+uint64_t iris_grammar_matcher_cache_hits(const iris_grammar_matcher *m) { return m->cache_hits; }
+
 int iris_grammar_matcher_complete(const iris_grammar_matcher *m) { return m->n_cur > 0 && m->cur[0] == 0; }
 
 int iris_grammar_matcher_can_continue(const iris_grammar_matcher *m) {
@@ -469,6 +472,7 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
     mask_entry *c = cache_find(m);
     if (c) {
         memcpy(mask, c->mask, words * sizeof *mask);
+        m->cache_hits++;
         return IRIS_OK;
     }
     memset(m->mask, 0, words * sizeof *m->mask);

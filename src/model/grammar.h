@@ -60,6 +60,8 @@ int iris_grammar_matcher_allows(iris_grammar_matcher *m, const char *s, size_t n
 int iris_grammar_matcher_accept_token(iris_grammar_matcher *m, int token, iris_err *err);
 /* 1 when the output so far is a complete value (an end token may follow). */
 int iris_grammar_matcher_complete(const iris_grammar_matcher *m);
+/* Masks served from the cache so far (for benchmarks). */
+uint64_t iris_grammar_matcher_cache_hits(const iris_grammar_matcher *m);
 /* 1 when some byte can still follow. */
 int iris_grammar_matcher_can_continue(const iris_grammar_matcher *m);
 
