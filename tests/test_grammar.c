@@ -124,6 +124,24 @@ IRIS_TEST(grammar_schema_refuses) {
     }
 }
 
+/* Ambiguity that doubles the parse stacks at every '[' ends in IRIS_ELIMIT, not a stalled step. */
+IRIS_TEST(grammar_ambiguous_limit) {
+    const char *schema = "{\"$defs\":{\"a\":{\"anyOf\":[{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/a\"}},"
+                         "{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/a\"}}]}},\"$ref\":\"#/$defs/a\"}";
+    iris_grammar *g = NULL;
+    iris_grammar_matcher *m = NULL;
+    iris_err err = {0};
+    REQUIRE(!iris_grammar_from_schema(schema, &g, &err));
+    REQUIRE(tiny_vocab() && !iris_grammar_matcher_init(&m, g, tiny_vocab(), &err));
+    int rc = 0, i = 0;
+    for (; i < 40 && !rc; i++) rc = iris_grammar_matcher_accept_bytes(m, "[", 1, &err);
+    CHECK_EQ_INT(rc, IRIS_ELIMIT);
+    CHECK_CONTAINS(err.msg, "too many parse stacks");
+    CHECKF(i > 10, "failed after %d brackets", i);
+    iris_grammar_matcher_free(m);
+    iris_grammar_free(g);
+}
+
 typedef struct qwen {
     iris_tok *tok;
     iris_vocab *v;

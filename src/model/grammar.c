@@ -10,6 +10,10 @@
  * The mask: a depth-first walk of the vocabulary trie carrying the stack set; at each trie
  * node only children whose byte some top allows are entered, a child whose advanced set is
  * empty is pruned with its whole subtree, and every token ending at a reached node is allowed.
+ * The walk interns its sets and memoizes (set, byte) -> set, so the many trie nodes that reach
+ * the same state (every plain character inside a string) cost an array lookup each; and a
+ * subtree whose bytes are all plain string characters, no deeper than the number of such
+ * bytes the set surely accepts, is allowed whole without being walked.
  * Nodes the walk creates are rolled back after it (linear-probing inserts undone in reverse
  * order), so the arena grows only with accepted bytes.  The last few masks are cached by their
  * stack set.
@@ -117,17 +121,25 @@ int iris_grammar_n_rules(const iris_grammar *g) { return g->n_rules; }
 
 /* ---- vocabulary trie -------------------------------------------------------------------- */
 
+/* Nodes in preorder: a node's subtree is nodes (self, end); its first child is self + 1 and
+ * each child's sibling starts where the child's subtree ends, so a walk reads memory in order. */
 typedef struct vnode {
-    int32_t child0, n_child;  /* children are contiguous */
-    int32_t tok0, n_tok;      /* tokens ending here: ids[tok0 .. tok0+n_tok) */
-    int32_t byte;
+    int32_t end;              /* one past the last node of the subtree */
+    int32_t tok0;             /* tokens ending here: ids[tok0 .. tok0+n_tok) */
+    uint16_t n_tok;
+    uint8_t byte;
+    int8_t plain_h;           /* every byte below is plain (PLAIN_BYTE): the subtree's height, else -1 */
 } vnode;
+
+/* Bytes that stand for themselves inside a JSON string. */
+#define PLAIN_BYTE(b) ((b) >= 0x20 && (b) < 0x7F && (b) != '"' && (b) != '\\')
 
 struct iris_vocab {
     int n_vocab;
     vnode *nodes;
     int n_nodes, cap_nodes;
-    int32_t *ids;             /* token ids sorted by their bytes */
+    int32_t *ids;             /* token ids sorted by their bytes; a subtree's tokens are contiguous */
+    int n_ids;
     const char **str;         /* [n_vocab] bytes of each token (the tokenizer's), NULL if none */
     size_t *len;
 };
@@ -141,29 +153,27 @@ static int cmp_tok(const void *a, const void *b, void *arg) {
     return v->len[x] < v->len[y] ? -1 : v->len[x] > v->len[y];
 }
 
-/* Node `at` covers ids[lo..hi), all sharing their first `d` bytes. */
-static int trie_fill(iris_vocab *v, int at, int lo, int hi, size_t d) {
+/* Append the node reached by `byte` covering ids[lo..hi) (all sharing their first d bytes)
+ * and its subtree, in preorder. */
+static int trie_fill(iris_vocab *v, int byte, int lo, int hi, size_t d) {
+    if (grow((void **)&v->nodes, &v->cap_nodes, v->n_nodes + 1, sizeof *v->nodes)) return -1;
+    int at = v->n_nodes++;
     int i = lo;
     while (i < hi && v->len[v->ids[i]] == d) i++;
-    v->nodes[at].tok0 = lo;
-    v->nodes[at].n_tok = i - lo;
-    int n_child = 0;
-    for (int j = i; j < hi; n_child++) {
-        unsigned char c = (unsigned char)v->str[v->ids[j]][d];
-        while (j < hi && (unsigned char)v->str[v->ids[j]][d] == c) j++;
-    }
-    if (grow((void **)&v->nodes, &v->cap_nodes, v->n_nodes + n_child, sizeof *v->nodes)) return -1;
-    int c0 = v->n_nodes;
-    v->n_nodes += n_child;
-    v->nodes[at].child0 = c0;
-    v->nodes[at].n_child = n_child;
-    for (int k = 0, j = i; j < hi; k++) {
-        unsigned char c = (unsigned char)v->str[v->ids[j]][d];
+    v->nodes[at] = (vnode){.tok0 = lo, .n_tok = (uint16_t)(i - lo), .byte = (uint8_t)byte};
+    for (int j = i; j < hi;) {
+        unsigned char b = (unsigned char)v->str[v->ids[j]][d];
         int j0 = j;
-        while (j < hi && (unsigned char)v->str[v->ids[j]][d] == c) j++;
-        v->nodes[c0 + k] = (vnode){.byte = c};
-        if (trie_fill(v, c0 + k, j0, j, d + 1)) return -1;
+        while (j < hi && (unsigned char)v->str[v->ids[j]][d] == b) j++;
+        if (trie_fill(v, b, j0, j, d + 1)) return -1;
     }
+    v->nodes[at].end = v->n_nodes;
+    int h = 0;
+    for (int ci = at + 1; ci < v->n_nodes && h >= 0; ci = v->nodes[ci].end) {
+        const vnode *c = &v->nodes[ci];
+        h = PLAIN_BYTE(c->byte) && c->plain_h >= 0 && c->plain_h < 126 ? (c->plain_h + 1 > h ? c->plain_h + 1 : h) : -1;
+    }
+    v->nodes[at].plain_h = (int8_t)h;
     return 0;
 }
 
@@ -186,12 +196,8 @@ int iris_vocab_build(const iris_tok *tok, int n_vocab, iris_vocab **out, iris_er
     }
     if (!rc) {
         qsort_r(v->ids, (size_t)n, sizeof *v->ids, cmp_tok, v);
-        rc = grow((void **)&v->nodes, &v->cap_nodes, 1, sizeof *v->nodes);
-    }
-    if (!rc) {
-        v->n_nodes = 1;
-        v->nodes[0] = (vnode){.byte = -1};
-        rc = trie_fill(v, 0, 0, n, 0);
+        v->n_ids = n;
+        rc = trie_fill(v, 0, 0, n, 0);  /* the root (its byte unused) */
     }
     if (rc) {
         iris_vocab_free(v);
@@ -216,6 +222,8 @@ int iris_vocab_n_nodes(const iris_vocab *v) { return v->n_nodes; }
 /* ---- matcher ---------------------------------------------------------------------------- */
 
 #define N_CACHE 8
+#define MAX_STACK_NODES (1 << 23)  /* past this, or a set past MAX_SET stacks, a request's grammar */
+#define MAX_SET (1 << 16)          /* fails with IRIS_ELIMIT (a pathologically ambiguous schema) */
 
 typedef struct gnode {
     int32_t el, parent, slot;
@@ -227,6 +235,20 @@ typedef struct mask_entry {
     uint32_t *mask;
     int valid;
 } mask_entry;
+
+#define MAX_MEMO_ROWS 8192  /* 256 ints each: 8 MiB at most */
+
+typedef struct wset {
+    int32_t off, n, row;
+    int32_t plain_ok;         /* every plain byte string this long is accepted (-1 unknown, -2 computing) */
+    uint32_t hash;
+    uint32_t allow[8];        /* bytes some top allows */
+} wset;
+
+typedef struct wslot {
+    uint32_t gen;
+    int32_t id;
+} wslot;
 
 struct iris_grammar_matcher {
     const iris_grammar *g;
@@ -247,6 +269,14 @@ struct iris_grammar_matcher {
     mask_entry cache[N_CACHE];
     int cache_next;
     uint64_t cache_hits;
+    /* The walk's sets, interned for one mask: set i is buf[ws[i].off ..+ ws[i].n); memo rows map
+     * a set and a byte to the next set (-2 unknown, -1 empty). */
+    wset *ws;
+    int n_ws, cap_ws;
+    wslot *wht;               /* set hash table; entries of other walks are stale by gen */
+    uint32_t wht_mask, gen;
+    int32_t *memo;
+    int n_rows, cap_rows;
 };
 
 static uint32_t node_hash(int32_t el, int32_t parent) {
@@ -274,6 +304,7 @@ static int32_t intern(iris_grammar_matcher *m, int32_t el, int32_t parent) {
     uint32_t s = node_hash(el, parent) & m->ht_mask;
     for (int32_t id; (id = m->ht[s]); s = (s + 1) & m->ht_mask)
         if (m->nodes[id - 1].el == el && m->nodes[id - 1].parent == parent) return id - 1;
+    if (m->n_nodes >= MAX_STACK_NODES) return m->oom = 2, -1;
     if (m->n_nodes + 1 > m->cap_nodes) {
         int nc = m->cap_nodes * 2;
         gnode *nn = realloc(m->nodes, (size_t)nc * sizeof *nn);
@@ -307,6 +338,10 @@ static void rollback(iris_grammar_matcher *m, int mark) {
 }
 
 static void push_buf(iris_grammar_matcher *m, int32_t x) {
+    if (m->n_buf >= MAX_STACK_NODES) {
+        m->oom = 2;
+        return;
+    }
     if (grow((void **)&m->buf, &m->cap_buf, m->n_buf + 1, sizeof *m->buf)) {
         m->oom = 1;
         return;
@@ -351,6 +386,7 @@ static int advance(iris_grammar_matcher *m, int off, int n, int c) {
         if (!gset_has(&m->g->sets[m->g->el[nd->el].arg], c)) continue;
         expand(m, next_of(m, nd->el, nd->parent));
     }
+    if (m->n_buf - start > MAX_SET) m->oom = 2;
     return m->n_buf - start;
 }
 
@@ -364,23 +400,92 @@ static void allowed_bytes(const iris_grammar_matcher *m, int off, int n, uint32_
     }
 }
 
-static void walk(iris_grammar_matcher *m, int t, int off, int n) {
+static uint32_t set_hash(const int32_t *a, int n) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)a[i]) * 0x100000001b3ull;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* The set buf[off ..+ n] as an id of this walk (the new copy dropped when it is known). */
+static int intern_set(iris_grammar_matcher *m, int off, int n) {
+    uint32_t h = set_hash(m->buf + off, n);
+    uint32_t s = h & m->wht_mask;
+    for (; m->wht[s].gen == m->gen; s = (s + 1) & m->wht_mask) {
+        const wset *w = &m->ws[m->wht[s].id];
+        if (w->hash == h && w->n == n && !memcmp(m->buf + w->off, m->buf + off, (size_t)n * sizeof *m->buf)) {
+            m->n_buf = off;
+            return m->wht[s].id;
+        }
+    }
+    if (grow((void **)&m->ws, &m->cap_ws, m->n_ws + 1, sizeof *m->ws)) return m->oom = 1, -1;
+    int id = m->n_ws++;
+    wset *w = &m->ws[id];
+    *w = (wset){.off = off, .n = n, .row = -1, .plain_ok = -1, .hash = h};
+    allowed_bytes(m, off, n, w->allow);
+    m->wht[s] = (wslot){m->gen, id};
+    if ((uint32_t)m->n_ws * 2 > m->wht_mask) {  /* grow: re-insert this walk's sets */
+        uint32_t size = (m->wht_mask + 1) * 2;
+        wslot *nt = calloc(size, sizeof *nt);
+        if (!nt) return m->oom = 1, -1;
+        free(m->wht);
+        m->wht = nt;
+        m->wht_mask = size - 1;
+        for (int i = 0; i < m->n_ws; i++) {
+            uint32_t k = m->ws[i].hash & m->wht_mask;
+            while (m->wht[k].gen == m->gen) k = (k + 1) & m->wht_mask;
+            m->wht[k] = (wslot){m->gen, i};
+        }
+    }
+    return id;
+}
+
+/* The set after set `sid` reads byte c: an id, or -1 when empty. */
+static int step_set(iris_grammar_matcher *m, int sid, int c) {
+    int row = m->ws[sid].row;
+    if (row >= 0 && m->memo[row * 256 + c] != -2) return m->memo[row * 256 + c];
+    int start = m->n_buf;
+    int n = advance(m, m->ws[sid].off, m->ws[sid].n, c);
+    int id = n ? intern_set(m, start, n) : -1;
+    if (row < 0 && m->n_rows < MAX_MEMO_ROWS && !m->oom) {
+        if (grow((void **)&m->memo, &m->cap_rows, (m->n_rows + 1) * 256, sizeof *m->memo)) return m->oom = 1, -1;
+        row = m->ws[sid].row = m->n_rows++;
+        for (int i = 0; i < 256; i++) m->memo[row * 256 + i] = -2;
+    }
+    if (row >= 0) m->memo[row * 256 + c] = id;
+    return id;
+}
+
+/* How many plain bytes in any order set sid surely accepts (up to 127): every plain byte must
+ * lead to one same set (inside a string they do), and so on from there.  0 when unsure. */
+static int plain_ok(iris_grammar_matcher *m, int sid) {
+    int k = m->ws[sid].plain_ok;
+    if (k == -2) return 127;  /* a cycle of plain bytes: a free string */
+    if (k >= 0) return k;
+    m->ws[sid].plain_ok = -2;
+    int next = step_set(m, sid, 'a');
+    for (int b = 0x20; b < 0x7F && next >= 0; b++)
+        if (PLAIN_BYTE(b) && step_set(m, sid, b) != next) next = -1;
+    k = next < 0 ? 0 : plain_ok(m, next) + 1;
+    if (k > 127) k = 127;
+    m->ws[sid].plain_ok = k;
+    return k;
+}
+
+static void walk(iris_grammar_matcher *m, int t, int sid) {
     const iris_vocab *v = m->v;
-    uint32_t w[8];
-    allowed_bytes(m, off, n, w);
-    const vnode *tn = &v->nodes[t];
-    for (int k = 0; k < tn->n_child && !m->oom; k++) {
-        const vnode *c = &v->nodes[tn->child0 + k];
-        if (!((w[c->byte >> 5] >> (c->byte & 31)) & 1)) continue;
-        int off2 = m->n_buf;
-        int n2 = advance(m, off, n, c->byte);
-        if (!n2) continue;
-        for (int i = 0; i < c->n_tok; i++) {
-            int id = v->ids[c->tok0 + i];
+    for (int ci = t + 1, end = v->nodes[t].end; ci < end && !m->oom; ci = v->nodes[ci].end) {
+        const vnode *c = &v->nodes[ci];
+        if (!((m->ws[sid].allow[c->byte >> 5] >> (c->byte & 31)) & 1)) continue;
+        int nid = step_set(m, sid, c->byte);
+        if (nid < 0) continue;
+        int last = c->tok0 + c->n_tok;
+        int whole = c->end > ci + 1 && c->plain_h >= 0 && plain_ok(m, nid) >= c->plain_h;
+        if (whole) last = c->end < v->n_nodes ? v->nodes[c->end].tok0 : v->n_ids;  /* the subtree's tokens */
+        for (int i = c->tok0; i < last; i++) {
+            int id = v->ids[i];
             m->mask[id >> 5] |= 1u << (id & 31);
         }
-        if (c->n_child) walk(m, tn->child0 + k, off2, n2);
-        m->n_buf = off2;
+        if (c->end > ci + 1 && !whole) walk(m, ci, nid);
     }
 }
 
@@ -416,6 +521,11 @@ int iris_grammar_matcher_init(iris_grammar_matcher **out, const iris_grammar *g,
         m->n_nodes = 1;
         rc = ht_rebuild(m, 4096);
     }
+    if (!rc) {
+        m->wht = calloc(1024, sizeof *m->wht);
+        m->wht_mask = 1023;
+        rc = !m->wht;
+    }
     /* The start: the root rule as if referenced from an alternative of its own. */
     int32_t root = -1;
     if (!rc) {
@@ -447,6 +557,9 @@ void iris_grammar_matcher_free(iris_grammar_matcher *m) {
     free(m->cur);
     free(m->buf);
     free(m->mask);
+    free(m->ws);
+    free(m->wht);
+    free(m->memo);
     free(m);
 }
 
@@ -467,6 +580,15 @@ static mask_entry *cache_find(iris_grammar_matcher *m) {
     return NULL;
 }
 
+static int limit_err(iris_grammar_matcher *m, iris_err *err, const char *what) {
+    int too_big = m->oom == 2;
+    m->oom = 0;
+    if (too_big)
+        return iris_err_set(err, IRIS_ELIMIT, "%s: too many parse stacks (a schema too ambiguous, such as "
+                                              "nested anyOf of overlapping branches)", what);
+    return iris_err_set(err, IRIS_ENOMEM, "out of memory %s", what);
+}
+
 int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err *err) {
     size_t words = ((size_t)m->v->n_vocab + 31) / 32;
     mask_entry *c = cache_find(m);
@@ -479,10 +601,13 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
     int mark = m->n_nodes;
     m->n_buf = 0;
     for (int i = 0; i < m->n_cur; i++) push_buf(m, m->cur[i]);
-    if (!m->oom) walk(m, 0, 0, m->n_cur);
+    m->gen++;
+    m->n_ws = m->n_rows = 0;
+    int root = m->oom ? -1 : intern_set(m, 0, m->n_cur);
+    if (root >= 0) walk(m, 0, root);
     rollback(m, mark);
     m->n_buf = 0;
-    if (m->oom) return iris_err_set(err, IRIS_ENOMEM, "out of memory computing a grammar mask");
+    if (m->oom) return limit_err(m, err, "computing a grammar mask");
     memcpy(mask, m->mask, words * sizeof *mask);
     c = &m->cache[m->cache_next];
     if (!c->mask) c->mask = malloc(words * sizeof *c->mask);
@@ -508,7 +633,7 @@ int iris_grammar_matcher_accept_bytes(iris_grammar_matcher *m, const char *s, si
         off = 0;
     }
     int rc = IRIS_OK;
-    if (m->oom) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory advancing the grammar");
+    if (m->oom) rc = limit_err(m, err, "advancing the grammar");
     else if (!cnt) rc = iris_err_set(err, IRIS_EINVAL, "the output does not follow the grammar here");
     else if (set_cur(m, 0, cnt)) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
     m->n_buf = 0;
@@ -533,5 +658,7 @@ int iris_grammar_matcher_allows(iris_grammar_matcher *m, const char *s, size_t n
     }
     rollback(m, mark);
     m->n_buf = 0;
-    return cnt > 0 && !m->oom;
+    int ok = cnt > 0 && !m->oom;
+    m->oom = 0;
+    return ok;
 }
