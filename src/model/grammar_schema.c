@@ -166,7 +166,7 @@ static void shared_rules(sc *s) {
     alt(s, s->number, "rrr", s->integer, frac, ex);
     s->value = rule(s);
     int obj = rule(s), arr = rule(s), member = rule(s), mtail = rule(s), atail = rule(s);
-    alt(s, member, "lrlrr", "", s->string, ":", s->ws, s->value);
+    alt(s, member, "rlrr", s->string, ":", s->ws, s->value);
     alt(s, mtail, "");
     alt(s, mtail, "lrrr", ",", s->ws, member, mtail);
     alt(s, obj, "l", "{}");
