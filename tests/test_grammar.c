@@ -207,7 +207,24 @@ IRIS_TEST(grammar_mask_qwen) {
     }
     CHECK(iris_grammar_matcher_complete(m));
     CHECK(!iris_grammar_matcher_can_continue(m));
-    /* Inside a free string almost everything is allowed; after "n": only digits 1..50. */
+    iris_grammar_matcher_free(m);
+    iris_grammar_free(g);
+    /* A bounded string (whole subtrees are taken only within its budget), with and without a
+     * minimum, at several budgets and in the middle of a character. */
+    const char *bounded = "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"minLength\":2,"
+                          "\"maxLength\":7},\"t\":{\"type\":\"string\",\"maxLength\":40}},\"required\":[\"s\",\"t\"],"
+                          "\"additionalProperties\":false}";
+    REQUIRE(!iris_grammar_from_schema(bounded, &g, &err));
+    REQUIRE(!iris_grammar_matcher_init(&m, g, q.v, &err));
+    const char *bsteps[] = {"{\"s\":\"", "a", "\xe4\xb8", "\xad b", "cd", "\",\"t\":\"", "0123456789abcdefghij",
+                            "0123456789abcdefg"};
+    for (size_t i = 0; i < sizeof bsteps / sizeof *bsteps; i++) {
+        CHECKF(!iris_grammar_matcher_accept_bytes(m, bsteps[i], strlen(bsteps[i]), &err), "bounded %zu: %s", i,
+               err.msg);
+        int n_allowed = 0;
+        CHECKF(mask_vs_bytes(m, &q, mask, &n_allowed) == 0, "bounded step %zu", i);
+        CHECKF(n_allowed > 0, "bounded step %zu: nothing allowed", i);
+    }
     free(mask);
     iris_grammar_matcher_free(m);
     iris_grammar_free(g);

@@ -11,9 +11,11 @@
  * node only children whose byte some top allows are entered, a child whose advanced set is
  * empty is pruned with its whole subtree, and every token ending at a reached node is allowed.
  * The walk interns its sets and memoizes (set, byte) -> set, so the many trie nodes that reach
- * the same state (every plain character inside a string) cost an array lookup each; and a
- * subtree whose bytes are all plain string characters, no deeper than the number of such
- * bytes the set surely accepts, is allowed whole without being walked.
+ * the same state (every plain character inside a string) cost an array lookup each; and at a
+ * character boundary, a subtree whose every token continues with string text (UTF-8 without
+ * quotes, backslashes or control bytes) of at most k code points is allowed whole, without
+ * being walked, when the set surely accepts any such text of k code points (every character
+ * leads to one same set, and so on k deep: what a string's stacks do).
  * Nodes the walk creates are rolled back after it (linear-probing inserts undone in reverse
  * order), so the arena grows only with accepted bytes.  The last few masks are cached by their
  * stack set.
@@ -128,7 +130,8 @@ typedef struct vnode {
     int32_t tok0;             /* tokens ending here: ids[tok0 .. tok0+n_tok) */
     uint16_t n_tok;
     uint8_t byte;
-    int8_t plain_h;           /* every byte below is plain (PLAIN_BYTE): the subtree's height, else -1 */
+    int8_t text_cp;           /* at a character boundary, every token below continues with string text
+                               * (text_step): its most code points; else -1 */
 } vnode;
 
 /* Bytes that stand for themselves inside a JSON string. */
@@ -153,28 +156,52 @@ static int cmp_tok(const void *a, const void *b, void *arg) {
     return v->len[x] < v->len[y] ? -1 : v->len[x] > v->len[y];
 }
 
+/* UTF-8 inside a JSON string: the state after byte b in state st, or -1 when b cannot stand for
+ * itself there (a quote, a backslash, a control byte, invalid UTF-8).  st 0 is a character
+ * boundary, else (bytes still to come) << 16 | the next byte's range lo << 8 | hi.  *cp: 1 when b
+ * starts a character. */
+static int text_step(int st, int b, int *cp) {
+    *cp = st == 0;
+    if (st > 0) {
+        if (b < ((st >> 8) & 0xFF) || b > (st & 0xFF)) return -1;
+        return (st >> 16) == 1 ? 0 : ((st >> 16) - 1) << 16 | 0x80BF;
+    }
+    if (b < 0x80) return PLAIN_BYTE(b) ? 0 : -1;
+    if (b >= 0xC2 && b <= 0xDF) return 1 << 16 | 0x80BF;
+    if (b == 0xE0) return 2 << 16 | 0xA0BF;
+    if (b == 0xED) return 2 << 16 | 0x809F;
+    if (b >= 0xE1 && b <= 0xEF) return 2 << 16 | 0x80BF;
+    if (b == 0xF0) return 3 << 16 | 0x90BF;
+    if (b >= 0xF1 && b <= 0xF3) return 3 << 16 | 0x80BF;
+    if (b == 0xF4) return 3 << 16 | 0x808F;
+    return -1;
+}
+
 /* Append the node reached by `byte` covering ids[lo..hi) (all sharing their first d bytes)
- * and its subtree, in preorder. */
-static int trie_fill(iris_vocab *v, int byte, int lo, int hi, size_t d) {
-    if (grow((void **)&v->nodes, &v->cap_nodes, v->n_nodes + 1, sizeof *v->nodes)) return -1;
+ * and its subtree, in preorder; st is the UTF-8 state after the node's path (-1: not text).
+ * Returns the most code points of string text below it, -1 when some token below is not
+ * text, -2 when out of memory. */
+static int trie_fill(iris_vocab *v, int byte, int lo, int hi, size_t d, int st) {
+    if (grow((void **)&v->nodes, &v->cap_nodes, v->n_nodes + 1, sizeof *v->nodes)) return -2;
     int at = v->n_nodes++;
     int i = lo;
     while (i < hi && v->len[v->ids[i]] == d) i++;
     v->nodes[at] = (vnode){.tok0 = lo, .n_tok = (uint16_t)(i - lo), .byte = (uint8_t)byte};
+    int below = st < 0 ? -1 : 0;
     for (int j = i; j < hi;) {
         unsigned char b = (unsigned char)v->str[v->ids[j]][d];
-        int j0 = j;
+        int j0 = j, cp = 0;
         while (j < hi && (unsigned char)v->str[v->ids[j]][d] == b) j++;
-        if (trie_fill(v, b, j0, j, d + 1)) return -1;
+        int st2 = st < 0 ? -1 : text_step(st, b, &cp);
+        int k = trie_fill(v, b, j0, j, d + 1, st2);
+        if (k == -2) return -2;
+        if (k < 0 || st2 < 0) below = -1;
+        else if (below >= 0 && k + cp > below) below = k + cp;
     }
     v->nodes[at].end = v->n_nodes;
-    int h = 0;
-    for (int ci = at + 1; ci < v->n_nodes && h >= 0; ci = v->nodes[ci].end) {
-        const vnode *c = &v->nodes[ci];
-        h = PLAIN_BYTE(c->byte) && c->plain_h >= 0 && c->plain_h < 126 ? (c->plain_h + 1 > h ? c->plain_h + 1 : h) : -1;
-    }
-    v->nodes[at].plain_h = (int8_t)h;
-    return 0;
+    if (below > 126) below = -1;
+    v->nodes[at].text_cp = (int8_t)(st == 0 ? below : -1);
+    return below;
 }
 
 int iris_vocab_build(const iris_tok *tok, int n_vocab, iris_vocab **out, iris_err *err) {
@@ -197,7 +224,7 @@ int iris_vocab_build(const iris_tok *tok, int n_vocab, iris_vocab **out, iris_er
     if (!rc) {
         qsort_r(v->ids, (size_t)n, sizeof *v->ids, cmp_tok, v);
         v->n_ids = n;
-        rc = trie_fill(v, 0, 0, n, 0);  /* the root (its byte unused) */
+        rc = trie_fill(v, 0, 0, n, 0, 0) == -2;  /* the root (its byte unused) */
     }
     if (rc) {
         iris_vocab_free(v);
@@ -240,7 +267,8 @@ typedef struct mask_entry {
 
 typedef struct wset {
     int32_t off, n, row;
-    int32_t plain_ok;         /* every plain byte string this long is accepted (-1 unknown, -2 computing) */
+    int32_t text_lo, text_fail; /* every string text of text_lo code points is accepted; not of text_fail */
+    int32_t text_next;        /* the one set every text character leads to (-1 none, -3 unknown) */
     uint32_t hash;
     uint32_t allow[8];        /* bytes some top allows */
 } wset;
@@ -420,7 +448,7 @@ static int intern_set(iris_grammar_matcher *m, int off, int n) {
     if (grow((void **)&m->ws, &m->cap_ws, m->n_ws + 1, sizeof *m->ws)) return m->oom = 1, -1;
     int id = m->n_ws++;
     wset *w = &m->ws[id];
-    *w = (wset){.off = off, .n = n, .row = -1, .plain_ok = -1, .hash = h};
+    *w = (wset){.off = off, .n = n, .row = -1, .text_lo = 0, .text_fail = 128, .text_next = -3, .hash = h};
     allowed_bytes(m, off, n, w->allow);
     m->wht[s] = (wslot){m->gen, id};
     if ((uint32_t)m->n_ws * 2 > m->wht_mask) {  /* grow: re-insert this walk's sets */
@@ -455,20 +483,41 @@ static int step_set(iris_grammar_matcher *m, int sid, int c) {
     return id;
 }
 
-/* How many plain bytes in any order set sid surely accepts (up to 127): every plain byte must
- * lead to one same set (inside a string they do), and so on from there.  0 when unsure. */
-static int plain_ok(iris_grammar_matcher *m, int sid) {
-    int k = m->ws[sid].plain_ok;
-    if (k == -2) return 127;  /* a cycle of plain bytes: a free string */
-    if (k >= 0) return k;
-    m->ws[sid].plain_ok = -2;
-    int next = step_set(m, sid, 'a');
-    for (int b = 0x20; b < 0x7F && next >= 0; b++)
-        if (PLAIN_BYTE(b) && step_set(m, sid, b) != next) next = -1;
-    k = next < 0 ? 0 : plain_ok(m, next) + 1;
-    if (k > 127) k = 127;
-    m->ws[sid].plain_ok = k;
-    return k;
+/* The set all of bytes lo..hi lead to from sid, then `need` - 1 more continuation bytes: -1
+ * when they differ or one is refused. */
+static int same_after(iris_grammar_matcher *m, int sid, int need, int lo, int hi) {
+    int y = step_set(m, sid, lo);
+    for (int c = lo + 1; c <= hi && y >= 0; c++)
+        if (step_set(m, sid, c) != y) y = -1;
+    return y < 0 || need == 1 ? y : same_after(m, y, need - 1, 0x80, 0xBF);
+}
+
+/* The one set that every character of string text (text_step) leads to from sid, or -1. */
+static int text_next(iris_grammar_matcher *m, int sid) {
+    if (m->ws[sid].text_next != -3) return m->ws[sid].text_next;
+    int t = step_set(m, sid, 'a');
+    for (int b = 0x20; b < 0x100 && t >= 0 && !m->oom; b++) {
+        int cp, st = text_step(0, b, &cp);
+        if (st < 0) continue;
+        int x = step_set(m, sid, b);
+        if (st > 0 && x >= 0) x = same_after(m, x, st >> 16, (st >> 8) & 0xFF, st & 0xFF);
+        if (x != t) t = -1;
+    }
+    m->ws[sid].text_next = t;
+    return t;
+}
+
+/* 1 when set sid surely accepts every string text of up to k code points. */
+static int text_ok(iris_grammar_matcher *m, int sid, int k) {
+    wset *w = &m->ws[sid];
+    if (k <= w->text_lo) return 1;
+    if (k >= w->text_fail) return 0;
+    int t = text_next(m, sid);
+    int ok = t < 0 ? 0 : t == sid ? 1 : text_ok(m, t, k - 1);
+    w = &m->ws[sid];  /* step_set may have moved ws */
+    if (ok) w->text_lo = t == sid ? 127 : k;
+    else w->text_fail = k;
+    return ok;
 }
 
 static void walk(iris_grammar_matcher *m, int t, int sid) {
@@ -479,7 +528,7 @@ static void walk(iris_grammar_matcher *m, int t, int sid) {
         int nid = step_set(m, sid, c->byte);
         if (nid < 0) continue;
         int last = c->tok0 + c->n_tok;
-        int whole = c->end > ci + 1 && c->plain_h >= 0 && plain_ok(m, nid) >= c->plain_h;
+        int whole = c->end > ci + 1 && c->text_cp >= 0 && text_ok(m, nid, c->text_cp);
         if (whole) last = c->end < v->n_nodes ? v->nodes[c->end].tok0 : v->n_ids;  /* the subtree's tokens */
         for (int i = c->tok0; i < last; i++) {
             int id = v->ids[i];
