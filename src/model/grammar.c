@@ -103,7 +103,7 @@ int gb_alt(iris_grammar *g, int rule, gseq *q) {
         return -1;
     }
     r->alts[r->n++] = g->n_el;
-    memcpy(g->el + g->n_el, q->e, (size_t)q->n * sizeof *q->e);
+    if (q->n) memcpy(g->el + g->n_el, q->e, (size_t)q->n * sizeof *q->e);
     g->n_el += q->n;
     g->el[g->n_el++] = (gelem){GE_END, 0};
     q->n = 0;

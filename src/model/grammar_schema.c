@@ -463,19 +463,20 @@ static void same_len(sc *s, int r, int *pre, int k, const char *l, const char *h
 
 /* Alternatives of r for a..b (0 <= a <= b), after `sign` ("" or "-"). */
 static void pos_range(sc *s, int r, const char *sign, long long a, long long b) {
-    long long p = 1;
-    for (int n = 1; n <= 19 && !s->rc; n++, p *= 10) {
+    long long p = 1;  /* 10^(n-1) */
+    for (int n = 1; n <= 19 && !s->rc; n++) {
         long long lo = n == 1 ? 0 : p, hi = n == 19 ? b : p * 10 - 1;
         if (lo < a) lo = a;
         if (hi > b) hi = b;
-        if (lo > hi) continue;
-        char ls[24], hs[24];
-        snprintf(ls, sizeof ls, "%lld", lo);
-        snprintf(hs, sizeof hs, "%lld", hi);
-        int pre[48], k = 0;
-        if (*sign) pre[k++] = gb_set_byte(s->g, '-');
-        same_len(s, r, pre, k, ls, hs, n);
-        if (n == 19) break;
+        if (lo <= hi) {
+            char ls[24], hs[24];
+            snprintf(ls, sizeof ls, "%lld", lo);
+            snprintf(hs, sizeof hs, "%lld", hi);
+            int pre[48], k = 0;
+            if (*sign) pre[k++] = gb_set_byte(s->g, '-');
+            same_len(s, r, pre, k, ls, hs, n);
+        }
+        if (n < 19) p *= 10;
     }
 }
 
