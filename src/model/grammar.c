@@ -263,7 +263,8 @@ typedef struct mask_entry {
     int valid;
 } mask_entry;
 
-#define MAX_MEMO_ROWS 8192  /* 256 ints each: 8 MiB at most */
+#define MAX_MEMO_ROWS 4096  /* 256 ints each: 4 MiB at most during a walk */
+#define KEEP_MEMO_ROWS 256  /* kept between masks: 256 KiB */
 
 typedef struct wset {
     int32_t off, n, row;
@@ -656,6 +657,11 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
     if (root >= 0) walk(m, 0, root);
     rollback(m, mark);
     m->n_buf = 0;
+    if (m->cap_rows > KEEP_MEMO_ROWS * 256) {  /* a rare wide walk (a long enum) gives it back */
+        free(m->memo);
+        m->memo = NULL;
+        m->cap_rows = 0;
+    }
     if (m->oom) return limit_err(m, err, "computing a grammar mask");
     memcpy(mask, m->mask, words * sizeof *mask);
     c = &m->cache[m->cache_next];
