@@ -264,7 +264,7 @@ typedef struct mask_entry {
 } mask_entry;
 
 #define MAX_MEMO_ROWS 4096  /* 256 ints each: 4 MiB at most during a walk */
-#define KEEP_MEMO_ROWS 256  /* kept between masks: 256 KiB */
+#define KEEP_MEMO_ROWS 1024 /* kept between masks: 1.25 MiB with their classes */
 
 typedef struct wset {
     int32_t off, n, row;
@@ -306,6 +306,8 @@ struct iris_grammar_matcher {
     uint32_t wht_mask, gen;
     int32_t *memo;
     int n_rows, cap_rows;
+    uint8_t *cls;             /* [row * 256 + byte]: the byte's class for that row's set */
+    int cap_cls;
 };
 
 static uint32_t node_hash(int32_t el, int32_t parent) {
@@ -469,18 +471,56 @@ static int intern_set(iris_grammar_matcher *m, int off, int n) {
 }
 
 /* The set after set `sid` reads byte c: an id, or -1 when empty. */
+/* A memo row for set sid: bytes no top allows are -1 at once, the rest unknown (-2), and each
+ * byte's class: bytes that the same stacks' tops allow lead to the same set (advance depends
+ * only on which stacks match), so one step fills its whole class.  -1 when no row can be had. */
+static int memo_row(iris_grammar_matcher *m, int sid) {
+    if (m->n_rows >= MAX_MEMO_ROWS) return -1;
+    if (grow((void **)&m->memo, &m->cap_rows, (m->n_rows + 1) * 256, sizeof *m->memo) ||
+        grow((void **)&m->cls, &m->cap_cls, (m->n_rows + 1) * 256, 1))
+        return m->oom = 1, -1;
+    int row = m->ws[sid].row = m->n_rows++;
+    int32_t *memo = m->memo + row * 256;
+    uint8_t *cls = m->cls + row * 256;
+    const wset *w = &m->ws[sid];
+    uint64_t sig[256] = {0}, seen[256];
+    int n_seen = 0, n_allowed = 0;
+    for (int k = 0; k < 8; k++) n_allowed += __builtin_popcount(w->allow[k]);
+    int classes = w->n <= 64 && n_allowed >= 16;  /* else classes would cost more than they save */
+    for (int i = 0; i < w->n && classes; i++) {
+        int32_t st = m->buf[w->off + i];
+        if (!st) continue;
+        const gset *set = &m->g->sets[m->g->el[m->nodes[st].el].arg];
+        for (int b = 0; b < 256; b++)
+            if (gset_has(set, b)) sig[b] |= 1ull << i;
+    }
+    for (int b = 0; b < 256; b++) {
+        int allowed = (w->allow[b >> 5] >> (b & 31)) & 1;
+        memo[b] = allowed ? -2 : -1;
+        if (!classes) {
+            cls[b] = (uint8_t)b;
+            continue;
+        }
+        int k = 0;
+        while (k < n_seen && seen[k] != sig[b]) k++;
+        if (k == n_seen) seen[n_seen++] = sig[b];
+        cls[b] = (uint8_t)k;
+    }
+    return row;
+}
+
 static int step_set(iris_grammar_matcher *m, int sid, int c) {
     int row = m->ws[sid].row;
+    if (row < 0 && !m->oom) row = memo_row(m, sid);
     if (row >= 0 && m->memo[row * 256 + c] != -2) return m->memo[row * 256 + c];
     int start = m->n_buf;
     int n = advance(m, m->ws[sid].off, m->ws[sid].n, c);
     int id = n ? intern_set(m, start, n) : -1;
-    if (row < 0 && m->n_rows < MAX_MEMO_ROWS && !m->oom) {
-        if (grow((void **)&m->memo, &m->cap_rows, (m->n_rows + 1) * 256, sizeof *m->memo)) return m->oom = 1, -1;
-        row = m->ws[sid].row = m->n_rows++;
-        for (int i = 0; i < 256; i++) m->memo[row * 256 + i] = -2;
+    if (row >= 0) {
+        const uint8_t *cls = m->cls + row * 256;
+        for (int b = 0; b < 256; b++)
+            if (cls[b] == cls[c]) m->memo[row * 256 + b] = id;
     }
-    if (row >= 0) m->memo[row * 256 + c] = id;
     return id;
 }
 
@@ -610,6 +650,7 @@ void iris_grammar_matcher_free(iris_grammar_matcher *m) {
     free(m->ws);
     free(m->wht);
     free(m->memo);
+    free(m->cls);
     free(m);
 }
 
@@ -659,8 +700,10 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
     m->n_buf = 0;
     if (m->cap_rows > KEEP_MEMO_ROWS * 256) {  /* a rare wide walk (a long enum) gives it back */
         free(m->memo);
+        free(m->cls);
         m->memo = NULL;
-        m->cap_rows = 0;
+        m->cls = NULL;
+        m->cap_rows = m->cap_cls = 0;
     }
     if (m->oom) return limit_err(m, err, "computing a grammar mask");
     memcpy(mask, m->mask, words * sizeof *mask);
