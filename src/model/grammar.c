@@ -15,13 +15,16 @@
  * character boundary, a subtree whose every token continues with string text (UTF-8 without
  * quotes, backslashes or control bytes) of at most k code points is allowed whole, without
  * being walked, when the set surely accepts any such text of k code points (every character
- * leads to one same set, and so on k deep: what a string's stacks do).
+ * leads to one same set, and so on k deep: what a string's stacks do).  Bytes that the same
+ * stacks' tops allow lead to the same set, so one step fills its byte class of the memo.
  * Nodes the walk creates are rolled back after it (linear-probing inserts undone in reverse
  * order), so the arena grows only with accepted bytes.  The last few masks are cached by their
  * stack set.
  *
  * Invariants: every stack in a set has a GE_CHARS element on top or is node 0; sets carry no
- * duplicates.  Owns: the matcher's arena, hash table, set buffers and mask cache.
+ * duplicates.  A set past MAX_SET stacks or an arena past MAX_STACK_NODES is IRIS_ELIMIT (a
+ * pathologically ambiguous schema fails its request, never stalls the engine).
+ * Owns: the matcher's arena, hash table, set buffers, memo and mask cache.
  */
 #include "model/grammar_internal.h"
 
