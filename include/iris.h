@@ -143,6 +143,9 @@ typedef struct iris_sampling {
     int ignore_eos;                        /* 1: the model's end tokens do not stop */
     int logprobs;                          /* 1: each delta carries its token's logprob */
     int top_logprobs;                      /* 0..IRIS_MAX_LOGPROBS alternatives per token */
+    const char *json_schema;               /* NULL, or a JSON Schema (text) the output must follow:
+                                            * compiled at submit (an unsupported keyword is
+                                            * IRIS_EINVAL naming it); {"type":"object"}: any object */
 } iris_sampling;
 
 typedef struct iris_request_params {

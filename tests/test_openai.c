@@ -154,7 +154,10 @@ IRIS_TEST(openai_parse_refusals) {
     refused("{" M ",\"stream\":true,\"stream_options\":{\"include_usage\":1}}", C, "stream_options.include_usage",
             NULL);
     refused("{" M ",\"tools\":[{\"type\":\"function\"}]}", C, "tools", NULL);
-    refused("{" M ",\"response_format\":{\"type\":\"json_object\"}}", C, "response_format", NULL);
+    refused("{" M ",\"response_format\":{\"type\":\"yaml\"}}", C, "response_format.type", "yaml");
+    refused("{" M ",\"response_format\":{\"type\":\"json_schema\"}}", C, "response_format.json_schema", NULL);
+    refused("{" M ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a b\",\"schema\":{}}}}",
+            C, "response_format.json_schema.name", NULL);
 #undef M
     /* Deep nesting: jansson's depth limit turns it into a parse error, not a stack overflow. */
     size_t depth = 100000;

@@ -801,6 +801,7 @@ void iris_engine_close(iris_engine *e) {
     if (!e) return;
     iris_engine_shutdown(e);
     unload(e);
+    iris_vocab_free(e->vocab);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);

@@ -82,6 +82,8 @@ struct iris_engine {
     size_t step_img_bytes;
     int *top_need, *top_pen;    /* [max_num_seqs] */
     struct iris_request **top_req; /* [max_num_seqs]: the request of each logits row */
+    iris_vocab *vocab;          /* the tokens' trie for grammars (model/grammar.h), made at the first
+                                 * constrained submit (set under mu, immutable after) */
 
     pthread_t thread;
     int thread_started, joined;

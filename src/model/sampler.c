@@ -4,8 +4,9 @@
  *
  * Owns: per request, the PRNG state, the list of distinct prompt+generated
  * tokens (repetition penalty), the counts of generated tokens (presence and
- * frequency penalties) and scratch of n_vocab floats/ints/doubles.  Sampling
- * never allocates.
+ * frequency penalties), scratch of n_vocab floats/ints/doubles and, for a
+ * constrained request, its grammar matcher and mask (model/grammar.h).
+ * Sampling never allocates, except a grammar matcher growing its stack arena.
  *
  * Numerics: logits are processed in fp32 as HF does (penalties, /T); the
  * softmax, cumulative masses and the draw are in double, so the top-p and
@@ -39,6 +40,11 @@ struct iris_sampler {
     int n_gen_uniq, cap_gen_uniq;
     float *work;            /* [n_vocab] processed logits */
     int *cand;              /* [n_vocab] candidate ids */
+    iris_grammar *grammar;  /* owned; NULL: unconstrained */
+    iris_grammar_matcher *gm;
+    uint32_t *gmask;        /* [n_vocab bits] this step's allowed tokens */
+    iris_stop_ids gend;     /* end tokens allowed once the grammar is complete */
+    int gbroken;            /* a token the grammar refused was accepted */
 };
 
 /* ---- PRNG: xoshiro256** seeded through splitmix64 ---- */
@@ -171,7 +177,37 @@ void iris_sampler_free(iris_sampler *s) {
     free(s->gen_uniq);
     free(s->work);
     free(s->cand);
+    iris_grammar_matcher_free(s->gm);
+    iris_grammar_free(s->grammar);
+    free(s->gmask);
     free(s);
+}
+
+int iris_sampler_set_grammar(iris_sampler *s, iris_grammar *g, const iris_vocab *v, const iris_stop_ids *end,
+                             iris_err *err) {
+    if (s->grammar || iris_vocab_n(v) != s->n_vocab) {
+        iris_grammar_free(g);
+        return iris_err_set(err, IRIS_EINVAL, "grammar: a vocabulary of %d tokens for a sampler of %d (or set twice)",
+                            iris_vocab_n(v), s->n_vocab);
+    }
+    s->grammar = g;
+    s->gend = *end;
+    s->gmask = malloc(((size_t)s->n_vocab + 31) / 32 * sizeof *s->gmask);
+    if (!s->gmask) return iris_err_set(err, IRIS_ENOMEM, "sampler: out of memory");
+    return iris_grammar_matcher_init(&s->gm, g, v, err);
+}
+
+/* This step's mask in s->gmask, the end tokens included once the output is complete. */
+static int grammar_mask(iris_sampler *s, iris_err *err) {
+    if (s->gbroken) return iris_err_set(err, IRIS_EINVAL, "grammar: a token outside the grammar was accepted");
+    int rc = iris_grammar_matcher_mask(s->gm, s->gmask, err);
+    if (rc) return rc;
+    if (iris_grammar_matcher_complete(s->gm))
+        for (int i = 0; i < s->gend.n; i++) {
+            int t = s->gend.ids[i];
+            if (t >= 0 && t < s->n_vocab) s->gmask[t >> 5] |= 1u << (t & 31);
+        }
+    return 0;
 }
 
 int iris_sampler_n_generated(const iris_sampler *s) { return s->n_generated; }
@@ -206,6 +242,12 @@ int iris_sampler_add_prompt(iris_sampler *s, const int *ids, int n, iris_err *er
 
 iris_finish iris_sampler_accept(iris_sampler *s, int token) {
     s->n_generated++;
+    if (s->gm) {
+        int end = 0;
+        for (int i = 0; i < s->gend.n; i++) end |= token == s->gend.ids[i];
+        if (end && iris_grammar_matcher_complete(s->gm)) return IRIS_FINISH_STOP;
+        if (iris_grammar_matcher_accept_token(s->gm, token, NULL)) s->gbroken = 1;
+    }
     if (token >= 0 && token < s->n_vocab) {
         /* Allocation failure here only weakens a penalty; never fail a request for it. */
         (void)note_seen(s, token);
@@ -245,6 +287,9 @@ static int penalize(iris_sampler *s, const float *logits) {
             int t = s->gen_uniq[k];
             w[t] -= s->p.frequency_penalty * (float)s->gen_count[t] + s->p.presence_penalty;
         }
+    if (s->gm)
+        for (int i = 0; i < n; i++)
+            if (!((s->gmask[i >> 5] >> (i & 31)) & 1)) w[i] = -INFINITY;
     int best = -1;
     float bv = -INFINITY;
     for (int i = 0; i < n; i++)
@@ -406,6 +451,8 @@ static void fill_logprobs(const iris_sampler *s, const float *logits, int token,
 }
 
 int iris_sampler_sample(iris_sampler *s, const float *logits, iris_sample_out *out, iris_err *err) {
+    int rc = s->gm ? grammar_mask(s, err) : 0;
+    if (rc) return rc;
     int top = penalize(s, logits);
     if (top < 0)
         return iris_err_set(err, IRIS_EINVAL, "sampling: all %d logits are NaN or -inf", s->n_vocab);
@@ -440,7 +487,7 @@ static int lowering_penalties(const iris_sampling *p) {
 
 int iris_sampler_top_need(const iris_sampler *s) {
     const iris_sampling *p = &s->p;
-    if (p->top_logprobs > 0 || !lowering_penalties(p)) return 0;
+    if (p->top_logprobs > 0 || !lowering_penalties(p) || s->gm) return 0;
     if (greedy(s)) return 1;
     return p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
 }
@@ -570,6 +617,8 @@ int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *va
 }
 
 int iris_sampler_probs(iris_sampler *s, const float *logits, float *probs, iris_err *err) {
+    int rc = s->gm ? grammar_mask(s, err) : 0;
+    if (rc) return rc;
     int top = penalize(s, logits);
     if (top < 0)
         return iris_err_set(err, IRIS_EINVAL, "sampling: all %d logits are NaN or -inf", s->n_vocab);

@@ -19,6 +19,9 @@
  *   6. min_p (keep p >= min_p * p_max)
  *   7. draw from the softmax of what is left with the request's PRNG
  *      (xoshiro256** seeded through splitmix64).
+ * With a grammar (iris_sampler_set_grammar), every token the grammar refuses is -inf after
+ * step 2 (model/grammar.h computes the mask); the end tokens are allowed only once the output
+ * is complete, and then end it whatever ignore_eos says.  Such a sampler needs whole rows.
  * Log-probabilities reported to callers are of the raw logits (before any of
  * the above), as vLLM's default `raw_logprobs`.
  *
@@ -34,6 +37,7 @@
 
 #include "iris.h"
 #include "formats/config.h"
+#include "model/grammar.h"
 
 #define IRIS_SAMPLER_MAX_STOP_IDS 16
 #define IRIS_SAMPLER_MAX_LOGPROBS 20
@@ -78,6 +82,11 @@ int iris_sampler_init(iris_sampler **out, const iris_sampling *p, const iris_sto
                       iris_err *err);
 void iris_sampler_free(iris_sampler *s);
 
+/* Constrain the output to grammar g (taken over, freed with the sampler or on failure) over
+ * vocabulary v (n_vocab tokens; it must outlive the sampler); `end` are the tokens that end
+ * the output once the grammar is complete. */
+int iris_sampler_set_grammar(iris_sampler *s, iris_grammar *g, const iris_vocab *v, const iris_stop_ids *end,
+                             iris_err *err);
 /* Record prompt tokens (repetition penalty only). */
 int iris_sampler_add_prompt(iris_sampler *s, const int *ids, int n, iris_err *err);
 /* Pick the next token from `logits` [n_vocab] (not modified); does not record

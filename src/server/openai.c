@@ -7,8 +7,9 @@
  * message says what is allowed.  JSON null means "not given" for every
  * optional field, as the official clients may send it.  Unknown fields are
  * ignored (clients send "user", "metadata", ...); fields whose meaning we
- * cannot honour (n > 1, tools, echo, suffix, structured output) are refused
- * rather than silently ignored.
+ * cannot honour (n > 1, tools, echo, suffix) are refused rather than
+ * silently ignored.  response_format json_object and json_schema become
+ * iris_sampling.json_schema (the engine compiles it at submit).
  *
  * Text going out is valid UTF-8: bytes that are not (a token's partial
  * character) become U+FFFD, as OpenAI's servers do.
@@ -45,6 +46,7 @@ void iris_oai_request_free(iris_oai_request *r) {
     free(r->model);
     json_decref(r->messages);
     free(r->prompt);
+    free(r->json_schema);
     for (int i = 0; i < r->n_images; i++) free(r->image_urls[i]);
     json_decref(r->body);
     memset(r, 0, sizeof *r);
@@ -216,15 +218,51 @@ static int parse_prompt(iris_oai_request *r, json_t *v, iris_oai_err *e) {
     return 0;
 }
 
+/* response_format: "text"; "json_object" (any JSON object); "json_schema" with json_schema
+ * {name, schema, strict, description}.  The schema itself is compiled at submit (engine_req.c),
+ * whose refusal names the keyword (param "response_format"). */
+static int parse_response_format(json_t *o, iris_oai_request *r, iris_sampling *s, iris_oai_err *e) {
+    json_t *v = json_object_get(o, "response_format");
+    if (!v || json_is_null(v)) return 0;
+    const char *t = json_string_value(json_object_get(v, "type"));
+    if (!json_is_object(v) || !t)
+        return BAD("response_format", "'response_format' must be an object with a 'type' (\"text\", "
+                                      "\"json_object\" or \"json_schema\")");
+    if (!strcmp(t, "text")) return 0;
+    if (!strcmp(t, "json_object")) {
+        r->json_schema = strdup("{\"type\":\"object\"}");
+    } else if (!strcmp(t, "json_schema")) {
+        json_t *js = json_object_get(v, "json_schema");
+        if (!json_is_object(js))
+            return BAD("response_format.json_schema", "'response_format.json_schema' must be an object with "
+                                                      "'name' and 'schema'");
+        json_t *name = json_object_get(js, "name"), *schema = json_object_get(js, "schema");
+        json_t *strict = json_object_get(js, "strict");
+        if (!json_is_string(name) || json_string_length(name) == 0 || json_string_length(name) > 64 ||
+            strspn(json_string_value(name), "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+                json_string_length(name))
+            return BAD("response_format.json_schema.name", "'response_format.json_schema.name' must be 1 to 64 "
+                                                           "characters of a-z, A-Z, 0-9, _ and -");
+        if (!json_is_object(schema) && !json_is_boolean(schema))
+            return BAD("response_format.json_schema.schema", "'response_format.json_schema.schema' must be a JSON "
+                                                             "Schema object");
+        if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+            return BAD("response_format.json_schema.strict", "'response_format.json_schema.strict' must be a "
+                                                             "boolean");
+        r->json_schema = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    } else {
+        return BAD("response_format.type", "'response_format.type' \"%s\" is not one of \"text\", "
+                                           "\"json_object\", \"json_schema\"", t);
+    }
+    if (!r->json_schema) return iris_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    s->json_schema = r->json_schema;
+    return 0;
+}
+
 static int refuse_unsupported(json_t *o, iris_oai_kind kind, iris_oai_err *e) {
     json_t *v;
     if ((v = json_object_get(o, "tools")) && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
         return BAD("tools", "'tools' is not supported by this server");
-    if ((v = json_object_get(o, "response_format")) && !json_is_null(v)) {
-        const char *t = json_string_value(json_object_get(v, "type"));
-        if (!json_is_object(v) || !t || strcmp(t, "text"))
-            return BAD("response_format", "'response_format' other than {\"type\": \"text\"} is not supported");
-    }
     if (kind == IRIS_OAI_COMPLETION) {
         if (json_is_true(json_object_get(o, "echo"))) return BAD("echo", "'echo' is not supported");
         if ((v = json_object_get(o, "suffix")) && !json_is_null(v)) return BAD("suffix", "'suffix' is not supported");
@@ -273,6 +311,7 @@ int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_sampli
     }
 
     if ((rc = parse_sampling(o, kind, sampling, e))) goto out;
+    if ((rc = parse_response_format(o, r, sampling, e))) goto out;
     if ((rc = get_bool(o, "stream", &r->stream, e)) < 0) goto out;
     json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {

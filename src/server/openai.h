@@ -51,6 +51,8 @@ typedef struct iris_oai_request {
     char *image_urls[IRIS_OAI_MAX_IMAGES]; /* in order of appearance */
     int stream, include_usage;
     json_t *body;            /* the parsed body (a reference): the stop strings point into it */
+    char *json_schema;       /* response_format's schema as JSON text ({"type":"object"} for json_object),
+                              * NULL for text; the sampling's json_schema points here */
 } iris_oai_request;
 
 /* Parse and validate a body of `len` bytes (need not be NUL-terminated).
@@ -61,7 +63,7 @@ typedef struct iris_oai_request {
  * leaves out keeps its default, as vLLM does.  OpenAI's temperature turns
  * sampling on (> 0) or off (0); top_k -1 is off (0); a negative seed is
  * folded into [0, INT64_MAX] (the engine reads < 0 as "from the clock");
- * the stop strings stay valid while *out lives. */
+ * the stop strings and json_schema stay valid while *out lives. */
 int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_sampling *sampling, iris_oai_request *out,
                    iris_oai_err *e);
 void iris_oai_request_free(iris_oai_request *r);

@@ -1,0 +1,765 @@
+/* grammar.c: the grammar builder, the vocabulary trie and the matcher (grammar.h says what
+ * each is; grammar_schema.c writes grammars from JSON Schemas).
+ *
+ * The matcher's state is a set of parse stacks.  A stack is a persistent list of element
+ * positions (the top is the next byte set to match, below it where to return when that
+ * alternative ends), hash-consed in an arena so a stack is one int and node 0 is the empty
+ * stack (the output is complete).  Advancing by a byte keeps the stacks whose top set holds the
+ * byte, steps them past it and expands rule references until every top is a byte set again.
+ *
+ * The mask: a depth-first walk of the vocabulary trie carrying the stack set; at each trie
+ * node only children whose byte some top allows are entered, a child whose advanced set is
+ * empty is pruned with its whole subtree, and every token ending at a reached node is allowed.
+ * The walk interns its sets and memoizes (set, byte) -> set, so the many trie nodes that reach
+ * the same state (every plain character inside a string) cost an array lookup each; and at a
+ * character boundary, a subtree whose every token continues with string text (UTF-8 without
+ * quotes, backslashes or control bytes) of at most k code points is allowed whole, without
+ * being walked, when the set surely accepts any such text of k code points (every character
+ * leads to one same set, and so on k deep: what a string's stacks do).  Bytes that the same
+ * stacks' tops allow lead to the same set, so one step fills its byte class of the memo.
+ * Nodes the walk creates are rolled back after it (linear-probing inserts undone in reverse
+ * order), so the arena grows only with accepted bytes.  The last few masks are cached by their
+ * stack set.
+ *
+ * Invariants: every stack in a set has a GE_CHARS element on top or is node 0; sets carry no
+ * duplicates.  A set past MAX_SET stacks or an arena past MAX_STACK_NODES is IRIS_ELIMIT (a
+ * pathologically ambiguous schema fails its request, never stalls the engine).
+ * Owns: the matcher's arena, hash table, set buffers, memo and mask cache.
+ */
+#include "model/grammar_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+/* ---- builder ---------------------------------------------------------------------------- */
+
+static int grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 0;
+    int nc = *cap ? *cap : 16;
+    while (nc < need) nc *= 2;
+    void *np = realloc(*p, (size_t)nc * elem);
+    if (!np) return -1;
+    *p = np;
+    *cap = nc;
+    return 0;
+}
+
+int gb_init(iris_grammar *g) {
+    memset(g, 0, sizeof *g);
+    for (int i = 0; i < 256; i++) g->byte_set[i] = -1;
+    g->root = -1;
+    return 0;
+}
+
+int gb_rule(iris_grammar *g) {
+    if (grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return -1;
+    memset(&g->rules[g->n_rules], 0, sizeof *g->rules);
+    return g->n_rules++;
+}
+
+int gb_set(iris_grammar *g, const gset *s) {
+    if (grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) return -1;
+    g->sets[g->n_sets] = *s;
+    return g->n_sets++;
+}
+
+int gb_set_range(iris_grammar *g, int lo, int hi) {
+    gset s = {{0}};
+    for (int b = lo; b <= hi; b++) s.w[b >> 5] |= 1u << (b & 31);
+    return gb_set(g, &s);
+}
+
+int gb_set_byte(iris_grammar *g, int b) {
+    if (g->byte_set[b] < 0) g->byte_set[b] = gb_set_range(g, b, b);
+    return g->byte_set[b];
+}
+
+static void gseq_push(gseq *q, int type, int arg) {
+    if (q->bad || grow((void **)&q->e, &q->cap, q->n + 1, sizeof *q->e) || arg < 0) {
+        q->bad = 1;
+        return;
+    }
+    q->e[q->n++] = (gelem){type, arg};
+}
+
+void gseq_chars(iris_grammar *g, gseq *q, int set) {
+    (void)g;
+    gseq_push(q, GE_CHARS, set);
+}
+
+void gseq_ref(gseq *q, int rule) { gseq_push(q, GE_REF, rule); }
+
+void gseq_lit(iris_grammar *g, gseq *q, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) gseq_push(q, GE_CHARS, gb_set_byte(g, (unsigned char)s[i]));
+}
+
+int gb_alt(iris_grammar *g, int rule, gseq *q) {
+    int bad = q->bad || rule < 0 || g->n_el + q->n + 1 > GRAMMAR_MAX_ELEMS;
+    if (!bad) bad = grow((void **)&g->el, &g->cap_el, g->n_el + q->n + 1, sizeof *g->el);
+    grule *r = bad ? NULL : &g->rules[rule];
+    if (!bad) bad = grow((void **)&r->alts, &r->cap, r->n + 1, sizeof *r->alts);
+    if (bad) {
+        q->n = 0;
+        q->bad = 0;
+        return -1;
+    }
+    r->alts[r->n++] = g->n_el;
+    if (q->n) memcpy(g->el + g->n_el, q->e, (size_t)q->n * sizeof *q->e);
+    g->n_el += q->n;
+    g->el[g->n_el++] = (gelem){GE_END, 0};
+    q->n = 0;
+    return 0;
+}
+
+void iris_grammar_free(iris_grammar *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_rules; i++) free(g->rules[i].alts);
+    free(g->rules);
+    free(g->el);
+    free(g->sets);
+    free(g);
+}
+
+int iris_grammar_n_rules(const iris_grammar *g) { return g->n_rules; }
+
+/* ---- vocabulary trie -------------------------------------------------------------------- */
+
+/* Nodes in preorder: a node's subtree is nodes (self, end); its first child is self + 1 and
+ * each child's sibling starts where the child's subtree ends, so a walk reads memory in order. */
+typedef struct vnode {
+    int32_t end;              /* one past the last node of the subtree */
+    int32_t tok0;             /* tokens ending here: ids[tok0 .. tok0+n_tok) */
+    uint16_t n_tok;
+    uint8_t byte;
+    int8_t text_cp;           /* at a character boundary, every token below continues with string text
+                               * (text_step): its most code points; else -1 */
+} vnode;
+
+/* Bytes that stand for themselves inside a JSON string. */
+#define PLAIN_BYTE(b) ((b) >= 0x20 && (b) < 0x7F && (b) != '"' && (b) != '\\')
+
+struct iris_vocab {
+    int n_vocab;
+    vnode *nodes;
+    int n_nodes, cap_nodes;
+    int32_t *ids;             /* token ids sorted by their bytes; a subtree's tokens are contiguous */
+    int n_ids;
+    const char **str;         /* [n_vocab] bytes of each token (the tokenizer's), NULL if none */
+    size_t *len;
+};
+
+static int cmp_tok(const void *a, const void *b, void *arg) {
+    const iris_vocab *v = arg;
+    int x = *(const int32_t *)a, y = *(const int32_t *)b;
+    size_t n = v->len[x] < v->len[y] ? v->len[x] : v->len[y];
+    int c = memcmp(v->str[x], v->str[y], n);
+    if (c) return c;
+    return v->len[x] < v->len[y] ? -1 : v->len[x] > v->len[y];
+}
+
+/* UTF-8 inside a JSON string: the state after byte b in state st, or -1 when b cannot stand for
+ * itself there (a quote, a backslash, a control byte, invalid UTF-8).  st 0 is a character
+ * boundary, else (bytes still to come) << 16 | the next byte's range lo << 8 | hi.  *cp: 1 when b
+ * starts a character. */
+static int text_step(int st, int b, int *cp) {
+    *cp = st == 0;
+    if (st > 0) {
+        if (b < ((st >> 8) & 0xFF) || b > (st & 0xFF)) return -1;
+        return (st >> 16) == 1 ? 0 : ((st >> 16) - 1) << 16 | 0x80BF;
+    }
+    if (b < 0x80) return PLAIN_BYTE(b) ? 0 : -1;
+    if (b >= 0xC2 && b <= 0xDF) return 1 << 16 | 0x80BF;
+    if (b == 0xE0) return 2 << 16 | 0xA0BF;
+    if (b == 0xED) return 2 << 16 | 0x809F;
+    if (b >= 0xE1 && b <= 0xEF) return 2 << 16 | 0x80BF;
+    if (b == 0xF0) return 3 << 16 | 0x90BF;
+    if (b >= 0xF1 && b <= 0xF3) return 3 << 16 | 0x80BF;
+    if (b == 0xF4) return 3 << 16 | 0x808F;
+    return -1;
+}
+
+/* Append the node reached by `byte` covering ids[lo..hi) (all sharing their first d bytes)
+ * and its subtree, in preorder; st is the UTF-8 state after the node's path (-1: not text).
+ * Returns the most code points of string text below it, -1 when some token below is not
+ * text, -2 when out of memory. */
+static int trie_fill(iris_vocab *v, int byte, int lo, int hi, size_t d, int st) {
+    if (grow((void **)&v->nodes, &v->cap_nodes, v->n_nodes + 1, sizeof *v->nodes)) return -2;
+    int at = v->n_nodes++;
+    int i = lo;
+    while (i < hi && v->len[v->ids[i]] == d) i++;
+    v->nodes[at] = (vnode){.tok0 = lo, .n_tok = (uint16_t)(i - lo), .byte = (uint8_t)byte};
+    int below = st < 0 ? -1 : 0;
+    for (int j = i; j < hi;) {
+        unsigned char b = (unsigned char)v->str[v->ids[j]][d];
+        int j0 = j, cp = 0;
+        while (j < hi && (unsigned char)v->str[v->ids[j]][d] == b) j++;
+        int st2 = st < 0 ? -1 : text_step(st, b, &cp);
+        int k = trie_fill(v, b, j0, j, d + 1, st2);
+        if (k == -2) return -2;
+        if (k < 0 || st2 < 0) below = -1;
+        else if (below >= 0 && k + cp > below) below = k + cp;
+    }
+    v->nodes[at].end = v->n_nodes;
+    if (below > 126) below = -1;
+    v->nodes[at].text_cp = (int8_t)(st == 0 ? below : -1);
+    return below;
+}
+
+int iris_vocab_build(const iris_tok *tok, int n_vocab, iris_vocab **out, iris_err *err) {
+    *out = NULL;
+    iris_vocab *v = calloc(1, sizeof *v);
+    if (!v) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    v->n_vocab = n_vocab;
+    v->str = calloc((size_t)n_vocab, sizeof *v->str);
+    v->len = calloc((size_t)n_vocab, sizeof *v->len);
+    v->ids = malloc((size_t)n_vocab * sizeof *v->ids);
+    int n = 0, rc = (!v->str || !v->len || !v->ids);
+    for (int t = 0; !rc && t < n_vocab; t++) {
+        size_t len = 0;
+        const char *s = iris_tok_token(tok, t, &len);
+        if (!s || !len || iris_tok_is_special(tok, t)) continue;
+        v->str[t] = s;
+        v->len[t] = len;
+        v->ids[n++] = t;
+    }
+    if (!rc) {
+        qsort_r(v->ids, (size_t)n, sizeof *v->ids, cmp_tok, v);
+        v->n_ids = n;
+        rc = trie_fill(v, 0, 0, n, 0, 0) == -2;  /* the root (its byte unused) */
+    }
+    if (rc) {
+        iris_vocab_free(v);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory building the vocabulary trie");
+    }
+    *out = v;
+    return IRIS_OK;
+}
+
+void iris_vocab_free(iris_vocab *v) {
+    if (!v) return;
+    free(v->nodes);
+    free(v->ids);
+    free(v->str);
+    free(v->len);
+    free(v);
+}
+
+int iris_vocab_n(const iris_vocab *v) { return v->n_vocab; }
+int iris_vocab_n_nodes(const iris_vocab *v) { return v->n_nodes; }
+
+/* ---- matcher ---------------------------------------------------------------------------- */
+
+#define N_CACHE 8
+#define MAX_STACK_NODES (1 << 23)  /* past this, or a set past MAX_SET stacks, a request's grammar */
+#define MAX_SET (1 << 16)          /* fails with IRIS_ELIMIT (a pathologically ambiguous schema) */
+
+typedef struct gnode {
+    int32_t el, parent, slot;
+} gnode;
+
+typedef struct mask_entry {
+    int32_t *set;
+    int n, cap;
+    uint32_t *mask;
+    int valid;
+} mask_entry;
+
+#define MAX_MEMO_ROWS 4096  /* 256 ints each: 4 MiB at most during a walk */
+#define KEEP_MEMO_ROWS 1024 /* kept between masks: 1.25 MiB with their classes */
+
+typedef struct wset {
+    int32_t off, n, row;
+    int32_t text_lo, text_fail; /* every string text of text_lo code points is accepted; not of text_fail */
+    int32_t text_next;        /* the one set every text character leads to (-1 none, -3 unknown) */
+    uint32_t hash;
+    uint32_t allow[8];        /* bytes some top allows */
+} wset;
+
+typedef struct wslot {
+    uint32_t gen;
+    int32_t id;
+} wslot;
+
+struct iris_grammar_matcher {
+    const iris_grammar *g;
+    const iris_vocab *v;
+    gnode *nodes;
+    uint32_t *stamp;          /* [cap_nodes] dedupe marks */
+    int n_nodes, cap_nodes;
+    uint32_t cur_stamp;
+    int32_t *ht;              /* node id + 1, 0 empty; linear probing */
+    uint32_t ht_mask;
+    int ht_grown;             /* the table was rehashed during a mask walk */
+    int32_t *cur;             /* the current stack set, sorted */
+    int n_cur, cap_cur;
+    int32_t *buf;             /* sets of the walk, stacked */
+    int n_buf, cap_buf;
+    int oom;
+    uint32_t *mask;           /* the walk's output */
+    mask_entry cache[N_CACHE];
+    int cache_next;
+    uint64_t cache_hits;
+    /* The walk's sets, interned for one mask: set i is buf[ws[i].off ..+ ws[i].n); memo rows map
+     * a set and a byte to the next set (-2 unknown, -1 empty). */
+    wset *ws;
+    int n_ws, cap_ws;
+    wslot *wht;               /* set hash table; entries of other walks are stale by gen */
+    uint32_t wht_mask, gen;
+    int32_t *memo;
+    int n_rows, cap_rows;
+    uint8_t *cls;             /* [row * 256 + byte]: the byte's class for that row's set */
+    int cap_cls;
+};
+
+static uint32_t node_hash(int32_t el, int32_t parent) {
+    uint64_t h = ((uint64_t)(uint32_t)el << 32 | (uint32_t)parent) * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 32);
+}
+
+static int ht_rebuild(iris_grammar_matcher *m, uint32_t size) {
+    int32_t *ht = calloc(size, sizeof *ht);
+    if (!ht) return -1;
+    free(m->ht);
+    m->ht = ht;
+    m->ht_mask = size - 1;
+    for (int i = 1; i < m->n_nodes; i++) {
+        uint32_t s = node_hash(m->nodes[i].el, m->nodes[i].parent) & m->ht_mask;
+        while (ht[s]) s = (s + 1) & m->ht_mask;
+        ht[s] = i + 1;
+        m->nodes[i].slot = (int32_t)s;
+    }
+    return 0;
+}
+
+/* The stack (el on top of parent), made if new; -1 when out of memory. */
+static int32_t intern(iris_grammar_matcher *m, int32_t el, int32_t parent) {
+    uint32_t s = node_hash(el, parent) & m->ht_mask;
+    for (int32_t id; (id = m->ht[s]); s = (s + 1) & m->ht_mask)
+        if (m->nodes[id - 1].el == el && m->nodes[id - 1].parent == parent) return id - 1;
+    if (m->n_nodes >= MAX_STACK_NODES) return m->oom = 2, -1;
+    if (m->n_nodes + 1 > m->cap_nodes) {
+        int nc = m->cap_nodes * 2;
+        gnode *nn = realloc(m->nodes, (size_t)nc * sizeof *nn);
+        if (nn) m->nodes = nn;
+        uint32_t *ns = nn ? realloc(m->stamp, (size_t)nc * sizeof *ns) : NULL;
+        if (!ns) return m->oom = 1, -1;
+        m->stamp = ns;
+        memset(ns + m->cap_nodes, 0, (size_t)(nc - m->cap_nodes) * sizeof *ns);
+        m->cap_nodes = nc;
+    }
+    int32_t id = m->n_nodes++;
+    m->nodes[id] = (gnode){el, parent, (int32_t)s};
+    m->stamp[id] = 0;
+    m->ht[s] = id + 1;
+    if ((uint32_t)m->n_nodes * 2 > m->ht_mask) {
+        if (ht_rebuild(m, (m->ht_mask + 1) * 2)) return m->oom = 1, -1;
+        m->ht_grown = 1;
+    }
+    return id;
+}
+
+static void rollback(iris_grammar_matcher *m, int mark) {
+    if (m->ht_grown) {
+        m->n_nodes = mark;
+        if (ht_rebuild(m, m->ht_mask + 1)) m->oom = 1;
+        m->ht_grown = 0;
+        return;
+    }
+    for (int i = m->n_nodes - 1; i >= mark; i--) m->ht[m->nodes[i].slot] = 0;
+    m->n_nodes = mark;
+}
+
+static void push_buf(iris_grammar_matcher *m, int32_t x) {
+    if (m->n_buf >= MAX_STACK_NODES) {
+        m->oom = 2;
+        return;
+    }
+    if (grow((void **)&m->buf, &m->cap_buf, m->n_buf + 1, sizeof *m->buf)) {
+        m->oom = 1;
+        return;
+    }
+    m->buf[m->n_buf++] = x;
+}
+
+/* The stack after the element at `el` of `parent`'s alternative: parent itself at its end. */
+static int32_t next_of(iris_grammar_matcher *m, int32_t el, int32_t parent) {
+    return m->g->el[el + 1].type == GE_END ? parent : intern(m, el + 1, parent);
+}
+
+/* Append to buf the stacks `n` stands for with a byte set (or nothing) on top. */
+static void expand(iris_grammar_matcher *m, int32_t n) {
+    if (n < 0 || m->stamp[n] == m->cur_stamp) return;
+    m->stamp[n] = m->cur_stamp;
+    if (n == 0) {
+        push_buf(m, 0);
+        return;
+    }
+    const gelem *e = &m->g->el[m->nodes[n].el];
+    if (e->type == GE_CHARS) {
+        push_buf(m, n);
+        return;
+    }
+    int32_t cont = next_of(m, m->nodes[n].el, m->nodes[n].parent);
+    const grule *r = &m->g->rules[e->arg];
+    for (int a = 0; a < r->n; a++) {
+        int first = r->alts[a];
+        expand(m, m->g->el[first].type == GE_END ? cont : intern(m, first, cont));
+    }
+}
+
+/* Advance the set buf[off .. off+n) by byte c, appending the result to buf; returns its size. */
+static int advance(iris_grammar_matcher *m, int off, int n, int c) {
+    int start = m->n_buf;
+    m->cur_stamp++;
+    for (int i = 0; i < n; i++) {
+        int32_t s = m->buf[off + i];
+        if (s == 0) continue;
+        const gnode *nd = &m->nodes[s];
+        if (!gset_has(&m->g->sets[m->g->el[nd->el].arg], c)) continue;
+        expand(m, next_of(m, nd->el, nd->parent));
+    }
+    if (m->n_buf - start > MAX_SET) m->oom = 2;
+    return m->n_buf - start;
+}
+
+static void allowed_bytes(const iris_grammar_matcher *m, int off, int n, uint32_t w[8]) {
+    memset(w, 0, 8 * sizeof *w);
+    for (int i = 0; i < n; i++) {
+        int32_t s = m->buf[off + i];
+        if (!s) continue;
+        const gset *set = &m->g->sets[m->g->el[m->nodes[s].el].arg];
+        for (int k = 0; k < 8; k++) w[k] |= set->w[k];
+    }
+}
+
+static uint32_t set_hash(const int32_t *a, int n) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)a[i]) * 0x100000001b3ull;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* The set buf[off ..+ n] as an id of this walk (the new copy dropped when it is known). */
+static int intern_set(iris_grammar_matcher *m, int off, int n) {
+    uint32_t h = set_hash(m->buf + off, n);
+    uint32_t s = h & m->wht_mask;
+    for (; m->wht[s].gen == m->gen; s = (s + 1) & m->wht_mask) {
+        const wset *w = &m->ws[m->wht[s].id];
+        if (w->hash == h && w->n == n && !memcmp(m->buf + w->off, m->buf + off, (size_t)n * sizeof *m->buf)) {
+            m->n_buf = off;
+            return m->wht[s].id;
+        }
+    }
+    if (grow((void **)&m->ws, &m->cap_ws, m->n_ws + 1, sizeof *m->ws)) return m->oom = 1, -1;
+    int id = m->n_ws++;
+    wset *w = &m->ws[id];
+    *w = (wset){.off = off, .n = n, .row = -1, .text_lo = 0, .text_fail = 128, .text_next = -3, .hash = h};
+    allowed_bytes(m, off, n, w->allow);
+    m->wht[s] = (wslot){m->gen, id};
+    if ((uint32_t)m->n_ws * 2 > m->wht_mask) {  /* grow: re-insert this walk's sets */
+        uint32_t size = (m->wht_mask + 1) * 2;
+        wslot *nt = calloc(size, sizeof *nt);
+        if (!nt) return m->oom = 1, -1;
+        free(m->wht);
+        m->wht = nt;
+        m->wht_mask = size - 1;
+        for (int i = 0; i < m->n_ws; i++) {
+            uint32_t k = m->ws[i].hash & m->wht_mask;
+            while (m->wht[k].gen == m->gen) k = (k + 1) & m->wht_mask;
+            m->wht[k] = (wslot){m->gen, i};
+        }
+    }
+    return id;
+}
+
+/* The set after set `sid` reads byte c: an id, or -1 when empty. */
+/* A memo row for set sid: bytes no top allows are -1 at once, the rest unknown (-2), and each
+ * byte's class: bytes that the same stacks' tops allow lead to the same set (advance depends
+ * only on which stacks match), so one step fills its whole class.  -1 when no row can be had. */
+static int memo_row(iris_grammar_matcher *m, int sid) {
+    if (m->n_rows >= MAX_MEMO_ROWS) return -1;
+    if (grow((void **)&m->memo, &m->cap_rows, (m->n_rows + 1) * 256, sizeof *m->memo) ||
+        grow((void **)&m->cls, &m->cap_cls, (m->n_rows + 1) * 256, 1))
+        return m->oom = 1, -1;
+    int row = m->ws[sid].row = m->n_rows++;
+    int32_t *memo = m->memo + row * 256;
+    uint8_t *cls = m->cls + row * 256;
+    const wset *w = &m->ws[sid];
+    uint64_t sig[256] = {0}, seen[256];
+    int n_seen = 0, n_allowed = 0;
+    for (int k = 0; k < 8; k++) n_allowed += __builtin_popcount(w->allow[k]);
+    int classes = w->n <= 64 && n_allowed >= 16;  /* else classes would cost more than they save */
+    for (int i = 0; i < w->n && classes; i++) {
+        int32_t st = m->buf[w->off + i];
+        if (!st) continue;
+        const gset *set = &m->g->sets[m->g->el[m->nodes[st].el].arg];
+        for (int b = 0; b < 256; b++)
+            if (gset_has(set, b)) sig[b] |= 1ull << i;
+    }
+    for (int b = 0; b < 256; b++) {
+        int allowed = (w->allow[b >> 5] >> (b & 31)) & 1;
+        memo[b] = allowed ? -2 : -1;
+        if (!classes) {
+            cls[b] = (uint8_t)b;
+            continue;
+        }
+        int k = 0;
+        while (k < n_seen && seen[k] != sig[b]) k++;
+        if (k == n_seen) seen[n_seen++] = sig[b];
+        cls[b] = (uint8_t)k;
+    }
+    return row;
+}
+
+static int step_set(iris_grammar_matcher *m, int sid, int c) {
+    int row = m->ws[sid].row;
+    if (row < 0 && !m->oom) row = memo_row(m, sid);
+    if (row >= 0 && m->memo[row * 256 + c] != -2) return m->memo[row * 256 + c];
+    int start = m->n_buf;
+    int n = advance(m, m->ws[sid].off, m->ws[sid].n, c);
+    int id = n ? intern_set(m, start, n) : -1;
+    if (row >= 0) {
+        const uint8_t *cls = m->cls + row * 256;
+        for (int b = 0; b < 256; b++)
+            if (cls[b] == cls[c]) m->memo[row * 256 + b] = id;
+    }
+    return id;
+}
+
+/* The set all of bytes lo..hi lead to from sid, then `need` - 1 more continuation bytes: -1
+ * when they differ or one is refused. */
+static int same_after(iris_grammar_matcher *m, int sid, int need, int lo, int hi) {
+    int y = step_set(m, sid, lo);
+    for (int c = lo + 1; c <= hi && y >= 0; c++)
+        if (step_set(m, sid, c) != y) y = -1;
+    return y < 0 || need == 1 ? y : same_after(m, y, need - 1, 0x80, 0xBF);
+}
+
+/* The one set that every character of string text (text_step) leads to from sid, or -1. */
+static int text_next(iris_grammar_matcher *m, int sid) {
+    if (m->ws[sid].text_next != -3) return m->ws[sid].text_next;
+    int t = step_set(m, sid, 'a');
+    for (int b = 0x20; b < 0x100 && t >= 0 && !m->oom; b++) {
+        int cp, st = text_step(0, b, &cp);
+        if (st < 0) continue;
+        int x = step_set(m, sid, b);
+        if (st > 0 && x >= 0) x = same_after(m, x, st >> 16, (st >> 8) & 0xFF, st & 0xFF);
+        if (x != t) t = -1;
+    }
+    m->ws[sid].text_next = t;
+    return t;
+}
+
+/* 1 when set sid surely accepts every string text of up to k code points. */
+static int text_ok(iris_grammar_matcher *m, int sid, int k) {
+    wset *w = &m->ws[sid];
+    if (k <= w->text_lo) return 1;
+    if (k >= w->text_fail) return 0;
+    int t = text_next(m, sid);
+    int ok = t < 0 ? 0 : t == sid ? 1 : text_ok(m, t, k - 1);
+    w = &m->ws[sid];  /* step_set may have moved ws */
+    if (ok) w->text_lo = t == sid ? 127 : k;
+    else w->text_fail = k;
+    return ok;
+}
+
+static void walk(iris_grammar_matcher *m, int t, int sid) {
+    const iris_vocab *v = m->v;
+    for (int ci = t + 1, end = v->nodes[t].end; ci < end && !m->oom; ci = v->nodes[ci].end) {
+        const vnode *c = &v->nodes[ci];
+        if (!((m->ws[sid].allow[c->byte >> 5] >> (c->byte & 31)) & 1)) continue;
+        int nid = step_set(m, sid, c->byte);
+        if (nid < 0) continue;
+        int last = c->tok0 + c->n_tok;
+        int whole = c->end > ci + 1 && c->text_cp >= 0 && text_ok(m, nid, c->text_cp);
+        if (whole) last = c->end < v->n_nodes ? v->nodes[c->end].tok0 : v->n_ids;  /* the subtree's tokens */
+        for (int i = c->tok0; i < last; i++) {
+            int id = v->ids[i];
+            m->mask[id >> 5] |= 1u << (id & 31);
+        }
+        if (c->end > ci + 1 && !whole) walk(m, ci, nid);
+    }
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Replace the current set by buf[off .. off+n), sorted. */
+static int set_cur(iris_grammar_matcher *m, int off, int n) {
+    if (grow((void **)&m->cur, &m->cap_cur, n, sizeof *m->cur)) return -1;
+    memcpy(m->cur, m->buf + off, (size_t)n * sizeof *m->cur);
+    qsort(m->cur, (size_t)n, sizeof *m->cur, cmp_i32);
+    m->n_cur = n;
+    return 0;
+}
+
+int iris_grammar_matcher_init(iris_grammar_matcher **out, const iris_grammar *g, const iris_vocab *v,
+                              iris_err *err) {
+    *out = NULL;
+    iris_grammar_matcher *m = calloc(1, sizeof *m);
+    if (!m) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    m->g = g;
+    m->v = v;
+    m->cap_nodes = 1024;
+    m->nodes = malloc((size_t)m->cap_nodes * sizeof *m->nodes);
+    m->stamp = calloc((size_t)m->cap_nodes, sizeof *m->stamp);
+    size_t words = ((size_t)v->n_vocab + 31) / 32;
+    m->mask = malloc(words * sizeof *m->mask);
+    int rc = !m->nodes || !m->stamp || !m->mask;
+    if (!rc) {
+        m->nodes[0] = (gnode){-1, -1, -1};
+        m->n_nodes = 1;
+        rc = ht_rebuild(m, 4096);
+    }
+    if (!rc) {
+        m->wht = calloc(1024, sizeof *m->wht);
+        m->wht_mask = 1023;
+        rc = !m->wht;
+    }
+    /* The start: the root rule as if referenced from an alternative of its own. */
+    int32_t root = -1;
+    if (!rc) {
+        const grule *r = &g->rules[g->root];
+        m->cur_stamp++;
+        for (int a = 0; a < r->n; a++)
+            expand(m, g->el[r->alts[a]].type == GE_END ? 0 : intern(m, r->alts[a], 0));
+        root = m->n_buf;
+        rc = m->oom || set_cur(m, 0, root);
+        m->n_buf = 0;
+    }
+    if (rc) {
+        iris_grammar_matcher_free(m);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory starting the grammar");
+    }
+    *out = m;
+    return IRIS_OK;
+}
+
+void iris_grammar_matcher_free(iris_grammar_matcher *m) {
+    if (!m) return;
+    for (int i = 0; i < N_CACHE; i++) {
+        free(m->cache[i].set);
+        free(m->cache[i].mask);
+    }
+    free(m->nodes);
+    free(m->stamp);
+    free(m->ht);
+    free(m->cur);
+    free(m->buf);
+    free(m->mask);
+    free(m->ws);
+    free(m->wht);
+    free(m->memo);
+    free(m->cls);
+    free(m);
+}
+
+uint64_t iris_grammar_matcher_cache_hits(const iris_grammar_matcher *m) { return m->cache_hits; }
+
+int iris_grammar_matcher_complete(const iris_grammar_matcher *m) { return m->n_cur > 0 && m->cur[0] == 0; }
+
+int iris_grammar_matcher_can_continue(const iris_grammar_matcher *m) {
+    return m->n_cur > 1 || (m->n_cur == 1 && m->cur[0] != 0);
+}
+
+static mask_entry *cache_find(iris_grammar_matcher *m) {
+    for (int i = 0; i < N_CACHE; i++) {
+        mask_entry *c = &m->cache[i];
+        if (c->valid && c->n == m->n_cur && !memcmp(c->set, m->cur, (size_t)m->n_cur * sizeof *m->cur))
+            return c;
+    }
+    return NULL;
+}
+
+static int limit_err(iris_grammar_matcher *m, iris_err *err, const char *what) {
+    int too_big = m->oom == 2;
+    m->oom = 0;
+    if (too_big)
+        return iris_err_set(err, IRIS_ELIMIT, "%s: too many parse stacks (a schema too ambiguous, such as "
+                                              "nested anyOf of overlapping branches)", what);
+    return iris_err_set(err, IRIS_ENOMEM, "out of memory %s", what);
+}
+
+int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err *err) {
+    size_t words = ((size_t)m->v->n_vocab + 31) / 32;
+    mask_entry *c = cache_find(m);
+    if (c) {
+        memcpy(mask, c->mask, words * sizeof *mask);
+        m->cache_hits++;
+        return IRIS_OK;
+    }
+    memset(m->mask, 0, words * sizeof *m->mask);
+    int mark = m->n_nodes;
+    m->n_buf = 0;
+    for (int i = 0; i < m->n_cur; i++) push_buf(m, m->cur[i]);
+    m->gen++;
+    m->n_ws = m->n_rows = 0;
+    int root = m->oom ? -1 : intern_set(m, 0, m->n_cur);
+    if (root >= 0) walk(m, 0, root);
+    rollback(m, mark);
+    m->n_buf = 0;
+    if (m->cap_rows > KEEP_MEMO_ROWS * 256) {  /* a rare wide walk (a long enum) gives it back */
+        free(m->memo);
+        free(m->cls);
+        m->memo = NULL;
+        m->cls = NULL;
+        m->cap_rows = m->cap_cls = 0;
+    }
+    if (m->oom) return limit_err(m, err, "computing a grammar mask");
+    memcpy(mask, m->mask, words * sizeof *mask);
+    c = &m->cache[m->cache_next];
+    if (!c->mask) c->mask = malloc(words * sizeof *c->mask);
+    if (c->mask && !grow((void **)&c->set, &c->cap, m->n_cur, sizeof *c->set)) {
+        memcpy(c->mask, m->mask, words * sizeof *c->mask);
+        memcpy(c->set, m->cur, (size_t)m->n_cur * sizeof *c->set);
+        c->n = m->n_cur;
+        c->valid = 1;
+        m->cache_next = (m->cache_next + 1) % N_CACHE;
+    }
+    return IRIS_OK;
+}
+
+int iris_grammar_matcher_accept_bytes(iris_grammar_matcher *m, const char *s, size_t n, iris_err *err) {
+    m->n_buf = 0;
+    for (int i = 0; i < m->n_cur; i++) push_buf(m, m->cur[i]);
+    int off = 0, cnt = m->n_cur;
+    for (size_t i = 0; i < n && cnt && !m->oom; i++) {
+        int off2 = m->n_buf;
+        cnt = advance(m, off, cnt, (unsigned char)s[i]);
+        memmove(m->buf, m->buf + off2, (size_t)cnt * sizeof *m->buf);  /* keep buf small */
+        m->n_buf = cnt;
+        off = 0;
+    }
+    int rc = IRIS_OK;
+    if (m->oom) rc = limit_err(m, err, "advancing the grammar");
+    else if (!cnt) rc = iris_err_set(err, IRIS_EINVAL, "the output does not follow the grammar here");
+    else if (set_cur(m, 0, cnt)) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    m->n_buf = 0;
+    return rc;
+}
+
+int iris_grammar_matcher_accept_token(iris_grammar_matcher *m, int token, iris_err *err) {
+    if (token < 0 || token >= m->v->n_vocab || !m->v->str[token])
+        return iris_err_set(err, IRIS_EINVAL, "token %d is not allowed by the grammar", token);
+    return iris_grammar_matcher_accept_bytes(m, m->v->str[token], m->v->len[token], err);
+}
+
+int iris_grammar_matcher_allows(iris_grammar_matcher *m, const char *s, size_t n) {
+    int mark = m->n_nodes;
+    m->n_buf = 0;
+    for (int i = 0; i < m->n_cur; i++) push_buf(m, m->cur[i]);
+    int off = 0, cnt = m->n_cur;
+    for (size_t i = 0; i < n && cnt && !m->oom; i++) {
+        int off2 = m->n_buf;
+        cnt = advance(m, off, cnt, (unsigned char)s[i]);
+        off = off2;
+    }
+    rollback(m, mark);
+    m->n_buf = 0;
+    int ok = cnt > 0 && !m->oom;
+    m->oom = 0;
+    return ok;
+}
