@@ -2,12 +2,15 @@
  * streamed text before the stop string and reports finish "stop";
  * --threads 1 gives the same greedy answer as the default thread count.
  * `iris caption` loads the model once and decodes its image once; `iris bench`
- * times the steps of the engine's own runner (one load, one runner). */
+ * times the steps of the engine's own runner (one load, one runner); --json-schema
+ * answers follow their schema. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "test.h"
+
+#include <jansson.h>
 
 #include <unistd.h>
 
@@ -91,4 +94,51 @@ IRIS_TEST(cli_bench_through_engine) {
     CHECK_CONTAINS(out, "{\"batch\":1,");
     CHECK_CONTAINS(out, "{\"batch\":3,");
     free(out);
+}
+
+/* --json-schema FILE: at temperature 1 and several seeds the demo model's answer parses and follows
+ * the schema (an enum, a bounded integer, required keys, nothing else); a schema keyword iris cannot
+ * honour is refused by name. */
+IRIS_TEST(cli_json_schema) {
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    char path[64], cmd[1024];
+    snprintf(path, sizeof path, "/tmp/iris-schema-%d.json", (int)getpid());
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fputs("{\"type\":\"object\",\"properties\":{\"shape\":{\"enum\":[\"square\",\"circle\"]},"
+          "\"count\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}},\"required\":[\"shape\",\"count\"],"
+          "\"additionalProperties\":false}", f);
+    fclose(f);
+    for (int seed = 1; seed <= 4; seed++) {
+        snprintf(cmd, sizeof cmd, "%s ask examples/images/scene1.png 'How many squares?' --json-schema %s "
+                 "--temperature 1 --seed %d -q", bin, path, seed);
+        int st;
+        char *out = iris_test_popen(cmd, &st);
+        REQUIRE(out);
+        CHECKF(st == 0, "seed %d: exit %d", seed, st);
+        json_error_t je;
+        json_t *j = json_loads(out, 0, &je);
+        CHECKF(j && json_is_object(j), "seed %d: not a JSON object: %s", seed, out);
+        if (j) {
+            const char *shape = json_string_value(json_object_get(j, "shape"));
+            json_t *count = json_object_get(j, "count");
+            CHECKF(shape && (!strcmp(shape, "square") || !strcmp(shape, "circle")), "seed %d: shape in %s", seed, out);
+            CHECKF(json_is_integer(count) && json_integer_value(count) >= 0 && json_integer_value(count) <= 9,
+                   "seed %d: count in %s", seed, out);
+            CHECKF(json_object_size(j) == 2, "seed %d: extra keys in %s", seed, out);
+        }
+        json_decref(j);
+        free(out);
+    }
+    f = fopen(path, "w");
+    REQUIRE(f);
+    fputs("{\"type\":\"string\",\"pattern\":\"a+\"}", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s ask examples/images/scene1.png x --json-schema %s -q 2>&1", bin, path);
+    int st;
+    char *out = iris_test_popen(cmd, &st);
+    CHECK(st == 1);
+    CHECK_CONTAINS(out, "\"pattern\"");
+    free(out);
+    unlink(path);
 }

@@ -40,17 +40,18 @@ static const char *DESCRIBE_PROMPT =
 enum { F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP, F_PRES, F_FREQ, F_SEED, F_MAXTOK, F_N };
 
 typedef struct run_args {
-    const char *cmd, *model, *system, *prompt, *prompt_file;
+    const char *cmd, *model, *system, *prompt, *prompt_file, *schema_file;
     const char *images[MAX_IMAGES];
     int n_images;
     const char *stop[IRIS_MAX_STOP];
     int n_stop;
     long long threads;
-    int json, quiet, verbose, demo;
+    int json, quiet, verbose, demo, json_object;
     int have[F_N];        /* which sampling flags were given, to write over the defaults */
     double fv[F_N];
     long long iv[F_N];
     char *prompt_buf;     /* --prompt-file or stdin (freed at the end) */
+    char *schema_buf;     /* --json-schema's file (freed at the end) */
     iris_cli_engine ce;   /* the engine's flags (engine_flags.h) */
     iris_opt own[32];
 } run_args;
@@ -93,6 +94,11 @@ static const iris_opt *own_table(run_args *a) {
     t[n] = OPT("--stop", 0, IRIS_OPT_LIST, a->stop, "TEXT",
                "stop when the answer contains TEXT (repeatable; TEXT is not printed)", 0, 0, NULL, &a->n_stop);
     t[n++].max = IRIS_MAX_STOP;
+    t[n++] = OPT("--json-schema", 0, IRIS_OPT_STR, &a->schema_file, "FILE",
+                 "the answer is JSON that follows the JSON Schema in FILE (keywords\niris cannot honour are refused)",
+                 0, 0, NULL, NULL);
+    t[n++] = OPT("--json-object", 0, IRIS_OPT_FLAG, &a->json_object, NULL, "the answer is a JSON object", 0, 0, NULL,
+                 NULL);
     t[n++] = (iris_opt)IRIS_OPT_HEADING("output");
     t[n++] = OPT("--json", 0, IRIS_OPT_FLAG, &a->json, NULL,
                  "one JSON object on stdout: text, finish_reason, usage, timings", 0, 0, NULL, NULL);
@@ -229,6 +235,8 @@ static int generate(iris_engine *e, const run_args *a, iris_err *err) {
     iris_request_params rp;
     iris_request_params_default(e, &rp);
     apply_flags(a, &rp.sampling);
+    if (a->schema_buf) rp.sampling.json_schema = a->schema_buf;
+    else if (a->json_object) rp.sampling.json_schema = "{\"type\":\"object\"}";
     rp.prompt = &p;
     iris_request *r = NULL;
     rc = iris_engine_submit(e, &rp, &r, err);
@@ -253,6 +261,9 @@ static int run_common(run_args *a) {
     if (a->n_stop)
         for (int i = 0; i < a->n_stop; i++)
             if (!*a->stop[i]) return iris_cli_usage_error(a->cmd, "--stop '': give a non-empty text");
+    if (a->schema_file && a->json_object)
+        return iris_cli_usage_error(a->cmd, "give --json-schema FILE or --json-object, not both");
+    if (a->schema_file && !(a->schema_buf = iris_cli_read_text(a->schema_file, &err))) return iris_cli_fail(&err);
     iris_cli_quiet(a->quiet);
     /* the engine's info lines are statistics too: shown with --verbose or on a terminal */
     if (!a->quiet && !a->verbose && !isatty(2) && !getenv("IRIS_LOG")) iris_log_set_level(IRIS_LOG_WARN);
@@ -268,6 +279,7 @@ static int run_common(run_args *a) {
     if (!rc) rc = generate(e, a, &err);
     iris_engine_close(e);
     free(a->prompt_buf);
+    free(a->schema_buf);
     return rc ? iris_cli_fail(&err) : 0;
 }
 
