@@ -185,7 +185,8 @@ IRIS_TEST(cli_batch_resume) {
     CHECK_EQ_INT(st, 0);
     CHECK_CONTAINS(again, "already");
     CHECK_EQ_INT(count_lines(out), N_IMGS);
-    /* drop the second line (and cut the last one short, as a killed run leaves it): both are redone */
+    /* drop the second line and cut the last one short (a killed run): both are redone, the cut
+     * line is cut off */
     snprintf(cmd, sizeof cmd, "sed -i '2d' %s && truncate -s -5 %s && tail -c 40 %s", out, out, out);
     free(iris_test_popen(cmd, &st));
     snprintf(cmd, sizeof cmd, "%s caption %s -o %s --resume " FLAGS, bin(), dir, out);
@@ -194,12 +195,7 @@ IRIS_TEST(cli_batch_resume) {
     snprintf(cmd, sizeof cmd, "cat %s", out);
     char *all = iris_test_popen(cmd, &st);
     json_t *l[16];
-    int n = 0;
-    for (char *p = all, *e; p && *p; p = e ? e + 1 : NULL) {  /* the cut line is not JSON: skip it */
-        e = strchr(p, '\n');
-        json_t *o = json_loadb(p, e ? (size_t)(e - p) : strlen(p), 0, NULL);
-        if (o && n < 16) l[n++] = o;
-    }
+    int n = parse_lines(all, l, 16);  /* every line JSON: the cut one is gone */
     CHECK_EQ_INT(n, N_IMGS);
     char s[2048];
     set_of(l, n, s, sizeof s);

@@ -7,7 +7,7 @@
  * --from's lines are paths too (blank lines skipped).  With --resume the
  * output file is read first: an image with a line holding "text" is done;
  * one whose line holds "error" is tried again.  The file is then appended
- * to (a newline first when its last line was cut).
+ * to (a last line cut short, as a killed run leaves it, is cut off first).
  *
  * The run: worker threads take the next image in list order and build its
  * prompt (decode, resize, patchify, tokenize: ops->build), at most a few
@@ -163,10 +163,10 @@ static int read_from(iris_batch *b, const char *list, iris_err *err) {
     return rc;
 }
 
-/* --resume: the images the output file already answers (sorted, for bsearch), and whether its
- * last line was cut. */
-static int read_done(const char *path, char ***done, int *n_done, int *cut, iris_err *err) {
-    *done = NULL, *n_done = 0, *cut = 0;
+/* --resume: the images the output file already answers (sorted, for bsearch); a last line cut
+ * short (a run killed while writing) is cut off the file. */
+static int read_done(const char *path, char ***done, int *n_done, iris_err *err) {
+    *done = NULL, *n_done = 0;
     FILE *f = fopen(path, "r");
     if (!f) return errno == ENOENT ? 0 : iris_err_set(err, IRIS_EIO, "--resume %s: %s", path, strerror(errno));
     char *line = NULL;
@@ -174,8 +174,11 @@ static int read_done(const char *path, char ***done, int *n_done, int *cut, iris
     ssize_t len;
     int n = 0, room = 0, rc = 0;
     char **d = NULL;
+    long whole = 0;  /* the bytes of the complete lines */
+    int cut = 0;
     while (!rc && (len = getline(&line, &cap, f)) >= 0) {
-        *cut = line[len - 1] != '\n';
+        if ((cut = line[len - 1] != '\n')) break;
+        whole += len;
         json_t *o = json_loads(line, JSON_DECODE_ANY, NULL);
         const char *im = json_string_value(json_object_get(o, "image"));
         if (im && json_is_string(json_object_get(o, "text"))) {
@@ -191,6 +194,8 @@ static int read_done(const char *path, char ***done, int *n_done, int *cut, iris
     }
     free(line);
     fclose(f);
+    if (!rc && cut && truncate(path, whole))
+        rc = iris_err_set(err, IRIS_EIO, "--resume %s: %s", path, strerror(errno));
     if (n) qsort(d, (size_t)n, sizeof *d, by_name);
     *done = d, *n_done = n;
     return rc;
@@ -209,8 +214,8 @@ int iris_batch_prepare(const iris_batch_opts *o, const char *const *paths, int n
     if (!rc && o->from) rc = read_from(b, o->from, err);
     if (!rc && !b->n_all) rc = iris_err_set(err, IRIS_ENOTFOUND, "no images found");
     char **done = NULL;
-    int n_done = 0, cut = 0;
-    if (!rc && o->resume) rc = read_done(o->out, &done, &n_done, &cut, err);
+    int n_done = 0;
+    if (!rc && o->resume) rc = read_done(o->out, &done, &n_done, err);
     if (!rc && !(b->it = calloc((size_t)b->n_all, sizeof *b->it)))
         rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
     if (!rc && !(b->done_q = calloc((size_t)b->n_all, sizeof *b->done_q)))
@@ -228,8 +233,6 @@ int iris_batch_prepare(const iris_batch_opts *o, const char *const *paths, int n
     if (!rc && o->out && b->n) {
         if (!(b->out = fopen(o->out, o->resume ? "a" : "w")))
             rc = iris_err_set(err, IRIS_EIO, "%s: %s", o->out, strerror(errno));
-        else if (cut)
-            fputc('\n', b->out);
     } else if (!rc && !o->out) {
         b->out = stdout;
     }
@@ -343,7 +346,7 @@ static void submit_ready(iris_batch *b) {
 }
 
 static int write_line(iris_batch *b, item *t) {
-    json_t *o = t->err ? json_pack("{s:s, s:s}", "image", t->path, "error", t->err ? t->err : "out of memory")
+    json_t *o = t->err ? json_pack("{s:s, s:s}", "image", t->path, "error", t->err)
                        : json_pack("{s:s, s:s#, s:i, s:I}", "image", t->path, "text", t->text ? t->text : "",
                                    t->len, "tokens", t->tokens, "ms", (json_int_t)llround(t->ms));
     if (t->err) b->n_failed++;
@@ -359,8 +362,9 @@ static int write_line(iris_batch *b, item *t) {
     return rc;
 }
 
+/* The bar on stderr, when it is a terminal that the lines do not go to. */
 static void progress(iris_batch *b, int last) {
-    if (b->o.quiet || !isatty(2)) return;
+    if (b->o.quiet || !isatty(2) || (b->out == stdout && isatty(1))) return;
     double t = now_s();
     if (!last && t - b->last_bar < 0.1) return;
     b->last_bar = t;

@@ -12,7 +12,8 @@
  *
  * Output: one JSON line per image, {"image", "text", "tokens", "ms"} or
  * {"image", "error"}, in input order (or as they finish with unordered);
- * progress on stderr (a bar on a terminal, else one summary line). */
+ * progress on stderr: a bar on a terminal that the lines do not go to; a
+ * summary line at the end. */
 #ifndef IRIS_CLI_BATCH_H
 #define IRIS_CLI_BATCH_H
 
