@@ -15,7 +15,12 @@
  * timings).  The statistics line goes to stderr with --verbose, or when
  * stderr is a terminal; --quiet leaves only errors on stderr.  Without a
  * model the demo model answers, and one notice on stderr says so.  The
- * prompt may come from --prompt-file FILE or `-` (stdin). */
+ * prompt may come from --prompt-file FILE or `-` (stdin).
+ *
+ * caption, ask and describe also take many images (several, directories,
+ * --from LIST): batch mode (batch.h) builds and submits each image's prompt
+ * through the same two functions (build_prompt, submit_prompt) on an engine
+ * of max_num_seqs sequences, and writes JSON lines. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
