@@ -15,13 +15,20 @@
  * timings).  The statistics line goes to stderr with --verbose, or when
  * stderr is a terminal; --quiet leaves only errors on stderr.  Without a
  * model the demo model answers, and one notice on stderr says so.  The
- * prompt may come from --prompt-file FILE or `-` (stdin). */
+ * prompt may come from --prompt-file FILE or `-` (stdin).
+ *
+ * caption, ask and describe also take many images (several, directories,
+ * --from LIST): batch mode (batch.h) builds and submits each image's prompt
+ * through the same two functions (build_prompt, submit_prompt) on an engine
+ * of max_num_seqs sequences, and writes JSON lines. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "cli.h"
 #include "default_model.h"
 #include "engine/engine.h"
@@ -43,6 +50,8 @@ typedef struct run_args {
     const char *cmd, *model, *system, *prompt, *prompt_file, *schema_file;
     const char *images[MAX_IMAGES];
     int n_images;
+    const char *glob, *from, *out;  /* batch mode (batch.h) */
+    int unordered, resume;
     const char *stop[IRIS_MAX_STOP];
     int n_stop;
     long long threads;
@@ -53,7 +62,7 @@ typedef struct run_args {
     char *prompt_buf;     /* --prompt-file or stdin (freed at the end) */
     char *schema_buf;     /* --json-schema's file (freed at the end) */
     iris_cli_engine ce;   /* the engine's flags (engine_flags.h) */
-    iris_opt own[32];
+    iris_opt own[40];
 } run_args;
 
 #define OPT(n, sh, k, d, a, h, l, u, w, s) \
@@ -100,6 +109,19 @@ static const iris_opt *own_table(run_args *a) {
     t[n++] = OPT("--json-object", 0, IRIS_OPT_FLAG, &a->json_object, NULL, "the answer is a JSON object", 0, 0, NULL,
                  NULL);
     t[n++] = (iris_opt)IRIS_OPT_HEADING("output");
+    if (!run) {
+        t[n++] = OPT("--from", 0, IRIS_OPT_STR, &a->from, "LIST", "also the images listed in LIST, one path a line (- for stdin)",
+                     0, 0, NULL, NULL);
+        t[n++] = OPT("--glob", 0, IRIS_OPT_STR, &a->glob, "PATTERN",
+                     "in directories, the files whose name matches PATTERN (default:\n*.png, *.jpg, *.jpeg, *.webp)", 0,
+                     0, NULL, NULL);
+        t[n++] = OPT("--out", 'o', IRIS_OPT_STR, &a->out, "FILE", "many images: the JSON lines go to FILE (default stdout)",
+                     0, 0, NULL, NULL);
+        t[n++] = OPT("--resume", 0, IRIS_OPT_FLAG, &a->resume, NULL,
+                     "skip the images FILE (--out) already answers; append the others", 0, 0, NULL, NULL);
+        t[n++] = OPT("--unordered", 0, IRIS_OPT_FLAG, &a->unordered, NULL,
+                     "many images: each line as its image finishes (default: input order)", 0, 0, NULL, NULL);
+    }
     t[n++] = OPT("--json", 0, IRIS_OPT_FLAG, &a->json, NULL,
                  "one JSON object on stdout: text, finish_reason, usage, timings", 0, 0, NULL, NULL);
     t[n++] = OPT("--quiet", 'q', IRIS_OPT_FLAG, &a->quiet, NULL, "nothing on stderr but errors", 0, 0, NULL, NULL);
@@ -111,7 +133,12 @@ static const iris_opt *own_table(run_args *a) {
     return t;
 }
 
-static void spec_of(run_args *a, iris_cli_spec *sp) {
+#define BATCH_ABOUT                                                                                      \
+    "\nMany images (several, a directory walked recursively, --from LIST) load the model\n"             \
+    "once and run together: one JSON line per image, {\"image\", \"text\", \"tokens\", \"ms\"}\n"        \
+    "or {\"image\", \"error\"}, in input order; exit status 1 when any image failed."
+
+static void spec_of(run_args *a, iris_cli_spec *sp, int max_pos) {
     memset(sp, 0, sizeof *sp);
     sp->cmd = a->cmd;
     if (!strcmp(a->cmd, "run")) {
@@ -119,17 +146,18 @@ static void spec_of(run_args *a, iris_cli_spec *sp) {
         sp->about = "Answers PROMPT (- reads it from stdin) about the images, streamed to stdout.";
         sp->max_pos = 2;
     } else if (!strcmp(a->cmd, "ask")) {
-        sp->usage = "[-m MODEL] [options] IMAGE QUESTION";
-        sp->about = "Answers QUESTION (- reads it from stdin) about IMAGE, streamed to stdout.";
-        sp->max_pos = 2;
+        sp->usage = "[-m MODEL] [options] IMAGE QUESTION\n[-m MODEL] [options] IMAGE|DIR... [--from LIST] QUESTION";
+        sp->about = "Answers QUESTION (- reads it from stdin) about IMAGE, streamed to stdout." BATCH_ABOUT;
     } else {
-        sp->usage = "[-m MODEL] [options] IMAGE";
-        sp->about = !strcmp(a->cmd, "caption") ? "Captions IMAGE in one sentence, streamed to stdout."
-                                               : "Describes IMAGE: objects, setting, activities, visible text.";
-        sp->max_pos = 1;
+        sp->usage = "[-m MODEL] [options] IMAGE\n[-m MODEL] [options] IMAGE|DIR... [--from LIST] [-o FILE]";
+        sp->about = !strcmp(a->cmd, "caption")
+                        ? "Captions IMAGE in one sentence, streamed to stdout." BATCH_ABOUT
+                        : "Describes IMAGE: objects, setting, activities, visible text." BATCH_ABOUT;
     }
+    if (strcmp(a->cmd, "run")) sp->max_pos = max_pos;
     sp->tables[0] = own_table(a);
-    sp->tables[1] = iris_cli_engine_flags(&a->ce, IRIS_CLI_E_RUN);
+    sp->tables[1] = iris_cli_engine_flags(&a->ce, strcmp(a->cmd, "run") ? IRIS_CLI_E_RUN | IRIS_CLI_E_SCHED
+                                                                          : IRIS_CLI_E_RUN);
     sp->footer = "MODEL is a model directory (Hugging Face layout) or a repo id, downloaded into the\n"
                  "Hugging Face cache on first use (unless --offline).  Without it the demo model\n"
                  "answers: a 7.8M-parameter toy trained on synthetic shapes (models/demo).\n"
@@ -219,31 +247,65 @@ static int stream(const run_args *a, iris_request *r, iris_err *err) {
     return iris_err_set(err, IRIS_EINVAL, "the engine's channel failed");
 }
 
-/* One user turn through the engine: the prompt, the request, the answer. */
-static int generate(iris_engine *e, const run_args *a, iris_err *err) {
+/* The prompt of one user turn about images[0..n) (the one builder, engine/prompt.c). */
+static int build_prompt(iris_engine *e, const run_args *a, const char *const *images, int n, iris_prompt *p,
+                        iris_err *err) {
     iris_prompt_image ims[MAX_IMAGES];
     memset(ims, 0, sizeof ims);
-    for (int i = 0; i < a->n_images; i++) ims[i].path = a->images[i];
-    json_t *msgs = iris_prompt_one_turn(a->system, a->n_images, a->prompt);
+    for (int i = 0; i < n; i++) ims[i].path = images[i];
+    json_t *msgs = iris_prompt_one_turn(a->system, n, a->prompt);
     if (!msgs) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
     iris_prompt_ctx ctx;
     iris_engine_prompt_ctx(e, &ctx);
-    iris_prompt p;
-    int rc = iris_prompt_build(&ctx, msgs, ims, a->n_images, &p, NULL, err);
+    int rc = iris_prompt_build(&ctx, msgs, ims, n, p, NULL, err);
     json_decref(msgs);
-    if (rc) return rc;
+    return rc;
+}
+
+/* The request: the built prompt (the engine's on success) with the sampling flags over the
+ * model's defaults; events to on_event when given, else to the request's queue. */
+static int submit_prompt(iris_engine *e, const run_args *a, iris_prompt *p, iris_event_fn on_event, void *ud,
+                         iris_request **r, iris_err *err) {
     iris_request_params rp;
     iris_request_params_default(e, &rp);
     apply_flags(a, &rp.sampling);
     if (a->schema_buf) rp.sampling.json_schema = a->schema_buf;
     else if (a->json_object) rp.sampling.json_schema = "{\"type\":\"object\"}";
-    rp.prompt = &p;
+    rp.prompt = p;
+    rp.on_event = on_event;
+    rp.ud = ud;
+    int rc = iris_engine_submit(e, &rp, r, err);
+    iris_prompt_free(p);  /* the engine's now (zeroed) unless submit failed early */
+    return rc;
+}
+
+/* One user turn through the engine: the prompt, the request, the answer. */
+static int generate(iris_engine *e, const run_args *a, iris_err *err) {
+    iris_prompt p;
+    int rc = build_prompt(e, a, a->images, a->n_images, &p, err);
+    if (rc) return rc;
     iris_request *r = NULL;
-    rc = iris_engine_submit(e, &rp, &r, err);
-    iris_prompt_free(&p);  /* the engine's now (zeroed) unless submit failed early */
+    rc = submit_prompt(e, a, &p, NULL, NULL, &r, err);
     if (!rc) rc = stream(a, r, err);
     iris_request_free(r);
     return rc;
+}
+
+/* Batch mode (batch.h): the same prompt and request, one image each. */
+typedef struct batch_ud {
+    iris_engine *e;
+    const run_args *a;
+} batch_ud;
+
+static int batch_build(void *ud, const char *path, iris_prompt *p, iris_err *err) {
+    batch_ud *u = ud;
+    return build_prompt(u->e, u->a, &path, 1, p, err);
+}
+
+static int batch_submit(void *ud, iris_prompt *p, iris_event_fn on_event, void *ev_ud, iris_request **r,
+                        iris_err *err) {
+    batch_ud *u = ud;
+    return submit_prompt(u->e, u->a, p, on_event, ev_ud, r, err);
 }
 
 /* Once, on stderr, when the demo model answers because no model was given. */
@@ -256,13 +318,51 @@ static void demo_notice(const run_args *a) {
             a->cmd, a->cmd);
 }
 
-static int run_common(run_args *a) {
+/* Sequences in the engine at once in batch mode, unless --max-num-seqs: the engine's default on a
+ * GPU, fewer on the CPU, where a step's time grows with its batch. */
+static int batch_seqs(const iris_engine_opts *eo) {
+#ifdef IRIS_CUDA
+    if (!eo->device || strcmp(eo->device, "cpu")) return eo->max_num_seqs > 0 ? eo->max_num_seqs : 64;
+#endif
+    (void)eo;
+    return 16;
+}
+
+/* Many images (batch.h): the list first (nothing to do loads no model), then one engine. */
+static int run_batch(run_args *a, iris_engine_opts *eo, const char *const *paths, int n, iris_err *err) {
+    if (!a->ce.seen[CE_SEQS]) eo->max_num_seqs = batch_seqs(eo);
+    int waiting = eo->max_waiting > 0 ? eo->max_waiting : 256;
+    iris_batch_opts bo = {.glob = a->glob, .from = a->from, .out = a->out, .unordered = a->unordered,
+                          .resume = a->resume, .quiet = a->quiet,
+                          .max_in_flight = eo->max_num_seqs < waiting ? eo->max_num_seqs : waiting};
+    iris_batch *b = NULL;
+    int rc = iris_batch_prepare(&bo, paths, n, &b, err);
+    if (!rc && !iris_batch_count(b)) {
+        if (!a->quiet) fprintf(stderr, "iris: every image is already in %s\n", a->out);
+        iris_batch_free(b);
+        return 0;
+    }
+    iris_engine *e = NULL;
+    if (!rc) rc = iris_engine_open(eo, &e, err);
+    if (!rc) {
+        batch_ud u = {e, a};
+        iris_batch_ops ops = {&u, batch_build, batch_submit};
+        rc = iris_batch_run(b, &ops, err);
+    }
+    iris_engine_close(e);
+    iris_batch_free(b);
+    return rc;
+}
+
+/* One image (or `run`'s images) as plain text, or many (batch) as JSON lines. */
+static int run_common(run_args *a, const char *const *paths, int n_paths, int batch) {
     iris_err err = {0};
     if (a->n_stop)
         for (int i = 0; i < a->n_stop; i++)
             if (!*a->stop[i]) return iris_cli_usage_error(a->cmd, "--stop '': give a non-empty text");
     if (a->schema_file && a->json_object)
         return iris_cli_usage_error(a->cmd, "give --json-schema FILE or --json-object, not both");
+    if (a->resume && !a->out) return iris_cli_usage_error(a->cmd, "--resume reads and appends to --out FILE: give it");
     if (a->schema_file && !(a->schema_buf = iris_cli_read_text(a->schema_file, &err))) return iris_cli_fail(&err);
     iris_cli_quiet(a->quiet);
     /* the engine's info lines are statistics too: shown with --verbose or on a terminal */
@@ -273,14 +373,19 @@ static int run_common(run_args *a) {
     iris_engine_opts_default(&eo);
     iris_cli_engine_apply(&a->ce, &eo);
     eo.model = a->model;
-    eo.max_num_seqs = 1;
-    iris_engine *e = NULL;
-    int rc = iris_engine_open(&eo, &e, &err);
-    if (!rc) rc = generate(e, a, &err);
-    iris_engine_close(e);
+    int rc;
+    if (batch) {
+        rc = run_batch(a, &eo, paths, n_paths, &err);
+    } else {
+        eo.max_num_seqs = 1;
+        iris_engine *e = NULL;
+        rc = iris_engine_open(&eo, &e, &err);
+        if (!rc) rc = generate(e, a, &err);
+        iris_engine_close(e);
+    }
     free(a->prompt_buf);
     free(a->schema_buf);
-    return rc ? iris_cli_fail(&err) : 0;
+    return rc < 0 ? iris_cli_fail(&err) : rc;
 }
 
 /* The prompt from --prompt-file or `-` (stdin) when asked: 0, or the exit status. */
@@ -312,27 +417,41 @@ static int parse(run_args *a, int argc, char **argv, const char **pos, int *n_po
     memset(a, 0, sizeof *a);
     a->cmd = argv[0];
     iris_cli_spec sp;
-    spec_of(a, &sp);
+    spec_of(a, &sp, argc);
     return iris_cli_parse(&sp, argc, argv, pos, n_pos);
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* caption, describe: IMAGE...; ask: IMAGE... QUESTION (or --prompt-file).  One image file is
+ * answered as plain text; several, a directory, --from or --out go through batch mode. */
+static int fixed_args(run_args *a, const char **pos, int n_pos, const char *prompt, int wants_question) {
+    int rc, n_img = n_pos - (wants_question && !a->prompt_file);
+    if (n_img < 1 && !(a->from && n_img == 0))
+        return iris_cli_usage_error(a->cmd, "give %s", wants_question && !a->prompt_file ? "IMAGE and QUESTION"
+                                                                                          : "IMAGE (or several, a directory, --from LIST)");
+    if ((rc = default_model(a))) return rc;
+    if (wants_question) {
+        if ((rc = read_prompt(a, n_img < n_pos ? pos[n_pos - 1] : NULL))) return rc;
+    } else {
+        a->prompt = prompt;
+    }
+    int batch = n_img != 1 || a->from || a->out || a->resume || is_dir(pos[0]);
+    if (!batch) a->images[a->n_images++] = pos[0];
+    return run_common(a, pos, n_img, batch);
 }
 
 static int fixed_prompt(int argc, char **argv, const char *prompt, int wants_question) {
     run_args a;
-    const char *pos[2];
+    const char **pos = calloc((size_t)argc + 1, sizeof *pos);
+    if (!pos) return fprintf(stderr, "iris: out of memory\n"), 1;
     int n_pos, rc = parse(&a, argc, argv, pos, &n_pos);
-    if (rc >= 0) return rc;
-    int need = wants_question && !a.prompt_file ? 2 : 1;
-    if (n_pos != need)
-        return iris_cli_usage_error(a.cmd, "give %s", wants_question ? (need == 2 ? "IMAGE and QUESTION" : "IMAGE")
-                                                                     : "one IMAGE");
-    if ((rc = default_model(&a))) return rc;
-    a.images[a.n_images++] = pos[0];
-    if (wants_question) {
-        if ((rc = read_prompt(&a, n_pos == 2 ? pos[1] : NULL))) return rc;
-    } else {
-        a.prompt = prompt;
-    }
-    return run_common(&a);
+    if (rc < 0) rc = fixed_args(&a, pos, n_pos, prompt, wants_question);
+    free(pos);
+    return rc;
 }
 
 int iris_cmd_caption(int argc, char **argv) { return fixed_prompt(argc, argv, CAPTION_PROMPT, 0); }
@@ -354,5 +473,5 @@ int iris_cmd_run(int argc, char **argv) {
     }
     if ((rc = default_model(&a))) return rc;
     if ((rc = read_prompt(&a, want_prompt ? pos[n_pos - 1] : NULL))) return rc;
-    return run_common(&a);
+    return run_common(&a, NULL, 0, 0);
 }
