@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "err.h"
+#include "rng.h"
 
 struct iris_sampler {
     iris_sampling p;        /* without its stop strings (the stop matcher's) */
@@ -47,30 +48,11 @@ struct iris_sampler {
     int gbroken;            /* a token the grammar refused was accepted */
 };
 
-/* ---- PRNG: xoshiro256** seeded through splitmix64 ---- */
+/* ---- PRNG: xoshiro256** seeded through splitmix64 (base/rng.h) ---- */
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(uint64_t s[4]) {
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
 
 /* Uniform in [0, 1) with 53 random bits. */
-static double uniform01(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53; }
+static double uniform01(uint64_t s[4]) { return (double)(iris_xoshiro_next(s) >> 11) * 0x1.0p-53; }
 
 /* ---- parameters ---- */
 
@@ -164,7 +146,7 @@ int iris_sampler_init(iris_sampler **out, const iris_sampling *p, const iris_sto
         seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
                ((uint64_t)atomic_fetch_add(&counter, 1) << 32) ^ (uint64_t)(uintptr_t)s;
     }
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&seed);
+    for (int i = 0; i < 4; i++, seed += IRIS_SPLITMIX_GAMMA) s->rng[i] = iris_mix64(seed);
     *out = s;
     return 0;
 }

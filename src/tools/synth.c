@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "rng.h"
 #include "log.h"
 #include "tools/quantize.h"
 #include "formats/st_write.h"
@@ -314,32 +315,15 @@ static void build_tables(void) {
     }
 }
 
-static uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 typedef struct rng { uint64_t s[4]; } rng;
 
 static void rng_seed(rng *r, uint64_t a, uint64_t b, uint64_t c) {
-    uint64_t x = mix64(a ^ mix64(b ^ mix64(c)));
-    for (int i = 0; i < 4; i++) r->s[i] = x = mix64(x + (uint64_t)i);
+    uint64_t x = iris_mix64(a ^ iris_mix64(b ^ iris_mix64(c)));
+    for (int i = 0; i < 4; i++) r->s[i] = x = iris_mix64(x + (uint64_t)i);
 }
 
-static uint64_t rng_next(rng *r) {
-    uint64_t *s = r->s, result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
+static uint64_t rng_next(rng *r) { return iris_xoshiro_next(r->s); }
 
 typedef struct gtensor {
     char name[256];
