@@ -114,7 +114,7 @@ static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_o
     return atomic_load(&p->cancel) ? 1 : 0;
 }
 
-static CURL *easy_new(hub_pull *p, const char *url, struct curl_slist **hl, int with_auth) {
+CURL *hub_curl_new(const hub_pull *p, const char *url, int with_auth, long timeout_s, struct curl_slist **hl) {
     CURL *c = curl_easy_init();
     if (!c) return NULL;
     *hl = curl_slist_append(NULL, "Accept-Encoding: identity");
@@ -124,14 +124,21 @@ static CURL *easy_new(hub_pull *p, const char *url, struct curl_slist **hl, int 
     curl_easy_setopt(c, CURLOPT_USERAGENT, "iris/" IRIS_VERSION);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 15L);
-    /* A stalled transfer (no byte for a minute) fails and is resumed. */
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    if (timeout_s > 0) curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
+    return c;
+}
+
+/* A transfer of the pull: stalls (no byte for a minute) fail and are resumed; cancellable. */
+static CURL *easy_new(hub_pull *p, const char *url, struct curl_slist **hl, int with_auth) {
+    CURL *c = hub_curl_new(p, url, with_auth, 0, hl);
+    if (!c) return NULL;
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 60L);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_xfer);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, p);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     return c;
 }
 

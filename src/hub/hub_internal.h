@@ -4,6 +4,7 @@
 #ifndef IRIS_HUB_INTERNAL_H
 #define IRIS_HUB_INTERNAL_H
 
+#include <curl/curl.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -53,6 +54,11 @@ int hub_http_error(const hub_pull *p, long status, const char *x_error_code, con
 /* Turn a libcurl failure into a message (network down, timeouts). */
 int hub_curl_error(const char *endpoint, int curl_code, const char *detail, const char *what, iris_err *err);
 
+/* A curl handle for a request of the pull to `url`: the user agent, `Accept-Encoding: identity`,
+ * the token when with_auth, http(s) only (redirects too), a 15 s connect timeout and, when
+ * timeout_s > 0, that whole-transfer limit.  *hl holds the headers: curl_slist_free_all it after
+ * curl_easy_cleanup. */
+CURL *hub_curl_new(const hub_pull *p, const char *url, int with_auth, long timeout_s, struct curl_slist **hl);
 /* A URL-encoded copy of s ('/' kept when keep_slash); NULL on overflow. */
 char *hub_url_quote(const char *s, int keep_slash, char *out, size_t out_size);
 /* Human-readable bytes: "1.23 GB". */

@@ -74,22 +74,13 @@ static int get(const hub_pull *p, const char *rev, const char *name, int ranged,
     char url[4096], range[64], what[700];
     snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", p->endpoint, p->repo, rev, name);
     snprintf(what, sizeof what, "%s/%s", p->repo, name);
-    CURL *c = curl_easy_init();
-    if (!c) return iris_err_set(err, IRIS_ENOMEM, "curl_easy_init failed");
     struct curl_slist *hl = NULL;
-    if (p->auth[0]) hl = curl_slist_append(hl, p->auth);
+    CURL *c = hub_curl_new(p, url, 1, 60L, &hl);
+    if (!c) return iris_err_set(err, IRIS_ENOMEM, "curl_easy_init failed");
     char ebuf[CURL_ERROR_SIZE] = {0};
     b->len = 0, b->total = 0, b->code[0] = 0;
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(c, CURLOPT_USERAGENT, "iris/" IRIS_VERSION);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 15L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);   /* LFS files redirect to the CDN; the Range goes along */
     curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
