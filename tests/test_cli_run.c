@@ -58,19 +58,27 @@ static int count(const char *s, const char *what) {
     return n;
 }
 
-/* One load of the checkpoint and one decode of the image per command (the engine's loader and the
- * one prompt builder, engine/prompt.c), told by the debug log. */
-IRIS_TEST(cli_caption_loads_once) {
+/* `iris ARGS` with the debug log (stderr joined): its output once it exited 0 having opened the
+ * checkpoint exactly once (NULL after a failed check). */
+static char *run_loaded_once(const char *args) {
     const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "IRIS_LOG=debug %s caption -v --model tests/fixtures/tiny/tiny-gqa/model "
-             "tests/fixtures/tiny/images/a.png --max-tokens 3 --temperature 0 2>&1", bin);
+    snprintf(cmd, sizeof cmd, "IRIS_LOG=debug %s %s 2>&1", bin, args);
     int st;
     char *out = iris_test_popen(cmd, &st);
-    REQUIRE(out);
+    if (!out) return NULL;
     CHECKF(st == 0, "exit %d: %s", st, out);
     CHECKF(count(out, "opening checkpoint") == 1, "the checkpoint was opened %d times:\n%s",
            count(out, "opening checkpoint"), out);
+    return out;
+}
+
+/* One load of the checkpoint and one decode of the image per command (the engine's loader and the
+ * one prompt builder, engine/prompt.c), told by the debug log. */
+IRIS_TEST(cli_caption_loads_once) {
+    char *out = run_loaded_once("caption -v --model tests/fixtures/tiny/tiny-gqa/model "
+                                "tests/fixtures/tiny/images/a.png --max-tokens 3 --temperature 0");
+    REQUIRE(out);
     CHECKF(count(out, "a.png: ") == 1, "the image was decoded %d times:\n%s", count(out, "a.png: "), out);
     CHECK_CONTAINS(out, "3 generated");
     free(out);
@@ -79,16 +87,9 @@ IRIS_TEST(cli_caption_loads_once) {
 /* iris bench opens the engine (one checkpoint open, one runner: the engine's) and reports a
  * prefill and every asked batch size from the runner's step. */
 IRIS_TEST(cli_bench_through_engine) {
-    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "IRIS_LOG=debug %s bench tests/fixtures/tiny/tiny-gqa/model --device cpu --batch 1,3 "
-             "--prompt-tokens 20 --gen-tokens 3 2>&1", bin);
-    int st;
-    char *out = iris_test_popen(cmd, &st);
+    char *out = run_loaded_once("bench tests/fixtures/tiny/tiny-gqa/model --device cpu --batch 1,3 "
+                                "--prompt-tokens 20 --gen-tokens 3");
     REQUIRE(out);
-    CHECKF(st == 0, "exit %d: %s", st, out);
-    CHECKF(count(out, "opening checkpoint") == 1, "the checkpoint was opened %d times:\n%s",
-           count(out, "opening checkpoint"), out);
     CHECKF(count(out, "[runner] opened") == 1, "%d runners opened:\n%s", count(out, "[runner] opened"), out);
     CHECK_CONTAINS(out, "\"prefill\":{\"tokens\":32,");
     CHECK_CONTAINS(out, "{\"batch\":1,");
