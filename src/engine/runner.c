@@ -36,6 +36,11 @@ typedef struct graph_slot {
     uint64_t used;
 } graph_slot;
 
+/* The activations region's pieces for T rows. */
+typedef struct act_layout {
+    size_t img, h, x, q, k, v, o, g, u, total;
+} act_layout;
+
 struct iris_runner {
     const iris_text *t;
     iris_backend *b;
@@ -54,6 +59,7 @@ struct iris_runner {
     void *dev;
     int32_t *d_meta;
     void *d_lg, *d_act;
+    act_layout al;              /* the pieces of d_act, for max_rows rows */
     size_t act_bytes;
     graph_slot slot[GRAPH_SLOTS];
     uint64_t tick;
@@ -65,11 +71,6 @@ static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 static size_t meta_ints(const iris_runner_limits *l, int max_blocks) {
     return (size_t)l->max_rows * 8 + (size_t)l->max_seqs * max_blocks + (size_t)l->max_logits;
 }
-
-/* The activations region's pieces for T rows. */
-typedef struct act_layout {
-    size_t img, h, x, q, k, v, o, g, u, total;
-} act_layout;
 
 static act_layout act_layout_of(const iris_text_config *c, size_t es, size_t T, size_t n_ds) {
     act_layout a;
@@ -124,8 +125,8 @@ int iris_runner_open(const iris_text *t, iris_backend *b, iris_kv_cache *kv, con
         return iris_err_set(err, IRIS_ENOMEM, "runner: out of host memory for %zu logits rows", L);
     }
     r->run_n = r->run0 + S;
-    act_layout al = act_layout_of(c, es, (size_t)lim->max_rows, (size_t)lim->n_deepstack);
-    r->act_bytes = al.total > lim->scratch_bytes ? al.total : align256(lim->scratch_bytes);
+    r->al = act_layout_of(c, es, (size_t)lim->max_rows, (size_t)lim->n_deepstack);
+    r->act_bytes = r->al.total > lim->scratch_bytes ? r->al.total : align256(lim->scratch_bytes);
     size_t meta_b = align256(ints * sizeof(int32_t)), lg_b = align256(L * V * es);
     r->dev = b->alloc(b, meta_b + lg_b + r->act_bytes);
     if (!r->dev) {
@@ -395,8 +396,7 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
     if (use_graph) sh.max_blocks = (sh.max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
     size_t ints = pack_meta(r, seqs, n_seqs, &sh);
 
-    const iris_text_config *c = &r->t->cfg;
-    act_layout al = act_layout_of(c, iris_dtype_size(b->act), (size_t)r->lim.max_rows, (size_t)r->lim.n_deepstack);
+    const act_layout al = r->al;
     char *A = r->d_act;
     const int R = sh.R;
     int32_t *d_tok = r->d_meta, *d_pos = d_tok + R, *d_seq = d_pos + 3 * (size_t)R, *d_ctx = d_seq + R;
