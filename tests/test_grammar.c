@@ -2,7 +2,10 @@
  * schema's grammar accepts, the keywords it refuses, and token masks over the real Qwen
  * vocabulary checked token by token against the byte matcher, plus seeded random walks
  * through the mask whose every output parses and keeps the schema's constraints. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <ctype.h>
 #include <jansson.h>
+#include <pcre2.h>
 #include <stdlib.h>
 
 #include "model/grammar.h"
@@ -97,8 +100,19 @@ IRIS_TEST(grammar_schema_accepts) {
 
 IRIS_TEST(grammar_schema_refuses) {
     const char *bad[][2] = {
-        {"{\"type\":\"string\",\"pattern\":\"^a$\"}", "\"pattern\""},
-        {"{\"type\":\"string\",\"format\":\"date\"}", "\"format\""},
+        {"{\"type\":\"string\",\"pattern\":\"^(a)\\\\1$\"}", "backreferences"},
+        {"{\"type\":\"string\",\"pattern\":\"^a(?=b)\"}", "lookahead"},
+        {"{\"type\":\"string\",\"pattern\":\"(?<!a)b\"}", "lookbehind"},
+        {"{\"type\":\"string\",\"pattern\":\"a^b\"}", "anchor ^"},
+        {"{\"type\":\"string\",\"pattern\":\"^(a?)*$\"}", "empty string"},
+        {"{\"type\":\"string\",\"pattern\":\"\\\\bword\"}", "word boundaries"},
+        {"{\"type\":\"string\",\"pattern\":\"^[a-\"}", "closing ]"},
+        {"{\"type\":\"string\",\"pattern\":\"^a{2000}$\"}", "above 1000"},
+        {"{\"type\":\"string\",\"pattern\":\"^a$\",\"maxLength\":3}", "\"pattern\" beside"},
+        {"{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"ipv4\"}}}",
+         "\"format\": \"ipv4\" is not supported"},
+        {"{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"ipv4\"}}}",
+         "at #/properties/d"},
         {"{\"type\":\"object\",\"minProperties\":1}", "\"minProperties\""},
         {"{\"allOf\":[{\"type\":\"string\"}]}", "\"allOf\""},
         {"{\"$ref\":\"#/$defs/nope\"}", "#/$defs/nope"},
@@ -122,6 +136,81 @@ IRIS_TEST(grammar_schema_refuses) {
                bad[i][1]);
         iris_grammar_free(g);
     }
+}
+
+IRIS_TEST(grammar_pattern_accepts) {
+    const char *code = "{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3,5}(?:\\\\.[a-z]+)?$\"}";
+    CHECK(accepts(code, "\"AB-123\"") == 1);
+    CHECK(accepts(code, "\"AB-12345.xy\"") == 1);
+    CHECK(accepts(code, "\"AB-12\"") == 0);
+    CHECK(accepts(code, "\"AB-123456\"") == 0);
+    CHECK(accepts(code, "\"ab-123\"") == 0);
+    CHECK(accepts(code, "\"AB-123.\"") == 0);
+    const char *anywhere = "{\"pattern\":\"b+c|^x\"}";  /* no type: pattern implies a string */
+    CHECK(accepts(anywhere, "\"abbcd\"") == 1);
+    CHECK(accepts(anywhere, "\"xyz\"") == 1);
+    CHECK(accepts(anywhere, "\"yx\"") == 0);
+    CHECK(accepts(anywhere, "\"ac\"") == 0);
+    /* a quote and a backslash in the pattern are written escaped; . writes no newline */
+    const char *esc = "{\"type\":\"string\",\"pattern\":\"^\\\"[^a-z]\\\\\\\\.$\"}";
+    CHECK(accepts(esc, "\"\\\"A\\\\\xc3\xa9\"") == 1);
+    CHECK(accepts(esc, "\"\\\"a\\\\x\"") == 0);
+    CHECK(accepts(esc, "\"\\\"A\\\\\\n\"") == 0);
+    const char *alt = "{\"type\":\"string\",\"pattern\":\"^(?:red|dark (?<shade>blue|green))\\\\s?!{0,2}$\"}";
+    CHECK(accepts(alt, "\"dark green !!\"") == 1);
+    CHECK(accepts(alt, "\"red\"") == 1);
+    CHECK(accepts(alt, "\"red!!!\"") == 0);
+    CHECK(accepts(alt, "\"dark red\"") == 0);
+    const char *date = "{\"type\":\"string\",\"format\":\"date\"}";
+    CHECK(accepts(date, "\"2024-02-29\"") == 1);
+    CHECK(accepts(date, "\"2000-02-29\"") == 1);
+    CHECK(accepts(date, "\"1900-02-29\"") == 0);
+    CHECK(accepts(date, "\"2023-02-29\"") == 0);
+    CHECK(accepts(date, "\"2023-04-31\"") == 0);
+    CHECK(accepts(date, "\"2023-12-31\"") == 1);
+    CHECK(accepts(date, "\"2023-13-01\"") == 0);
+    const char *dt = "{\"type\":\"string\",\"format\":\"date-time\"}";
+    CHECK(accepts(dt, "\"2023-01-02T23:59:59.123456789+05:30\"") == 1);
+    CHECK(accepts(dt, "\"2023-01-02T23:59:59Z\"") == 1);
+    CHECK(accepts(dt, "\"2023-01-02T24:00:00Z\"") == 0);
+    CHECK(accepts(dt, "\"2023-01-02T23:59:59\"") == 0);
+    CHECK(accepts("{\"format\":\"time\"}", "\"00:00:60Z\"") == 0);
+    CHECK(accepts("{\"format\":\"uuid\"}", "\"123e4567-E89b-12d3-a456-426614174000\"") == 1);
+    CHECK(accepts("{\"format\":\"uuid\"}", "\"123e4567e89b-12d3-a456-426614174000\"") == 0);
+    const char *mail = "{\"type\":\"string\",\"format\":\"email\"}";
+    CHECK(accepts(mail, "\"first.last+tag@mail.example.org\"") == 1);
+    CHECK(accepts(mail, "\"a@b\"") == 0);
+    CHECK(accepts(mail, "\"a..b@example.org\"") == 0);
+    CHECK(accepts(mail, "\"a@-x.org\"") == 0);
+    CHECK(accepts("{\"type\":[\"string\",\"null\"],\"format\":\"date\"}", "null") == 1);
+}
+
+/* A schema past the compile budget fails at once with IRIS_ELIMIT naming its part. */
+IRIS_TEST(grammar_compile_limit) {
+    char *schema = malloc(1 << 16);
+    size_t n = (size_t)snprintf(schema, 1 << 16, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
+                                                  "\"list\":{\"type\":\"array\",\"prefixItems\":[");
+    for (int i = 0; i < 40; i++)
+        n += (size_t)snprintf(schema + n, (1 << 16) - n, "%s{\"type\":\"string\",\"maxLength\":90000}", i ? "," : "");
+    snprintf(schema + n, (1 << 16) - n, "]}}}");
+    iris_grammar *g = NULL;
+    iris_err err = {0};
+    int rc = iris_grammar_from_schema(schema, &g, &err);
+    CHECK_EQ_INT(rc, IRIS_ELIMIT);
+    CHECK(g == NULL);
+    CHECK_CONTAINS(err.msg, "#/properties/list/prefixItems/");
+    CHECK_CONTAINS(err.msg, "too large");
+    /* through a $ref the message names the definition; nested repetition counts are one rule
+     * each, so a pattern's {1000} inside {1000} fits */
+    const char *viaref = "{\"$defs\":{\"big\":{\"type\":\"array\",\"prefixItems\":[{\"maxLength\":99999},"
+                         "{\"maxLength\":99999},{\"maxLength\":99999},{\"maxLength\":99999},{\"maxLength\":99999}]}},"
+                         "\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/big\"}}";
+    CHECK_EQ_INT(iris_grammar_from_schema(viaref, &g, &err), IRIS_ELIMIT);
+    CHECK_CONTAINS(err.msg, "#/$defs/big/prefixItems/");
+    const char *nested = "{\"type\":\"string\",\"pattern\":\"^(?:(?:[a-z]{1000}){1000}){1000}$\"}";
+    CHECK_EQ_INT(iris_grammar_from_schema(nested, &g, &err), 0);
+    iris_grammar_free(g);
+    free(schema);
 }
 
 /* Ambiguity that doubles the parse stacks at every '[' ends in IRIS_ELIMIT, not a stalled step. */
@@ -301,5 +390,124 @@ IRIS_TEST(grammar_random_walk_qwen) {
     }
     free(mask);
     iris_grammar_free(g);
+    qwen_close(&q);
+}
+
+/* 1 when `s` is a valid RFC 3339 date/time/date-time, a uuid or an email, checked by hand (not
+ * through the grammar's patterns). */
+static int leap(int y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+
+static int valid_date(const char *s) {
+    int y, mo, d, n = 0;
+    if (sscanf(s, "%4d-%2d-%2d%n", &y, &mo, &d, &n) != 3 || n != 10) return 0;
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return mo >= 1 && mo <= 12 && d >= 1 && d <= days[mo - 1] + (mo == 2 && leap(y));
+}
+
+static int valid_time(const char *s) {
+    int h, mi, sec, n = 0;
+    if (sscanf(s, "%2d:%2d:%2d%n", &h, &mi, &sec, &n) != 3 || n != 8 || h > 23 || mi > 59 || sec > 59) return 0;
+    s += 8;
+    if (*s == '.') {
+        size_t k = strspn(s + 1, "0123456789");
+        if (k < 1) return 0;
+        s += 1 + k;
+    }
+    if (!strcmp(s, "Z")) return 1;
+    return (*s == '+' || *s == '-') && sscanf(s + 1, "%2d:%2d%n", &h, &mi, &n) == 2 && n == 5 && !s[6] && h <= 23 &&
+           mi <= 59;
+}
+
+static int valid_uuid(const char *s) {
+    for (int i = 0; i < 36; i++)
+        if ((i == 8 || i == 13 || i == 18 || i == 23) ? s[i] != '-' : !isxdigit((unsigned char)s[i])) return 0;
+    return s[36] == 0;
+}
+
+static int valid_email(const char *s) {
+    const char *at = strchr(s, '@');
+    if (!at || at == s || strchr(at + 1, '@') || s[0] == '.' || at[-1] == '.' || strstr(s, "..")) return 0;
+    for (const char *c = s; c < at; c++)
+        if (!isalnum((unsigned char)*c) && !strchr("!#$%&'*+/=?^_`{|}~-.", *c)) return 0;
+    int labels = 0;
+    for (const char *l = at + 1; *l; labels++) {
+        size_t k = strspn(l, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-");
+        if (k < 1 || k > 63 || l[0] == '-' || l[k - 1] == '-' || (l[k] && l[k] != '.')) return 0;
+        l += k + (l[k] == '.');
+        if (!l[0] && l[-1] == '.') return 0;
+    }
+    return labels >= 2;
+}
+
+/* Random walks under patterns and formats over the Qwen vocabulary: every string written
+ * matches its pattern in PCRE2 (ECMA-262 syntax of the subset, \u escapes as JavaScript's) and
+ * every format validates. */
+IRIS_TEST(grammar_pattern_walk_qwen) {
+    qwen q;
+    int rc = qwen_open(&q);
+    if (rc == -1) IRIS_TEST_SKIP("no qwen3 tokenizer asset (IRIS_ASSETS)");
+    REQUIRE(rc == 0);
+    static const char *const patterns[] = {
+        "^[A-Z]{2}-\\d{3,5}(?:\\.[a-z]{1,6})?$",
+        "^(?:red|green|dark (?:blue|grey))[!?]{0,3}$",
+        "^\\w{1,12}@[^\\s\"]{1,8}\\.(com|org)$",
+        "^[^a-z]{1,5}\"\\\\.{2}$",
+        "^\\u00e9[\\u4e00-\\u9fff]{1,3}\\x41?$",
+        "^\\S{2}\\s\\D\\W$",
+    };
+    const char *formats[] = {"date", "time", "date-time", "uuid", "email"};
+    uint32_t *mask = malloc(151936 / 8);
+    int checked = 0;
+    for (size_t i = 0; i < sizeof patterns / sizeof *patterns + 5; i++) {
+        int is_fmt = i >= sizeof patterns / sizeof *patterns;
+        const char *what = is_fmt ? formats[i - sizeof patterns / sizeof *patterns] : patterns[i];
+        json_t *sj = json_pack("{s:s, s:s}", "type", "string", is_fmt ? "format" : "pattern", what);
+        char *schema = json_dumps(sj, JSON_COMPACT);
+        iris_grammar *g = NULL;
+        iris_err err = {0};
+        CHECKF(!iris_grammar_from_schema(schema, &g, &err), "%s: %s", schema, err.msg);
+        int errc;
+        PCRE2_SIZE erro;
+        pcre2_code *re = is_fmt ? NULL
+                                : pcre2_compile((PCRE2_SPTR)what, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_ALT_BSUX, &errc,
+                                                &erro, NULL);
+        CHECKF(is_fmt || re, "pcre2 does not compile %s", what);
+        for (uint64_t seed = 1; g && seed <= 4; seed++) {
+            iris_grammar_matcher *m = NULL;
+            REQUIRE(!iris_grammar_matcher_init(&m, g, q.v, &err));
+            char *text = random_walk(&q, m, seed * 0x9e3779b97f4a7c15ull + i, mask);
+            CHECKF(text != NULL, "%s seed %d did not finish", what, (int)seed);
+            json_error_t je;
+            json_t *j = text ? json_loads(text, JSON_DECODE_ANY, &je) : NULL;
+            CHECKF(json_is_string(j), "%s seed %d: %s is not a JSON string", what, (int)seed, text ? text : "");
+            if (getenv("IRIS_TEST_VERBOSE")) fprintf(stderr, "%s: %s\n", what, text ? text : "");
+            if (json_is_string(j)) {
+                const char *v = json_string_value(j);
+                int ok;
+                if (!is_fmt) {
+                    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+                    ok = pcre2_match(re, (PCRE2_SPTR)v, json_string_length(j), 0, 0, md, NULL) >= 0;
+                    pcre2_match_data_free(md);
+                } else if (!strcmp(what, "date-time")) {
+                    char d[11] = {0};
+                    memcpy(d, v, strlen(v) >= 10 ? 10 : strlen(v));
+                    ok = strlen(v) > 11 && v[10] == 'T' && valid_date(d) && valid_time(v + 11);
+                } else {
+                    ok = !strcmp(what, "date") ? valid_date(v) : !strcmp(what, "time") ? valid_time(v)
+                         : !strcmp(what, "uuid") ? valid_uuid(v) : valid_email(v);
+                }
+                CHECKF(ok, "%s seed %d: \"%s\" does not match", what, (int)seed, v);
+                checked += ok;
+            }
+            json_decref(j);
+            iris_grammar_matcher_free(m);
+        }
+        pcre2_code_free(re);
+        iris_grammar_free(g);
+        free(schema);
+        json_decref(sj);
+    }
+    CHECK_EQ_INT(checked, 4 * (int)(sizeof patterns / sizeof *patterns + 5));
+    free(mask);
     qwen_close(&q);
 }

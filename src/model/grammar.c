@@ -96,7 +96,9 @@ void gseq_lit(iris_grammar *g, gseq *q, const char *s, size_t n) {
 }
 
 int gb_alt(iris_grammar *g, int rule, gseq *q) {
-    int bad = q->bad || rule < 0 || g->n_el + q->n + 1 > GRAMMAR_MAX_ELEMS;
+    int over = g->n_el + q->n + 1 > (g->max_el ? g->max_el : GRAMMAR_MAX_ELEMS);
+    int bad = q->bad || rule < 0 || over;
+    if (over) g->over = 1;
     if (!bad) bad = grow((void **)&g->el, &g->cap_el, g->n_el + q->n + 1, sizeof *g->el);
     grule *r = bad ? NULL : &g->rules[rule];
     if (!bad) bad = grow((void **)&r->alts, &r->cap, r->n + 1, sizeof *r->alts);

@@ -34,6 +34,8 @@ struct iris_grammar {
     grule *rules;
     int n_rules, cap_rules;
     int root;
+    int max_el;         /* elements at most (0: GRAMMAR_MAX_ELEMS) */
+    int over;           /* 1 once gb_alt refused an alternative past max_el */
 };
 
 #define GRAMMAR_MAX_ELEMS (1 << 22)
@@ -56,5 +58,12 @@ void gseq_chars(iris_grammar *g, gseq *q, int set);
 void gseq_ref(gseq *q, int rule);
 void gseq_lit(iris_grammar *g, gseq *q, const char *s, size_t n);
 int gb_alt(iris_grammar *g, int rule, gseq *q);  /* adds q (then empties it); -1 on failure */
+
+/* A `pattern` (grammar_regex.c says which regex subset) as a rule writing the JSON string text
+ * (without the quotes) of the strings it matches; any_text is the rule of any string text, put
+ * on an unanchored side.  -1 with a message in msg when refused or past the grammar's limit. */
+int gb_regex(iris_grammar *g, const char *pattern, int any_text, char *msg, size_t cap);
+/* The pattern iris writes for a `format` (date, time, date-time, uuid, email), or NULL. */
+const char *gb_format_pattern(const char *format);
 
 #endif

@@ -6,10 +6,12 @@
  * oneOf (as anyOf: a value matching two branches is not excluded), local $ref ("#", "#/$defs/..",
  * any JSON pointer into the document, recursion included) with $defs/definitions, items,
  * prefixItems, minItems, maxItems, uniqueItems false, minLength, maxLength (in code points),
- * minimum, maximum, exclusiveMinimum, exclusiveMaximum on integers; annotations (title,
- * description, default, examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are
- * ignored.  Every other keyword is refused by name (IRIS_EINVAL), pattern and format included:
- * this version has no regex or format support.
+ * minimum, maximum, exclusiveMinimum, exclusiveMaximum on integers, pattern (grammar_regex.c's
+ * subset of ECMA-262 regexes) and format (date, time, date-time, uuid, email: each a fixed
+ * pattern, grammar_regex.c) on strings, neither beside minLength/maxLength nor each other;
+ * annotations (title, description, default, examples, $schema, $id, $comment, deprecated,
+ * readOnly, writeOnly) are ignored.  Every other keyword, and every other format, is refused by
+ * name (IRIS_EINVAL); a message names the schema part too (at #/properties/x).
  *
  * Bounds the grammar adds so that output always finishes: integers have at most 16 digits
  * unless minimum/maximum say otherwise; numbers at most 16 integer digits, 16 fraction digits
@@ -18,20 +20,25 @@
  *
  * Refused as well: a $ref that does not resolve, left recursion (a schema that refers to itself
  * before writing anything), false schemas, required names missing from properties, bounds
- * that admit nothing, and grammars past GRAMMAR_MAX_ELEMS elements.
+ * that admit nothing.  Compile work is bounded: a grammar past COMPILE_MAX_ELEMS elements or a
+ * compile past COMPILE_MAX_MS is IRIS_ELIMIT naming the schema part being compiled (a
+ * pathological schema fails its request at once instead of holding the caller).
  */
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "err.h"
 #include "model/grammar_internal.h"
 
 #define INT_DIGITS 16
 #define MAX_DEPTH 64
-#define FIRST_ANNOTATION 22  /* index of "title" in honoured[] */
+#define FIRST_ANNOTATION 24  /* index of "title" in honoured[] */
+#define COMPILE_MAX_ELEMS (1 << 20)
+#define COMPILE_MAX_MS 250
 
 typedef struct ref_entry {
     char *ref;
@@ -48,7 +55,15 @@ typedef struct sc {
     int depth;
     int digit, ws, chr, sbody, string, value, number, integer;  /* shared rules and sets, -1 until made */
     gseq q;
+    char path[256];  /* the JSON pointer of the schema part being compiled */
+    double t_end;    /* the compile's deadline (CLOCK_MONOTONIC seconds) */
 } sc;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
 
 static int fail(sc *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(sc *s, const char *fmt, ...) {
@@ -58,12 +73,25 @@ static int fail(sc *s, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
-        s->rc = iris_err_set(s->err, IRIS_EINVAL, "json schema: %s", msg);
+        if (s->path[0]) s->rc = iris_err_set(s->err, IRIS_EINVAL, "json schema: %s (at #%s)", msg, s->path);
+        else s->rc = iris_err_set(s->err, IRIS_EINVAL, "json schema: %s", msg);
     }
     return -1;
 }
 
-static int oom(sc *s) { return fail(s, "the grammar grew past %d elements or memory ran out", GRAMMAR_MAX_ELEMS); }
+/* Past the compile budget: IRIS_ELIMIT naming the schema part. */
+static int over_limit(sc *s, const char *what, int n) {
+    if (!s->rc)
+        s->rc = iris_err_set(s->err, IRIS_ELIMIT, "json schema: compiling #%s %s %d%s: the schema is too large (lower "
+                             "bounds such as maxLength, maxItems or repetition counts, or use fewer branches)",
+                             s->path, what, n, *what == 't' ? " ms" : " elements");
+    return -1;
+}
+
+static int oom(sc *s) {
+    if (s->g->over) return over_limit(s, "grows the grammar past", COMPILE_MAX_ELEMS);
+    return fail(s, "out of memory building the grammar");
+}
 
 /* Add one alternative to rule r: fmt is a run of 'l' (a literal, const char *), 'r' (a rule
  * id, int) and 'c' (a byte set id, int). */
@@ -84,6 +112,7 @@ static void alt(sc *s, int r, const char *fmt, ...) {
 static int rule(sc *s) {
     int r = gb_rule(s->g);
     if (r < 0) oom(s);
+    if (r > 0 && (r & 1023) == 0 && now_s() > s->t_end) return over_limit(s, "takes longer than", COMPILE_MAX_MS);
     return r;
 }
 
@@ -189,7 +218,7 @@ static void shared_rules(sc *s) {
 static const char *const honoured[] = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "$ref",
     "$defs", "definitions", "items", "prefixItems", "minItems", "maxItems", "uniqueItems", "minLength",
-    "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern", "format",
     /* annotations, from FIRST_ANNOTATION on */
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
     "writeOnly", NULL};
@@ -200,8 +229,6 @@ static int check_keywords(sc *s, json_t *node) {
     json_object_foreach(node, k, v) {
         int ok = 0;
         for (int i = 0; honoured[i] && !ok; i++) ok = !strcmp(k, honoured[i]);
-        if (!ok && (!strcmp(k, "pattern") || !strcmp(k, "format")))
-            return fail(s, "keyword \"%s\" is not supported (iris does not support pattern or format yet)", k);
         if (!ok) return fail(s, "keyword \"%s\" is not supported", k);
         if (!strcmp(k, "uniqueItems") && json_is_true(v))
             return fail(s, "keyword \"uniqueItems\": true is not supported");
@@ -210,6 +237,25 @@ static int check_keywords(sc *s, json_t *node) {
 }
 
 static int compile(sc *s, json_t *node);
+
+/* compile() of the part at path + "/" + seg, then "/" + key (escaped) when given, then "/" +
+ * index when >= 0; the path stays at the part when it fails, so the message names it. */
+static int compile_at(sc *s, json_t *node, const char *seg, const char *key, long index) {
+    size_t keep = strlen(s->path), n = keep, cap = sizeof s->path;
+    char *p = s->path;
+    n += (size_t)snprintf(p + n, cap - n, "/%s", seg);
+    if (key && n + 1 < cap) p[n++] = '/';
+    for (const char *c = key; c && *c && n + 3 < cap; c++) {
+        if (*c == '~' || *c == '/') p[n++] = '~', p[n++] = *c == '~' ? '0' : '1';
+        else p[n++] = *c;
+    }
+    if (n >= cap) n = cap - 1;
+    p[n] = 0;
+    if (index >= 0) snprintf(p + n, cap - n, "/%ld", index);
+    int r = compile(s, node);
+    if (!s->rc) p[keep] = 0;
+    return r;
+}
 
 /* A literal JSON value (enum, const), compact as the grammar writes it. */
 static void literal_alt(sc *s, int r, json_t *v) {
@@ -262,8 +308,13 @@ static int compile_ref(sc *s, const char *ref) {
     char *copy = strdup(ref);
     if (!copy || r < 0) return oom(s);
     s->refs[s->n_refs++] = (ref_entry){copy, r};
+    char saved[sizeof s->path];
+    memcpy(saved, s->path, sizeof saved);
+    snprintf(s->path, sizeof s->path, "%s", ref + 1);  /* the target's own pointer */
     int t = compile(s, target);
-    if (t >= 0) alt(s, r, "r", t);
+    if (s->rc) return -1;
+    memcpy(s->path, saved, sizeof saved);
+    alt(s, r, "r", t);
     return s->rc ? -1 : r;
 }
 
@@ -305,7 +356,7 @@ static int compile_object(sc *s, json_t *node) {
             alt(s, r, "l", "{}");
             return r;
         }
-        int vr = json_is_object(add) ? compile(s, add) : s->value;
+        int vr = json_is_object(add) ? compile_at(s, add, "additionalProperties", NULL, -1) : s->value;
         return vr < 0 ? -1 : map_of(s, vr);
     }
     if (add && !json_is_boolean(add) && !json_is_object(add))
@@ -326,7 +377,7 @@ static int compile_object(sc *s, json_t *node) {
     size_t j = 0;
     if (keys && vals) json_object_foreach(props, k, v) keys[j] = k, vals[j++] = v;
     for (size_t p = n; p-- > 0 && !s->rc;) {
-        int vr = compile(s, vals[p]);
+        int vr = compile_at(s, vals[p], "properties", keys[p], -1);
         json_t *ks = json_string(keys[p]);
         char *kl = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
         json_decref(ks);
@@ -346,8 +397,8 @@ static int compile_object(sc *s, json_t *node) {
             alt(s, B[p], "r", B[p + 1]);
         }
     }
-    int r = rule(s);
-    alt(s, r, "lrl", "{", A[0], "}");
+    int r = s->rc ? -1 : rule(s);
+    if (!s->rc) alt(s, r, "lrl", "{", A[0], "}");
     free(ab);
     free(keys);
     free(vals);
@@ -377,11 +428,15 @@ static int compile_array(sc *s, json_t *node) {
     if (json_is_false(items) && (mx < 0 || mx > k)) mx = k;
     if (mx >= 0 && mn > mx) return fail(s, "minItems %lld is above maxItems %lld: no array fits", mn, mx);
     if (mx > 100000 || mn > 100000) return fail(s, "minItems/maxItems above 100000 are not supported");
-    int ir = json_is_object(items) ? compile(s, items) : s->value;
+    int ir = json_is_object(items) ? compile_at(s, items, "items", NULL, -1) : s->value;
     long long L = mx >= 0 ? mx : (k > mn ? k : mn) > 1 ? (k > mn ? k : mn) : 1;
     int *er = malloc((size_t)(L + 1) * sizeof *er);  /* er[j]: the rule of element j */
     if (!er) return oom(s);
-    for (long long j = 0; j < L && !s->rc; j++) er[j] = j < k ? compile(s, json_array_get(pre, (size_t)j)) : ir;
+    for (long long j = 0; j < L && !s->rc; j++) er[j] = j < k ? compile_at(s, json_array_get(pre, (size_t)j), "prefixItems", NULL, (long)j) : ir;
+    if (s->rc) {
+        free(er);
+        return -1;
+    }
     /* T_j: after j elements. */
     int t = rule(s);
     alt(s, t, "");
@@ -400,7 +455,29 @@ static int compile_array(sc *s, json_t *node) {
     return s->rc ? -1 : r;
 }
 
+/* "\"" pattern "\"" for `pattern` or `format` (grammar_regex.c). */
+static int compile_pattern(sc *s, json_t *node) {
+    json_t *pat = json_object_get(node, "pattern"), *fmt = json_object_get(node, "format");
+    const char *kw = pat ? "pattern" : "format", *re;
+    if (pat && fmt) return fail(s, "keyword \"pattern\" beside \"format\" is not supported");
+    if (json_object_get(node, "minLength") || json_object_get(node, "maxLength"))
+        return fail(s, "keyword \"%s\" beside \"minLength\"/\"maxLength\" is not supported", kw);
+    if (!json_is_string(pat ? pat : fmt)) return fail(s, "\"%s\" must be a string", kw);
+    if (pat) re = json_string_value(pat);
+    else if (!(re = gb_format_pattern(json_string_value(fmt))))
+        return fail(s, "keyword \"format\": \"%.60s\" is not supported (date, time, date-time, uuid and email are)",
+                    json_string_value(fmt));
+    char msg[200];
+    int body = gb_regex(s->g, re, s->sbody, msg, sizeof msg);
+    if (body < 0 && s->g->over) return oom(s);
+    if (body < 0) return fail(s, "keyword \"pattern\" \"%.80s\": %s", re, msg);
+    int r = rule(s);
+    alt(s, r, "lrl", "\"", body, "\"");
+    return s->rc ? -1 : r;
+}
+
 static int compile_string(sc *s, json_t *node) {
+    if (json_object_get(node, "pattern") || json_object_get(node, "format")) return compile_pattern(s, node);
     long long mn = count_kw(node, "minLength", 0), mx = count_kw(node, "maxLength", -1);
     if (mn == -2 || mx < -1) return fail(s, "\"minLength\"/\"maxLength\" must be non-negative integers");
     if (mx >= 0 && mn > mx) return fail(s, "minLength %lld is above maxLength %lld: no string fits", mn, mx);
@@ -545,7 +622,8 @@ static const char *implied_type(json_t *node) {
                                         {"required", "object"},   {"items", "array"},
                                         {"prefixItems", "array"}, {"minItems", "array"},
                                         {"maxItems", "array"},    {"minLength", "string"},
-                                        {"maxLength", "string"},  {"minimum", "integer"},
+                                        {"maxLength", "string"},  {"pattern", "string"},
+                                        {"format", "string"},     {"minimum", "integer"},
                                         {"maximum", "integer"},   {"exclusiveMinimum", "integer"},
                                         {"exclusiveMaximum", "integer"}};
     for (size_t i = 0; i < sizeof by / sizeof by[0]; i++)
@@ -561,7 +639,7 @@ static int compile_any_of(sc *s, json_t *list, const char *kw) {
     size_t i;
     json_t *v;
     json_array_foreach(list, i, v) {
-        int b = compile(s, v);
+        int b = compile_at(s, v, kw, NULL, (long)i);
         if (b < 0) return -1;
         alt(s, r, "r", b);
     }
@@ -688,6 +766,8 @@ int iris_grammar_from_schema(const char *schema_json, iris_grammar **out, iris_e
         return iris_err_set(err, IRIS_ENOMEM, "out of memory");
     }
     gb_init(s.g);
+    s.g->max_el = COMPILE_MAX_ELEMS;
+    s.t_end = now_s() + COMPILE_MAX_MS / 1e3;
     shared_rules(&s);
     int r = s.rc ? -1 : compile(&s, root);
     if (!s.rc) check_left_recursion(&s);
