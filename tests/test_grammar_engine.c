@@ -2,7 +2,8 @@
  * fixture (random weights, its own 512-token vocabulary): at temperature 1 and several seeds,
  * constrained and free requests share steps; every constrained output parses, keeps the
  * schema and ends with stop (even with ignore_eos); a constrained request gives the same tokens
- * alone as in the batch; a bad schema is IRIS_EINVAL naming the keyword. */
+ * alone as in the batch; a bad schema is IRIS_EINVAL naming the keyword.  `iris describe
+ * --json` on the demo model keeps its scene schema. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,4 +130,47 @@ IRIS_TEST(grammar_engine_bad_schema) {
     CHECK_CONTAINS(err.msg, "\"pattern\"");
     CHECK_STR(err.param, "response_format");
     iris_engine_close(e);
+}
+
+/* `iris describe --json` on the demo model: at several seeds the answer finishes with stop,
+ * parses, and keeps the scene schema (cmd_run.c's SCENE_SCHEMA), given parsed as "scene". */
+IRIS_TEST(grammar_describe_json_demo) {
+    const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
+    static const char *const positions[] = {"top left", "top",    "top right", "left",        "centre",
+                                            "right",    "bottom left", "bottom", "bottom right"};
+    for (int seed = 1; seed <= 3; seed++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "%s describe examples/images/scene1.png --json -q --temperature 1 --seed %d 2>&1",
+                 bin, seed);
+        int st = 0;
+        char *res = iris_test_popen(cmd, &st);
+        CHECKF(st == 0, "seed %d: exit %d: %s", seed, st, res ? res : "");
+        json_t *o = res ? json_loads(res, 0, NULL) : NULL;
+        CHECKF(o != NULL, "seed %d: not one JSON object: %s", seed, res ? res : "");
+        json_t *sc = json_object_get(o, "scene"), *objs = json_object_get(sc, "objects");
+        json_t *text = json_object_get(sc, "text"), *setting = json_object_get(sc, "setting");
+        CHECKF(o && !strcmp(json_string_value(json_object_get(o, "finish_reason")), "stop"), "seed %d: %s", seed, res);
+        CHECKF(json_is_object(sc) && json_object_size(sc) == 3, "seed %d: scene %s", seed, res ? res : "");
+        CHECK(json_is_string(setting) && json_string_length(setting) <= 120 * 4);
+        CHECK(json_is_array(text) && json_array_size(text) <= 4);
+        CHECK(json_is_array(objs) && json_array_size(objs) <= 8);
+        size_t i;
+        json_t *ob;
+        json_array_foreach(objs, i, ob) {
+            json_t *pos = json_object_get(ob, "position"), *cnt = json_object_get(ob, "count");
+            json_t *lab = json_object_get(ob, "label"), *attr = json_object_get(ob, "attributes");
+            int known = 0;
+            for (size_t k = 0; json_is_string(pos) && k < sizeof positions / sizeof *positions; k++)
+                known |= !strcmp(json_string_value(pos), positions[k]);
+            CHECKF(known, "seed %d: position %s", seed, res);
+            CHECK(json_is_integer(cnt) && json_integer_value(cnt) >= 1 && json_integer_value(cnt) <= 99);
+            CHECK(json_is_string(lab) && json_string_length(lab) >= 1);
+            CHECK(json_is_string(json_object_get(ob, "colour")));
+            CHECK(json_is_array(attr) && json_array_size(attr) <= 3);
+            CHECK(json_object_size(ob) == 5);
+        }
+        if (getenv("IRIS_TEST_VERBOSE")) fprintf(stderr, "%s", res ? res : "");
+        json_decref(o);
+        free(res);
+    }
 }

@@ -12,7 +12,9 @@
  *
  * Output: the answer streams to stdout; with --json nothing streams and one
  * JSON object is printed at the end (text, finish reason, token counts,
- * timings).  The statistics line goes to stderr with --verbose, or when
+ * timings).  `describe --json` also constrains the answer to SCENE_SCHEMA
+ * (objects with label, colour, attributes, position, count; setting; visible
+ * text) and adds it parsed as "scene" (null when it was cut short).  The statistics line goes to stderr with --verbose, or when
  * stderr is a terminal; --quiet leaves only errors on stderr.  Without a
  * model the demo model answers, and one notice on stderr says so.  The
  * prompt may come from --prompt-file FILE or `-` (stdin).
@@ -43,6 +45,30 @@ static const char *CAPTION_PROMPT = "Describe this image in one sentence.";
 static const char *DESCRIBE_PROMPT =
     "Analyze this scene. List the objects you see with their colours and positions, describe the setting and "
     "any activities, and transcribe any visible text.";
+static const char *DESCRIBE_JSON_PROMPT =
+    "Analyze this scene as JSON: the objects you see (label, colour, attributes, position in the image, count), "
+    "the setting, and any visible text.";
+/* `describe --json`: bounded everywhere, so an answer always finishes (at most ~2,000 bytes of
+ * plain text); shown by `iris describe --help`. */
+#define SCENE_SCHEMA                                                                                              \
+    "{\"type\":\"object\",\"properties\":{"                                                                            \
+    "\"objects\":{\"type\":\"array\",\"maxItems\":8,\"items\":{\"type\":\"object\",\"properties\":{"                   \
+    "\"label\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":32},"                                                \
+    "\"colour\":{\"type\":\"string\",\"maxLength\":16},"                                                                 \
+    "\"attributes\":{\"type\":\"array\",\"maxItems\":3,\"items\":{\"type\":\"string\",\"maxLength\":16}},"              \
+    "\"position\":{\"enum\":[\"top left\",\"top\",\"top right\",\"left\",\"centre\",\"right\",\"bottom left\","        \
+    "\"bottom\",\"bottom right\"]},"                                                                                    \
+    "\"count\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":99}},"                                                    \
+    "\"required\":[\"label\",\"colour\",\"attributes\",\"position\",\"count\"],\"additionalProperties\":false}},"      \
+    "\"setting\":{\"type\":\"string\",\"maxLength\":120},"                                                               \
+    "\"text\":{\"type\":\"array\",\"maxItems\":4,\"items\":{\"type\":\"string\",\"maxLength\":60}}},"                  \
+    "\"required\":[\"objects\",\"setting\",\"text\"],\"additionalProperties\":false}"
+#define SCENE_SCHEMA_HELP \
+    "\nWith --json the answer follows this JSON Schema (and is given parsed as \"scene\"):\n" \
+    "  {\"objects\": [{\"label\": str (1-32), \"colour\": str (<= 16), \"attributes\": [str (<= 16)] (<= 3),\n" \
+    "                \"position\": \"top left\"|\"top\"|\"top right\"|\"left\"|\"centre\"|\"right\"|\n" \
+    "                            \"bottom left\"|\"bottom\"|\"bottom right\", \"count\": 1-99}] (<= 8),\n" \
+    "   \"setting\": str (<= 120), \"text\": [str (<= 60)] (<= 4)}   (lengths in characters)"
 
 enum { F_TEMP, F_TOPK, F_TOPP, F_MINP, F_REP, F_PRES, F_FREQ, F_SEED, F_MAXTOK, F_N };
 
@@ -56,6 +82,7 @@ typedef struct run_args {
     int n_stop;
     long long threads;
     int json, quiet, verbose, demo, json_object;
+    int scene;            /* describe --json: the answer follows SCENE_SCHEMA */
     int have[F_N];        /* which sampling flags were given, to write over the defaults */
     double fv[F_N];
     long long iv[F_N];
@@ -123,7 +150,10 @@ static const iris_opt *own_table(run_args *a) {
                      "many images: each line as its image finishes (default: input order)", 0, 0, NULL, NULL);
     }
     t[n++] = OPT("--json", 0, IRIS_OPT_FLAG, &a->json, NULL,
-                 "one JSON object on stdout: text, finish_reason, usage, timings", 0, 0, NULL, NULL);
+                 strcmp(a->cmd, "describe") ? "one JSON object on stdout: text, finish_reason, usage, timings"
+                                            : "one JSON object on stdout: text, finish_reason, usage, timings;\n"
+                                              "the answer follows the scene schema below, parsed as \"scene\"",
+                 0, 0, NULL, NULL);
     t[n++] = OPT("--quiet", 'q', IRIS_OPT_FLAG, &a->quiet, NULL, "nothing on stderr but errors", 0, 0, NULL, NULL);
     t[n++] = OPT("--verbose", 'v', IRIS_OPT_FLAG, &a->verbose, NULL,
                  "the statistics line on stderr (default: when stderr is a terminal)", 0, 0, NULL, NULL);
@@ -152,8 +182,9 @@ static void spec_of(run_args *a, iris_cli_spec *sp, int max_pos) {
         sp->usage = "[-m MODEL] [options] IMAGE\n[-m MODEL] [options] IMAGE|DIR... [--from LIST] [-o FILE]";
         sp->about = !strcmp(a->cmd, "caption")
                         ? "Captions IMAGE in one sentence, streamed to stdout." BATCH_ABOUT
-                        : "Describes IMAGE: objects, setting, activities, visible text." BATCH_ABOUT;
+                        : "Describes IMAGE: objects, setting, activities, visible text." BATCH_ABOUT SCENE_SCHEMA_HELP;
     }
+
     if (strcmp(a->cmd, "run")) sp->max_pos = max_pos;
     sp->tables[0] = own_table(a);
     sp->tables[1] = iris_cli_engine_flags(&a->ce, strcmp(a->cmd, "run") ? IRIS_CLI_E_RUN | IRIS_CLI_E_SCHED
@@ -206,6 +237,7 @@ static void print_json(const run_args *a, const iris_event *ev, const answer *w)
                           "usage", "prompt_tokens", u->prompt_tokens, "completion_tokens", u->completion_tokens,
                           "timings", "ttft_s", u->ttft_s, "total_s", u->total_s, "decode_tok_per_s",
                           u->completion_tokens > 1 && gen_s > 0 ? (u->completion_tokens - 1) / gen_s : 0.0);
+    if (o && a->scene) json_object_set_new(o, "scene", json_loadb(w->text ? w->text : "", w->len, 0, NULL));
     if (o) json_dumpf(o, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
     fputc('\n', stdout);
     json_decref(o);
@@ -270,6 +302,7 @@ static int submit_prompt(iris_engine *e, const run_args *a, iris_prompt *p, iris
     iris_request_params_default(e, &rp);
     apply_flags(a, &rp.sampling);
     if (a->schema_buf) rp.sampling.json_schema = a->schema_buf;
+    else if (a->scene) rp.sampling.json_schema = SCENE_SCHEMA;
     else if (a->json_object) rp.sampling.json_schema = "{\"type\":\"object\"}";
     rp.prompt = p;
     rp.on_event = on_event;
@@ -438,6 +471,10 @@ static int fixed_args(run_args *a, const char **pos, int n_pos, const char *prom
         if ((rc = read_prompt(a, n_img < n_pos ? pos[n_pos - 1] : NULL))) return rc;
     } else {
         a->prompt = prompt;
+    }
+    if (!strcmp(a->cmd, "describe") && a->json && !a->schema_file && !a->json_object) {
+        a->scene = 1;
+        a->prompt = DESCRIBE_JSON_PROMPT;
     }
     int batch = n_img != 1 || a->from || a->out || a->resume || is_dir(pos[0]);
     if (!batch) a->images[a->n_images++] = pos[0];
