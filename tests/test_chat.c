@@ -5,7 +5,8 @@
  * apply_chat_template(tokenize=False) rendered on the GPU machine with the
  * committed template qwen3vl_instruct_chat_template.jinja, or the error it
  * raised, plus the real tokenizer's ids of the prompt with every
- * <|image_pad|> expanded to the conversation's image_tokens counts. */
+ * <|image_pad|> expanded to the conversation's image_tokens counts.
+ * Conversations with a "tools" list were rendered with tools=. */
 #include "test.h"
 
 #include <jansson.h>
@@ -64,10 +65,11 @@ IRIS_TEST(chat_matches_transformers) {
     iris_err err = {0};
     CHECKF(tokpath && iris_tok_load(tokpath, &tok, &err) == 0, "the Qwen tokenizer: %s",
            tokpath ? err.msg : "missing, run scripts/setup");
-    size_t i, n_ids_checked = 0;
+    size_t i, n_ids_checked = 0, n_tools = 0;
     json_t *c;
     json_array_foreach(convs, i, c) {
         json_t *w = json_array_get(want, i);
+        n_tools += json_array_size(json_object_get(c, "tools")) > 0;
         iris_chat_opts opts = {.add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),
                                .add_vision_id = json_is_true(json_object_get(c, "add_vision_id"))};
         char *text = NULL;
@@ -103,6 +105,7 @@ IRIS_TEST(chat_matches_transformers) {
         free(text);
     }
     CHECK(n_ids_checked >= 20);
+    CHECK(n_tools >= 15); /* tools=: one or several, nested, unicode, with tool history */
     iris_tok_free(tok);
     json_decref(convs);
     json_decref(want);
