@@ -146,6 +146,13 @@ typedef struct iris_sampling {
     const char *json_schema;               /* NULL, or a JSON Schema (text) the output must follow:
                                             * compiled at submit (an unsupported keyword is
                                             * IRIS_EINVAL naming it); {"type":"object"}: any object */
+    const char *tools_json;                /* NULL, or an OpenAI tools array (JSON text): tool calls in
+                                            * Qwen3's <tool_call> format are constrained to these tools
+                                            * and their parameters (not with json_schema) */
+    int tools_required;                    /* with tools_json: 0 (auto) text, or calls once "<tool_call>"
+                                            * appears; 1 calls only (tool_choice "required") */
+    const char *tool_name;                 /* with tools_json: NULL, or calls of this tool only */
+    int single_tool_call;                  /* 1: at most one call (OpenAI's parallel_tool_calls false) */
 } iris_sampling;
 
 typedef struct iris_request_params {

@@ -5,7 +5,8 @@
  * apply_chat_template(tokenize=False) rendered on the GPU machine with the
  * committed template qwen3vl_instruct_chat_template.jinja, or the error it
  * raised, plus the real tokenizer's ids of the prompt with every
- * <|image_pad|> expanded to the conversation's image_tokens counts. */
+ * <|image_pad|> expanded to the conversation's image_tokens counts.
+ * Conversations with a "tools" list were rendered with tools=. */
 #include "test.h"
 
 #include <jansson.h>
@@ -64,17 +65,19 @@ IRIS_TEST(chat_matches_transformers) {
     iris_err err = {0};
     CHECKF(tokpath && iris_tok_load(tokpath, &tok, &err) == 0, "the Qwen tokenizer: %s",
            tokpath ? err.msg : "missing, run scripts/setup");
-    size_t i, n_ids_checked = 0;
+    size_t i, n_ids_checked = 0, n_tools = 0;
     json_t *c;
     json_array_foreach(convs, i, c) {
         json_t *w = json_array_get(want, i);
+        n_tools += json_array_size(json_object_get(c, "tools")) > 0;
         iris_chat_opts opts = {.add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),
                                .add_vision_id = json_is_true(json_object_get(c, "add_vision_id"))};
         char *text = NULL;
         size_t len = 0;
         iris_chat_info info = {0};
         err = (iris_err){0};
-        int rc = iris_chat_render(json_object_get(c, "messages"), NULL, &opts, &text, &len, &info, &err);
+        int rc = iris_chat_render(json_object_get(c, "messages"), json_object_get(c, "tools"), &opts, &text, &len,
+                                  &info, &err);
         if (json_object_get(w, "error")) {
             CHECKF(rc < 0, "conversation %zu: transformers raised %s but iris rendered \"%s\"", i + 1,
                    json_string_value(json_object_get(w, "error")), text);
@@ -102,6 +105,7 @@ IRIS_TEST(chat_matches_transformers) {
         free(text);
     }
     CHECK(n_ids_checked >= 20);
+    CHECK(n_tools >= 15); /* tools=: one or several, nested, unicode, with tool history */
     iris_tok_free(tok);
     json_decref(convs);
     json_decref(want);
@@ -119,10 +123,19 @@ static int render(const char *messages_json, const char *tools_json, char **text
 IRIS_TEST(chat_bad_input) {
     char *text = NULL;
     iris_err err = {0};
-    CHECK_EQ_INT(render("[{\"role\":\"user\",\"content\":\"x\"}]", "[{\"type\":\"function\"}]", &text, &err),
-                 IRIS_EUNSUPPORTED);
-    CHECK_CONTAINS(err.msg, "tools");
+    CHECK_EQ_INT(render("[{\"role\":\"user\",\"content\":\"x\"}]", "{\"type\":\"function\"}", &text, &err),
+                 IRIS_EINVAL);
+    CHECK_CONTAINS(err.msg, "\"tools\" must be an array");
     CHECK(!text);
+    /* A tool is rendered as given, on its own line, in the system turn. */
+    CHECK_EQ_INT(render("[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"x\"}]",
+                        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"n\":1.5e-7}}]", &text, &err),
+                 0);
+    CHECK_CONTAINS(text, "<|im_start|>system\nS\n\n# Tools\n\n");
+    CHECK_CONTAINS(text, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"f\", \"n\": 1.5e-07}}\n</tools>");
+    CHECK_CONTAINS(text, "</tool_call><|im_end|>\n<|im_start|>user\nx<|im_end|>\n");
+    free(text);
+    text = NULL;
     /* An empty tools list is no tools. */
     CHECK_EQ_INT(render("[{\"role\":\"user\",\"content\":\"x\"}]", "[]", &text, &err), 0);
     CHECK_STR(text, "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
@@ -136,6 +149,7 @@ IRIS_TEST(chat_bad_input) {
         {"[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\"},{\"text\":5}]}]",
          "message 1, content part 1: \"text\" must be a string"},
         {"[{\"role\":\"user\",\"content\":7}]", "string or an array"},
+        {"[{\"role\":\"user\",\"content\":null}]", "\"content\" is null"},
         {"[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"f\"}}]}]", "no \"arguments\""},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

@@ -153,7 +153,8 @@ IRIS_TEST(openai_parse_refusals) {
     refused("{" M ",\"stream_options\":{\"include_usage\":true}}", C, "stream_options", "stream");
     refused("{" M ",\"stream\":true,\"stream_options\":{\"include_usage\":1}}", C, "stream_options.include_usage",
             NULL);
-    refused("{" M ",\"tools\":[{\"type\":\"function\"}]}", C, "tools", NULL);
+    refused("{" M ",\"tools\":[{\"type\":\"function\"}]}", C, "tools[0].function", "'name'");
+    refused("{" M ",\"tools\":\"get_weather\"}", C, "tools", "array");
     refused("{" M ",\"response_format\":{\"type\":\"yaml\"}}", C, "response_format.type", "yaml");
     refused("{" M ",\"response_format\":{\"type\":\"json_schema\"}}", C, "response_format.json_schema", NULL);
     refused("{" M ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a b\",\"schema\":{}}}}",

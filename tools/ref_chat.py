@@ -4,17 +4,21 @@
   python3 tools/ref_chat.py make           (here) writes tests/fixtures/chat/conversations.jsonl:
         one object per line: messages (OpenAI style), add_generation_prompt,
         add_vision_id, image_tokens (a token count per image, for the pad
-        expansion helper).
+        expansion helper) and, for conversations with tool definitions,
+        tools (a list of OpenAI tool objects, given as apply_chat_template's
+        tools=).
   python3 tools/ref_chat.py local OUT.jsonl (here, plain jinja2: a development
         preview only, never a fixture)
   python3 tools/ref_chat.py ref OUTDIR      (the GPU machine) renders every
         conversation with transformers' apply_chat_template(tokenize=False) and
         the committed template tests/fixtures/chat/qwen3vl_instruct_chat_template.jinja
         (Qwen3-VL-2B/4B-Instruct's chat_template.json, SHA-256 3636d0f0...a489e4),
-        and writes OUTDIR/chat_expected.jsonl: {"text": ...} or {"error": ...}
+        and writes OUTDIR/conversations.jsonl (the same as make's) and
+        OUTDIR/chat_expected.jsonl: {"text": ...} or {"error": ...}
         per conversation, plus "ids": the real tokenizer's ids of the text with
         each <|image_pad|> expanded to its image_tokens count (what the
-        processor feeds the model).
+        processor feeds the model).  Nothing is read from the network; a
+        conversation that fails is written as {"error": ...} and the rest go on.
 """
 import hashlib
 import json
@@ -39,15 +43,18 @@ def T(s):
 def conversations():
     c = []
 
-    def add(messages, gen=True, vid=False, tokens=None):
+    def add(messages, gen=True, vid=False, tokens=None, tools=None):
         n_img = 0
         for m in messages:
             if isinstance(m.get("content"), list) and m.get("role") in ("user", "tool"):
                 for p in m["content"]:
                     if isinstance(p, dict) and (p.get("type") == "image" or "image" in p or "image_url" in p):
                         n_img += 1
-        c.append({"messages": messages, "add_generation_prompt": gen, "add_vision_id": vid,
-                  "image_tokens": tokens if tokens is not None else [4 + 5 * i for i in range(n_img)]})
+        conv = {"messages": messages, "add_generation_prompt": gen, "add_vision_id": vid,
+                "image_tokens": tokens if tokens is not None else [4 + 5 * i for i in range(n_img)]}
+        if tools is not None:
+            conv["tools"] = tools
+        c.append(conv)
 
     add([{"role": "user", "content": "Hello!"}])
     add([{"role": "user", "content": "Hello!"}], gen=False)
@@ -111,7 +118,103 @@ def conversations():
          {"role": "assistant", "content": "A dog."}], gen=False, vid=True)
     add([{"role": "user", "content": [VID, T("video only")]}], vid=True)
     add([])
+    tool_conversations(add)
     return c
+
+
+def fn(name, description, parameters, **extra):
+    f = {"name": name, "description": description, "parameters": parameters}
+    f.update(extra)
+    return {"type": "function", "function": f}
+
+
+WEATHER = fn("get_weather", "Get the current weather in a city.",
+             {"type": "object", "properties": {"city": {"type": "string", "description": "The city name"},
+                                               "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+              "required": ["city"]})
+SEARCH = fn("search_images", "Find images that match a query.",
+            {"type": "object",
+             "properties": {"query": {"type": "string"},
+                            "filters": {"type": "object",
+                                        "properties": {"min_width": {"type": "integer", "minimum": 1},
+                                                       "colors": {"type": "array", "items": {"type": "string"},
+                                                                  "maxItems": 3},
+                                                       "box": {"type": "array", "prefixItems": [
+                                                           {"type": "number"}, {"type": "number"}]},
+                                                       "safe": {"type": "boolean", "default": True},
+                                                       "after": {"type": ["string", "null"], "default": None}},
+                                        "additionalProperties": False},
+                            "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}},
+             "required": ["query"], "additionalProperties": False})
+UNICODE = fn("traduire", "Traduit un texte — 翻译文本 🌍 «naïve» \"quoted\" back\\slash\nnew line\ttab \u0001 \u2028",
+             {"type": "object", "properties": {"texte": {"type": "string", "description": "Le texte à traduire"},
+                                               "langue": {"type": "string", "enum": ["français", "日本語", "Ελληνικά"]}},
+              "required": ["texte", "langue"]})
+NUMBERS = fn("numbers", "Floats and ints as Python prints them.",
+             {"type": "object", "properties": {"x": {"type": "number", "minimum": -1.5, "maximum": 1e20,
+                                                     "multipleOf": 0.001, "default": 2.0, "examples": [1e-7, 123456.789,
+                                                                                                       -0.0, 3, 0.1]}}})
+NO_PARAMS = fn("now", "The current time.", {"type": "object", "properties": {}})
+BARE = {"name": "bare", "description": "A tool given without the type/function wrapper.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}
+EMPTY_KEYS = {"type": "function", "function": {"name": "odd", "description": "", "parameters": {}}, "extra": [1, {}]}
+
+
+def call(name, args, cid=None):
+    c = {"type": "function", "function": {"name": name, "arguments": args}}
+    if cid:
+        c["id"] = cid
+    return c
+
+
+def tool_conversations(add):
+    q = {"role": "user", "content": "What is the weather in Paris?"}
+    add([q], tools=[WEATHER])
+    add([q], tools=[WEATHER], gen=False)
+    add([{"role": "system", "content": "You are a helpful assistant."}, q], tools=[WEATHER])
+    add([{"role": "system", "content": [T("Be brief. "), T("Use tools.")]}, q], tools=[WEATHER, SEARCH])
+    add([{"role": "system", "content": ""}, q], tools=[WEATHER])
+    add([{"role": "user", "content": [IMG, T("Find more like this.")]}], tools=[SEARCH, WEATHER, NO_PARAMS])
+    add([{"role": "user", "content": "Traduis « bonjour » en japonais."}], tools=[UNICODE])
+    add([q], tools=[NUMBERS, BARE, EMPTY_KEYS])
+    add([q], tools=[])
+    # History: OpenAI clients send arguments as a JSON string and content null or "".
+    # (content null fails in the template: `for x in None`; the server drops a null content, which is
+    # the second form, content absent.)
+    for content in ({"content": None}, {}):
+        add([q, dict({"role": "assistant", "tool_calls": [call("get_weather", "{\"city\": \"Paris\"}", "call_1")]},
+                     **content),
+             {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}],
+            tools=[WEATHER])
+    add([q, {"role": "assistant", "content": "", "tool_calls": [call("get_weather", "{\"city\":\"Paris\"}", "c1")]},
+         {"role": "tool", "tool_call_id": "c1", "content": "21 C"},
+         {"role": "assistant", "content": "It is 21 °C in Paris."},
+         {"role": "user", "content": "And in Tokyo and Köln?"}], tools=[WEATHER])
+    # Parallel calls, arguments as objects (rendered with tojson), two results grouped in one user turn.
+    add([{"role": "system", "content": "sys"},
+         {"role": "user", "content": "Weather in Tokyo and Köln, then find pictures."},
+         {"role": "assistant", "content": "Let me check both.", "tool_calls": [
+             call("get_weather", {"city": "東京", "unit": "celsius"}),
+             call("get_weather", {"city": "Köln", "nested": {"a": [1, 2.5, None, True, False], "b": {}}})]},
+         {"role": "tool", "content": "{\"t\": 18}"},
+         {"role": "tool", "content": [T("{\"t\": 9}")]},
+         {"role": "assistant", "tool_calls": [
+             call("search_images", {"query": "rain \"umbrella\"\n", "filters": {"colors": ["red"], "min_width": 640}})]},
+         {"role": "tool", "content": [IMG, T("one match")]}],
+        tools=[WEATHER, SEARCH, UNICODE])
+    # A tool result first, three results in a row, and a tool turn at the end without a generation prompt.
+    add([{"role": "tool", "content": "orphan"}, {"role": "tool", "content": "two"}, {"role": "tool", "content": ""},
+         {"role": "user", "content": "ok"}], tools=[NO_PARAMS])
+    add([q, {"role": "assistant", "content": "", "tool_calls": [call("now", "{}")]},
+         {"role": "tool", "content": "12:00"}], tools=[NO_PARAMS], gen=False)
+    # Tool history with no tools given: no system block of tools.
+    add([q, {"role": "assistant", "tool_calls": [call("get_weather", "{\"city\": \"Paris\"}")]},
+         {"role": "tool", "content": "sunny"}])
+    add([{"role": "user", "content": None}], tools=[WEATHER])
+    # Markup the model emits, quoted inside a tool description and a result.
+    add([{"role": "user", "content": "<tool_call> in text"}, {"role": "assistant", "content": "x"},
+         {"role": "tool", "content": "</tool_response> inside"}],
+        tools=[fn("quote", "Say <tool_call> and </tool_call> literally.", {"type": "object", "properties": {}})])
 
 
 def load_template():
@@ -156,7 +259,8 @@ def cmd_local(out):
     with open(out, "w", encoding="utf-8") as f:
         for conv in read_convs():
             try:
-                row = {"text": tpl.render(messages=conv["messages"], add_generation_prompt=conv["add_generation_prompt"],
+                row = {"text": tpl.render(messages=conv["messages"], tools=conv.get("tools"),
+                                          add_generation_prompt=conv["add_generation_prompt"],
                                           add_vision_id=conv["add_vision_id"])}
             except Exception as e:
                 row = {"error": f"{type(e).__name__}: {e}"}
@@ -173,15 +277,22 @@ def cmd_ref(outdir):
     raw = tokenizers.Tokenizer.from_file(QWEN)
     print("transformers", transformers.__version__)
     n_ok = n_err = 0
+    # The conversations come from this script (not from a checkout's fixture file), and are written
+    # beside the renderings so the pair is committed together.
+    convs = conversations()
+    with open(os.path.join(outdir, "conversations.jsonl"), "w", encoding="utf-8") as f:
+        for conv in convs:
+            f.write(json.dumps(conv, ensure_ascii=False) + "\n")
     with open(os.path.join(outdir, "chat_expected.jsonl"), "w", encoding="utf-8") as f:
-        for conv in read_convs():
+        for conv in convs:
             try:
-                text = tok.apply_chat_template(conv["messages"], chat_template=template, tokenize=False,
+                text = tok.apply_chat_template(conv["messages"], tools=conv.get("tools"), chat_template=template,
+                                               tokenize=False,
                                                add_generation_prompt=conv["add_generation_prompt"],
                                                add_vision_id=conv["add_vision_id"])
                 if not isinstance(text, str):  # a BatchEncoding-like answer in some versions
-                    text = tok.apply_chat_template(conv["messages"], chat_template=template, tokenize=False,
-                                                   return_dict=False,
+                    text = tok.apply_chat_template(conv["messages"], tools=conv.get("tools"), chat_template=template,
+                                                   tokenize=False, return_dict=False,
                                                    add_generation_prompt=conv["add_generation_prompt"],
                                                    add_vision_id=conv["add_vision_id"])
                 row = {"text": text}
@@ -194,6 +305,7 @@ def cmd_ref(outdir):
                 n_err += 1
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     print(f"chat: {n_ok} rendered, {n_err} errors")
+    print("wrote", os.path.join(outdir, "conversations.jsonl"), "and", os.path.join(outdir, "chat_expected.jsonl"))
 
 
 if __name__ == "__main__":

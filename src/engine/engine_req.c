@@ -1,6 +1,6 @@
 /* engine_req.c: requests on the callers' side: building and validating a
  * request on the caller's thread (the prompt through the one builder,
- * prompt.c; the sampling parameters, a JSON Schema compiled to a grammar
+ * prompt.c; the sampling parameters, a JSON Schema or tools compiled to a grammar
  * (model/grammar.h; the vocabulary trie made once per engine, at the first
  * such request); the one context-length check; content
  * hashes of the images), the bounded queue into the engine, and the
@@ -256,15 +256,26 @@ static const iris_vocab *engine_vocab(iris_engine *e, iris_err *err) {
     return v;
 }
 
-/* Constrain the request's sampler to its JSON Schema, compiled here on the caller's thread. */
-static int constrain(iris_engine *e, iris_request *r, const char *schema, const iris_stop_ids *end, iris_err *err) {
+/* Constrain the request's sampler to its JSON Schema or its tools, compiled here on the caller's
+ * thread. */
+static int constrain(iris_engine *e, iris_request *r, const iris_sampling *sp, const iris_stop_ids *end,
+                     iris_err *err) {
     iris_grammar *g = NULL;
-    int rc = iris_grammar_from_schema(schema, &g, err);
+    int rc;
+    if (sp->json_schema && sp->tools_json)
+        rc = iris_err_set(err, IRIS_EINVAL, "a JSON Schema and tools cannot constrain one request together");
+    else if (sp->tools_json)
+        rc = iris_grammar_from_tools(sp->tools_json, sp->tool_name, sp->tools_required, !sp->single_tool_call, &g,
+                                     err);
+    else
+        rc = iris_grammar_from_schema(sp->json_schema, &g, err);
     const iris_vocab *v = rc ? NULL : engine_vocab(e, err);
     if (!rc && !v) rc = err && err->code ? err->code : IRIS_ENOMEM;
     if (!rc) return iris_sampler_set_grammar(r->sampler, g, v, end, err);
     iris_grammar_free(g);
-    if (err && rc == IRIS_EINVAL) snprintf(err->param, sizeof err->param, "response_format");
+    if (err && rc == IRIS_EINVAL)
+        snprintf(err->param, sizeof err->param, "%s",
+                 !sp->tools_json ? "response_format" : !strncmp(err->msg, "tool_choice", 11) ? "tool_choice" : "tools");
     return rc;
 }
 
@@ -298,7 +309,7 @@ int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_reques
     else rc = check_context(e, n, sp->max_tokens, cap, err);
     if (!rc) rc = iris_sampler_init(&r->sampler, sp, &stop, e->model->cfg.text_config.vocab_size, err);
     if (!rc) rc = iris_sampler_add_prompt(r->sampler, r->prompt.ids.ids, n, err);
-    if (!rc && sp->json_schema) rc = constrain(e, r, sp->json_schema, &stop, err);
+    if (!rc && (sp->json_schema || sp->tools_json)) rc = constrain(e, r, sp, &stop, err);
     if (!rc) rc = iris_stop_init(&r->stop, sp->stop, sp->n_stop, err);
     if (!rc) rc = find_images(e, r, err);
     if (!rc) rc = iris_seq_init(&r->seq, 0, r->prompt.ids.ids, n, err);

@@ -206,7 +206,7 @@ int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const 
     iris_chat_info info = {0};
     size_t len = 0;
     int32_t *counts = NULL;
-    int rc = iris_chat_render(messages, NULL, &opts, &out->text, &len, &info, err);
+    int rc = iris_chat_render(messages, ctx->tools, &opts, &out->text, &len, &info, err);
     if (rc) return rc;
     if (n_images < 0 || (n_images > 0 && !images) || info.n_images != n_images) {
         rc = iris_err_set(err, IRIS_EINVAL, "the messages hold %d image part(s) but %d image(s) were given",

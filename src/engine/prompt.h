@@ -53,6 +53,7 @@ typedef struct iris_prompt_ctx {
                                    times the resize bound, at most image.h's IRIS_IMAGE_MAX_PIXELS_DEFAULT) */
     int64_t max_total_pixels;   /* all the images given as bytes or decoded, added up from their headers
                                    (0: no limit) */
+    const json_t *tools;        /* tool definitions the chat template lists (chat.h); NULL: none */
 } iris_prompt_ctx;
 
 /* The resize bound and the per-image decode bound that ctx gives (see iris_prompt_ctx). */

@@ -10,6 +10,12 @@
  * lines it stands for; tests/test_chat.c checks the output against
  * transformers' on the conversations in tests/fixtures/chat/.
  *
+ * Tools: given, they open the prompt with a system turn listing them (the
+ * system message's text first), each as `tool | tojson`; assistant
+ * tool_calls render as <tool_call>\n{"name": .., "arguments": ..}\n</tool_call>
+ * (string arguments verbatim, others through tojson), and consecutive
+ * "tool" messages share one user turn of <tool_response> blocks.
+ *
  * Template behaviour kept on purpose, odd as some of it is:
  *   - only messages[0] may be a system message; a later one is dropped, and
  *     so is any message whose role is not user/assistant/tool;
@@ -212,7 +218,9 @@ static int is_video_part(const json_t *p) {
  *   video -> ['Video N: ']   <|vision_start|><|video_pad|><|vision_end|>
  *   'text' in part -> part.text */
 static int put_content(render *r, const json_t *content, size_t mi, int text_only, iris_err *err) {
-    if (!content || json_is_null(content)) return 0; /* Undefined: the for loop renders nothing */
+    if (!content) return 0; /* Undefined: the for loop renders nothing */
+    if (json_is_null(content)) /* None: `for x in None` raises */
+        return iris_err_set(err, IRIS_EINVAL, "message %zu: \"content\" is null; leave it out or give a string", mi);
     if (json_is_string(content)) {
         put(&r->out, json_string_value(content), json_string_length(content));
         return 0;
@@ -279,13 +287,38 @@ static int put_tool_calls(render *r, const json_t *m, size_t mi, iris_err *err) 
 
 static const char *role_of(const json_t *m) { return json_string_value(json_object_get(m, "role")); }
 
+/* {%- if tools %}: the system turn that lists the tools, messages[0]'s text first when it is a
+ * system message, each tool as `tool | tojson` on its own line. */
+static int put_tools(render *r, const json_t *tools, const json_t *first, iris_err *err) {
+    puts_(&r->out, "<|im_start|>system\n");
+    const char *role0 = role_of(first);
+    if (role0 && !strcmp(role0, "system")) {
+        int rc = put_content(r, json_object_get(first, "content"), 0, 1, err);
+        if (rc) return rc;
+        puts_(&r->out, "\n\n");
+    }
+    puts_(&r->out, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
+                   "with function signatures within <tools></tools> XML tags:\n<tools>");
+    size_t i;
+    json_t *t;
+    json_array_foreach((json_t *)tools, i, t) {
+        puts_(&r->out, "\n");
+        dump_json(&r->out, t);
+    }
+    puts_(&r->out, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                   "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+                   "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+    return 0;
+}
+
 int iris_chat_render(const json_t *messages, const json_t *tools, const iris_chat_opts *opts, char **out,
                      size_t *out_len, iris_chat_info *info, iris_err *err) {
     *out = NULL;
     static const iris_chat_opts defaults = {0};
     if (!opts) opts = &defaults;
-    if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0))
-        return iris_err_set(err, IRIS_EUNSUPPORTED, "tools are not supported yet: send the request without \"tools\"");
+    if (tools && json_is_null(tools)) tools = NULL;
+    if (tools && !json_is_array(tools)) return iris_err_set(err, IRIS_EINVAL, "\"tools\" must be an array");
+    if (tools && json_array_size(tools) == 0) tools = NULL; /* an empty list is false */
     if (!json_is_array(messages)) return iris_err_set(err, IRIS_EINVAL, "\"messages\" must be an array");
     /* The template reads messages[0].role first: an empty list fails there. */
     if (json_array_size(messages) == 0) return iris_err_set(err, IRIS_EINVAL, "\"messages\" is empty");
@@ -296,10 +329,13 @@ int iris_chat_render(const json_t *messages, const json_t *tools, const iris_cha
 
     render r = {.opts = opts};
     int rc = 0;
-    /* {%- if messages[0].role == 'system' %} '<|im_start|>system\n' + text parts + '<|im_end|>\n' */
+    /* {%- if tools %} the tools' system turn (put_tools), else {%- if messages[0].role == 'system' %}
+     * '<|im_start|>system\n' + text parts + '<|im_end|>\n' */
     const json_t *first = json_array_get(messages, 0);
     const char *role0 = role_of(first);
-    if (role0 && !strcmp(role0, "system")) {
+    if (tools) {
+        rc = put_tools(&r, tools, first, err);
+    } else if (role0 && !strcmp(role0, "system")) {
         puts_(&r.out, "<|im_start|>system\n");
         rc = put_content(&r, json_object_get(first, "content"), 0, 1, err);
         puts_(&r.out, "<|im_end|>\n");

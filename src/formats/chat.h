@@ -2,7 +2,8 @@
  *
  * Input is what the server and the CLI hold: a JSON array of OpenAI-style
  * messages ({"role": ..., "content": string | [parts]}; parts of type text,
- * image / image_url, video).  Output is the prompt text exactly as
+ * image / image_url, video; assistant "tool_calls", "tool" results) and the
+ * tool definitions.  Output is the prompt text exactly as
  * transformers' apply_chat_template(tokenize=False) renders it with the
  * template of Qwen3-VL-2B/4B-Instruct (see chat.c), one
  * "<|vision_start|><|image_pad|><|vision_end|>" per image.  Expanding each
@@ -28,10 +29,13 @@ typedef struct iris_chat_info {
     int n_images, n_videos;
 } iris_chat_info;
 
-/* Render `messages` (a JSON array).  `tools` may be NULL, JSON null or an
- * empty array; tool definitions are not supported yet (IRIS_EUNSUPPORTED).
- * Malformed messages are IRIS_EINVAL naming the message and part.  The
- * caller frees *out with free(); `info` may be NULL. */
+/* Render `messages` (a JSON array) and `tools` (NULL, JSON null or an array
+ * of tool objects, each rendered as transformers' `tool | tojson`, e.g.
+ * {"type": "function", "function": {"name", "description", "parameters"}};
+ * an empty array is no tools).  Malformed messages are IRIS_EINVAL naming
+ * the message and part, a null "content" included (the template fails on
+ * it; leave the key out for none).  The caller frees *out with free();
+ * `info` may be NULL. */
 int iris_chat_render(const json_t *messages, const json_t *tools, const iris_chat_opts *opts, char **out,
                      size_t *out_len, iris_chat_info *info, iris_err *err);
 

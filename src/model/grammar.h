@@ -43,6 +43,13 @@ int iris_vocab_n_nodes(const iris_vocab *v);
 /* Compile a JSON Schema given as JSON text.  IRIS_EINVAL with a message naming the keyword or
  * the $ref for a schema iris cannot honour or that is not valid. */
 int iris_grammar_from_schema(const char *schema_json, iris_grammar **out, iris_err *err);
+/* Tool calls in Qwen3's format (grammar_tools.c): tools_json is an OpenAI tools array
+ * ([{"type": "function", "function": {"name", "parameters"}}], parameters compiled as above).
+ * required (or `only`, one tool's name): the output is calls only; else any text, and a call
+ * once "<tool_call>" appears.  parallel: one or more calls, else one.  IRIS_EINVAL naming the
+ * tool for a bad entry or schema, or `only` naming no tool. */
+int iris_grammar_from_tools(const char *tools_json, const char *only, int required, int parallel,
+                            iris_grammar **out, iris_err *err);
 void iris_grammar_free(iris_grammar *g);
 int iris_grammar_n_rules(const iris_grammar *g);
 

@@ -38,6 +38,7 @@
 #include "err.h"
 #include "log.h"
 #include "server/server_internal.h"
+#include "server/tool_calls.h"
 
 #define WAIT_MS 50
 
@@ -157,8 +158,9 @@ static json_t *event_logprobs(srv_gen *g, const iris_tok *tok, const iris_event 
     return o;
 }
 
-static const char *finish_name(int reason) {
-    return reason == IRIS_FINISH_REASON_LENGTH ? "length" : "stop";
+static const char *finish_name(const srv_gen *g, int reason) {
+    if (reason == IRIS_FINISH_REASON_LENGTH) return "length";
+    return g->tools && iris_tool_parser_n_calls(g->tools) > 0 ? "tool_calls" : "stop";
 }
 
 static void note_token(srv_gen *g) {
@@ -208,6 +210,27 @@ static const char *model_name(srv_gen *g) {
     return g->s->served;
 }
 
+/* The one way generated text goes out when streamed: a chunk of content, or, when tool calls are
+ * parsed, of what the parser makes of it (content and delta.tool_calls; the <tool_call> markup
+ * never reaches content).  `final`: the end of the output.  lp is stolen. */
+static int stream_text(srv_gen *g, const char *text, size_t n, json_t *lp, int final) {
+    if (!g->tools) {
+        if (n == 0 && !lp) return 0;
+        return out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, text, n, NULL, lp,
+                                          g->include_usage));
+    }
+    iris_tool_delta d;
+    if (iris_tool_parser_feed(g->tools, text, n, final, &d)) {
+        json_decref(lp);
+        return -1;
+    }
+    if (!d.content_len && !d.calls && !lp) return 0;
+    json_t *ch = iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, d.content_len ? d.content : NULL,
+                                d.content_len, NULL, lp, g->include_usage);
+    if (d.calls) iris_oai_chunk_set_tool_calls(ch, d.calls);
+    return out_json(g, ch);
+}
+
 /* Produce the next SSE bytes into g->out.  Returns 0, or -1 when the
  * stream must end with an error (client gone, out of memory). */
 static int produce(srv_gen *g) {
@@ -233,19 +256,14 @@ static int produce(srv_gen *g) {
     const iris_tok *tok = iris_engine_model(eng)->tok;
     if (ev.kind == IRIS_EVENT_DELTA) {
         note_token(g);
-        if (ev.text_len == 0 && !g->logprobs) return 0;
         json_t *lp = g->logprobs ? event_logprobs(g, tok, &ev) : NULL;
         g->text_off += ev.text_len;
-        return out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, ev.text, ev.text_len, NULL,
-                                          lp, g->include_usage));
+        return stream_text(g, ev.text, ev.text_len, lp, 0);
     }
     /* DONE */
     note_done(g, &ev);
     g->phase = 2;
-    if (ev.text_len > 0 &&
-        out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, ev.text, ev.text_len, NULL, NULL,
-                                   g->include_usage)))
-        return -1;
+    if (stream_text(g, ev.text, ev.text_len, NULL, 1)) return -1;
     if (ev.finish_reason == IRIS_FINISH_REASON_ERROR || ev.finish_reason == IRIS_FINISH_REASON_CANCELLED) {
         iris_oai_err e;
         if (ev.finish_reason == IRIS_FINISH_REASON_ERROR)
@@ -260,7 +278,7 @@ static int produce(srv_gen *g) {
         return out_put(g, sse, n + 8);
     }
     if (out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, g->kind == IRIS_OAI_CHAT ? NULL : "",
-                                   0, finish_name(ev.finish_reason), NULL, g->include_usage)))
+                                   0, finish_name(g, ev.finish_reason), NULL, g->include_usage)))
         return -1;
     if (g->include_usage)
         return out_json(g, iris_oai_usage_chunk(g->kind, g->id, g->created, model_name(g), ev.usage.prompt_tokens,
@@ -285,6 +303,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void gen_release(srv_gen *g) {
     srv_gen_unregister(g->s, g);
     iris_request_free(g->r); /* cancels it when still running */
+    iris_tool_parser_free(g->tools);
     iris_metrics_inflight(g->s->metrics, -1);
     free(g->out);
 }
@@ -296,6 +315,24 @@ static void stream_free(void *cls) {
 }
 
 /* ---- the whole answer at once ---- */
+
+/* The chat.completion (or text_completion) of the whole text: when tool calls are parsed, the
+ * same parser as streaming, fed everything at once (content before the calls, then
+ * message.tool_calls).  lpo is stolen. */
+static json_t *whole_answer(srv_gen *g, const char *text, size_t n, json_t *lpo, const iris_event *ev) {
+    iris_tool_delta d = {0};
+    if (g->tools && iris_tool_parser_feed(g->tools, text, n, 1, &d)) {
+        json_decref(lpo);
+        return NULL;
+    }
+    json_decref(d.calls);
+    int calls = g->tools && iris_tool_parser_n_calls(g->tools) > 0;
+    json_t *resp = iris_oai_response(g->kind, g->id, g->created, model_name(g), calls ? d.content : text,
+                                     calls ? d.content_len : n, finish_name(g, ev->finish_reason), lpo,
+                                     ev->usage.prompt_tokens, ev->usage.completion_tokens);
+    if (calls) iris_oai_response_set_tool_calls(resp, iris_tool_parser_calls(g->tools), d.content_len);
+    return resp;
+}
 
 static enum MHD_Result collect(struct MHD_Connection *c, srv_conn *cc, srv_gen *g) {
     iris_engine *eng = atomic_load(&g->s->eng);
@@ -356,10 +393,7 @@ static enum MHD_Result collect(struct MHD_Connection *c, srv_conn *cc, srv_gen *
         ret = srv_reply_error(c, cc, &e, 0);
     } else {
         json_t *lpo = lps && g->kind == IRIS_OAI_CHAT ? json_pack("{s:o}", "content", lps) : lps;
-        ret = srv_reply_json(c, cc, 200,
-                             iris_oai_response(g->kind, g->id, g->created, model_name(g), text, n,
-                                               finish_name(ev.finish_reason), lpo, ev.usage.prompt_tokens,
-                                               ev.usage.completion_tokens));
+        ret = srv_reply_json(c, cc, 200, whole_answer(g, text, n, lpo, &ev));
     }
     free(text);
     return ret;
@@ -391,6 +425,7 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
     iris_engine_prompt_ctx(eng, &ctx);
     ctx.max_image_pixels = s->o.max_image_pixels;
     ctx.max_total_pixels = s->o.max_request_pixels;
+    ctx.tools = q->tools;
     iris_err err = {0};
     int rc = q->n_images > 0 ? gate_enter(s, fd) : 0;
     if (rc) {
@@ -418,9 +453,10 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
  * context is the engine's check (iris.h iris_engine_submit): its message, its param. */
 static void submit_error(int rc, const iris_err *err, iris_oai_kind kind, iris_oai_err *e) {
     const char *pparam = kind == IRIS_OAI_CHAT ? "messages" : "prompt";
+    int context = !strcmp(err->param, "prompt") || !strcmp(err->param, "max_tokens");
     if (err->param[0] && (rc == IRIS_EINVAL || rc == IRIS_ELIMIT))
         iris_oai_fail(e, 400, "invalid_request_error", strcmp(err->param, "prompt") ? err->param : pparam,
-                      "context_length_exceeded", "%s", err->msg);
+                      context ? "context_length_exceeded" : NULL, "%s", err->msg);
     else if (rc == IRIS_ELIMIT && strstr(err->msg, "queue"))
         iris_oai_fail(e, 503, "server_error", NULL, "queue_full", "the server is busy: %s; retry later", err->msg);
     else if (rc == IRIS_ECANCELLED)
@@ -482,6 +518,14 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
     g->logprobs = rp.sampling.logprobs;
     g->top_logprobs = rp.sampling.top_logprobs;
     g->include_usage = q.include_usage;
+    uint64_t call_seed = s->id_salt ^ (seq * 0x9e3779b97f4a7c15ull);
+    if (q.tool_mode != IRIS_OAI_TOOLS_OFF && !(g->tools = iris_tool_parser_new(call_seed))) {
+        if (g != &local) free(g);
+        if (prompt) iris_prompt_free(prompt);
+        free(prompt);
+        iris_oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        return reply(c, cc, &e, &q);
+    }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g->fd = ci ? ci->connect_fd : -1;
     g->t_submit = srv_now();
@@ -493,6 +537,7 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
     if (prompt) iris_prompt_free(prompt);
     free(prompt);
     if (rc) {
+        iris_tool_parser_free(g->tools);
         if (g != &local) free(g);
         submit_error(rc, &err, kind, &e);
         return reply(c, cc, &e, &q);

@@ -7,14 +7,18 @@
  * message says what is allowed.  JSON null means "not given" for every
  * optional field, as the official clients may send it.  Unknown fields are
  * ignored (clients send "user", "metadata", ...); fields whose meaning we
- * cannot honour (n > 1, tools, echo, suffix) are refused rather than
- * silently ignored.  response_format json_object and json_schema become
- * iris_sampling.json_schema (the engine compiles it at submit).
+ * cannot honour (n > 1, echo, suffix) are refused rather than silently
+ * ignored.  response_format json_object and json_schema become
+ * iris_sampling.json_schema (the engine compiles it at submit); tools,
+ * tool_choice and parallel_tool_calls are tool_calls.c's.  A null message
+ * content is left out for the chat template (an assistant turn that only
+ * calls tools).
  *
  * Text going out is valid UTF-8: bytes that are not (a token's partial
  * character) become U+FFFD, as OpenAI's servers do.
  */
 #include "server/openai.h"
+#include "server/tool_calls.h"
 
 #include <limits.h>
 #include <math.h>
@@ -47,6 +51,9 @@ void iris_oai_request_free(iris_oai_request *r) {
     json_decref(r->messages);
     free(r->prompt);
     free(r->json_schema);
+    json_decref(r->tools);
+    free(r->tools_json);
+    free(r->tool_name);
     for (int i = 0; i < r->n_images; i++) free(r->image_urls[i]);
     json_decref(r->body);
     memset(r, 0, sizeof *r);
@@ -101,6 +108,43 @@ static int add_image(iris_oai_request *r, json_t *iu, const char *param, iris_oa
     return 0;
 }
 
+/* An assistant message's tool_calls: [{id, type "function", function: {name, arguments}}], the
+ * arguments a JSON string (as the clients send them back) or an object. */
+static int check_history_calls(json_t *m, size_t mi, iris_oai_err *e) {
+    json_t *calls = json_object_get(m, "tool_calls");
+    char p[96];
+    snprintf(p, sizeof p, "messages[%zu].tool_calls", mi);
+    if (!calls || json_is_null(calls)) return 0;
+    if (!json_is_array(calls)) return BAD(p, "'%s' must be an array", p);
+    size_t ci;
+    json_t *c;
+    json_array_foreach(calls, ci, c) {
+        snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu]", mi, ci);
+        json_t *fn = json_object_get(c, "function");
+        json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+        if (!json_is_object(c) || !json_is_object(fn))
+            return BAD(p, "'%s' must be an object {\"id\", \"type\": \"function\", \"function\": {\"name\", "
+                          "\"arguments\"}}", p);
+        if (!json_is_string(name)) return BAD(p, "'%s.function.name' must be a string", p);
+        if (!json_is_string(args) && !json_is_object(args))
+            return BAD(p, "'%s.function.arguments' must be a string of JSON", p);
+    }
+    return 0;
+}
+
+/* The messages as the chat template takes them: a null content (OpenAI's assistant turn that
+ * only calls tools) left out, which the template reads as no content. */
+static json_t *template_messages(json_t *msgs) {
+    size_t mi;
+    json_t *m;
+    int nulls = 0;
+    json_array_foreach(msgs, mi, m) nulls |= json_is_null(json_object_get(m, "content"));
+    if (!nulls) return json_incref(msgs);
+    json_t *copy = json_deep_copy(msgs);
+    json_array_foreach(copy, mi, m) if (json_is_null(json_object_get(m, "content"))) json_object_del(m, "content");
+    return copy;
+}
+
 static int check_messages(iris_oai_request *r, json_t *msgs, iris_oai_err *e) {
     if (!msgs || json_is_null(msgs)) return BAD("messages", "'messages' is required");
     if (!json_is_array(msgs)) return BAD("messages", "'messages' must be an array of message objects");
@@ -120,6 +164,10 @@ static int check_messages(iris_oai_request *r, json_t *msgs, iris_oai_err *e) {
         if (!known)
             return BAD(p, "'%s' is \"%.40s\"; it must be system, developer, user, assistant or tool", p,
                        json_string_value(role));
+        if (!strcmp(json_string_value(role), "assistant")) {
+            int rc = check_history_calls(m, mi, e);
+            if (rc) return rc;
+        }
         json_t *c = json_object_get(m, "content");
         snprintf(p, sizeof p, "messages[%zu].content", mi);
         if (!c || json_is_null(c) || json_is_string(c)) continue;
@@ -261,8 +309,6 @@ static int parse_response_format(json_t *o, iris_oai_request *r, iris_sampling *
 
 static int refuse_unsupported(json_t *o, iris_oai_kind kind, iris_oai_err *e) {
     json_t *v;
-    if ((v = json_object_get(o, "tools")) && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-        return BAD("tools", "'tools' is not supported by this server");
     if (kind == IRIS_OAI_COMPLETION) {
         if (json_is_true(json_object_get(o, "echo"))) return BAD("echo", "'echo' is not supported");
         if ((v = json_object_get(o, "suffix")) && !json_is_null(v)) return BAD("suffix", "'suffix' is not supported");
@@ -270,7 +316,11 @@ static int refuse_unsupported(json_t *o, iris_oai_kind kind, iris_oai_err *e) {
     long long n = 1;
     int rc = get_int(o, "n", LLONG_MIN, LLONG_MAX, &n, e);
     if (rc < 0) return rc;
-    if (n != 1) return BAD("n", "'n' is %lld; only n = 1 is supported", n);
+    if (n != 1) {
+        json_t *t = json_object_get(o, "tools");
+        return BAD("n", "'n' is %lld; only n = 1 is supported%s", n,
+                   json_is_array(t) && json_array_size(t) ? " (with tools as without)" : "");
+    }
     if ((rc = get_int(o, "best_of", LLONG_MIN, LLONG_MAX, &n, e)) < 0) return rc;
     if (rc && n != 1) return BAD("best_of", "'best_of' is %lld; only 1 is supported", n);
     return 0;
@@ -305,13 +355,17 @@ int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_sampli
     }
     if (kind == IRIS_OAI_CHAT) {
         if ((rc = check_messages(r, json_object_get(o, "messages"), e))) goto out;
-        r->messages = json_incref(json_object_get(o, "messages"));
+        if (!(r->messages = template_messages(json_object_get(o, "messages")))) {
+            rc = iris_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            goto out;
+        }
     } else if ((rc = parse_prompt(r, json_object_get(o, "prompt"), e))) {
         goto out;
     }
 
     if ((rc = parse_sampling(o, kind, sampling, e))) goto out;
     if ((rc = parse_response_format(o, r, sampling, e))) goto out;
+    if ((rc = iris_oai_parse_tools(o, r, sampling, e))) goto out;
     if ((rc = get_bool(o, "stream", &r->stream, e)) < 0) goto out;
     json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {

@@ -53,7 +53,15 @@ typedef struct iris_oai_request {
     json_t *body;            /* the parsed body (a reference): the stop strings point into it */
     char *json_schema;       /* response_format's schema as JSON text ({"type":"object"} for json_object),
                               * NULL for text; the sampling's json_schema points here */
+    json_t *tools;           /* chat: the tools array as given (a reference; the prompt lists them), or NULL */
+    int tool_mode;           /* IRIS_OAI_TOOLS_*: whether calls are constrained and parsed (tool_calls.h) */
+    char *tools_json;        /* the tools as JSON text when calls are constrained (the sampling's tools_json) */
+    char *tool_name;         /* tool_choice's function name, else NULL (the sampling's tool_name) */
 } iris_oai_request;
+
+/* OFF: no tools, or tool_choice "none" (the prompt still lists the tools; the answer is text).
+ * AUTO: text or calls.  REQUIRED: calls only ("required" or a named function). */
+enum { IRIS_OAI_TOOLS_OFF = 0, IRIS_OAI_TOOLS_AUTO = 1, IRIS_OAI_TOOLS_REQUIRED = 2 };
 
 /* Parse and validate a body of `len` bytes (need not be NUL-terminated).
  * Returns 0 and fills *out (free with iris_oai_request_free, also after a

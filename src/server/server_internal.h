@@ -35,6 +35,7 @@ typedef struct srv_gen {
     size_t text_off;                   /* completions logprobs text_offset */
     double t_submit, t_last, t_check;  /* t_check: the last look at the client's socket */
     int n_tokens;
+    struct iris_tool_parser *tools;    /* the <tool_call> parser when calls are parsed (tool_calls.h), else NULL */
 } srv_gen;
 
 /* One client socket, from accept to close (MHD's connection notices), for
