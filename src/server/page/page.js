@@ -97,7 +97,10 @@ function renderThumbs() {
 }
 
 function setStage(url) {
-  $('#stage-img').src = url;
+  const img = $('#stage-img');
+  /* small images shown at 360 px wide at least (max-width keeps them in the panel), so boxes read */
+  img.onload = () => { img.style.width = img.naturalWidth < 360 ? '360px' : ''; };
+  img.src = url;
   $('#stage').hidden = false;
   $('#drop-hint').hidden = true;
   $('#overlay').textContent = '';
