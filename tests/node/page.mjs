@@ -116,9 +116,8 @@ async function grounding(page) {
   check(fs.statSync(shot).size > 1000, `screenshot saved to ${shot}`);
 }
 
-async function apiKey(browser) {
-  const ctx = await browser.newContext();
-  const page = await ctx.newPage();
+/* Another port is another origin: the same tab starts with no key in its sessionStorage. */
+async function apiKey(page) {
   await page.goto(`http://127.0.0.1:${keyPort}/`);
   await page.waitForSelector('#error:not([hidden])', { timeout: 5000 });
   check(/API key/.test(await page.textContent('#error')) && await page.locator('#keyform').isVisible(),
@@ -135,18 +134,15 @@ async function apiKey(browser) {
   check(await page.locator('#error').isHidden() && await page.locator('#keyform').isHidden(),
         'the right key: the models are listed, the error gone');
   check(await page.evaluate(() => sessionStorage.getItem('iris-api-key')) === key, 'the key kept in sessionStorage');
-  await ctx.close();
 }
 
-async function phone(browser) {
-  const ctx = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
-  const page = await ctx.newPage();
+async function phone(page) {
+  await page.setViewportSize({ width: 390, height: 844 });
   await page.goto(`http://127.0.0.1:${port}/`);
   const wide = await page.evaluate(() => document.documentElement.scrollWidth);
   check(wide <= 390, `a phone-sized screen scrolls no sideways (${wide} px wide)`);
   const send = await page.locator('#send').boundingBox();
   check(send && send.x >= 0 && send.x + send.width <= 390, 'the Send button is on screen');
-  await ctx.close();
 }
 
 const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -161,8 +157,8 @@ try {
   await captionAndFollowUp(page);
   await grounding(page);
   check(problems.length === 0, `no script errors on the page (${problems.join('; ')})`);
-  await apiKey(browser);
-  await phone(browser);
+  await apiKey(page);
+  await phone(page);
   console.log('PASS');
 } catch (e) {
   console.error(e.message);
