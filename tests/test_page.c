@@ -1,7 +1,7 @@
 /* test_page.c: the page `iris serve` answers at / (src/server/page/, embedded by the Makefile):
  * served without a key, with its security headers, byte for byte the files of the repository;
  * and tests/node/page.mjs, the page in headless Chromium (Debian's) driven by playwright-core
- * against two servers of the demo model (one with --api-key), which saves a screenshot to
+ * against a server of the demo model with --api-key, which saves a screenshot to
  * build/test-artifacts/page.png.  The browser test is skipped, naming what is missing, only when
  * Chromium or playwright-core is absent (scripts/setup installs both). */
 #include <curl/curl.h>
@@ -111,21 +111,16 @@ IRIS_TEST(page_browser) {
     REQUIRE(caption && rc == 0);
     caption[strcspn(caption, "\n")] = 0;
     CHECK(strlen(caption) > 0 && !strchr(caption, '\''));
-    ts_server open_srv, keyed;
-    REQUIRE(ts_server_start_model(&open_srv, DEMO_MODEL, NULL) == 0);
-    if (ts_server_start_model(&keyed, DEMO_MODEL, "--api-key page-test-key") != 0) {
-        ts_server_stop(&open_srv);
-        REQUIRE(0);
-    }
+    ts_server keyed;
+    REQUIRE(ts_server_start_model(&keyed, DEMO_MODEL, "--api-key page-test-key") == 0);
     snprintf(cmd, sizeof cmd,
-             "timeout 60 node tests/node/page.mjs %d %d page-test-key %s '%s' build/test-artifacts/page.png 2>&1",
-             open_srv.port, keyed.port, DEMO_IMAGE, caption);
+             "timeout 60 node tests/node/page.mjs %d page-test-key %s '%s' build/test-artifacts/page.png 2>&1",
+             keyed.port, DEMO_IMAGE, caption);
     char *out = iris_test_popen(cmd, &rc);
     CHECKF(rc == 0, "page.mjs failed (exit %d):\n%s", rc, out ? out : "");
     if (getenv("IRIS_TEST_VERBOSE")) fprintf(stderr, "%s", out ? out : "");
     CHECK_CONTAINS(out, "PASS");
     free(out);
     free(caption);
-    CHECK_EQ_INT(ts_server_stop(&open_srv), 0);
     CHECK_EQ_INT(ts_server_stop(&keyed), 0);
 }
