@@ -85,7 +85,7 @@ async function grounding(page) {
   });
   await page.fill('#prompt', 'blue square');
   await page.click('button[data-find]');
-  await page.waitForSelector('.box', { timeout: 5000 });
+  await page.waitForFunction(() => !document.querySelector('#send').disabled && document.querySelector('.box'));
   await page.unroute('**/v1/chat/completions');
   const q = asked.messages[asked.messages.length - 1].content;
   check(q === 'Locate every instance that belongs to the following categories: "blue square". ' +
@@ -155,6 +155,7 @@ try {
   await grounding(page);
   check(problems.length === 0, `no script errors on the page (${problems.join('; ')})`);
   await phone(page);
+  await page.screenshot({ path: shot.replace(/\.png$/, '-phone.png'), fullPage: true });
   console.log('PASS');
 } catch (e) {
   console.error(e.message);

@@ -231,6 +231,7 @@ async function readStream(res, el, t0) {
           chunks++;
           text += d.content;
           el.textContent = text;
+          if (d.content.includes('}')) drawBoxes(parseBoxes(text)); /* boxes appear as they close */
         }
       }
     }
