@@ -41,6 +41,15 @@ IRIS_TEST(detect_parse_forms) {
     /* a non-string label is ignored, the box kept */
     CHECK_EQ_INT(iris_ground_parse("{\"bbox_2d\": [1, 2, 3, 4], \"label\": 7}", b, 8), 1);
     CHECK(b[0].label[0] == 0);
+    /* a long label is cut at a character's start (valid UTF-8 stays valid) */
+    char lab[300] = "{\"point_2d\": [1, 2], \"label\": \"";
+    for (int i = 0; i < 80; i++) strcat(lab, "\xc3\xa9"); /* 160 bytes of é */
+    strcat(lab, "\"}");
+    CHECK_EQ_INT(iris_ground_parse(lab, b, 8), 1);
+    CHECK_EQ_INT(strlen(b[0].label), 126);
+    json_t *js = json_string(b[0].label); /* NULL for invalid UTF-8 */
+    CHECK(js != NULL);
+    json_decref(js);
     /* more than max: all counted, max written */
     CHECK_EQ_INT(iris_ground_parse("{\"point_2d\":[1,1]}{\"point_2d\":[2,2]}{\"point_2d\":[3,3]}", b, 2), 3);
     CHECK(NEAR(b[1].x1, 2));

@@ -113,19 +113,24 @@ static int ask(iris_engine *e, const detect_args *a, const iris_image *img, char
     iris_event ev;
     rc = IRIS_EINVAL;
     while (buf && iris_request_next(r, &ev, -1) == IRIS_OK) {
-        char *nb = ev.text_len ? realloc(buf, len + ev.text_len + 1) : buf;
-        if (!nb) break;
-        buf = nb;
-        memcpy(buf + len, ev.text, ev.text_len);
-        buf[len += ev.text_len] = 0;
+        if (ev.text_len) {
+            char *nb = realloc(buf, len + ev.text_len + 1);
+            if (!nb) {
+                rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
+                break;
+            }
+            buf = nb;
+            memcpy(buf + len, ev.text, ev.text_len);
+            buf[len += ev.text_len] = 0;
+        }
         if (ev.kind != IRIS_EVENT_DONE) continue;
         rc = ev.finish_reason == IRIS_FINISH_REASON_ERROR ? (*err = ev.err, ev.err.code ? ev.err.code : IRIS_EINVAL)
                                                           : IRIS_OK;
         break;
     }
     iris_request_free(r);
-    if (rc == IRIS_EINVAL && !err->msg[0]) iris_err_set(err, IRIS_EINVAL, "the engine's channel failed");
     if (!buf) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    if (rc == IRIS_EINVAL && !err->msg[0]) iris_err_set(err, IRIS_EINVAL, "the engine's channel failed");
     if (rc) free(buf);
     else *text = buf;
     return rc;

@@ -74,9 +74,12 @@ static int box_of(const json_t *o, iris_ground_box *b) {
         return 0;
     }
     const char *label = json_string_value(json_object_get(o, "label"));
-    if (label) {
-        strncpy(b->label, label, sizeof b->label - 1);
-        b->label[sizeof b->label - 1] = 0;
+    if (label) { /* cut to fit at a character's start, so the label stays valid UTF-8 */
+        size_t n = strlen(label);
+        if (n > sizeof b->label - 1) n = sizeof b->label - 1;
+        while (n > 0 && ((unsigned char)label[n] & 0xC0) == 0x80) n--;
+        memcpy(b->label, label, n);
+        b->label[n] = 0;
     }
     return 1;
 }
