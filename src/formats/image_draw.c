@@ -76,13 +76,19 @@ static void text(iris_image *img, int x, int y, const char *s, int sc, const uin
     }
 }
 
+/* A coordinate rounded to whole pixels, kept within a pixel of the image (any double is safe). */
+static int px_of(double v, int size) {
+    return v != v || v < -1 ? -1 : v > size + 1 ? size + 1 : (int)(v + 0.5);
+}
+
 void iris_image_draw_boxes(iris_image *img, const iris_ground_box *b, int n, const uint8_t rgb[3], int thickness) {
     static const uint8_t white[3] = {255, 255, 255};
     int short_side = img->width < img->height ? img->width : img->height;
     int sc = short_side / 256 > 1 ? short_side / 256 : 1, t = thickness > 0 ? thickness : 1;
     for (int i = 0; i < n; i++) {
         const uint8_t *c = rgb ? rgb : PALETTE[i % (int)(sizeof PALETTE / sizeof *PALETTE)];
-        int x1 = (int)(b[i].x1 + 0.5), y1 = (int)(b[i].y1 + 0.5), x2 = (int)(b[i].x2 + 0.5), y2 = (int)(b[i].y2 + 0.5);
+        int x1 = px_of(b[i].x1, img->width), y1 = px_of(b[i].y1, img->height);
+        int x2 = px_of(b[i].x2, img->width), y2 = px_of(b[i].y2, img->height);
         if (b[i].is_point) { /* a cross */
             int r = 3 * sc + t;
             fill(img, x1 - r, y1 - t / 2 - 1, x1 + r + 1, y1 + (t + 1) / 2, c);
