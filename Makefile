@@ -93,6 +93,20 @@ $(BUILD)/%.o: %.cu $(CU_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
+# The page of `iris serve` (src/server/page/*): each file becomes a C array named after it
+# (index.html -> index_html) in $(BUILD)/gen/page_assets.inc, which src/server/page.c includes;
+# od and sed only (coreutils), so nothing beyond the compiler is needed.
+PAGE_FILES := $(sort $(wildcard src/server/page/*))
+PAGE_INC   := $(BUILD)/gen/page_assets.inc
+$(PAGE_INC): $(PAGE_FILES)
+	@mkdir -p $(dir $@)
+	@{ for f in $(PAGE_FILES); do printf 'static const unsigned char %s[] = {\n' "$$(basename $$f | tr '.-' '__')"; \
+	   od -An -v -tx1 $$f | sed 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; printf '};\n'; done; } > $@.tmp && mv $@.tmp $@
+$(BUILD)/src/server/page.o: $(PAGE_INC)
+$(BUILD)/src/server/page.o: CFLAGS += -I$(BUILD)/gen
+$(BUILD)/fuzz/src/server/page.o: $(PAGE_INC)
+$(BUILD)/fuzz/src/server/page.o: FUZZ_FLAGS += -I$(BUILD)/gen
+
 $(BUILD)/libiris.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^

@@ -11,6 +11,7 @@ int iris_cmd_run(int argc, char **argv);
 int iris_cmd_caption(int argc, char **argv);
 int iris_cmd_ask(int argc, char **argv);
 int iris_cmd_describe(int argc, char **argv);
+int iris_cmd_detect(int argc, char **argv);
 int iris_cmd_logits(int argc, char **argv);
 int iris_cmd_inspect(int argc, char **argv);
 int iris_cmd_quantize(int argc, char **argv);
@@ -37,6 +38,7 @@ static const iris_cli_cmd iris_cli_cmds[] = {
     {"caption", iris_cmd_caption, "caption an image"},
     {"ask", iris_cmd_ask, "answer a question about an image"},
     {"describe", iris_cmd_describe, "scene analysis: objects, setting, activities, visible text"},
+    {"detect", iris_cmd_detect, "find things in an image: boxes in pixels as JSON, drawn with --annotate"},
     {"logits", iris_cmd_logits, "write the prompt's logits as .npy (parity checks, debugging)"},
     {"plan", iris_cmd_plan, "what a model needs on a GPU and the context that fits (no GPU needed)"},
     {"serve", iris_cmd_serve, "OpenAI-compatible HTTP server (chat completions with images, streaming)"},

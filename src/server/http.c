@@ -47,9 +47,10 @@
 #include "engine/planner.h"
 #include "err.h"
 #include "log.h"
+#include "server/page.h"
 #include "server/server_internal.h"
 
-enum { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_METRICS };
+enum { R_NONE, R_HEALTH, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_METRICS, R_PAGE };
 
 double srv_now(void) {
     struct timespec ts;
@@ -278,6 +279,10 @@ static int route_of(const char *url, const char **endpoint) {
         *endpoint = "/v1/models/{id}";
         return R_MODEL;
     }
+    if (iris_page_find(url)) { /* the page (page.c): public, no API key */
+        *endpoint = "/";
+        return R_PAGE;
+    }
     *endpoint = "other";
     return R_NONE;
 }
@@ -338,6 +343,8 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, srv_conn *cc, const ch
         return queue(c, cc, 200, "application/json", strdup("{\"status\":\"ok\"}"), 15, 0);
     case R_METRICS:
         return metrics_reply(c, cc);
+    case R_PAGE:
+        return srv_page_reply(c, cc, url);
     case R_MODELS:
         return srv_reply_json(c, cc, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(s)));
     case R_MODEL: {
