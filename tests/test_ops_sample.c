@@ -2,14 +2,19 @@
  * on CUDA against the CPU backend's get_topk on the same bf16-valued rows: ids and values bit
  * for bit, masked and free rows in one call, masks with one allowed token, all allowed, only the
  * last (partial) word, none, random densities; and every returned id allowed, padded with -1 /
- * -inf past the allowed ones. */
+ * -inf past the allowed ones.  Then the engine on CUDA (tiny-gqa): constrained requests, alone
+ * and sharing steps with free ones, give through the masked candidates the tokens they give
+ * through whole rows masked on the host (logprobs), and their output parses. */
 #ifdef IRIS_CUDA
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "iris.h"
 #include "ops_util.h"
 #include "test.h"
+#include "tiny_fixture.h"
 
 enum { M_RANDOM, M_ONE, M_ALL, M_LAST_WORD, M_NONE, M_SPARSE, M_FREE, M_KINDS };
 
@@ -105,7 +110,8 @@ static void check_all_allowed_is_free(int64_t rows, int64_t cols, int k) {
     int32_t *slot = malloc(sizeof(int32_t) * (size_t)rows), *id[3];
     uint32_t *bits = malloc(sizeof(uint32_t) * (size_t)words);
     float *v[3];
-    for (int i = 0; i < 3; i++) id[i] = malloc(sizeof(int32_t) * (size_t)(rows * k)), v[i] = malloc(sizeof(float) * (size_t)(rows * k));
+    for (int i = 0; i < 3; i++)
+        id[i] = malloc(sizeof(int32_t) * (size_t)(rows * k)), v[i] = malloc(sizeof(float) * (size_t)(rows * k));
     REQUIRE(x && slot && bits && id[0] && id[1] && id[2] && v[0] && v[1] && v[2]);
     for (int64_t r = 0; r < rows; r++) slot[r] = 0;
     for (int64_t i = 0; i < words; i++) bits[i] = 0xffffffffu;
@@ -146,6 +152,96 @@ IRIS_TEST(gpu_ops_topk_masked) {
     float v[4];
     iris_topk_mask m = {.slot = &s0, .bits = w, .words = 3};
     CHECK(ops_cuda->get_topk(ops_cuda, &t, 4, &m, id, v) == IRIS_EINVAL);
+}
+
+/* ---- the engine on CUDA ---------------------------------------------------------------------- */
+
+#define N_REQ 4
+
+static const char *SCHEMA =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":8},"
+    "\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99},\"ok\":{\"type\":\"boolean\"}},"
+    "\"required\":[\"name\",\"n\"],\"additionalProperties\":false}";
+
+typedef struct answer {
+    char text[2048];
+    int tok[256], n, finish;
+} answer;
+
+/* n requests in the same steps (n 1: alone): even ones constrained, odd ones free (24 tokens);
+ * sample: seeded top-k; logprobs: whole rows. */
+static void ask_batch(iris_engine *e, int n, int sample, int logprobs, int seed, answer *a) {
+    iris_request *r[N_REQ] = {0};
+    iris_err err = {0};
+    for (int i = 0; i < n; i++) {
+        memset(&a[i], 0, sizeof a[i]);
+        iris_request_params p;
+        iris_request_params_default(e, &p);
+        p.messages_json = "[{\"role\":\"user\",\"content\":\"Give me a JSON object.\"}]";
+        p.sampling.max_tokens = i % 2 ? 24 : 200;
+        p.sampling.ignore_eos = 1;
+        p.sampling.do_sample = sample;
+        if (sample)
+            p.sampling.temperature = 1.0f, p.sampling.top_k = 8, p.sampling.top_p = 0.95f, p.sampling.seed = seed + i;
+        p.sampling.logprobs = logprobs;
+        p.sampling.json_schema = i % 2 ? NULL : SCHEMA;
+        CHECKF(iris_engine_submit(e, &p, &r[i], &err) == 0, "submit: %s", err.msg);
+    }
+    for (int i = 0; i < n; i++) {
+        iris_event ev;
+        size_t len = 0;
+        while (r[i] && iris_request_next(r[i], &ev, 120000) == IRIS_OK) {
+            if (ev.kind == IRIS_EVENT_DONE) {
+                a[i].finish = ev.finish_reason;
+                break;
+            }
+            if (ev.text_len && len + ev.text_len < sizeof a[i].text)
+                memcpy(a[i].text + len, ev.text, ev.text_len), len += ev.text_len;
+            if (a[i].n < 256) a[i].tok[a[i].n++] = ev.token;
+        }
+        iris_request_free(r[i]);
+    }
+}
+
+static void check_json(const answer *a, const char *what) {
+    CHECKF(a->finish == IRIS_FINISH_REASON_STOP, "%s: finish %d: %s", what, a->finish, a->text);
+    json_t *j = json_loads(a->text, 0, NULL);
+    CHECKF(json_is_object(j) && json_is_string(json_object_get(j, "name")) && json_is_integer(json_object_get(j, "n")),
+           "%s: %s", what, a->text);
+    json_decref(j);
+}
+
+IRIS_TEST(gpu_engine_masked_top_equals_whole) {
+    OPS_NEED_GPU();
+    iris_engine_opts o;
+    iris_engine_opts_default(&o);
+    o.model = TINY_DIR "/tiny-gqa/model";
+    o.device = "cuda";
+    o.max_num_seqs = 8;
+    o.prefix_caching = 0;     /* both runs prefill the same chunks: the same logits */
+    o.gpu_memory_limit = (uint64_t)2 << 30;
+    iris_engine *e = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_engine_open(&o, &e, &err) == 0);
+    /* alone (the same batch shapes both ways): the same tokens */
+    for (int c = 0; c < 3; c++) {
+        answer top, whole;
+        ask_batch(e, 1, c > 0, 0, 10 * c, &top);
+        ask_batch(e, 1, c > 0, 1, 10 * c, &whole);
+        CHECK_EQ_INT(top.n, whole.n);
+        CHECKF(!memcmp(top.tok, whole.tok, sizeof(int) * (size_t)top.n), "case %d: masked candidates and whole rows "
+               "part", c);
+        check_json(&top, "alone");
+        fprintf(stderr, "  case %d: %s\n", c, top.text);
+    }
+    /* constrained and free requests sharing steps */
+    answer b[N_REQ];
+    ask_batch(e, N_REQ, 1, 0, 7, b);
+    for (int i = 0; i < N_REQ; i++) {
+        if (i % 2) CHECK_EQ_INT(b[i].n, 24);
+        else check_json(&b[i], "in a batch");
+    }
+    iris_engine_close(e);
 }
 
 #endif

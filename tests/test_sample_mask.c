@@ -120,7 +120,8 @@ static iris_vocab *tiny_vocab(void) {
     static iris_tok *tok;
     static iris_vocab *v;
     iris_err err = {0};
-    if (!v && (iris_tok_load(TINY_MODEL "/tokenizer.json", &tok, &err) || iris_vocab_build(tok, iris_tok_n_vocab(tok), &v, &err)))
+    if (!v && (iris_tok_load(TINY_MODEL "/tokenizer.json", &tok, &err) ||
+               iris_vocab_build(tok, iris_tok_n_vocab(tok), &v, &err)))
         iris_test_fail(__FILE__, __LINE__, "%s", err.msg);
     return v;
 }
@@ -156,7 +157,8 @@ static void walk(const iris_sampling *p, int seed) {
         brute_topk(x, V, m, n, ids, vals);
         int a = iris_sampler_sample(whole, x, NULL, &err);
         int b = iris_sampler_sample_top(top, ids, vals, n, NULL, &err);
-        CHECKF(a >= 0 && a == b, "seed %d step %d: whole row %d, masked candidates %d (%s)", seed, steps, a, b, err.msg);
+        CHECKF(a >= 0 && a == b, "seed %d step %d: whole row %d, masked candidates %d (%s)", seed, steps, a, b,
+               err.msg);
         if (a < 0 || a != b) break;
         CHECKF(((m[a >> 5] >> (a & 31)) & 1), "token %d outside the mask", a);
         iris_finish f = iris_sampler_accept(whole, a);
@@ -321,7 +323,8 @@ static void ask(iris_engine *e, int sample, int logprobs, int seed, answer *a) {
             a->finish = ev.finish_reason;
             break;
         }
-        if (ev.text_len && n + ev.text_len < sizeof a->text) memcpy(a->text + n, ev.text, ev.text_len), n += ev.text_len;
+        if (ev.text_len && n + ev.text_len < sizeof a->text)
+            memcpy(a->text + n, ev.text, ev.text_len), n += ev.text_len;
         if (a->n < 256) a->tok[a->n++] = ev.token;
     }
     iris_request_free(r);

@@ -349,7 +349,8 @@ static int schema_open(iris_engine *e, const bench_args *ba, int max_batch, sche
     sr->next = calloc((size_t)max_batch, sizeof *sr->next);
     sr->masked = malloc(sizeof(int) * (size_t)max_batch);
     sr->mask_s = calloc((size_t)max_batch, sizeof *sr->mask_s);
-    if (!rc && (!sr->smp || !sr->next || !sr->masked || !sr->mask_s)) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    if (!rc && (!sr->smp || !sr->next || !sr->masked || !sr->mask_s))
+        rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
     for (int i = 0; !rc && i < max_batch; i++) sr->masked[i] = 1;
     return rc;
 }

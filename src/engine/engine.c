@@ -665,7 +665,8 @@ static int open_runner(iris_engine *e, iris_err *err) {
     const iris_config *c = &e->model->cfg;
     int m = c->vision_config.spatial_merge_size;
     iris_runner_limits lim = {.max_rows = o->max_batch_tokens, .max_seqs = o->max_num_seqs,
-                              .max_context = e->max_model_len, .n_deepstack = c->vision_config.n_deepstack};
+                              .max_context = e->max_model_len, .n_deepstack = c->vision_config.n_deepstack,
+                              .masks = 1};
     if (e->on_gpu && e->max_image_tokens > 0)
         lim.scratch_bytes = iris_vision_scratch_bytes(&e->model->vision, e->be->act, (int64_t)e->max_image_tokens * m * m);
     int rc = iris_runner_open(&e->model->text, e->be, &e->kv, &lim, &e->runner, err);

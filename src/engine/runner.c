@@ -151,13 +151,13 @@ int iris_runner_open(const iris_text *t, iris_backend *b, iris_kv_cache *kv, con
     r->run0 = malloc(2 * S * sizeof(int));
     r->mrow = malloc(L * sizeof(int));
     r->words = (c->vocab_size + 31) / 32;
-    size_t mask_b = (L + L * (size_t)r->words) * sizeof(uint32_t);
-    r->h_mask = b->host_alloc ? b->host_alloc(b, mask_b) : NULL;
+    size_t mask_b = lim->masks ? (L + L * (size_t)r->words) * sizeof(uint32_t) : 0;
+    r->h_mask = mask_b && b->host_alloc ? b->host_alloc(b, mask_b) : NULL;
     r->mask_pinned = r->h_mask != NULL;
-    if (!r->h_mask) r->h_mask = malloc(mask_b);
+    if (mask_b && !r->h_mask) r->h_mask = malloc(mask_b);
     r->trace_h = lim->trace ? malloc((size_t)lim->max_rows * c->hidden_size * sizeof(float)) : NULL;
-    if (!r->hm || !r->logits || !r->top_ids || !r->top_vals || !r->whole || !r->run0 || !r->mrow || !r->h_mask ||
-        (lim->trace && !r->trace_h)) {
+    if (!r->hm || !r->logits || !r->top_ids || !r->top_vals || !r->whole || !r->run0 || !r->mrow ||
+        (mask_b && !r->h_mask) || (lim->trace && !r->trace_h)) {
         iris_runner_close(r);
         return iris_err_set(err, IRIS_ENOMEM, "runner: out of host memory for %zu logits rows", L);
     }
@@ -174,7 +174,7 @@ int iris_runner_open(const iris_text *t, iris_backend *b, iris_kv_cache *kv, con
     }
     r->d_meta = r->dev;
     r->d_lg = (char *)r->dev + meta_b;
-    r->d_mask = (uint32_t *)((char *)r->d_lg + align256(L * V * es));
+    r->d_mask = mask_b ? (uint32_t *)((char *)r->d_lg + align256(L * V * es)) : NULL;
     r->d_act = (char *)r->dev + meta_b + lg_b;
     iris_log(IRIS_LOG_DEBUG, "runner", "opened on %s: %d rows, %d sequences, %zu logits rows a step; step buffers "
              "%.1f MiB (activations %.1f MiB, shared with %.1f MiB of vision scratch)", b->name, lim->max_rows,
@@ -502,7 +502,10 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
                    : iris_text_forward(r->t, b, r->kv, &x, trace, ud, err);
     if (rc) return rc;
     int k = trace ? 0 : top_k_of(r, smp, sh.n_logits), n_regions = 0, n_masked = 0;
-    if (!trace && smp && smp->masked && smp->mask && sh.n_logits > 0) n_regions = masks_of(r, smp, sh.n_logits, &n_masked);
+    if (!trace && smp && smp->masked && smp->mask && sh.n_logits > 0) {
+        if (!r->h_mask) return iris_err_set(err, IRIS_EINVAL, "runner: constrained rows, but opened without masks");
+        n_regions = masks_of(r, smp, sh.n_logits, &n_masked);
+    }
     if (sh.n_logits > 0 && logits_out(r, sh.n_logits, smp, k, k > 0 && n_masked ? n_regions : 0))
         return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
     if (b->sync(b)) return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);

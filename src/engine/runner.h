@@ -39,6 +39,8 @@ typedef struct iris_runner_limits {
     size_t scratch_bytes;       /* the vision encoder's scratch to share the activations with (0: none) */
     int trace;                  /* keep a host buffer for hidden-state traces (iris_runner_step_trace) */
     int no_graphs;              /* op by op even where the backend records graphs (tests compare the two) */
+    int masks;                  /* room for constrained rows' token masks (iris_runner_sampling.mask):
+                                   ~19 KB a logits row on the host (pinned) and on the device */
 } iris_runner_limits;
 
 /* Most candidates a logits row brings from the device. */
@@ -62,7 +64,7 @@ typedef struct iris_runner_sampling {
      * Called once a step for each such row, after the forward is launched and before the
      * candidates are chosen, on the thread pool (distinct rows at once).  A masked row's
      * candidates are those of the masked row; a whole row comes back unmasked (the host sampler
-     * masks it). */
+     * masks it).  Needs a runner opened with limits.masks. */
     const int *masked;
     int (*mask)(void *ud, int row, uint32_t *words, iris_err *err);
 } iris_runner_sampling;
