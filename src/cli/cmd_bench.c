@@ -18,7 +18,8 @@
  * masks asked for by the runner while the device runs the forward and applied
  * where the candidates are chosen (engine/runner.c); a sequence whose output
  * completes starts a new one.  Reported beside the free figure: tok/s, the
- * ratio to free decode, the host's mask time a step, whole rows taken.
+ * ratio to free decode, the host's mask time a step (summed over the rows,
+ * which run in parallel on the thread pool), whole rows taken.
  * --image: time to first token of one request through the engine.  Memory: the engine's arena and
  * the device's used memory (cudaMemGetInfo; the whole device).
  * Figures are reported, never asserted (DESIGN.md). */
@@ -307,8 +308,8 @@ static int parse_args(int argc, char **argv, bench_args *x) {
         {"--json-schema", 0, IRIS_OPT_STR, &x->schema_file, "FILE",
          "also decode every batch size with each sequence constrained to the\nJSON Schema in FILE (greedy, masks "
          "applied where the candidates\nare chosen, as the engine runs such requests): tok/s beside the\nfree "
-         "decode's, their ratio, host mask ms a step (the model needs\nits tokenizer.json); with --host-sampling: whole rows, "
-         "masked\nand sampled on the host after the step", 0, 0, NULL, NULL, 0},
+         "decode's, their ratio, host mask ms a step (summed over\nrows; the model needs its tokenizer.json); with "
+         "--host-sampling:\nwhole rows, masked and sampled on the host after the step", 0, 0, NULL, NULL, 0},
         IRIS_OPT_TABLE_END,
     };
     iris_cli_spec sp = {

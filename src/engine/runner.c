@@ -33,8 +33,8 @@
  * constrained and free rows share the one selection, and only k candidates a row come back.
  * The device holds the same layout at a fixed address taken at open (the graphs do not cover
  * the selection, but nothing moves).  A step's time is then max(forward, masks) + upload
- * (~2 us for a row) + selection, against forward + 600 KB of fp32 row download + a host scan of
- * 151,936 logits + the mask before.  A step with no constrained row passes no mask: its
+ * (19 KB a row) + selection, where a whole-row path costs forward + a 600 KB fp32 row download
+ * + a host scan of 151,936 logits + the mask, one after the other.  A step with no constrained row passes no mask: its
  * selection is the one free rows always had.  On the CPU backend the forward is synchronous,
  * so the masks follow it; the same op selects.  A row whose mask fails goes unmasked and the
  * caller's sampler reports the failure; a whole row (logprobs, ties past the candidates) comes
