@@ -44,6 +44,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "err.h"
 #include "log.h"
@@ -339,6 +340,12 @@ static int put_images(iris_runner *r, const iris_text_seq *seqs, int n_seqs, con
 
 /* ---- constrained rows' masks ------------------------------------------------------------------ */
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 typedef struct mask_job {
     iris_runner *r;
     const iris_runner_sampling *smp;
@@ -502,15 +509,18 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
                    : iris_text_forward(r->t, b, r->kv, &x, trace, ud, err);
     if (rc) return rc;
     int k = trace ? 0 : top_k_of(r, smp, sh.n_logits), n_regions = 0, n_masked = 0;
+    double mask_s = 0;
     if (!trace && smp && smp->masked && smp->mask && sh.n_logits > 0) {
         if (!r->h_mask) return iris_err_set(err, IRIS_EINVAL, "runner: constrained rows, but opened without masks");
+        double a = now_s();
         n_regions = masks_of(r, smp, sh.n_logits, &n_masked);
+        mask_s = n_regions ? now_s() - a : 0;
     }
     if (sh.n_logits > 0 && logits_out(r, sh.n_logits, smp, k, k > 0 && n_masked ? n_regions : 0))
         return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
     if (b->sync(b)) return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
     *out = (iris_runner_out){.k = k, .whole = r->whole, .ids = r->top_ids, .vals = r->top_vals,
-                             .logits = r->logits, .n_rows = sh.n_logits, .n_masked = k > 0 ? r->n_masked : 0};
+                             .logits = r->logits, .n_rows = sh.n_logits, .n_masked = k > 0 ? r->n_masked : 0, .mask_s = mask_s};
     return IRIS_OK;
 }
 

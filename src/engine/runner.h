@@ -80,6 +80,8 @@ typedef struct iris_runner_out {
     const float *logits;        /* [rows, vocab] fp32 */
     int n_rows;                 /* logits rows of the step */
     int n_masked;               /* rows whose candidates were chosen under their mask */
+    double mask_s;              /* wall seconds the host spent on the step's masks (the device runs the
+                                   forward meanwhile: hidden while below the forward's time) */
 } iris_runner_out;
 
 /* A runner for decoder t on backend b (where t's weights and kv live).  Free with
