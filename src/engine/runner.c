@@ -520,7 +520,8 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
         return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
     if (b->sync(b)) return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
     *out = (iris_runner_out){.k = k, .whole = r->whole, .ids = r->top_ids, .vals = r->top_vals,
-                             .logits = r->logits, .n_rows = sh.n_logits, .n_masked = k > 0 ? r->n_masked : 0, .mask_s = mask_s};
+                             .logits = r->logits, .n_rows = sh.n_logits, .n_masked = k > 0 ? r->n_masked : 0,
+                             .mask_s = mask_s};
     return IRIS_OK;
 }
 
