@@ -120,7 +120,7 @@ static void check_topk(int64_t rows, int64_t cols, int k, int ties, int64_t stri
     float *vals = malloc(sizeof(float) * (size_t)(rows * k));
     iris_tensor t = {.data = d, .dtype = IRIS_DT_BF16, .rows = rows, .cols = cols};
     REQUIRE(d && ids && vals);
-    int rc = ops_cuda->get_topk(ops_cuda, &t, k, ids, vals);
+    int rc = ops_cuda->get_topk(ops_cuda, &t, k, NULL, ids, vals);
     CHECKF(rc == 0, "get_topk %lldx%lld k %d: %s", (long long)rows, (long long)cols, k, ops_cuda->err.msg);
     int bad = 0;
     uint8_t *taken = calloc((size_t)cols, 1);
@@ -164,8 +164,8 @@ IRIS_TEST(gpu_ops_topk) {
     iris_tensor t = {.data = NULL, .dtype = IRIS_DT_BF16, .rows = 1, .cols = 10};
     int32_t id[65];
     float v[65];
-    CHECK(ops_cuda->get_topk(ops_cuda, &t, 65, id, v) == IRIS_EINVAL);
-    CHECK(ops_cuda->get_topk(ops_cuda, &t, 11, id, v) == IRIS_EINVAL);
+    CHECK(ops_cuda->get_topk(ops_cuda, &t, 65, NULL, id, v) == IRIS_EINVAL);
+    CHECK(ops_cuda->get_topk(ops_cuda, &t, 11, NULL, id, v) == IRIS_EINVAL);
 }
 
 #endif

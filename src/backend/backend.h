@@ -88,6 +88,16 @@ typedef struct iris_decode_stack {
     const iris_attn_meta *meta;
 } iris_decode_stack;
 
+/* The allowed columns of get_topk's rows (backend memory, read by the op where the step runs):
+ * row i of x is limited to bitmask bits + slot[i] * words when slot[i] >= 0 (column c allowed
+ * when bit c % 32 of word c / 32 is set; bits past the row's columns are ignored), and is not
+ * limited when slot[i] < 0, so constrained and free rows share one call. */
+typedef struct iris_topk_mask {
+    const int32_t *slot;        /* [x->rows] */
+    const uint32_t *bits;       /* [masks, words] */
+    int64_t words;              /* words a mask, >= ceil(x->cols / 32) */
+} iris_topk_mask;
+
 typedef struct iris_backend iris_backend;
 struct iris_backend {
     const char *name;           /* for messages and logs only: model code asks the capabilities below */
@@ -186,9 +196,13 @@ struct iris_backend {
     int (*get_f32)(iris_backend *b, float *dst, const void *src, size_t n);
     /* Optional: the k largest values of each row of x (activations, backend memory) with their
      * columns, into host memory ids and vals [x->rows, k]: value-descending, the lowest column first
-     * among equal values, NaN counted as -inf; 1 <= k <= 64.  Sampling on the GPU: the host sampler
-     * then reads k candidates a row (model/sampler.h iris_sampler_sample_top), not the vocabulary. */
-    int (*get_topk)(iris_backend *b, const iris_tensor *x, int k, int32_t *ids, float *vals);
+     * among equal values, NaN counted as -inf; 1 <= k <= 64 and k <= x->cols.  Sampling on the GPU:
+     * the host sampler then reads k candidates a row (model/sampler.h iris_sampler_sample_top), not
+     * the vocabulary.  mask (NULL: none) limits rows to allowed columns (constrained decoding, see
+     * iris_topk_mask): a masked-out column is never returned, whatever its value; a row that allows
+     * fewer than k columns ends its list with id -1, value -inf.  Unmasked rows: as without mask. */
+    int (*get_topk)(iris_backend *b, const iris_tensor *x, int k, const iris_topk_mask *mask, int32_t *ids,
+                    float *vals);
     /* Optional: n fp32 host values at src into dst (device) as activations; iris_backend_put_f32 uses it. */
     int (*put_f32)(iris_backend *b, void *dst, const float *src, size_t n);
     /* Optional: keep a BF16 copy of FP8 weight w (bf16(q · scale), as every FP8 product rounds it)

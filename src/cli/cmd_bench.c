@@ -11,8 +11,17 @@
  * their own) decode --gen-tokens steps, one token each a step, asking for
  * greedy's candidates as the engine does (decode graphs where the backend
  * records them); --host-sampling downloads every row's fp32 logits instead
- * (the path of requests with penalties or logprobs).  --image: time to first
- * token of one request through the engine.  Memory: the engine's arena and
+ * (the path of requests with penalties or logprobs).  --json-schema FILE:
+ * after each batch size's free decode, the same batch decodes again with
+ * every sequence constrained to the schema, as the engine runs such requests:
+ * greedy samplers with the schema's grammar, each fed the token it drew, the
+ * masks asked for by the runner while the device runs the forward and applied
+ * where the candidates are chosen (engine/runner.c); a sequence whose output
+ * completes starts a new one.  Reported beside the free figure: tok/s, the
+ * ratio to free decode, the host's mask time a step (summed over the rows,
+ * which run in parallel on the thread pool, and the wall time of the step's
+ * mask phase, which the forward hides while it is shorter), whole rows taken.
+ * --image: time to first token of one request through the engine.  Memory: the engine's arena and
  * the device's used memory (cudaMemGetInfo; the whole device).
  * Figures are reported, never asserted (DESIGN.md). */
 #include <stdio.h>   /* before jpeglib.h, which needs FILE and size_t */
@@ -36,6 +45,8 @@
 #include "model/text.h"
 #include "engine/runner.h"
 #include "formats/tokenizer.h"
+#include "model/grammar.h"
+#include "model/sampler.h"
 #include "model/vision.h"
 #include "engine/planner.h"
 #ifdef IRIS_CUDA
@@ -156,6 +167,19 @@ static int bench_image(iris_engine *e, const char *image, iris_err *err) {
     return IRIS_OK;
 }
 
+/* --json-schema: every sequence's greedy sampler under the schema's grammar. */
+typedef struct schema_run {
+    const char *schema;             /* the JSON Schema's text */
+    iris_vocab *v;
+    iris_stop_ids end;
+    iris_sampler **smp;             /* [max_batch] */
+    int32_t *next;                  /* [max_batch] the token each sequence drew */
+    int *masked;                    /* [max_batch] all 1 */
+    double *mask_s;                 /* [max_batch] seconds in masks, this batch size */
+    int ends, whole;                /* outputs completed, rows that came back whole */
+    double wall_s;                  /* the runner's wall time in masks (out.mask_s), this batch size */
+} schema_run;
+
 typedef struct {
     iris_runner *run;               /* the engine's own step */
     int V, G, blocks_per_seq;
@@ -163,23 +187,106 @@ typedef struct {
     iris_text_seq *q;
     int host_sampling;
     int *need;                      /* greedy rows: 1 token each, as the engine asks */
+    schema_run *sr;                 /* NULL: free decode */
 } bench;
+
+/* Sequence i's sampler: a new output under the schema. */
+static int schema_restart(schema_run *sr, int i, iris_err *err) {
+    iris_sampler_free(sr->smp[i]);
+    sr->smp[i] = NULL;
+    iris_sampling p;
+    iris_sampling_default(&p, NULL);
+    p.do_sample = 0;
+    iris_grammar *g = NULL;
+    int rc = iris_sampler_init(&sr->smp[i], &p, &sr->end, iris_vocab_n(sr->v), err);
+    if (!rc) rc = iris_grammar_from_schema(sr->schema, &g, err);
+    if (!rc) rc = iris_sampler_set_grammar(sr->smp[i], g, sr->v, &sr->end, err);
+    return rc;
+}
+
+/* iris_runner_sampling.mask, timed (rows run on the thread pool: one slot each). */
+static int schema_mask(void *ud, int row, uint32_t *words, iris_err *err) {
+    schema_run *sr = ud;
+    double a = now();
+    int rc = iris_sampler_mask(sr->smp[row], words, err);
+    sr->mask_s[row] += now() - a;
+    return rc;
+}
+
+/* The constrained step's tokens: each row's draw, accepted; a completed output starts anew. */
+static int schema_take(schema_run *sr, const iris_runner_out *out, int V, iris_err *err) {
+    for (int i = 0; i < out->n_rows; i++) {
+        int whole = out->k == 0 || out->whole[i];
+        int tok = whole ? iris_sampler_sample(sr->smp[i], out->logits + (size_t)i * V, NULL, err)
+                        : iris_sampler_sample_top(sr->smp[i], out->ids + (size_t)i * out->k,
+                                                  out->vals + (size_t)i * out->k, out->k, NULL, err);
+        if (tok < 0) return tok;
+        sr->whole += whole;
+        if (i == 0) sr->wall_s += out->mask_s;
+        sr->next[i] = tok;
+        if (iris_sampler_accept(sr->smp[i], tok) != IRIS_FINISH_NONE) {
+            sr->ends++;
+            int rc = schema_restart(sr, i, err);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
 
 /* Step of `n_seqs` sequences after `past` tokens: one new token each. */
 static int decode_step(bench *x, int n_seqs, int past, iris_err *err) {
     for (int s = 0; s < n_seqs; s++) {
-        x->tok[s] = (int32_t)((s * 7919 + past * 31) % x->V);
+        x->tok[s] = x->sr ? x->sr->next[s] : (int32_t)((s * 7919 + past * 31) % x->V);
         x->pos[3 * s] = x->pos[3 * s + 1] = x->pos[3 * s + 2] = past;
         x->q[s] = (iris_text_seq){.n_past = past, .n_new = 1, .tokens = &x->tok[s], .pos = &x->pos[3 * s],
                                   .pos_stride = 1, .block_table = x->bt + (size_t)s * x->blocks_per_seq};
     }
     iris_runner_sampling smp = {.need = x->need};
+    if (x->sr) smp.masked = x->sr->masked, smp.mask = schema_mask, smp.ud = x->sr;
     iris_runner_out out;
-    return iris_runner_step(x->run, x->q, n_seqs, x->host_sampling ? NULL : &smp, &out, err);
+    int rc = iris_runner_step(x->run, x->q, n_seqs, x->host_sampling ? NULL : &smp, &out, err);
+    return rc || !x->sr ? rc : schema_take(x->sr, &out, x->V, err);
+}
+
+/* Every batch size's decode, free (sr NULL) or constrained: one JSON array's members; free_tps
+ * [n] gets (sr NULL) or compares with (sr) the free figures. */
+static int decode_runs(bench *x, schema_run *sr, const int *batches, int n, int past0, double *free_tps,
+                       iris_err *err) {
+    int rc = 0;
+    x->sr = sr;
+    for (int bi = 0; bi < n && !rc; bi++) {
+        int B = batches[bi];
+        for (int s = 0; sr && s < B && !rc; s++) {
+            sr->next[s] = x->tok[0], sr->mask_s[s] = 0;
+            rc = schema_restart(sr, s, err);
+        }
+        if (!rc) rc = decode_step(x, B, past0, err); /* warm-up: this batch size's shapes */
+        if (sr) {
+            sr->ends = sr->whole = 0, sr->wall_s = 0;
+            for (int s = 0; s < B; s++) sr->mask_s[s] = 0;
+        }
+        double a = now();
+        for (int g = 0; g < x->G && !rc; g++) rc = decode_step(x, B, past0 + g, err);
+        double dt = now() - a, tps = (double)B * x->G / dt;
+        if (rc) break;
+        printf("%s{\"batch\":%d,\"step_ms\":%.3f,\"tok_per_s\":%.0f", bi ? "," : "", B, dt / x->G * 1e3, tps);
+        if (!sr) free_tps[bi] = tps;
+        if (sr) {
+            double ms = 0;
+            for (int s = 0; s < B; s++) ms += sr->mask_s[s];
+            printf(",\"vs_free\":%.3f,\"mask_ms_per_step\":%.3f,\"mask_wall_ms_per_step\":%.3f,\"whole_rows\":%d,"
+                   "\"outputs_completed\":%d", tps / free_tps[bi], ms / x->G * 1e3, sr->wall_s / x->G * 1e3, sr->whole,
+                   sr->ends);
+        }
+        printf("}");
+        fflush(stdout);
+    }
+    x->sr = NULL;
+    return rc;
 }
 
 typedef struct bench_args {
-    const char *model, *image, *batch;
+    const char *model, *image, *batch, *schema_file;
     int host_sampling, batches[MAX_BATCHES], n_batches;
     long long P, G;
     iris_cli_engine ce;
@@ -202,6 +309,11 @@ static int parse_args(int argc, char **argv, bench_args *x) {
         {"--host-sampling", 0, IRIS_OPT_FLAG, &x->host_sampling, NULL,
          "decode steps download every row's fp32 logits (as requests with\npenalties or logprobs do) instead of each "
          "row's most likely tokens\npicked on the GPU", 0, 0, NULL, NULL, 0},
+        {"--json-schema", 0, IRIS_OPT_STR, &x->schema_file, "FILE",
+         "also decode every batch size with each sequence constrained to the\nJSON Schema in FILE (greedy, masks "
+         "applied where the candidates\nare chosen, as the engine runs such requests): tok/s beside the\nfree "
+         "decode's, their ratio, host mask ms a step (summed over\nrows; the model needs its tokenizer.json); with "
+         "--host-sampling:\nwhole rows, masked and sampled on the host after the step", 0, 0, NULL, NULL, 0},
         IRIS_OPT_TABLE_END,
     };
     iris_cli_spec sp = {
@@ -222,6 +334,36 @@ static int parse_args(int argc, char **argv, bench_args *x) {
         return iris_cli_usage_error("bench", "--batch '%s': give sizes like 1,8,32,64 (each 1..4096, at most %d)",
                                     x->batch, MAX_BATCHES);
     return -1;
+}
+
+/* --json-schema's file, the vocabulary trie and the samplers' room (the schema is compiled, so a
+ * bad one fails here, before any figure). */
+static int schema_open(iris_engine *e, const bench_args *ba, int max_batch, schema_run *sr, iris_err *err) {
+    char *text = iris_cli_read_text(ba->schema_file, err);
+    if (!text) return err->code ? err->code : IRIS_EIO;
+    sr->schema = text;
+    iris_grammar *g = NULL;
+    int rc = iris_grammar_from_schema(text, &g, err);
+    iris_grammar_free(g);
+    if (rc) return rc;
+    iris_prompt_ctx pc;
+    iris_engine_prompt_ctx(e, &pc);
+    rc = iris_vocab_build(pc.tok, iris_engine_text(e)->cfg.vocab_size, &sr->v, err);
+    iris_stop_ids_default(&sr->end, NULL);
+    sr->smp = calloc((size_t)max_batch, sizeof *sr->smp);
+    sr->next = calloc((size_t)max_batch, sizeof *sr->next);
+    sr->masked = malloc(sizeof(int) * (size_t)max_batch);
+    sr->mask_s = calloc((size_t)max_batch, sizeof *sr->mask_s);
+    if (!rc && (!sr->smp || !sr->next || !sr->masked || !sr->mask_s))
+        rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    for (int i = 0; !rc && i < max_batch; i++) sr->masked[i] = 1;
+    return rc;
+}
+
+static void schema_close(schema_run *sr, int max_batch) {
+    for (int i = 0; sr->smp && i < max_batch; i++) iris_sampler_free(sr->smp[i]);
+    iris_vocab_free(sr->v);
+    free((char *)sr->schema), free(sr->smp), free(sr->next), free(sr->masked), free(sr->mask_s);
 }
 
 int iris_cmd_bench(int argc, char **argv) {
@@ -281,6 +423,9 @@ int iris_cmd_bench(int argc, char **argv) {
     x.bt = malloc(sizeof(int32_t) * (size_t)max_batch * x.blocks_per_seq);
     x.q = calloc((size_t)max_batch, sizeof *x.q);
     x.need = malloc(sizeof(int) * (size_t)max_batch);
+    schema_run sr = {0};
+    if (ba.schema_file) rc = schema_open(e, &ba, max_batch, &sr, &err);
+    if (rc) goto done;
     if (!x.tok || !x.pos || !x.bt || !x.q || !x.need) rc = iris_err_set(&err, IRIS_ENOMEM, "out of memory");
     else if (prompt_blocks + max_batch * own > mi.kv_blocks)
         rc = iris_err_set(&err, IRIS_ELIMIT, "%d KV blocks needed, the engine has %d", prompt_blocks + max_batch * own,
@@ -317,19 +462,17 @@ int iris_cmd_bench(int argc, char **argv) {
     }
     if (rc) goto done;
     printf(",\"prefill\":{\"tokens\":%d,\"ms\":%.2f,\"tok_per_s\":%.0f}", past0, t_pre * 1e3, past0 / t_pre);
+    double free_tps[MAX_BATCHES];
     printf(",\"decode\":[");
-    for (int bi = 0; bi < n_batches && !rc; bi++) {
-        int B = batches[bi];
-        rc = decode_step(&x, B, past0, &err); /* warm-up: this batch size's shapes */
-        double a = now();
-        for (int g = 0; g < x.G && !rc; g++) rc = decode_step(&x, B, past0 + g, &err);
-        double dt = now() - a;
-        if (!rc)
-            printf("%s{\"batch\":%d,\"step_ms\":%.3f,\"tok_per_s\":%.0f}", bi ? "," : "", B, dt / x.G * 1e3,
-                   (double)B * x.G / dt);
-        fflush(stdout);
-    }
+    rc = decode_runs(&x, NULL, batches, n_batches, past0, free_tps, &err);
     printf("]");
+    if (!rc && sr.schema) {
+        printf(",\"decode_json_schema\":{\"schema\":\"%s\",\"sampling\":\"%s\",\"runs\":[", ba.schema_file,
+               host_sampling || !be->get_topk ? "whole rows, masks on the host after the step"
+                                              : "masks during the forward, applied in the device's top-k");
+        rc = decode_runs(&x, &sr, batches, n_batches, past0, free_tps, &err);
+        printf("]}");
+    }
 #ifdef IRIS_CUDA
     iris_cuda_mem cm;
     if (!rc && !strcmp(be->name, "cuda") && iris_cuda_mem_info(be, &cm) == 0)
@@ -341,6 +484,7 @@ int iris_cmd_bench(int argc, char **argv) {
     printf("}\n");
 done:
     if (tmp[0]) unlink(tmp);
+    schema_close(&sr, max_batch);
     iris_engine_close(e);
     free(x.tok), free(x.pos), free(x.bt), free(x.q), free(x.need);
     if (rc) {

@@ -204,6 +204,13 @@ static int row_penalizes(void *ud, int row, int32_t id) {
     return iris_sampler_penalizes(e->top_req[row]->sampler, id);
 }
 
+/* iris_runner_sampling.mask: the allowed tokens of logits row `row`'s constrained request (called
+ * from the thread pool for distinct rows: distinct samplers). */
+static int row_mask(void *ud, int row, uint32_t *words, iris_err *err) {
+    iris_engine *e = ud;
+    return iris_sampler_mask(e->top_req[row]->sampler, words, err);
+}
+
 /* An encoder output's embedding rows (taps 0) or DeepStack rows (taps 1), whichever type it holds. */
 static const char *vout_rows(const iris_vision_out *o, int taps) {
     if (o->embeds16) return (const char *)(taps ? o->deepstack16 : o->embeds16);
@@ -328,16 +335,18 @@ static void emit_token(iris_engine *e, iris_request *r, const float *logits, con
 /* What sampling needs of each logits row: the candidates its sampler needs (0: the whole row:
  * logprobs, or more than the runner brings), and whether its request has penalties. */
 static void sampling_needs(iris_engine *e, iris_sched_batch *b, iris_runner_sampling *smp) {
-    int n_lg = 0;
+    int n_lg = 0, *masked = e->top_need + 2 * (size_t)e->o.max_num_seqs;
     for (int i = 0; i < b->n_seqs; i++) {
         iris_request *r = b->seqs[i]->ud;
         if (!r->seq.want_logits) continue;
         e->top_req[n_lg] = r;
         e->top_need[n_lg] = r->logprobs ? 0 : iris_sampler_top_need(r->sampler);
         e->top_pen[n_lg] = iris_sampler_has_penalties(r->sampler);
+        masked[n_lg] = iris_sampler_constrained(r->sampler);
         n_lg++;
     }
-    *smp = (iris_runner_sampling){.need = e->top_need, .penalized = e->top_pen, .penalizes = row_penalizes, .ud = e};
+    *smp = (iris_runner_sampling){.need = e->top_need, .penalized = e->top_pen, .penalizes = row_penalizes, .ud = e,
+                                  .masked = masked, .mask = row_mask};
 }
 
 static void step(iris_engine *e) {
@@ -395,8 +404,8 @@ static void step(iris_engine *e) {
         row++;
     }
     iris_log(IRIS_LOG_DEBUG, "engine", "step: %d seqs, %d rows: vision %.2f ms, inputs %.2f ms, decoder %.2f ms, "
-             "sampling %.2f ms (%s)", n, n_rows, t_vis * 1e3, (t1 - t0 - t_vis) * 1e3, (t2 - t1) * 1e3,
-             (iris_engine_now() - t2) * 1e3, k > 0 ? "top-k rows" : "whole rows");
+             "sampling %.2f ms (%s, %d masked)", n, n_rows, t_vis * 1e3, (t1 - t0 - t_vis) * 1e3, (t2 - t1) * 1e3,
+             (iris_engine_now() - t2) * 1e3, k > 0 ? "top-k rows" : "whole rows", out.n_masked);
     /* Drop the embeddings of images whose tokens are all in the cache. */
     for (int i = 0; i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
@@ -656,7 +665,8 @@ static int open_runner(iris_engine *e, iris_err *err) {
     const iris_config *c = &e->model->cfg;
     int m = c->vision_config.spatial_merge_size;
     iris_runner_limits lim = {.max_rows = o->max_batch_tokens, .max_seqs = o->max_num_seqs,
-                              .max_context = e->max_model_len, .n_deepstack = c->vision_config.n_deepstack};
+                              .max_context = e->max_model_len, .n_deepstack = c->vision_config.n_deepstack,
+                              .masks = 1};
     if (e->on_gpu && e->max_image_tokens > 0)
         lim.scratch_bytes = iris_vision_scratch_bytes(&e->model->vision, e->be->act, (int64_t)e->max_image_tokens * m * m);
     int rc = iris_runner_open(&e->model->text, e->be, &e->kv, &lim, &e->runner, err);
@@ -667,7 +677,7 @@ static int open_runner(iris_engine *e, iris_err *err) {
     e->step_seqs = calloc(S, sizeof *e->step_seqs);
     e->step_pos = malloc(3 * T * sizeof *e->step_pos);
     e->step_img = malloc(e->step_img_bytes);
-    e->top_need = malloc(2 * S * sizeof(int));
+    e->top_need = malloc(3 * S * sizeof(int));     /* need, penalized, masked: [S] each */
     e->top_req = malloc(S * sizeof *e->top_req);
     if (!e->step_seqs || !e->step_pos || !e->step_img || !e->top_need || !e->top_req)
         return iris_err_set(err, IRIS_ENOMEM, "out of memory for the step's inputs");

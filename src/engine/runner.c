@@ -4,8 +4,10 @@
  * Buffers, all taken at open from the limits (T rows, S sequences, B blocks a table, L logits
  * rows), none in the step:
  *   host: meta ints [7T + S·B + T + L] (packed per step as below), fp32 logits [L, V], top-k
- *         candidates [L, 64] ids and values, need/whole flags [L], trace rows [T, H] (trace only);
- *   device, one allocation: meta ints as the host's; logits [L, V]; then the activations region
+ *         candidates [L, 64] ids and values, need/whole flags [L], trace rows [T, H] (trace only),
+ *         masks [L + L·W] (W = ceil(V / 32); pinned where the backend has it);
+ *   device, one allocation: meta ints as the host's; logits [L, V]; masks as the host's (within
+ *         the plan's sampling part, which counts fp32 logits and more); then the activations region
  *         shared with the vision encoder's scratch: image rows [(1 + taps)·T, H], h, x [T, H],
  *         q, o [T, nq·hd], k, v [T, nkv·hd], g, u [T, FF], all in the backend's dtype.
  * The step's metadata is packed (tokens [R], positions [3][R], row -> sequence [R], visible
@@ -18,14 +20,35 @@
  * layer then cost one launch.  The table width is rounded up to IRIS_ATTN_PLAN_BLOCKS blocks
  * (columns past a sequence's blocks are never read: the kernels take each row's context from
  * the metadata), and a graph is kept per (sequences, logits rows, width, cache), GRAPH_SLOTS of
- * them, least recently used out. */
+ * them, least recently used out.
+ *
+ * Constrained rows (a grammar's token mask, runner.h iris_runner_sampling.mask): the mask of
+ * step t's row depends on the token drawn at step t - 1, which the forward of step t already
+ * needs, so nothing of it can run before that token; what can overlap is the forward itself.
+ * A step therefore launches the forward (asynchronous on a GPU: a graph replay returns in
+ * microseconds), then has the host compute the masks, rows in parallel on the thread pool,
+ * into a pinned buffer ([L] slots, then one region of ceil(V / 32) words a constrained row,
+ * ~19 KB), uploads the slots and the regions used in one asynchronous copy behind the forward
+ * on the stream, and asks get_topk for the candidates with the mask (backend.h iris_topk_mask):
+ * constrained and free rows share the one selection, and only k candidates a row come back.
+ * The device holds the same layout at a fixed address taken at open (the graphs do not cover
+ * the selection, but nothing moves).  A step's time is then max(forward, masks) + upload
+ * (19 KB a row) + selection, where a whole-row path costs forward + a 600 KB fp32 row download
+ * + a host scan of 151,936 logits + the mask, one after the other.  A step with no constrained row passes no mask: its
+ * selection is the one free rows always had.  On the CPU backend the forward is synchronous,
+ * so the masks follow it; the same op selects.  A row whose mask fails goes unmasked and the
+ * caller's sampler reports the failure; a whole row (logprobs, ties past the candidates) comes
+ * back unmasked and the host sampler applies the mask it already has. */
 #include "engine/runner.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "err.h"
 #include "log.h"
+#include "pool.h"
 
 #define GRAPH_SLOTS 16
 
@@ -55,9 +78,15 @@ struct iris_runner {
     int *whole;
     float *trace_h;
     int *run0, *run_n;          /* [S]: a sequence's first image row and its count */
+    uint32_t *h_mask;           /* [L] slots (int32), then [L, W] mask words: pinned where the backend has it */
+    int mask_pinned;
+    int *mrow;                  /* [L] the step's constrained rows */
+    int words;                  /* W, words a mask */
+    int n_masked;               /* the last step's rows whose candidates came under a mask */
     /* device */
     void *dev;
     int32_t *d_meta;
+    uint32_t *d_mask;           /* as h_mask */
     void *d_lg, *d_act;
     act_layout al;              /* the pieces of d_act, for max_rows rows */
     size_t act_bytes;
@@ -94,7 +123,9 @@ void iris_runner_close(iris_runner *r) {
         if (r->slot[i].graph) r->b->graph_free(r->slot[i].graph);
     if (r->dev) r->b->free(r->b, r->dev);
     free(r->hm), free(r->logits), free(r->top_ids), free(r->top_vals), free(r->whole), free(r->trace_h);
-    free(r->run0);
+    free(r->run0), free(r->mrow);
+    if (r->mask_pinned) r->b->host_free(r->h_mask);
+    else free(r->h_mask);
     free(r);
 }
 
@@ -119,15 +150,22 @@ int iris_runner_open(const iris_text *t, iris_backend *b, iris_kv_cache *kv, con
     r->top_vals = malloc(L * IRIS_RUNNER_TOP_MAX * sizeof(float));
     r->whole = malloc(L * sizeof(int));
     r->run0 = malloc(2 * S * sizeof(int));
+    r->mrow = malloc(L * sizeof(int));
+    r->words = (c->vocab_size + 31) / 32;
+    size_t mask_b = lim->masks ? (L + L * (size_t)r->words) * sizeof(uint32_t) : 0;
+    r->h_mask = mask_b && b->host_alloc ? b->host_alloc(b, mask_b) : NULL;
+    r->mask_pinned = r->h_mask != NULL;
+    if (mask_b && !r->h_mask) r->h_mask = malloc(mask_b);
     r->trace_h = lim->trace ? malloc((size_t)lim->max_rows * c->hidden_size * sizeof(float)) : NULL;
-    if (!r->hm || !r->logits || !r->top_ids || !r->top_vals || !r->whole || !r->run0 || (lim->trace && !r->trace_h)) {
+    if (!r->hm || !r->logits || !r->top_ids || !r->top_vals || !r->whole || !r->run0 || !r->mrow ||
+        (mask_b && !r->h_mask) || (lim->trace && !r->trace_h)) {
         iris_runner_close(r);
         return iris_err_set(err, IRIS_ENOMEM, "runner: out of host memory for %zu logits rows", L);
     }
     r->run_n = r->run0 + S;
     r->al = act_layout_of(c, es, (size_t)lim->max_rows, (size_t)lim->n_deepstack);
     r->act_bytes = r->al.total > lim->scratch_bytes ? r->al.total : align256(lim->scratch_bytes);
-    size_t meta_b = align256(ints * sizeof(int32_t)), lg_b = align256(L * V * es);
+    size_t meta_b = align256(ints * sizeof(int32_t)), lg_b = align256(L * V * es) + align256(mask_b);
     r->dev = b->alloc(b, meta_b + lg_b + r->act_bytes);
     if (!r->dev) {
         iris_runner_close(r);
@@ -137,6 +175,7 @@ int iris_runner_open(const iris_text *t, iris_backend *b, iris_kv_cache *kv, con
     }
     r->d_meta = r->dev;
     r->d_lg = (char *)r->dev + meta_b;
+    r->d_mask = mask_b ? (uint32_t *)((char *)r->d_lg + align256(L * V * es)) : NULL;
     r->d_act = (char *)r->dev + meta_b + lg_b;
     iris_log(IRIS_LOG_DEBUG, "runner", "opened on %s: %d rows, %d sequences, %zu logits rows a step; step buffers "
              "%.1f MiB (activations %.1f MiB, shared with %.1f MiB of vision scratch)", b->name, lim->max_rows,
@@ -299,30 +338,86 @@ static int put_images(iris_runner *r, const iris_text_seq *seqs, int n_seqs, con
     return 0;
 }
 
-/* The wanted rows' candidates, or whole rows, once the logits are on the device. */
-static int logits_out(iris_runner *r, int n_logits, const iris_runner_sampling *smp, int k) {
+/* ---- constrained rows' masks ------------------------------------------------------------------ */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+typedef struct mask_job {
+    iris_runner *r;
+    const iris_runner_sampling *smp;
+} mask_job;
+
+/* The masks of constrained rows mrow[i0..i1) into h_mask's words, region i each (pool worker). */
+static void mask_rows(void *ctx, int64_t i0, int64_t i1) {
+    const mask_job *j = ctx;
+    iris_runner *r = j->r;
+    int32_t *slot = (int32_t *)r->h_mask;
+    uint32_t *words = r->h_mask + r->lim.max_logits;
+    for (int64_t i = i0; i < i1; i++) {
+        int row = r->mrow[i];
+        iris_err e = {0};
+        int rc = j->smp->mask(j->smp->ud, row, words + (size_t)i * r->words, &e);
+        slot[row] = rc == 1 ? (int32_t)i : -1;
+    }
+}
+
+/* This step's masks on the host, on the thread pool while the device runs the forward: slots
+ * [n_logits] (the row's region of words, -1 unmasked) and the regions.  Returns the regions
+ * listed (what to upload: slots and that many regions), *n_ok the rows masked. */
+static int masks_of(iris_runner *r, const iris_runner_sampling *smp, int n_logits, int *n_ok) {
+    int32_t *slot = (int32_t *)r->h_mask;
+    int n = 0;
+    *n_ok = 0;
+    for (int i = 0; i < n_logits; i++) {
+        slot[i] = -1;
+        if (smp->masked[i]) r->mrow[n++] = i;
+    }
+    if (!n) return 0;
+    mask_job j = {r, smp};
+    if (n > 1) iris_pool_for(n, mask_rows, &j);
+    else mask_rows(&j, 0, 1);
+    for (int i = 0; i < n_logits; i++) *n_ok += slot[i] >= 0;
+    return n;
+}
+
+/* The wanted rows' candidates, or whole rows, once the logits are on the device; the first
+ * n_regions of h_mask's masks (0: none) go up first and limit their rows' candidates. */
+static int logits_out(iris_runner *r, int n_logits, const iris_runner_sampling *smp, int k, int n_regions) {
     iris_backend *b = r->b;
-    const int V = r->t->cfg.vocab_size;
+    const int V = r->t->cfg.vocab_size, L = r->lim.max_logits;
     const size_t es = iris_dtype_size(b->act);
     if (k == 0) {
         for (int i = 0; i < n_logits; i++) r->whole[i] = 1;
         return iris_backend_get_f32(b, r->logits, r->d_lg, (size_t)n_logits * V);
     }
     iris_tensor lg = {.data = r->d_lg, .dtype = b->act, .rows = n_logits, .cols = V};
-    int rc = b->get_topk(b, &lg, k, r->top_ids, r->top_vals);
+    r->n_masked = 0;
+    const int32_t *slot = (const int32_t *)r->h_mask;
+    iris_topk_mask mask = {.slot = (const int32_t *)r->d_mask, .bits = r->d_mask + L, .words = r->words};
+    int rc = 0;
+    if (n_regions)
+        rc = b->upload(b, r->d_mask, r->h_mask, ((size_t)L + (size_t)n_regions * r->words) * sizeof(uint32_t));
+    if (!rc) rc = b->get_topk(b, &lg, k, n_regions ? &mask : NULL, r->top_ids, r->top_vals);
     for (int i = 0; !rc && i < n_logits; i++) {
         int need = smp->need[i];
         /* whole: asked for, or the tie at the need-th value runs to the k-th (more may follow), or
-         * (penalties) fewer than need untouched tokens above the last candidate */
+         * (penalties) fewer than need untouched tokens above the last candidate; a masked row
+         * whose list ends in -inf holds every allowed token it could draw (complete) */
         const float *v = r->top_vals + (size_t)i * k;
         const int32_t *id = r->top_ids + (size_t)i * k;
-        int short_list = need <= 0 || need > k || !(v[need - 1] > v[k - 1]);
-        if (!short_list && smp->penalized && smp->penalized[i]) {
+        int complete = n_regions && slot[i] >= 0 && !(v[k - 1] > -INFINITY);
+        int short_list = need <= 0 || need > k || (!complete && !(v[need - 1] > v[k - 1]));
+        if (!short_list && !complete && smp->penalized && smp->penalized[i]) {
             int untouched = 0;
             for (int j = 0; j < k; j++) untouched += v[j] > v[k - 1] && !smp->penalizes(smp->ud, i, id[j]);
             short_list = untouched < need;
         }
         r->whole[i] = short_list;
+        r->n_masked += n_regions && slot[i] >= 0 && !short_list;
         if (short_list)
             rc = iris_backend_get_f32(b, r->logits + (size_t)i * V, (const char *)r->d_lg + (size_t)i * V * es, (size_t)V);
     }
@@ -413,12 +508,20 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
     rc = use_graph ? forward_graph(r, &x, n_seqs, sh.max_blocks, err)
                    : iris_text_forward(r->t, b, r->kv, &x, trace, ud, err);
     if (rc) return rc;
-    int k = trace ? 0 : top_k_of(r, smp, sh.n_logits);
-    if (sh.n_logits > 0 && logits_out(r, sh.n_logits, smp, k))
+    int k = trace ? 0 : top_k_of(r, smp, sh.n_logits), n_regions = 0, n_masked = 0;
+    double mask_s = 0;
+    if (!trace && smp && smp->masked && smp->mask && sh.n_logits > 0) {
+        if (!r->h_mask) return iris_err_set(err, IRIS_EINVAL, "runner: constrained rows, but opened without masks");
+        double a = now_s();
+        n_regions = masks_of(r, smp, sh.n_logits, &n_masked);
+        mask_s = n_regions ? now_s() - a : 0;
+    }
+    if (sh.n_logits > 0 && logits_out(r, sh.n_logits, smp, k, k > 0 && n_masked ? n_regions : 0))
         return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
     if (b->sync(b)) return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
     *out = (iris_runner_out){.k = k, .whole = r->whole, .ids = r->top_ids, .vals = r->top_vals,
-                             .logits = r->logits, .n_rows = sh.n_logits};
+                             .logits = r->logits, .n_rows = sh.n_logits, .n_masked = k > 0 ? r->n_masked : 0,
+                             .mask_s = mask_s};
     return IRIS_OK;
 }
 

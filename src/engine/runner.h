@@ -10,7 +10,9 @@
  *   - the CUDA-graph cache: a decode-only step (one new token a sequence, no image rows) is
  *     recorded once per (sequences, logits rows, table width, cache) and replayed;
  *   - the choice between each logits row's top-k candidates picked on the device and whole fp32
- *     rows on the host (what sampling needs: model/sampler.h iris_sampler_top_need).
+ *     rows on the host (what sampling needs: model/sampler.h iris_sampler_top_need);
+ *   - constrained rows' token masks: asked of the caller while the device runs the forward,
+ *     uploaded, applied where the candidates are chosen (runner.c's opening says how).
  * The device activations region is shared with the vision encoder's scratch
  * (iris_runner_scratch): the engine encodes a step's images before the step runs, on the same
  * thread and stream, and nothing in the region outlives a step.
@@ -37,6 +39,8 @@ typedef struct iris_runner_limits {
     size_t scratch_bytes;       /* the vision encoder's scratch to share the activations with (0: none) */
     int trace;                  /* keep a host buffer for hidden-state traces (iris_runner_step_trace) */
     int no_graphs;              /* op by op even where the backend records graphs (tests compare the two) */
+    int masks;                  /* room for constrained rows' token masks (iris_runner_sampling.mask):
+                                   ~19 KB a logits row on the host (pinned) and on the device */
 } iris_runner_limits;
 
 /* Most candidates a logits row brings from the device. */
@@ -53,6 +57,16 @@ typedef struct iris_runner_sampling {
      * when need[row] tokens no penalty touches lie above its last candidate. */
     int (*penalizes)(void *ud, int row, int32_t id);
     void *ud;
+    /* Constrained rows (masked NULL: none).  masked[row] 1: mask(ud, row, words, err) writes the
+     * row's allowed tokens into words (bit t % 32 of words[t / 32]: token t; ceil(vocab / 32)
+     * words, as model/sampler.h iris_sampler_mask) and returns 1 (0: not constrained after all;
+     * negative: failed, and the row goes unmasked: the caller's sampler keeps the failure).
+     * Called once a step for each such row, after the forward is launched and before the
+     * candidates are chosen, on the thread pool (distinct rows at once).  A masked row's
+     * candidates are those of the masked row; a whole row comes back unmasked (the host sampler
+     * masks it).  Needs a runner opened with limits.masks. */
+    const int *masked;
+    int (*mask)(void *ud, int row, uint32_t *words, iris_err *err);
 } iris_runner_sampling;
 
 /* What a step returns, valid until the next step: row i (the i-th wanted logits row, sequence
@@ -65,6 +79,9 @@ typedef struct iris_runner_out {
     const float *vals;          /* [rows, k] */
     const float *logits;        /* [rows, vocab] fp32 */
     int n_rows;                 /* logits rows of the step */
+    int n_masked;               /* rows whose candidates were chosen under their mask */
+    double mask_s;              /* wall seconds the host spent on the step's masks (the device runs the
+                                   forward meanwhile: hidden while below the forward's time) */
 } iris_runner_out;
 
 /* A runner for decoder t on backend b (where t's weights and kv live).  Free with

@@ -44,6 +44,8 @@ struct iris_sampler {
     iris_grammar *grammar;  /* owned; NULL: unconstrained */
     iris_grammar_matcher *gm;
     uint32_t *gmask;        /* [n_vocab bits] this step's allowed tokens */
+    int gmask_state;        /* 1: gmask is this step's, -1: this step's failed (gerr), 0: not computed */
+    iris_err gerr;
     iris_stop_ids gend;     /* end tokens allowed once the grammar is complete */
     int gbroken;            /* a token the grammar refused was accepted */
 };
@@ -179,17 +181,35 @@ int iris_sampler_set_grammar(iris_sampler *s, iris_grammar *g, const iris_vocab 
     return iris_grammar_matcher_init(&s->gm, g, v, err);
 }
 
-/* This step's mask in s->gmask, the end tokens included once the output is complete. */
+/* This step's mask in s->gmask, the end tokens included once the output is complete; computed
+ * once a step (the matcher moves only in iris_sampler_accept), failures included. */
 static int grammar_mask(iris_sampler *s, iris_err *err) {
-    if (s->gbroken) return iris_err_set(err, IRIS_EINVAL, "grammar: a token outside the grammar was accepted");
-    int rc = iris_grammar_matcher_mask(s->gm, s->gmask, err);
-    if (rc) return rc;
-    if (iris_grammar_matcher_complete(s->gm))
+    if (s->gmask_state > 0) return 0;
+    if (s->gmask_state < 0) {
+        if (err) *err = s->gerr;
+        return s->gerr.code;
+    }
+    int rc = s->gbroken ? iris_err_set(&s->gerr, IRIS_EINVAL, "grammar: a token outside the grammar was accepted")
+                        : iris_grammar_matcher_mask(s->gm, s->gmask, &s->gerr);
+    if (!rc && iris_grammar_matcher_complete(s->gm))
         for (int i = 0; i < s->gend.n; i++) {
             int t = s->gend.ids[i];
             if (t >= 0 && t < s->n_vocab) s->gmask[t >> 5] |= 1u << (t & 31);
         }
-    return 0;
+    s->gmask_state = rc ? -1 : 1;
+    if (rc && !s->gerr.code) s->gerr.code = rc;
+    if (rc && err) *err = s->gerr;
+    return rc;
+}
+
+int iris_sampler_constrained(const iris_sampler *s) { return s->gm != NULL; }
+
+int iris_sampler_mask(iris_sampler *s, uint32_t *words, iris_err *err) {
+    if (!s->gm) return 0;
+    int rc = grammar_mask(s, err);
+    if (rc) return rc;
+    memcpy(words, s->gmask, ((size_t)s->n_vocab + 31) / 32 * sizeof *words);
+    return 1;
 }
 
 int iris_sampler_n_generated(const iris_sampler *s) { return s->n_generated; }
@@ -225,6 +245,7 @@ int iris_sampler_add_prompt(iris_sampler *s, const int *ids, int n, iris_err *er
 iris_finish iris_sampler_accept(iris_sampler *s, int token) {
     s->n_generated++;
     if (s->gm) {
+        s->gmask_state = 0;
         int end = 0;
         for (int i = 0; i < s->gend.n; i++) end |= token == s->gend.ids[i];
         if (end && iris_grammar_matcher_complete(s->gm)) return IRIS_FINISH_STOP;
@@ -469,7 +490,7 @@ static int lowering_penalties(const iris_sampling *p) {
 
 int iris_sampler_top_need(const iris_sampler *s) {
     const iris_sampling *p = &s->p;
-    if (p->top_logprobs > 0 || !lowering_penalties(p) || s->gm) return 0;
+    if (p->top_logprobs > 0 || !lowering_penalties(p)) return 0;
     if (greedy(s)) return 1;
     return p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
 }
@@ -535,6 +556,15 @@ int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *va
         w[i] = v, id[i] = ids[i], nf++;
     }
     if (nf == 0) return iris_err_set(err, IRIS_EINVAL, "sampling: all %d logits are NaN or -inf", s->n_vocab);
+    if (s->gm) {
+        /* the candidates of the masked row: every finite one allowed (a check; the mask is cached) */
+        int rc = grammar_mask(s, err);
+        if (rc) return rc;
+        for (int i = 0; i < nf; i++)
+            if (!((s->gmask[id[i] >> 5] >> (id[i] & 31)) & 1))
+                return iris_err_set(err, IRIS_EINVAL, "grammar: candidate %d (token %d) is not allowed: the row's "
+                                    "candidates were not masked", i, id[i]);
+    }
     /* Penalties (they only lower logits here): the candidates' own values change; any other token
      * stays at or below m, the last candidate's logit, so only what ends above m is known to be the
      * row's top, and it is complete when `need` tokens that no penalty touched are above m (the

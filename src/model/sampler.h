@@ -20,8 +20,10 @@
  *   7. draw from the softmax of what is left with the request's PRNG
  *      (xoshiro256** seeded through splitmix64).
  * With a grammar (iris_sampler_set_grammar), every token the grammar refuses is -inf after
- * step 2 (model/grammar.h computes the mask); the end tokens are allowed only once the output
- * is complete, and then end it whatever ignore_eos says.  Such a sampler needs whole rows.
+ * step 2 (model/grammar.h computes the mask, once a step: iris_sampler_mask); the end tokens are
+ * allowed only once the output is complete, and then end it whatever ignore_eos says.  Masking
+ * commutes with the penalties (a -inf stays -inf), so the mask may be applied before them, on
+ * the device, where the row's candidates are chosen (iris_sampler_sample_top).
  * Log-probabilities reported to callers are of the raw logits (before any of
  * the above), as vLLM's default `raw_logprobs`.
  *
@@ -87,6 +89,15 @@ void iris_sampler_free(iris_sampler *s);
  * the output once the grammar is complete. */
 int iris_sampler_set_grammar(iris_sampler *s, iris_grammar *g, const iris_vocab *v, const iris_stop_ids *end,
                              iris_err *err);
+/* 1 when s has a grammar. */
+int iris_sampler_constrained(const iris_sampler *s);
+/* This step's allowed tokens into words [(n_vocab + 31) / 32] (bit t % 32 of word t / 32 set:
+ * token t allowed, the end tokens included once the output is complete); returns 1, or 0 for
+ * an unconstrained sampler (nothing written), or a negative error (the grammar cannot go on).
+ * Computed once a step and kept (the sampling calls below reuse it, the error too) until
+ * iris_sampler_accept.  Distinct samplers may be asked from distinct threads at once (the
+ * runner computes a step's masks on the thread pool while the device runs the forward). */
+int iris_sampler_mask(iris_sampler *s, uint32_t *words, iris_err *err);
 /* Record prompt tokens (repetition penalty only). */
 int iris_sampler_add_prompt(iris_sampler *s, const int *ids, int n, iris_err *err);
 /* Pick the next token from `logits` [n_vocab] (not modified); does not record
@@ -106,7 +117,9 @@ int iris_sampler_n_generated(const iris_sampler *s);
  * those the steps of this file give exactly the token the whole row would.
  * iris_sampler_top_need says how many a request needs (0: it needs the whole row).  With
  * penalties, the candidates are enough when `need` of them that no penalty touches
- * (iris_sampler_penalizes) lie above the last candidate's logit. */
+ * (iris_sampler_penalizes) lie above the last candidate's logit.  A constrained sampler takes
+ * the candidates of its row with iris_sampler_mask's mask applied (backend.h get_topk's mask):
+ * only allowed tokens, the list ending in -inf where fewer than n are allowed. */
 int iris_sampler_top_need(const iris_sampler *s);
 int iris_sampler_has_penalties(const iris_sampler *s);
 /* 1 when a penalty applies to token now (in the prompt or generated text, as configured). */
@@ -116,8 +129,9 @@ int iris_sampler_penalizes(const iris_sampler *s, int token);
  * iris_sampler_top_need(s) <= n <= IRIS_SAMPLER_MAX_TOP (give a few more than needed: ties).
  * The same token as iris_sampler_sample over the whole row and the same PRNG draw, or
  * IRIS_ELIMIT when the n given are not enough (the k-th value is tied up to the n-th, or
- * penalties pushed too many of them down: the caller samples from the whole row instead).  out->logprob and the top logprobs are not
- * filled (requests that want them need the whole row). */
+ * penalties pushed too many of them down: the caller samples from the whole row instead).
+ * IRIS_EINVAL when a constrained sampler is given a finite candidate its mask refuses.
+ * out->logprob and the top logprobs are not filled (requests that want them need the whole row). */
 int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *vals, int n, iris_sample_out *out,
                             iris_err *err);
 

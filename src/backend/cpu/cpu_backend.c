@@ -313,6 +313,7 @@ int iris_backend_cpu_open(iris_backend **out, iris_err *err) {
     b->add_rows = cpu_add_rows;
     b->get_rows = cpu_get_rows;
     b->interp4 = cpu_interp4;
+    b->get_topk = iris_cpu_get_topk;
     b->destroy = cpu_destroy;
     *out = b;
     return 0;

@@ -39,6 +39,9 @@ int iris_cpu_has_avx2(void);
 int iris_cpu_dot_row_avx2(const iris_tensor *w, int64_t r, const float *x, int n, int64_t ldx, float *y, int64_t ldy);
 
 int iris_cpu_fail(iris_backend *b, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* backend.h get_topk over fp32 rows (cpu_sample.c). */
+int iris_cpu_get_topk(iris_backend *b, const iris_tensor *x, int k, const iris_topk_mask *mask, int32_t *ids,
+                      float *vals);
 
 /* The CPU backend's context (b->ctx): its choices, made once at open.  IRIS_CPU_AVX2=0, the one
  * developers' switch of this backend (docs/env.md), is read there and nowhere else. */

@@ -143,7 +143,8 @@ int iris_cuda_get_rows(iris_backend *b, const iris_tensor *x, const int32_t *idx
 int iris_cuda_interp4(iris_backend *b, const iris_tensor *table, const int32_t *idx, const float *w, int n,
                       iris_tensor *y);
 
-int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, int32_t *ids, float *vals); /* cuda_sample.cu */
+int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, const iris_topk_mask *mask, int32_t *ids,
+                       float *vals); /* cuda_sample.cu */
 int iris_cuda_download_staged(iris_backend *b, const void *src, size_t bytes, const void **host); /* cuda_mem.cu */
 int iris_cuda_decode_layers(iris_backend *b, const iris_decode_stack *d);                         /* cuda_decode_launch.cu */
 

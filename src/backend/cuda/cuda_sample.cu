@@ -11,9 +11,14 @@
  *                 the last one taken, give the chunk's k largest, in order, to the scratch.
  *   k_topk_merge  grid rows; the same rounds over the chunks' k keys each (in shared memory).
  * A round is EPT compares a thread and one block reduction; k is at most TOPK_MAX (the
- * engine asks for top_k plus a few for ties, 1 for greedy).  The chunks' keys use the
- * decode-attention partials' scratch (ops run in order on the one stream, and nothing else
- * uses it between ops); rows that do not fit it at once go in groups.
+ * engine asks for top_k plus a few for ties, 1 for greedy).
+ * Masks (constrained decoding, backend.h iris_topk_mask): a masked row's disallowed columns get
+ * key 0, the empty slot, so they are never taken; a warp's 32 consecutive columns read one mask
+ * word (a broadcast load).  The chunk kernel is templated on whether the call has a mask at
+ * all, so a call without one (every row free) reads no mask and has no mask test in its loop; a
+ * key-0 result (fewer allowed columns than k, masked rows only) comes out as id -1, value -inf.
+ * The chunks' keys use the decode-attention partials' scratch (ops run in order on the one
+ * stream, and nothing else uses it between ops); rows that do not fit it at once go in groups.
  * Exact: a selection, no arithmetic on the values; checked against a host sort in the GPU tests.
  * Each logit is read from memory once; the k rounds run over registers and shared memory. */
 #include "cuda_internal.cuh"
@@ -59,17 +64,23 @@ static __device__ __forceinline__ u64 block_max_u64(u64 mine, u64 *red) {
     return best;
 }
 
-/* Key 0 is below every element (an empty slot); -inf elements still have keys above it. */
+/* Key 0 is below every element (an empty slot); -inf elements still have keys above it.
+ * MASKED: slot [rows] (of this group) and bits [masks, words] as iris_topk_mask. */
+template <bool MASKED>
 __global__ void __launch_bounds__(TOPK_THREADS) k_topk_chunk(const bf16 *x, int64_t ldx, int64_t cols, int k,
-                                                             u64 *part) {
+                                                             const int32_t *slot, const uint32_t *bits,
+                                                             int64_t words, u64 *part) {
     __shared__ u64 red[TOPK_THREADS / 32];
     const int64_t row = blockIdx.y, c0 = (int64_t)blockIdx.x * TOPK_CHUNK;
     const bf16 *xr = x + row * ldx;
     u64 key[TOPK_EPT];
+    const uint32_t *mr = NULL;
+    if (MASKED && slot[row] >= 0) mr = bits + (int64_t)slot[row] * words;
 #pragma unroll
     for (int e = 0; e < TOPK_EPT; e++) {
         int64_t c = c0 + (int64_t)e * TOPK_THREADS + threadIdx.x;
         key[e] = c < cols ? topk_key(bf2f(xr[c]), c) : 0ull;
+        if (MASKED && mr && c < cols && !((mr[c >> 5] >> (c & 31)) & 1u)) key[e] = 0ull;
     }
     u64 *out = part + (row * gridDim.x + blockIdx.x) * (int64_t)k;
     u64 prev = ~0ull;
@@ -96,14 +107,16 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_topk_merge(const u64 *part, in
         for (int i = threadIdx.x; i < n; i += TOPK_THREADS) mine = sk[i] < prev && sk[i] > mine ? sk[i] : mine;
         prev = block_max_u64(mine, red);
         if (threadIdx.x == 0) {
-            ids[row * k + r] = (int32_t)~(uint32_t)prev;
-            vals[row * k + r] = key_value(prev);
+            ids[row * k + r] = prev ? (int32_t)~(uint32_t)prev : -1;
+            vals[row * k + r] = prev ? key_value(prev) : -INFINITY;
         }
     }
 }
 
-/* backend.h get_topk: the k largest of each row of x (device activations) into host ids/vals [n, k]. */
-int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, int32_t *ids, float *vals) {
+/* backend.h get_topk: the k largest of each row of x (device activations), allowed by mask
+ * (NULL: all), into host ids/vals [n, k]. */
+int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, const iris_topk_mask *mask, int32_t *ids,
+                       float *vals) {
     cuda_ctx *c = cuda_of(b);
     const int64_t n = x->rows, cols = x->cols;
     if (x->dtype != IRIS_DT_BF16)
@@ -112,6 +125,9 @@ int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, int32_t *id
     if (k < 1 || k > TOPK_MAX || k > cols || cols > 0x7fffffff)
         return iris_cuda_fail(b, IRIS_EINVAL, "cuda get_topk: k %d of rows of %lld (1 <= k <= %d and <= the columns)", k,
                               (long long)cols, TOPK_MAX);
+    if (mask && (!mask->slot || !mask->bits || mask->words < (cols + 31) / 32))
+        return iris_cuda_fail(b, IRIS_EINVAL, "cuda get_topk: a mask of %lld words for rows of %lld columns",
+                              (long long)mask->words, (long long)cols);
     if (n <= 0) return 0;
     const int n_part = (int)((cols + TOPK_CHUNK - 1) / TOPK_CHUNK);
     const size_t merge_smem = (size_t)n_part * k * sizeof(u64);
@@ -128,8 +144,13 @@ int iris_cuda_get_topk(iris_backend *b, const iris_tensor *x, int k, int32_t *id
         u64 *part = (u64 *)c->attn_part;
         int32_t *d_ids = (int32_t *)(part + (size_t)g * n_part * k);
         float *d_vals = (float *)(d_ids + (size_t)g * k);
-        k_topk_chunk<<<dim3((unsigned)n_part, (unsigned)g), TOPK_THREADS, 0, c->stream>>>(
-            (const bf16 *)x->data + r0 * tld(x), tld(x), cols, k, part);
+        const bf16 *xg = (const bf16 *)x->data + r0 * tld(x);
+        dim3 grid((unsigned)n_part, (unsigned)g);
+        if (mask)
+            k_topk_chunk<true><<<grid, TOPK_THREADS, 0, c->stream>>>(xg, tld(x), cols, k, mask->slot + r0, mask->bits,
+                                                                     mask->words, part);
+        else
+            k_topk_chunk<false><<<grid, TOPK_THREADS, 0, c->stream>>>(xg, tld(x), cols, k, NULL, NULL, 0, part);
         int rc = iris_cuda_check(b, "get_topk chunks");
         if (rc) return rc;
         k_topk_merge<<<(unsigned)g, TOPK_THREADS, merge_smem, c->stream>>>(part, n_part, k, d_ids, d_vals);
