@@ -30,7 +30,7 @@ static int load(iris_model *m, const iris_model_opts *opts, iris_err *err) {
                               "config.json declares fp8 quantization but no decoder linear is F8_E4M3 with a "
                               "weight_scale_inv; re-quantize with `iris quantize` or drop quantization_config");
     }
-    if (!rc && !opts->text_only) {
+    if (!rc && !opts->text_only && m->cfg.has_vision) {
         rc = iris_vision_load(m->st, &m->cfg.vision_config, &m->vision, err);
         m->has_vision = rc == 0;
     }
