@@ -54,30 +54,33 @@ IRIS_TEST(chat_qwen3_style_detected) {
     char *q = slurp("tests/fixtures/chat/qwen3_chat_template.jinja", &n);
     char *i = slurp("tests/fixtures/chat/qwen3vl_instruct_chat_template.jinja", &n);
     REQUIRE(t && q && i);
-    CHECK_EQ_INT(iris_chat_style_of(t), IRIS_CHAT_QWEN3VL_THINKING);
-    CHECK_EQ_INT(iris_chat_style_of(q), IRIS_CHAT_QWEN3);
-    CHECK_EQ_INT(iris_chat_style_of(i), IRIS_CHAT_QWEN3VL);
-    CHECK_EQ_INT(iris_chat_style_of(NULL), IRIS_CHAT_QWEN3VL);
+    CHECK_EQ_INT(iris_chat_style_of(t, 1), IRIS_CHAT_QWEN3VL_THINKING);
+    CHECK_EQ_INT(iris_chat_style_of(q, 0), IRIS_CHAT_QWEN3);
+    CHECK_EQ_INT(iris_chat_style_of(i, 1), IRIS_CHAT_QWEN3VL);
+    CHECK_EQ_INT(iris_chat_style_of(NULL, 0), IRIS_CHAT_QWEN3VL);
+    /* a vision model with a text-only template beside it (synth copies a Qwen3 tokenizer) */
+    CHECK_EQ_INT(iris_chat_style_of(q, 1), IRIS_CHAT_QWEN3VL);
     /* Qwen3-*-Thinking-2507: plain Qwen3's template whose generation prompt opens <think> */
     char *q2 = strdup(q), *at = strstr(q2, "{%- if add_generation_prompt %}");
     REQUIRE(at);
     strcpy(at, "{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n<think>\\n' }}\n{%- endif %}");
-    CHECK_EQ_INT(iris_chat_style_of(q2), IRIS_CHAT_QWEN3_THINKING);
+    CHECK_EQ_INT(iris_chat_style_of(q2, 0), IRIS_CHAT_QWEN3_THINKING);
 
     /* A checkpoint directory: chat_template.json (Qwen3-VL), tokenizer_config.json (Qwen3) */
     char dir[] = "/tmp/iris-chat-style-XXXXXX", path[256];
     REQUIRE(mkdtemp(dir));
-    CHECK_EQ_INT(iris_chat_style_load(dir), IRIS_CHAT_QWEN3VL);
+    CHECK_EQ_INT(iris_chat_style_load(dir, 1), IRIS_CHAT_QWEN3VL);
     json_t *j = json_pack("{s:s}", "chat_template", q);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     CHECK(json_dump_file(j, path, 0) == 0);
     json_decref(j);
-    CHECK_EQ_INT(iris_chat_style_load(dir), IRIS_CHAT_QWEN3);
+    CHECK_EQ_INT(iris_chat_style_load(dir, 0), IRIS_CHAT_QWEN3);
+    CHECK_EQ_INT(iris_chat_style_load(dir, 1), IRIS_CHAT_QWEN3VL);
     j = json_pack("{s:s}", "chat_template", t);
     snprintf(path, sizeof path, "%s/chat_template.json", dir);
     CHECK(json_dump_file(j, path, 0) == 0);
     json_decref(j);
-    CHECK_EQ_INT(iris_chat_style_load(dir), IRIS_CHAT_QWEN3VL_THINKING);
+    CHECK_EQ_INT(iris_chat_style_load(dir, 1), IRIS_CHAT_QWEN3VL_THINKING);
     unlink(path);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     unlink(path);

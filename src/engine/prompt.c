@@ -202,12 +202,19 @@ int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const 
                       int n_images, iris_prompt *out, int *bad_image, iris_err *err) {
     memset(out, 0, sizeof *out);
     if (bad_image) *bad_image = -1;
-    iris_chat_opts opts = {.add_generation_prompt = 1};
+    iris_chat_opts opts = {.add_generation_prompt = 1, .style = ctx->chat_style, .no_thinking = ctx->no_thinking};
     iris_chat_info info = {0};
     size_t len = 0;
     int32_t *counts = NULL;
     int rc = iris_chat_render(messages, NULL, &opts, &out->text, &len, &info, err);
     if (rc) return rc;
+    if (ctx->text_only && (info.n_images > 0 || info.n_videos > 0)) {
+        rc = iris_err_set(err, IRIS_EUNSUPPORTED, "the messages hold %d image and %d video part(s), but this model "
+                          "runs text only (%s): send text, or start iris without --text-only",
+                          info.n_images, info.n_videos, ctx->cfg->has_vision ? "--text-only" : "it has no vision tower");
+        if (err) snprintf(err->param, sizeof err->param, "messages");
+        goto fail;
+    }
     if (n_images < 0 || (n_images > 0 && !images) || info.n_images != n_images) {
         rc = iris_err_set(err, IRIS_EINVAL, "the messages hold %d image part(s) but %d image(s) were given",
                           info.n_images, n_images);

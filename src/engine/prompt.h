@@ -53,6 +53,9 @@ typedef struct iris_prompt_ctx {
                                    times the resize bound, at most image.h's IRIS_IMAGE_MAX_PIXELS_DEFAULT) */
     int64_t max_total_pixels;   /* all the images given as bytes or decoded, added up from their headers
                                    (0: no limit) */
+    int chat_style;             /* the model's chat template (chat.h iris_chat_style) */
+    int no_thinking;            /* a request's enable_thinking=False (plain Qwen3's template) */
+    int text_only;              /* no vision tower: image and video parts are refused (IRIS_EUNSUPPORTED) */
 } iris_prompt_ctx;
 
 /* The resize bound and the per-image decode bound that ctx gives (see iris_prompt_ctx). */

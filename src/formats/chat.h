@@ -50,9 +50,10 @@ int iris_chat_render(const json_t *messages, const json_t *tools, const iris_cha
 int iris_chat_render_qwen3(const json_t *messages, const json_t *tools, const iris_chat_opts *opts, char **out,
                            size_t *out_len, iris_chat_info *info, iris_err *err);
 /* The style of a template's text (NULL: Instruct); of a checkpoint directory: chat_template.jinja,
- * else chat_template.json, else tokenizer_config.json's "chat_template" (Instruct when none). */
-int iris_chat_style_of(const char *template_text);
-int iris_chat_style_load(const char *dir);
+ * else chat_template.json, else tokenizer_config.json's "chat_template" (Instruct when none).
+ * For a vision model (`vision`), a template that cannot render an image is not taken: Instruct. */
+int iris_chat_style_of(const char *template_text, int vision);
+int iris_chat_style_load(const char *dir, int vision);
 const char *iris_chat_style_name(int style);
 /* 1 when the reply opens with reasoning that ends at "</think>" (vLLM's qwen3 reasoning parser
  * applies): the Thinking styles, and plain Qwen3 unless no_thinking. */

@@ -348,8 +348,10 @@ int iris_chat_render_qwen3(const json_t *messages, const json_t *tools, const ir
 
 /* ---- which template a checkpoint has ------------------------------------------------------ */
 
-int iris_chat_style_of(const char *t) {
-    if (!t) return IRIS_CHAT_QWEN3VL;
+int iris_chat_style_of(const char *t, int vision) {
+    /* A vision model's template renders images; one that cannot (a text tokenizer's, copied
+     * beside a synthetic checkpoint) is not the model's: Instruct's is used. */
+    if (!t || (vision && !strstr(t, "<|image_pad|>"))) return IRIS_CHAT_QWEN3VL;
     if (strstr(t, "enable_thinking")) return IRIS_CHAT_QWEN3;
     if (strstr(t, "<|im_start|>assistant\\n<think>\\n"))
         return strstr(t, "<|image_pad|>") ? IRIS_CHAT_QWEN3VL_THINKING : IRIS_CHAT_QWEN3_THINKING;
@@ -392,7 +394,7 @@ static char *slurp(const char *dir, const char *name) {
 }
 
 /* "chat_template" of a JSON file: a string, or the "default" entry of a list of named ones. */
-static int style_of_json(const char *text, int *style) {
+static int style_of_json(const char *text, int vision, int *style) {
     json_t *root = text ? json_loads(text, 0, NULL) : NULL;
     json_t *t = root ? json_object_get(root, "chat_template") : NULL;
     size_t i;
@@ -406,23 +408,23 @@ static int style_of_json(const char *text, int *style) {
         }
     }
     int found = json_is_string(t);
-    if (found) *style = iris_chat_style_of(json_string_value(t));
+    if (found) *style = iris_chat_style_of(json_string_value(t), vision);
     json_decref(root);
     return found;
 }
 
-int iris_chat_style_load(const char *dir) {
+int iris_chat_style_load(const char *dir, int vision) {
     int style = IRIS_CHAT_QWEN3VL;
     char *s = slurp(dir, "chat_template.jinja");
     if (s) {
-        style = iris_chat_style_of(s);
+        style = iris_chat_style_of(s, vision);
         free(s);
         return style;
     }
     static const char *const files[] = {"chat_template.json", "tokenizer_config.json"};
     for (int i = 0; i < 2; i++) {
         s = slurp(dir, files[i]);
-        int found = style_of_json(s, &style);
+        int found = style_of_json(s, vision, &style);
         free(s);
         if (found) break;
     }

@@ -208,6 +208,23 @@ static const char *model_name(srv_gen *g) {
     return g->s->served;
 }
 
+/* A Thinking model's delta: reasoning_content and content as the splitter cuts them (reasoning.h);
+ * nothing when all of it is held back and there are no logprobs to send. */
+static int out_split(srv_gen *g, const char *text, size_t n, int final, json_t *lp) {
+    iris_reasoning_piece pc;
+    if (iris_reasoning_feed(&g->rs, text, n, final, &pc)) {
+        json_decref(lp);
+        return -1;
+    }
+    int rc = 0;
+    if (pc.reasoning || pc.content || lp) {
+        json_t *c = iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, "", 0, NULL, lp, g->include_usage);
+        rc = out_json(g, iris_reasoning_apply(c, 1, pc.reasoning, pc.reasoning_len, pc.content, pc.content_len));
+    }
+    iris_reasoning_piece_free(&pc);
+    return rc;
+}
+
 /* Produce the next SSE bytes into g->out.  Returns 0, or -1 when the
  * stream must end with an error (client gone, out of memory). */
 static int produce(srv_gen *g) {
@@ -236,13 +253,15 @@ static int produce(srv_gen *g) {
         if (ev.text_len == 0 && !g->logprobs) return 0;
         json_t *lp = g->logprobs ? event_logprobs(g, tok, &ev) : NULL;
         g->text_off += ev.text_len;
+        if (g->rs.on) return out_split(g, ev.text, ev.text_len, 0, lp);
         return out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, ev.text, ev.text_len, NULL,
                                           lp, g->include_usage));
     }
     /* DONE */
     note_done(g, &ev);
     g->phase = 2;
-    if (ev.text_len > 0 &&
+    if (g->rs.on && out_split(g, ev.text, ev.text_len, 1, NULL)) return -1;
+    if (!g->rs.on && ev.text_len > 0 &&
         out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, ev.text, ev.text_len, NULL, NULL,
                                    g->include_usage)))
         return -1;
@@ -356,10 +375,16 @@ static enum MHD_Result collect(struct MHD_Connection *c, srv_conn *cc, srv_gen *
         ret = srv_reply_error(c, cc, &e, 0);
     } else {
         json_t *lpo = lps && g->kind == IRIS_OAI_CHAT ? json_pack("{s:o}", "content", lps) : lps;
-        ret = srv_reply_json(c, cc, 200,
-                             iris_oai_response(g->kind, g->id, g->created, model_name(g), text, n,
-                                               finish_name(ev.finish_reason), lpo, ev.usage.prompt_tokens,
-                                               ev.usage.completion_tokens));
+        json_t *o = iris_oai_response(g->kind, g->id, g->created, model_name(g), text, n,
+                                      finish_name(ev.finish_reason), lpo, ev.usage.prompt_tokens,
+                                      ev.usage.completion_tokens);
+        if (g->rs.on && o) {
+            const char *rs, *cs;
+            size_t rn, cn;
+            iris_reasoning_split(text ? text : "", n, &rs, &rn, &cs, &cn);
+            iris_reasoning_apply(o, 0, rs, rn, cs, cn);
+        }
+        ret = srv_reply_json(c, cc, 200, o);
     }
     free(text);
     return ret;
@@ -381,6 +406,11 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
     memset(im, 0, sizeof im);
     memset(pim, 0, sizeof pim);
     int bad = -1;
+    if (q->n_images > 0 && !iris_engine_model(eng)->has_vision)
+        return iris_oai_fail(e, 400, "invalid_request_error", "messages", "images_not_supported",
+                             "the messages hold %d image(s), but this server runs the model text only (%s): send "
+                             "text, or start the server without --text-only", q->n_images,
+                             iris_engine_model(eng)->cfg.has_vision ? "--text-only" : "it has no vision tower");
     if (fetch_images(s, q, im, &bad, e)) {
         image_param(q->messages, bad, e->param, sizeof e->param);
         return -1;
@@ -391,6 +421,7 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
     iris_engine_prompt_ctx(eng, &ctx);
     ctx.max_image_pixels = s->o.max_image_pixels;
     ctx.max_total_pixels = s->o.max_request_pixels;
+    ctx.no_thinking = iris_reasoning_disabled_by(q->body);
     iris_err err = {0};
     int rc = q->n_images > 0 ? gate_enter(s, fd) : 0;
     if (rc) {
@@ -475,6 +506,7 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
     memset(g, 0, sizeof *g);
     g->s = s;
     g->kind = kind;
+    iris_reasoning_init(&g->rs, kind == IRIS_OAI_CHAT && iris_engine_reasoning(eng, iris_reasoning_disabled_by(q.body)));
     g->created = (int64_t)time(NULL);
     uint64_t seq = atomic_fetch_add(&s->next_id, 1);
     snprintf(g->id, sizeof g->id, "%s%016" PRIx64 "%08" PRIx64, kind == IRIS_OAI_CHAT ? "chatcmpl-" : "cmpl-",
