@@ -208,10 +208,11 @@ int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const 
     int32_t *counts = NULL;
     int rc = iris_chat_render(messages, NULL, &opts, &out->text, &len, &info, err);
     if (rc) return rc;
-    if (ctx->text_only && (info.n_images > 0 || info.n_videos > 0)) {
-        rc = iris_err_set(err, IRIS_EUNSUPPORTED, "the messages hold %d image and %d video part(s), but this model "
-                          "runs text only (%s): send text, or start iris without --text-only",
-                          info.n_images, info.n_videos, ctx->cfg->has_vision ? "--text-only" : "it has no vision tower");
+    if (ctx->text_only && (n_images > 0 || info.n_images > 0 || info.n_videos > 0)) {
+        rc = iris_err_set(err, IRIS_EUNSUPPORTED, "%d image(s) and %d video(s) given, but this model runs text only "
+                          "(%s): send text only%s", n_images > info.n_images ? n_images : info.n_images, info.n_videos,
+                          ctx->cfg->has_vision ? "--text-only" : "it has no vision tower",
+                          ctx->cfg->has_vision ? ", or start iris without --text-only" : "");
         if (err) snprintf(err->param, sizeof err->param, "messages");
         goto fail;
     }
@@ -235,8 +236,10 @@ int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const 
         rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
         goto fail;
     }
-    rc = iris_pos_rope_index(out->ids.ids, (int)out->ids.n, ctx->cfg->image_token_id, out->grid_thw, n_images,
-                             ctx->cfg->vision_config.spatial_merge_size, out->pos, &out->rope_delta, err);
+    /* A text model has no merge size; with no image any positive one gives 0..n-1. */
+    int merge = ctx->cfg->has_vision ? ctx->cfg->vision_config.spatial_merge_size : 1;
+    rc = iris_pos_rope_index(out->ids.ids, (int)out->ids.n, ctx->cfg->image_token_id, out->grid_thw, n_images, merge,
+                             out->pos, &out->rope_delta, err);
     if (rc) goto fail;
     free(counts);
     return IRIS_OK;
