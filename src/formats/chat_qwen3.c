@@ -18,11 +18,10 @@
  * Template behaviour kept on purpose: images in the Thinking system message are rendered in the
  * header without being counted, then counted when the loop passes that message, so with
  * add_vision_id the header says "Picture 0: " and later pictures are numbered after it; images of
- * messages whose role renders nothing (a second system... no: roles other than user, system,
- * assistant and tool) still advance the count.  Where Jinja would fail (a null content in
- * render_content, a list in plain Qwen3's system message) or render a Python repr, we answer
- * IRIS_EINVAL; a null content renders as '' here, as a missing one does (OpenAI clients send null
- * beside tool_calls).  Tools: not rendered yet (IRIS_EUNSUPPORTED, as chat.c).
+ * messages whose role renders nothing (not user, system, assistant or tool) still advance the
+ * count.  Where Jinja fails (a null content in render_content, a list in plain Qwen3's system
+ * message) or would render a Python repr, we answer IRIS_EINVAL; plain Qwen3 renders a null
+ * content as '', as transformers does.  Tools: not rendered yet (IRIS_EUNSUPPORTED, as chat.c).
  */
 #include "chat.h"
 
@@ -87,6 +86,9 @@ static int is_video_part(const json_t *p) {
 static int content_of(render *r, const json_t *content, int count, size_t mi, piece *out, iris_err *err) {
     memset(out, 0, sizeof *out);
     put(&out->b, "", 0);
+    if (r->vl && json_is_null(content)) /* render_content iterates it: Jinja's TypeError */
+        return iris_err_set(err, IRIS_EINVAL, "message %zu: \"content\" is null; this model's template needs a "
+                            "string or a list of parts (send \"\" for none)", mi);
     if (!content || json_is_null(content)) return 0;
     if (json_is_string(content)) {
         put(&out->b, json_string_value(content), json_string_length(content));
