@@ -206,8 +206,17 @@ int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const 
     iris_chat_info info = {0};
     size_t len = 0;
     int32_t *counts = NULL;
-    int rc = iris_chat_render(messages, NULL, &opts, &out->text, &len, &info, err);
+    json_t *flat = NULL;
+    if (iris_chat_string_content(ctx->chat_style)) {
+        /* text parts joined as vLLM does for templates that read only string content */
+        if (!(flat = iris_chat_flatten_text(messages, &info.n_images)))
+            return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    int n_media = info.n_images;
+    int rc = iris_chat_render(flat ? flat : messages, NULL, &opts, &out->text, &len, &info, err);
+    json_decref(flat);
     if (rc) return rc;
+    info.n_images += n_media;
     if (ctx->text_only && (n_images > 0 || info.n_images > 0 || info.n_videos > 0)) {
         rc = iris_err_set(err, IRIS_EUNSUPPORTED, "%d image(s) and %d video(s) given, but this model runs text only "
                           "(%s): send text only%s", n_images > info.n_images ? n_images : info.n_images, info.n_videos,

@@ -58,6 +58,12 @@ const char *iris_chat_style_name(int style);
 /* 1 when the reply opens with reasoning that ends at "</think>" (vLLM's qwen3 reasoning parser
  * applies): the Thinking styles, and plain Qwen3 unless no_thinking. */
 int iris_chat_reasoning(const iris_chat_opts *opts);
+/* Plain Qwen3's templates render only string content (a list of parts as '').  As vLLM does for
+ * such templates (its "string" content format), callers join a message's text parts with "\n"
+ * first: iris_chat_flatten_text returns that copy (caller decrefs; NULL when out of memory) and
+ * counts the image and video parts it dropped in *n_media. */
+int iris_chat_string_content(int style);
+json_t *iris_chat_flatten_text(const json_t *messages, int *n_media);
 /* Python's json.dumps(v, ensure_ascii=False), as the templates' tojson (caller frees). */
 char *iris_chat_tojson(const json_t *v);
 

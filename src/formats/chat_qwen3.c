@@ -432,3 +432,37 @@ int iris_chat_style_load(const char *dir, int vision) {
     }
     return style;
 }
+
+/* ---- string-content templates ---------------------------------------------------------- */
+
+int iris_chat_string_content(int style) { return style == IRIS_CHAT_QWEN3 || style == IRIS_CHAT_QWEN3_THINKING; }
+
+json_t *iris_chat_flatten_text(const json_t *messages, int *n_media) {
+    *n_media = 0;
+    json_t *out = json_deep_copy(messages);
+    size_t mi, pi;
+    json_t *m, *p;
+    json_array_foreach(out, mi, m) {
+        json_t *c = json_object_get(m, "content");
+        if (!json_is_array(c)) continue;
+        buf b = {0};
+        put(&b, "", 0);
+        int first = 1;
+        json_array_foreach(c, pi, p) {
+            if (json_is_object(p) && (is_image_part(p) || is_video_part(p))) {
+                (*n_media)++;
+            } else if (json_is_object(p) && json_is_string(json_object_get(p, "text"))) {
+                if (!first) put(&b, "\n", 1);
+                put(&b, json_string_value(json_object_get(p, "text")), json_string_length(json_object_get(p, "text")));
+                first = 0;
+            }
+        }
+        if (!b.oom && json_object_set_new(m, "content", json_stringn(b.p, b.n))) b.oom = 1;
+        free(b.p);
+        if (b.oom) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
+}
