@@ -24,6 +24,7 @@
 #include "engine/prompt.h"
 #include "formats/chat.h"
 #include "model/weights.h"
+#include "server/reasoning.h"
 #include "server_harness.h"
 #include "test.h"
 #include "tiny_fixture.h"
@@ -175,4 +176,199 @@ IRIS_TEST(models_qwen3_text_parity) {
     CHECK_CONTAINS(err.msg, "text only");
     json_decref(msgs);
     iris_engine_close(e);
+}
+
+/* ---- Thinking: the reply split into reasoning_content ---------------------------------------- */
+
+/* A copy of tiny-8b whose chat_template.json is Qwen3-VL-Thinking's (the checkpoint's own
+ * template decides, not its name); files linked, the template written. */
+static int thinking_copy(char *dir, size_t cap) {
+    snprintf(dir, cap, "/tmp/iris-thinking-XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    static const char *const files[] = {"config.json", "generation_config.json", "model.safetensors",
+                                        "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json"};
+    char src[512], dst[512];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        if (!realpath(MODELS "/tiny-8b/model", src)) return -1;
+        snprintf(src + strlen(src), sizeof src - strlen(src), "/%s", files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        if (symlink(src, dst)) return -1;
+    }
+    char *t = ts_slurp("tests/fixtures/chat/qwen3vl_thinking_chat_template.jinja", NULL);
+    json_t *j = json_pack("{s:s}", "chat_template", t ? t : "");
+    snprintf(dst, sizeof dst, "%s/chat_template.json", dir);
+    int rc = t && json_dump_file(j, dst, 0) == 0 ? 0 : -1;
+    json_decref(j);
+    free(t);
+    return rc;
+}
+
+static void remove_copy(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* Concatenated delta.reasoning_content and delta.content of an SSE body. */
+static void sse_parts(const char *body, char *reason, char *content, size_t cap) {
+    reason[0] = content[0] = 0;
+    for (const char *l = body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, "data: {", 7)) continue;
+        const char *end = strchr(l, '\n');
+        json_t *j = json_loadb(l + 6, end ? (size_t)(end - l - 6) : strlen(l + 6), 0, NULL);
+        json_t *d = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
+        const char *r = json_string_value(json_object_get(d, "reasoning_content"));
+        const char *c = json_string_value(json_object_get(d, "content"));
+        if (r && strlen(reason) + strlen(r) < cap) strcat(reason, r);
+        if (c && strlen(content) + strlen(c) < cap) strcat(content, c);
+        json_decref(j);
+    }
+}
+
+IRIS_TEST(models_thinking_reasoning_content) {
+    char dir[64];
+    REQUIRE(thinking_copy(dir, sizeof dir) == 0);
+    ts_server s;
+    if (ts_server_start_model(&s, dir, "") != 0) {
+        iris_test_fail(__FILE__, __LINE__, "server did not start");
+        remove_copy(dir);
+        return;
+    }
+    const char *q = "Hello, who are you?";
+    char *body = ts_chat_body(NULL, q, "\"max_tokens\":12,\"temperature\":0,\"ignore_eos\":true");
+    char *out = NULL;
+    CHECK_EQ_INT(ts_post(s.port, "/v1/chat/completions", body, &out), 200);
+    json_t *j = ts_json(out);
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    const char *R = json_string_value(json_object_get(msg, "reasoning_content"));
+    json_t *cj = json_object_get(msg, "content");
+    CHECKF(R != NULL, "no reasoning_content in %s", out);
+    CHECK(json_is_null(cj) || json_is_string(cj));
+    const char *C = json_is_string(cj) ? json_string_value(cj) : "";
+
+    /* the raw reply to the same prompt (a completion: no split), rendered by the Thinking template */
+    char raw_body[512], *raw_out = NULL;
+    snprintf(raw_body, sizeof raw_body, "{\"prompt\":\"<|im_start|>user\\n%s<|im_end|>\\n<|im_start|>assistant\\n"
+             "<think>\\n\",\"max_tokens\":12,\"temperature\":0,\"ignore_eos\":true}", q);
+    CHECK_EQ_INT(ts_post(s.port, "/v1/completions", raw_body, &raw_out), 200);
+    json_t *rj = ts_json(raw_out);
+    const char *raw = ts_jstr(rj, "choices.0.text");
+    REQUIRE(raw);
+    const char *wr, *wc;
+    size_t wrn, wcn;
+    iris_reasoning_split(raw, strlen(raw), &wr, &wrn, &wc, &wcn);
+    printf("  raw reply \"%s\": reasoning %zu bytes, content %zu bytes\n", raw, wrn, wcn);
+    CHECK(R && strlen(R) == wrn && !memcmp(R, wr, wrn));
+    CHECK(strlen(C) == wcn && (!wcn || !memcmp(C, wc, wcn)));
+
+    /* streamed: the deltas add up to the same split */
+    char *sbody = ts_chat_body(NULL, q, "\"max_tokens\":12,\"temperature\":0,\"ignore_eos\":true,\"stream\":true");
+    char *sout = NULL, sr[4096], sc[4096];
+    CHECK_EQ_INT(ts_post(s.port, "/v1/chat/completions", sbody, &sout), 200);
+    sse_parts(sout ? sout : "", sr, sc, sizeof sr);
+    CHECK_STR(sr, R ? R : "");
+    CHECK_STR(sc, C);
+
+    /* the CLI: reasoning apart from the answer (--json), hidden with --reasoning off; its reply
+     * stops at an end token, so the server's is asked again without ignore_eos */
+    char *b2 = ts_chat_body(NULL, q, "\"max_tokens\":12,\"temperature\":0"), *o2 = NULL;
+    CHECK_EQ_INT(ts_post(s.port, "/v1/chat/completions", b2, &o2), 200);
+    json_t *j2 = ts_json(o2);
+    R = ts_jstr(j2, "choices.0.message.reasoning_content");
+    C = ts_jstr(j2, "choices.0.message.content");
+    if (!C) C = "";
+    char cmd[1024], *cli = NULL;
+    snprintf(cmd, sizeof cmd, "%s run %s --device cpu --max-tokens 12 --temperature 0 --json '%s' > %s.cli 2>/dev/null",
+             ts_bin(), dir, q, dir);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s.cli", dir);
+    json_t *cj2 = ts_json(cli = ts_slurp(cmd, NULL));
+    CHECK_STR(ts_jstr(cj2, "reasoning"), R ? R : "");
+    CHECK_STR(ts_jstr(cj2, "text"), C);
+    unlink(cmd);
+    json_decref(cj2);
+    free(cli);
+    snprintf(cmd, sizeof cmd, "%s run %s --device cpu --max-tokens 12 --temperature 0 --reasoning off --json '%s' > %s.cli "
+             "2>/dev/null", ts_bin(), dir, q, dir);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s.cli", dir);
+    cj2 = ts_json(cli = ts_slurp(cmd, NULL));
+    CHECK(cj2 && !json_object_get(cj2, "reasoning"));
+    CHECK_STR(ts_jstr(cj2, "text"), C);
+    unlink(cmd);
+    json_decref(cj2);
+    free(cli);
+
+    json_decref(j), json_decref(rj), json_decref(j2);
+    free(body), free(out), free(raw_out), free(sbody), free(sout), free(b2), free(o2);
+    CHECK_EQ_INT(ts_server_stop(&s), 0);
+    remove_copy(dir);
+}
+
+/* ---- --text-only ------------------------------------------------------------------------------- */
+
+IRIS_TEST(models_text_only_refuses_images) {
+    ts_server s;
+    REQUIRE(ts_server_start(&s, "--text-only") == 0);
+    char *url = ts_data_url(TS_IMG_A);
+    char *body = ts_chat_body(url, "What is in this image?", "\"max_tokens\":4");
+    char *out = NULL;
+    long st = ts_post(s.port, "/v1/chat/completions", body, &out);
+    ts_check_error(st, out, 400, "messages", "an image to a --text-only server");
+    CHECK_CONTAINS(out, "images_not_supported");
+    CHECK_CONTAINS(out, "--text-only");
+    free(out), free(body);
+    /* text still runs, and the decoder is the same: the answer a full server gives */
+    body = ts_chat_body(NULL, "Hello, who are you?", "\"max_tokens\":8,\"temperature\":0");
+    char *a = ts_chat_text(s.port, body, &st, NULL);
+    CHECK_EQ_INT(st, 200);
+    CHECK_EQ_INT(ts_server_stop(&s), 0);
+    REQUIRE(ts_server_start(&s, "") == 0);
+    char *b = ts_chat_text(s.port, body, &st, NULL);
+    CHECK(a && b && !strcmp(a, b));
+    CHECK_EQ_INT(ts_server_stop(&s), 0);
+    free(a), free(b), free(body), free(url);
+}
+
+IRIS_TEST(models_text_only_plans_less) {
+    char dir[] = "/tmp/iris-8b-headers-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    iris_synth_opts so = {.like = "8B"};
+    iris_err err = {0};
+    REQUIRE(iris_synth_write_headers(dir, &so, &err) == 0);
+    iris_plan_model pm;
+    REQUIRE(iris_plan_model_load(dir, "8B", &pm, &err) == 0);
+    /* the 8B's tower: 576,388,336 BF16 parameters in 316 aligned slots */
+    CHECK(pm.vision_weight_bytes >= 576388336ull * 2 && pm.vision_weight_bytes < 576388336ull * 2 + 316 * 256);
+    iris_plan_settings ps;
+    iris_plan_settings_default(&ps);
+    ps.max_model_len = 8192;
+    iris_plan *full = calloc(1, sizeof *full), *text = calloc(1, sizeof *text);
+    REQUIRE(iris_plan_make(&pm, &ps, 24 * IRIS_GIB, "24 GiB", 0, full, &err) == 0);
+    ps.text_only = 1;
+    REQUIRE(iris_plan_make(&pm, &ps, 24 * IRIS_GIB, "24 GiB", 0, text, &err) == 0);
+    CHECK_EQ_INT(full->part_bytes[IRIS_PART_WEIGHTS] - text->part_bytes[IRIS_PART_WEIGHTS], pm.vision_weight_bytes);
+    CHECK(text->part_bytes[IRIS_PART_ACTIVATIONS] <= full->part_bytes[IRIS_PART_ACTIVATIONS]);
+    CHECK(text->part_bytes[IRIS_PART_IMAGE_EMBEDS] < full->part_bytes[IRIS_PART_IMAGE_EMBEDS]);
+    CHECK_EQ_INT(text->image_tokens, 0);
+    CHECK_EQ_INT(text->vision_bytes, 0);
+    /* the KV cache takes what the rest leaves: everything else shrinks, the cache grows */
+    uint64_t rest_full = full->total_bytes - full->part_bytes[IRIS_PART_KV_CACHE];
+    uint64_t rest_text = text->total_bytes - text->part_bytes[IRIS_PART_KV_CACHE];
+    CHECK(rest_text + pm.vision_weight_bytes < rest_full);
+    CHECK(text->kv_blocks > full->kv_blocks);
+    printf("  8B at 8K context: %.2f GiB besides the KV cache, %.2f GiB text only (%.2f GiB of vision weights and "
+           "%.1f MiB of encoder scratch and DeepStack rows left off)\n", rest_full / (double)IRIS_GIB,
+           rest_text / (double)IRIS_GIB, pm.vision_weight_bytes / (double)IRIS_GIB,
+           (rest_full - rest_text - pm.vision_weight_bytes) / (double)IRIS_MIB);
+    char *txt = iris_plan_format(text);
+    CHECK_CONTAINS(txt, "stays off the card");
+    free(txt);
+    /* the CLI's flag reaches the plan */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s plan %s --vram 24GiB --text-only 2>&1 | grep -q 'stays off the card'", ts_bin(), dir);
+    CHECK(system(cmd) == 0);
+    free(full), free(text);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
 }

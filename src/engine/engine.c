@@ -773,6 +773,7 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
         return IRIS_EINVAL;
     }
     e->o.dense_weights = o->dense_weights;
+    e->o.text_only = o->text_only;
     if (o->dense_weights && iris_plan_dense_parse(o->dense_weights) < 0) {
         iris_err_set(err, IRIS_EINVAL, "--dense-weights '%s': give auto, on or off", o->dense_weights);
         free(e);
