@@ -372,3 +372,29 @@ IRIS_TEST(models_text_only_plans_less) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);
 }
+
+/* Plain Qwen3 on the server: thinking by default (reasoning_content), and
+ * chat_template_kwargs.enable_thinking=false gives the prompt with the empty think block
+ * (transformers' 22 tokens, not 16) and no split. */
+IRIS_TEST(models_qwen3_server_enable_thinking) {
+    ts_server s;
+    REQUIRE(ts_server_start_model(&s, MODELS "/tiny-qwen3/model", "") == 0);
+    const char *msgs = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hello, who are you?\"}]}],"
+                       "\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true%s}";
+    char body[512], *out = NULL;
+    snprintf(body, sizeof body, msgs, "");
+    CHECK_EQ_INT(ts_post(s.port, "/v1/chat/completions", body, &out), 200);
+    json_t *j = ts_json(out);
+    CHECK_EQ_INT(ts_jint(j, "usage.prompt_tokens"), 16);
+    CHECK(ts_jstr(j, "choices.0.message.reasoning_content") != NULL);
+    json_decref(j), free(out);
+    snprintf(body, sizeof body, msgs, ",\"chat_template_kwargs\":{\"enable_thinking\":false}");
+    CHECK_EQ_INT(ts_post(s.port, "/v1/chat/completions", body, &out), 200);
+    j = ts_json(out);
+    CHECK_EQ_INT(ts_jint(j, "usage.prompt_tokens"), 22);
+    json_t *m = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    CHECK(json_object_get(m, "reasoning_content") == NULL);
+    CHECK(json_is_string(json_object_get(m, "content")));
+    json_decref(j), free(out);
+    CHECK_EQ_INT(ts_server_stop(&s), 0);
+}
