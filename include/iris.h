@@ -88,6 +88,8 @@ typedef struct iris_engine_opts {
     const char *kv_cache_dtype;     /* "bf16" (NULL: the default) or "fp8": e4m3 codes, half the bytes (CPU and CUDA) */
     const char *dense_weights;      /* CUDA, FP8 checkpoints: "auto" (NULL), "on" or "off": BF16 copies of the decoder
                                        linears for prefill and large batches (planner.h iris_dense_mode) */
+    int text_only;                  /* leave the vision tower off (no memory for it); requests with images are
+                                       refused (IRIS_EUNSUPPORTED).  A model without one runs so anyway. */
 } iris_engine_opts;
 
 void iris_engine_opts_default(iris_engine_opts *o);

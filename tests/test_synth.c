@@ -38,6 +38,10 @@ IRIS_TEST(synth_shapes_match_spec) {
         {"4B", 0, 4437815808ull, 8875631616ull, 3633315840ull, 0},
         {"2B", 1, 2127532032ull + 86016, 2846121984ull, 1409286144ull, 86016},
         {"4B", 1, 4437815808ull + 221760, 5243202816ull, 3633315840ull, 221760},
+        /* Qwen3-VL-8B: 8,767,123,696 parameters (576,388,336 vision + 8,190,735,360 text with an
+         * untied lm_head); FP8: 36 x 11,776 scale blocks, ~9.86 GiB */
+        {"8B", 0, 8767123696ull, 17534247392ull, 6945767424ull, 0},
+        {"8B", 1, 8767123696ull + 423936, 10590175712ull, 6945767424ull, 423936},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         iris_synth_opts o = {.like = cases[i].like, .fp8 = cases[i].fp8};

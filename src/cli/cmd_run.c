@@ -14,7 +14,12 @@
  * JSON object is printed at the end (text, finish reason, token counts,
  * timings).  `describe --json` also constrains the answer to SCENE_SCHEMA
  * (objects with label, colour, attributes, position, count; setting; visible
- * text) and adds it parsed as "scene" (null when it was cut short).  The statistics line goes to stderr with --verbose, or when
+ * text) and adds it parsed as "scene" (null when it was cut short).  A
+ * Thinking model's reasoning (what precedes "</think>", split as the server's
+ * reasoning_content) streams to stderr, as Ollama shows it, so stdout keeps the
+ * answer alone; --reasoning off hides it (and asks plain Qwen3 not to think);
+ * with --json it is the "reasoning" field.  The statistics line goes to
+ * stderr with --verbose, or when
  * stderr is a terminal; --quiet leaves only errors on stderr.  Without a
  * model the demo model answers, and one notice on stderr says so.  The
  * prompt may come from --prompt-file FILE or `-` (stdin).
@@ -38,6 +43,7 @@
 #include "err.h"
 #include "opts.h"
 #include "pool.h"
+#include "server/reasoning.h"
 
 #define MAX_IMAGES 64
 
@@ -83,13 +89,14 @@ typedef struct run_args {
     long long threads;
     int json, quiet, verbose, demo, json_object;
     int scene;            /* describe --json: the answer follows SCENE_SCHEMA */
+    const char *reasoning;  /* --reasoning on|off (NULL: on) */
     int have[F_N];        /* which sampling flags were given, to write over the defaults */
     double fv[F_N];
     long long iv[F_N];
     char *prompt_buf;     /* --prompt-file or stdin (freed at the end) */
     char *schema_buf;     /* --json-schema's file (freed at the end) */
     iris_cli_engine ce;   /* the engine's flags (engine_flags.h) */
-    iris_opt own[40];
+    iris_opt own[42];
 } run_args;
 
 #define OPT(n, sh, k, d, a, h, l, u, w, s) \
@@ -152,7 +159,10 @@ static const iris_opt *own_table(run_args *a) {
     t[n++] = OPT("--json", 0, IRIS_OPT_FLAG, &a->json, NULL,
                  strcmp(a->cmd, "describe") ? "one JSON object on stdout: text, finish_reason, usage, timings"
                                             : "one JSON object on stdout: text, finish_reason, usage, timings;\n"
-                                              "the answer follows the scene schema below, parsed as \"scene\"",
+                                              "the answer follows the scene schema below, parsed as \"scene\"", 0, 0, NULL, NULL);
+    t[n++] = OPT("--reasoning", 0, IRIS_OPT_CHOICE, &a->reasoning, "on|off",
+                 "Thinking models: on (default) shows the reasoning on stderr, the\nanswer on stdout (--json: "
+                 "\"reasoning\"); off hides it, and turns\nthinking off where the model can (plain Qwen3)",
                  0, 0, NULL, NULL);
     t[n++] = OPT("--quiet", 'q', IRIS_OPT_FLAG, &a->quiet, NULL, "nothing on stderr but errors", 0, 0, NULL, NULL);
     t[n++] = OPT("--verbose", 'v', IRIS_OPT_FLAG, &a->verbose, NULL,
@@ -229,7 +239,7 @@ static int answer_add(answer *w, const char *s, size_t n) {
     return 0;
 }
 
-static void print_json(const run_args *a, const iris_event *ev, const answer *w) {
+static void print_json(const run_args *a, const iris_event *ev, const answer *w, const answer *why) {
     const iris_usage *u = &ev->usage;
     double gen_s = u->total_s - u->ttft_s;
     json_t *o = json_pack("{s:s, s:s#, s:s, s:{s:i, s:i}, s:{s:f, s:f, s:f}}", "model", a->model, "text",
@@ -238,44 +248,66 @@ static void print_json(const run_args *a, const iris_event *ev, const answer *w)
                           "timings", "ttft_s", u->ttft_s, "total_s", u->total_s, "decode_tok_per_s",
                           u->completion_tokens > 1 && gen_s > 0 ? (u->completion_tokens - 1) / gen_s : 0.0);
     if (o && a->scene) json_object_set_new(o, "scene", json_loadb(w->text ? w->text : "", w->len, 0, NULL));
+    if (o && why) json_object_set_new(o, "reasoning", json_stringn(why->text ? why->text : "", why->len));
     if (o) json_dumpf(o, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
     fputc('\n', stdout);
     json_decref(o);
 }
 
-/* Stream the request's text to stdout (or keep it for --json), then the statistics. */
-static int stream(const run_args *a, iris_request *r, iris_err *err) {
+static int reasoning_off(const run_args *a) { return a->reasoning && !strcmp(a->reasoning, "off"); }
+
+/* One delta: a Thinking model's reasoning (reasoning.h) to stderr or, with --json, kept aside;
+ * the answer to stdout or kept.  -1 when out of memory. */
+static int put_text(const run_args *a, iris_reasoning *rs, const iris_event *ev, answer *w, answer *why, int *shown) {
+    iris_reasoning_piece pc = {.content = (char *)ev->text, .content_len = ev->text_len};
+    int split = rs->on, rc = 0;
+    if (split && iris_reasoning_feed(rs, ev->text, ev->text_len, ev->kind == IRIS_EVENT_DONE, &pc)) return -1;
+    if (pc.reasoning_len && !reasoning_off(a)) {
+        if (a->json) rc = answer_add(why, pc.reasoning, pc.reasoning_len);
+        else if (!a->quiet) fwrite(pc.reasoning, 1, pc.reasoning_len, stderr), *shown = 1;
+    }
+    if (pc.content_len) {
+        if (*shown == 1) fputc('\n', stderr), *shown = 2; /* the reasoning ends its own line */
+        if (a->json) rc |= answer_add(w, pc.content, pc.content_len);
+        else fwrite(pc.content, 1, pc.content_len, stdout), fflush(stdout);
+    }
+    if (split) iris_reasoning_piece_free(&pc);
+    return rc;
+}
+
+/* Stream the request's text to stdout (or keep it for --json), then the statistics.  A Thinking
+ * model's reasoning goes to stderr (--reasoning off: nowhere). */
+static int stream(iris_engine *e, const run_args *a, iris_request *r, iris_err *err) {
     iris_event ev;
-    answer w = {0};
+    answer w = {0}, why = {0};
+    iris_reasoning rs;
+    iris_reasoning_init(&rs, iris_engine_reasoning(e, reasoning_off(a)));
+    int shown = 0;
     while (iris_request_next(r, &ev, -1) == IRIS_OK) {
-        if (ev.text_len && a->json) {
-            if (answer_add(&w, ev.text, ev.text_len)) {
-                free(w.text);
-                return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-            }
-        } else if (ev.text_len) {
-            fwrite(ev.text, 1, ev.text_len, stdout);
-            fflush(stdout);
+        if ((ev.text_len || (rs.on && ev.kind == IRIS_EVENT_DONE)) && put_text(a, &rs, &ev, &w, &why, &shown)) {
+            free(w.text), free(why.text);
+            return iris_err_set(err, IRIS_ENOMEM, "out of memory");
         }
         if (ev.kind != IRIS_EVENT_DONE) continue;
         if (ev.finish_reason == IRIS_FINISH_REASON_ERROR) {
-            free(w.text);
+            free(w.text), free(why.text);
             *err = ev.err;
             return ev.err.code ? ev.err.code : IRIS_EINVAL;
         }
         const iris_usage *u = &ev.usage;
         double gen_s = u->total_s - u->ttft_s;
-        if (a->json) print_json(a, &ev, &w);
+        if (shown == 1) fputc('\n', stderr); /* reasoning cut short, no answer after it */
+        if (a->json) print_json(a, &ev, &w, rs.on && !reasoning_off(a) ? &why : NULL);
         else fprintf(stdout, "\n");
         fflush(stdout);
         if (!a->quiet && (a->verbose || isatty(2)))
             fprintf(stderr, "iris: %d prompt tokens, %d generated (%s), time to first token %.3f s, %.1f tok/s\n",
                     u->prompt_tokens, u->completion_tokens, iris_finish_reason_name(ev.finish_reason), u->ttft_s,
                     u->completion_tokens > 1 && gen_s > 0 ? (u->completion_tokens - 1) / gen_s : 0.0);
-        free(w.text);
+        free(w.text), free(why.text);
         return IRIS_OK;
     }
-    free(w.text);
+    free(w.text), free(why.text);
     return iris_err_set(err, IRIS_EINVAL, "the engine's channel failed");
 }
 
@@ -289,6 +321,7 @@ static int build_prompt(iris_engine *e, const run_args *a, const char *const *im
     if (!msgs) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
     iris_prompt_ctx ctx;
     iris_engine_prompt_ctx(e, &ctx);
+    ctx.no_thinking = reasoning_off(a);
     int rc = iris_prompt_build(&ctx, msgs, ims, n, p, NULL, err);
     json_decref(msgs);
     return rc;
@@ -319,7 +352,7 @@ static int generate(iris_engine *e, const run_args *a, iris_err *err) {
     if (rc) return rc;
     iris_request *r = NULL;
     rc = submit_prompt(e, a, &p, NULL, NULL, &r, err);
-    if (!rc) rc = stream(a, r, err);
+    if (!rc) rc = stream(e, a, r, err);
     iris_request_free(r);
     return rc;
 }

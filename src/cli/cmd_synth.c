@@ -28,8 +28,9 @@ int iris_cmd_synth(int argc, char **argv) {
     long long seed = 0, vocab = 0, threads = 0;
     int list = 0, seen_vocab = 0, seen_threads = 0;
     iris_opt own[] = {
-        {"--like", 0, IRIS_OPT_CHOICE, &o.like, "2B|4B|8B|tiny", "the shape: 2B, 4B, 8B, or tiny (3 layers, for tests)", 0,
-         0, NULL, NULL, 0},
+        {"--like", 0, IRIS_OPT_CHOICE, &o.like, "2B|4B|8B|tiny|qwen3-0.6b|qwen3-tiny",
+         "the shape: Qwen3-VL 2B, 4B, 8B, or tiny (3 layers, for tests); a plain\nQwen3 text model: qwen3-0.6b, "
+         "qwen3-tiny", 0, 0, NULL, NULL, 0},
         {"--dtype", 0, IRIS_OPT_CHOICE, &dtype, "bf16|fp8", "bf16 (default) or fp8", 0, 0, NULL, NULL, 0},
         {"--seed", 0, IRIS_OPT_INT, &seed, "N", "PRNG seed (default 0); the same seed writes the same bytes", 0, 9.2e18,
          NULL, NULL, 0},
@@ -46,7 +47,7 @@ int iris_cmd_synth(int argc, char **argv) {
     };
     iris_cli_spec sp = {
         .cmd = "synth",
-        .usage = "--like 2B|4B|8B|tiny [--dtype bf16|fp8] DIR [options]\n--like 2B|4B|8B|tiny [--dtype bf16|fp8] --list",
+        .usage = "--like SHAPE [--dtype bf16|fp8] DIR [options]\n--like SHAPE [--dtype bf16|fp8] --list",
         .about = "Write a Qwen3-VL checkpoint with the real tensor names and shapes and random\n"
                  "values (BF16 ~ N(0, 0.02), norms ~ 1; FP8 in Qwen's 128x128 block format),\n"
                  "with config.json, generation_config.json and the preprocessor configs.\n"
@@ -58,7 +59,7 @@ int iris_cmd_synth(int argc, char **argv) {
     int n_pos, st = iris_cli_parse(&sp, argc, argv, pos, &n_pos);
     if (st >= 0) return st;
     const char *dir = n_pos ? pos[0] : NULL;
-    if (!o.like) return iris_cli_usage_error("synth", "give --like 2B|4B|8B|tiny");
+    if (!o.like) return iris_cli_usage_error("synth", "give --like 2B|4B|8B|tiny|qwen3-0.6b|qwen3-tiny");
     if (!dir && !list) return iris_cli_usage_error("synth", "give DIR (or --list)");
     o.fp8 = !strcmp(dtype, "fp8");
     o.seed = (uint64_t)seed;

@@ -28,6 +28,10 @@ iris_opt *iris_cli_engine_flags(iris_cli_engine *ce, unsigned which) {
         t[n++] = ROW("--max-image-pixels", IRIS_OPT_INT, &ce->max_image_pixels, "N",
                      "images are resized to at most N pixels; the GPU memory plan is\nsized for it (default 1048576)",
                      1, 17179869184.0, NULL, &ce->seen[CE_PIXELS]);
+    if (which & IRIS_CLI_E_IMAGE)
+        t[n++] = ROW("--text-only", IRIS_OPT_FLAG, &ce->text_only, NULL,
+                     "leave the vision tower off: less memory, images are refused\n(vLLM's --language-model-only)",
+                     0, 0, NULL, NULL);
     if (which & IRIS_CLI_E_KV) {
         t[n++] = ROW("--kv-cache-dtype", IRIS_OPT_CHOICE, &ce->kv_cache_dtype, "bf16|fp8",
                      "the KV cache's element type (default bf16; fp8 halves it)", 0, 0, NULL, &ce->seen[CE_KV]);
@@ -73,6 +77,7 @@ void iris_cli_engine_apply(const iris_cli_engine *ce, iris_engine_opts *eo) {
     if (s[CE_UTIL]) eo->gpu_memory_utilization = ce->gpu_memory_utilization;
     if (s[CE_MARGIN]) eo->gpu_memory_margin = ce->gpu_memory_margin, eo->gpu_memory_margin_set = 1;
     if (s[CE_PIXELS]) eo->max_image_pixels = ce->max_image_pixels;
+    if (ce->text_only) eo->text_only = 1;
     if (s[CE_KV]) eo->kv_cache_dtype = ce->kv_cache_dtype;
     if (s[CE_DENSE]) eo->dense_weights = ce->dense_weights;
     if (s[CE_LEN]) eo->max_model_len = (int)ce->max_model_len;
@@ -91,6 +96,7 @@ void iris_cli_engine_plan(const iris_cli_engine *ce, iris_plan_settings *st, iri
     if (s[CE_UTIL]) bo->gpu_memory_utilization = ce->gpu_memory_utilization;
     if (s[CE_MARGIN]) bo->gpu_memory_margin = ce->gpu_memory_margin, bo->margin_set = 1;
     if (s[CE_PIXELS]) st->max_image_pixels = ce->max_image_pixels;
+    if (ce->text_only) st->text_only = 1;
     if (s[CE_KV]) st->kv_cache_dtype = iris_plan_kv_dtype_parse(ce->kv_cache_dtype);
     if (s[CE_DENSE]) st->dense_weights = iris_plan_dense_parse(ce->dense_weights);
     if (s[CE_LEN]) st->max_model_len = ce->max_model_len;

@@ -23,7 +23,7 @@
 enum {
     IRIS_CLI_E_DEVICE = 1 << 0,  /* --device */
     IRIS_CLI_E_MEMORY = 1 << 1,  /* --gpu-memory-limit, --gpu-memory-utilization, --gpu-memory-margin */
-    IRIS_CLI_E_IMAGE = 1 << 2,   /* --max-image-pixels */
+    IRIS_CLI_E_IMAGE = 1 << 2,   /* --max-image-pixels, --text-only */
     IRIS_CLI_E_KV = 1 << 3,      /* --kv-cache-dtype, --dense-weights */
     IRIS_CLI_E_LEN = 1 << 4,     /* --max-model-len */
     IRIS_CLI_E_SCHED = 1 << 5,   /* --max-num-seqs, --max-batch-tokens */
@@ -41,9 +41,9 @@ typedef struct iris_cli_engine {
     uint64_t gpu_memory_limit, gpu_memory_margin, kv_cache_bytes;
     double gpu_memory_utilization;
     long long max_image_pixels, max_model_len, max_num_seqs, max_batch_tokens, max_waiting;
-    int no_prefix_caching, download, offline;
+    int no_prefix_caching, download, offline, text_only;
     int seen[CE_N];
-    iris_opt table[24];
+    iris_opt table[26];
 } iris_cli_engine;
 
 /* The rows of the groups in `which`, under a heading; the table lives in ce. */

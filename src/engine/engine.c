@@ -35,6 +35,7 @@
 #include "engine_internal.h"
 #include "err.h"
 #include "log.h"
+#include "formats/chat.h"
 #include "hub/hub.h"
 #include "engine/planner.h"
 #include "model/positions.h"
@@ -60,6 +61,13 @@ void iris_engine_prompt_ctx(const iris_engine *e, iris_prompt_ctx *out) {
     out->tok = e->model->tok;
     out->cfg = &e->model->cfg;
     out->pc = &e->pc;
+    out->chat_style = e->model->chat_style;
+    out->text_only = !e->model->has_vision;
+}
+
+int iris_engine_reasoning(const iris_engine *e, int no_thinking) {
+    iris_chat_opts o = {.style = e->model->chat_style, .no_thinking = no_thinking};
+    return iris_chat_reasoning(&o);
 }
 
 const iris_text *iris_engine_text(const iris_engine *e) { return &e->model->text; }
@@ -586,6 +594,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     ps.max_batch_tokens = o->max_batch_tokens;
     ps.kv_cache_dtype = e->kv_plan_dtype;
     ps.dense_weights = o->dense_weights ? iris_plan_dense_parse(o->dense_weights) : IRIS_DENSE_AUTO;
+    ps.text_only = !e->model->has_vision;
     if (o->max_image_pixels > 0) ps.max_image_pixels = o->max_image_pixels;
     int64_t max_pos = e->model->cfg.text_config.max_position_embeddings;
     int64_t min_ctx = max_pos < IRIS_PLAN_MIN_CONTEXT ? max_pos : IRIS_PLAN_MIN_CONTEXT;
@@ -665,14 +674,15 @@ static int open_runner(iris_engine *e, iris_err *err) {
     const iris_config *c = &e->model->cfg;
     int m = c->vision_config.spatial_merge_size;
     iris_runner_limits lim = {.max_rows = o->max_batch_tokens, .max_seqs = o->max_num_seqs,
-                              .max_context = e->max_model_len, .n_deepstack = c->vision_config.n_deepstack,
+                              .max_context = e->max_model_len,
+                              .n_deepstack = e->model->has_vision ? c->vision_config.n_deepstack : 0,
                               .masks = 1};
     if (e->on_gpu && e->max_image_tokens > 0)
         lim.scratch_bytes = iris_vision_scratch_bytes(&e->model->vision, e->be->act, (int64_t)e->max_image_tokens * m * m);
     int rc = iris_runner_open(&e->model->text, e->be, &e->kv, &lim, &e->runner, err);
     if (rc) return rc;
     size_t S = (size_t)o->max_num_seqs, T = (size_t)o->max_batch_tokens;
-    e->step_img_bytes = T * (size_t)c->text_config.hidden_size * (1 + (size_t)c->vision_config.n_deepstack) *
+    e->step_img_bytes = T * (size_t)c->text_config.hidden_size * (1 + (size_t)lim.n_deepstack) *
                         (e->on_gpu ? sizeof(uint16_t) : sizeof(float));
     e->step_seqs = calloc(S, sizeof *e->step_seqs);
     e->step_pos = malloc(3 * T * sizeof *e->step_pos);
@@ -690,7 +700,8 @@ static int load(iris_engine *e, iris_err *err) {
     int cuda = 0;
     int rc = pick_device(o->device, &cuda, err);
     if (!rc) rc = iris_model_ensure(o->model, e->dir, sizeof e->dir, o->allow_download, err);
-    if (!rc) rc = iris_model_open(e->dir, NULL, &e->model, err);
+    iris_model_opts mo = {.text_only = o->text_only};
+    if (!rc) rc = iris_model_open(e->dir, &mo, &e->model, err);
     if (rc) return rc;
     e->pc = e->model->pc;
     const iris_text_config *tc = &e->model->cfg.text_config;
@@ -772,6 +783,7 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
         return IRIS_EINVAL;
     }
     e->o.dense_weights = o->dense_weights;
+    e->o.text_only = o->text_only;
     if (o->dense_weights && iris_plan_dense_parse(o->dense_weights) < 0) {
         iris_err_set(err, IRIS_EINVAL, "--dense-weights '%s': give auto, on or off", o->dense_weights);
         free(e);

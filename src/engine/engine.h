@@ -19,6 +19,9 @@
 /* The loaded model: its configs, tokenizer and checkpoint (its decoder and vision tower are the
  * engine thread's to run). */
 const iris_model *iris_engine_model(const iris_engine *e);
+/* 1 when this model's replies open with reasoning that ends at "</think>" (its chat template
+ * thinks: formats/chat.h iris_chat_reasoning), given the request's enable_thinking=False. */
+int iris_engine_reasoning(const iris_engine *e, int no_thinking);
 /* What iris_prompt_build needs to build a prompt this engine admits: the model's tokenizer and
  * config, and its preprocessor config with the image size the memory plan admits. */
 void iris_engine_prompt_ctx(const iris_engine *e, iris_prompt_ctx *out);

@@ -156,6 +156,9 @@ static int image_hash(const int *grid, const float *rows, size_t n_floats, iris_
 static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
     iris_prompt *p = &r->prompt;
     if (p->n_images == 0) return IRIS_OK;
+    if (!e->model->has_vision)
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "the prompt holds %d image(s), but this model runs text only",
+                            p->n_images);
     r->images = calloc((size_t)p->n_images, sizeof *r->images);
     r->vout = calloc((size_t)p->n_images, sizeof *r->vout);
     if (!r->images || !r->vout) return iris_err_set(err, IRIS_ENOMEM, "out of memory");

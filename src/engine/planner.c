@@ -84,12 +84,14 @@ static const char *const decoder_linears[7] = {
     "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
 };
 
-/* "model.language_model.layers.<n>.<one of decoder_linears>": the linears a
- * block-FP8 checkpoint stores as F8_E4M3 (QWEN3VL.md §2). */
-static int is_decoder_linear(const char *name) {
-    static const char pre[] = "model.language_model.layers.";
-    if (strncmp(name, pre, sizeof pre - 1)) return 0;
-    const char *p = name + sizeof pre - 1;
+/* "<text_prefix>layers.<n>.<one of decoder_linears>" (text_prefix "model.language_model." or
+ * Qwen3ForCausalLM's "model."): the linears a block-FP8 checkpoint stores as F8_E4M3 (QWEN3VL.md §2). */
+static int is_decoder_linear(const char *name, const char *text_prefix) {
+    char pre[64];
+    snprintf(pre, sizeof pre, "%slayers.", text_prefix[0] ? text_prefix : "model.language_model.");
+    size_t n = strlen(pre);
+    if (strncmp(name, pre, n)) return 0;
+    const char *p = name + n;
     if (!isdigit((unsigned char)*p)) return 0;
     while (isdigit((unsigned char)*p)) p++;
     if (*p++ != '.') return 0;
@@ -120,7 +122,11 @@ int iris_plan_model_init(const iris_config *cfg, const iris_st *st, const char *
         m->weight_bytes += slot;
         m->dtype_bytes[t->dtype] += slot;
         m->n_tensors++;
-        if (is_decoder_linear(t->name) && t->n_dims == 2) {
+        if (!strncmp(t->name, "model.visual.", 13)) {
+            m->vision_weight_bytes += slot;
+            m->vision_dtype_bytes[t->dtype] += slot;
+        }
+        if (is_decoder_linear(t->name, cfg->text_prefix) && t->n_dims == 2) {
             int64_t out = t->shape[0], in = t->shape[1];
             m->n_decoder_linears++;
             if (in > m->linear_max_in) m->linear_max_in = in;
@@ -347,9 +353,9 @@ static uint64_t lm_regions(const plan_in *in, region_list *l) {
  * R = max(tokens of the largest image, max_batch_tokens). */
 static void embeds_regions(const plan_in *in, int64_t room, region_list *l) {
     const iris_vision_config *v = &in->m->cfg.vision_config;
-    uint64_t row = (uint64_t)v->out_hidden_size * BF16;
+    uint64_t row = (uint64_t)in->m->cfg.text_config.hidden_size * BF16;  /* == out_hidden_size */
     add(l, "embeds.merged", IRIS_PART_IMAGE_EMBEDS, (uint64_t)room * row);
-    if (v->n_deepstack > 0)
+    if (v->n_deepstack > 0 && !in->s.text_only)
         add(l, "embeds.deepstack", IRIS_PART_IMAGE_EMBEDS, (uint64_t)v->n_deepstack * (uint64_t)room * row);
 }
 
@@ -385,13 +391,15 @@ static void fixed_parts(const plan_in *in, int64_t context, iris_plan *p, region
     const iris_vision_config *v = &in->m->cfg.vision_config;
     l->n = 0;
     memset(p->part_bytes, 0, sizeof p->part_bytes);
-    p->image_tokens = iris_plan_image_tokens(v, in->s.max_image_pixels);
+    /* Text only: no image is admitted, so no encoder scratch and no DeepStack rows; the merged
+     * rows' region stays at max_batch_tokens rows, the runner's input-embedding rows. */
+    p->image_tokens = in->s.text_only ? 0 : iris_plan_image_tokens(v, in->s.max_image_pixels);
     p->image_patches = p->image_tokens * v->spatial_merge_size * v->spatial_merge_size;
     p->image_room_tokens = p->image_tokens > in->s.max_batch_tokens ? p->image_tokens : in->s.max_batch_tokens;
 
     add(l, "weights", IRIS_PART_WEIGHTS, in->weight_bytes);
     if (in->dense_bytes) add(l, "weights.dense", IRIS_PART_DENSE, in->dense_bytes);
-    p->vision_bytes = vision_regions(in, p->image_patches, l);
+    p->vision_bytes = in->s.text_only ? 0 : vision_regions(in, p->image_patches, l);
     p->lm_step_bytes = lm_regions(in, l);
     embeds_regions(in, p->image_room_tokens, l);
     sampling_regions(in, l);
@@ -530,9 +538,11 @@ static void compute(const plan_in *in, iris_plan *p) {
 static int check_settings(const iris_plan_model *m, iris_plan_settings *s, iris_err *err) {
     const iris_text_config *t = &m->cfg.text_config;
     const iris_vision_config *v = &m->cfg.vision_config;
+    if (!m->cfg.has_vision) s->text_only = 1;
     if (t->num_hidden_layers <= 0 || t->num_key_value_heads <= 0 || t->head_dim <= 0 || t->hidden_size <= 0 ||
-        t->vocab_size <= 0 || t->max_position_embeddings <= 0 || v->patch_size <= 0 || v->spatial_merge_size <= 0 ||
-        v->hidden_size <= 0 || v->out_hidden_size <= 0)
+        t->vocab_size <= 0 || t->max_position_embeddings <= 0 ||
+        (!s->text_only && (v->patch_size <= 0 || v->spatial_merge_size <= 0 || v->hidden_size <= 0 ||
+                           v->out_hidden_size <= 0)))
         return iris_err_set(err, IRIS_EFORMAT, "%s: config.json has a zero or negative dimension", m->label);
     if (!s->max_num_seqs) s->max_num_seqs = IRIS_PLAN_DEFAULT_MAX_NUM_SEQS;
     if (!s->max_batch_tokens) s->max_batch_tokens = IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS;
@@ -606,8 +616,8 @@ static void suggest(const plan_in *in0, iris_plan *p) {
     in = *in0;
     const iris_vision_config *v = &in.m->cfg.vision_config;
     int64_t f = (int64_t)v->patch_size * v->spatial_merge_size;
-    int64_t tok_now = iris_plan_image_tokens(v, in.s.max_image_pixels);
-    int64_t tok_min = IRIS_PLAN_MIN_IMAGE_PIXELS / (f * f);
+    int64_t tok_now = in.s.text_only ? 0 : iris_plan_image_tokens(v, in.s.max_image_pixels);
+    int64_t tok_min = f > 0 ? IRIS_PLAN_MIN_IMAGE_PIXELS / (f * f) : 0;
     if (tok_now > tok_min) {
         int64_t tok = largest_fitting(in, tok_min, tok_now - 1, set_image_tokens, alt);
         suggestion(p, IRIS_SUGGEST_MAX_IMAGE_PIXELS, alt, tok * f * f, in.weight_bytes);
@@ -649,6 +659,14 @@ int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uin
     int rc = check_settings(m, &s, err);
     if (rc) return rc;
     if (budget == 0) return iris_err_set(err, IRIS_EINVAL, "the GPU memory budget is 0 bytes");
+    /* Text only: the vision tower's tensors stay off the card (also in the FP8 estimate). */
+    iris_plan_model lm = *m;
+    if (s.text_only) {
+        lm.weight_bytes -= m->vision_weight_bytes;
+        lm.fp8_weight_bytes -= m->vision_weight_bytes;
+        for (int d = 0; d < IRIS_DT_COUNT; d++) lm.dtype_bytes[d] -= m->vision_dtype_bytes[d];
+        m = &lm;
+    }
     plan_in in = {.m = m, .s = s, .weight_bytes = m->weight_bytes, .fp8_linears = m->n_fp8_linears > 0,
                   .budget = budget, .context_bytes = context_bytes};
     /* BF16 copies of the FP8 linears: on when asked; auto when they take at most
@@ -660,6 +678,8 @@ int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uin
         compute(&in, p);
     }
     p->dense = in.dense_bytes != 0;
+    p->text_only = s.text_only;
+    p->vision_weight_bytes = lm.vision_weight_bytes;
     snprintf(p->label, sizeof p->label, "%s", m->label);
     snprintf(p->budget_source, sizeof p->budget_source, "%s", budget_source ? budget_source : "");
     memcpy(p->dtype_bytes, m->dtype_bytes, sizeof p->dtype_bytes);

@@ -118,6 +118,8 @@ typedef struct iris_plan_settings {
     int64_t max_image_pixels;  /* smart_resize's max_pixels for every image (1,048,576) */
     int kv_cache_dtype;        /* iris_kv_dtype */
     int dense_weights;         /* iris_dense_mode */
+    int text_only;             /* --text-only: no vision tower on the card, no image buffers (vLLM's
+                                  --language-model-only); a model without one plans so anyway */
 } iris_plan_settings;
 
 /* What the planner needs from a checkpoint (headers only). */
@@ -134,6 +136,8 @@ typedef struct iris_plan_model {
     uint64_t dense_bytes;                /* BF16 copies of the FP8 decoder linears (aligned slots) */
     int64_t linear_max_in;               /* largest in_features of a decoder linear */
     int64_t linear_max_elems;            /* largest out*in of a decoder linear */
+    uint64_t vision_weight_bytes;        /* of weight_bytes, the vision tower's ("model.visual.*") */
+    uint64_t vision_dtype_bytes[IRIS_DT_COUNT];
 } iris_plan_model;
 
 typedef struct iris_plan_region {
@@ -169,6 +173,8 @@ typedef struct iris_plan {
     char label[512];
     int weights_fp8;                 /* some decoder linears are FP8 */
     int dense;                       /* the plan holds BF16 copies of them (IRIS_PART_DENSE) */
+    int text_only;                   /* no vision tower, no image buffers (settings or model) */
+    uint64_t vision_weight_bytes;    /* what the vision tower would take (left off when text_only) */
     uint64_t budget_bytes;
     char budget_source[256];         /* how the budget was set, for the table */
     int context_measured;            /* 0: IRIS_PLAN_CONTEXT_ESTIMATE */

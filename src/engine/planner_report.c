@@ -206,9 +206,17 @@ char *iris_plan_format(const iris_plan *p) {
         p->context_auto ? "the largest that fits" : "--max-model-len", grouped((uint64_t)p->max_position_embeddings, c));
     put(&b, "full-length sequences at once: %lld (the KV pool holds %s tokens; up to %d sequences run together)\n",
         (long long)p->n_full_seqs, grouped((uint64_t)p->kv_blocks * IRIS_KV_BLOCK_TOKENS, a), p->settings.max_num_seqs);
-    put(&b, "largest image: %s pixels = %s tokens (--max-image-pixels); prefill chunk: %d tokens (--max-batch-tokens)\n",
-        grouped((uint64_t)p->settings.max_image_pixels, c), grouped((uint64_t)p->image_tokens, a),
-        p->settings.max_batch_tokens);
+    if (p->text_only && p->vision_weight_bytes)
+        put(&b, "text only (--text-only): the vision tower (%s) stays off the card, images are refused; prefill "
+            "chunk: %d tokens (--max-batch-tokens)\n", iris_plan_human(p->vision_weight_bytes, c),
+            p->settings.max_batch_tokens);
+    else if (p->text_only)
+        put(&b, "text only: the model has no vision tower; prefill chunk: %d tokens (--max-batch-tokens)\n",
+            p->settings.max_batch_tokens);
+    else
+        put(&b, "largest image: %s pixels = %s tokens (--max-image-pixels); prefill chunk: %d tokens (--max-batch-tokens)\n",
+            grouped((uint64_t)p->settings.max_image_pixels, c), grouped((uint64_t)p->image_tokens, a),
+            p->settings.max_batch_tokens);
     if (p->image_tokens > p->context)
         put(&b, "note: the largest image (%lld tokens) is longer than the context; lower --max-image-pixels\n",
             (long long)p->image_tokens);
@@ -278,6 +286,8 @@ char *iris_plan_json(const iris_plan *p) {
     json_object_set_new(o, "kv_block_bytes", json_integer((json_int_t)p->kv_block_bytes));
     json_object_set_new(o, "kv_blocks", json_integer(p->kv_blocks));
     json_object_set_new(o, "image_tokens", json_integer(p->image_tokens));
+    json_object_set_new(o, "text_only", json_boolean(p->text_only));
+    json_object_set_new(o, "vision_weight_bytes", json_integer((json_int_t)p->vision_weight_bytes));
     json_object_set_new(o, "image_patches", json_integer(p->image_patches));
     json_object_set_new(o, "image_room_tokens", json_integer(p->image_room_tokens));
     json_object_set_new(o, "vision_bytes", json_integer((json_int_t)p->vision_bytes));

@@ -202,12 +202,29 @@ int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const 
                       int n_images, iris_prompt *out, int *bad_image, iris_err *err) {
     memset(out, 0, sizeof *out);
     if (bad_image) *bad_image = -1;
-    iris_chat_opts opts = {.add_generation_prompt = 1};
+    iris_chat_opts opts = {.add_generation_prompt = 1, .style = ctx->chat_style, .no_thinking = ctx->no_thinking};
     iris_chat_info info = {0};
     size_t len = 0;
     int32_t *counts = NULL;
-    int rc = iris_chat_render(messages, ctx->tools, &opts, &out->text, &len, &info, err);
+    json_t *flat = NULL;
+    if (iris_chat_string_content(ctx->chat_style)) {
+        /* text parts joined as vLLM does for templates that read only string content */
+        if (!(flat = iris_chat_flatten_text(messages, &info.n_images)))
+            return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    int n_media = info.n_images;
+    int rc = iris_chat_render(flat ? flat : messages, ctx->tools, &opts, &out->text, &len, &info, err);
+    json_decref(flat);
     if (rc) return rc;
+    info.n_images += n_media;
+    if (ctx->text_only && (n_images > 0 || info.n_images > 0 || info.n_videos > 0)) {
+        rc = iris_err_set(err, IRIS_EUNSUPPORTED, "%d image(s) and %d video(s) given, but this model runs text only "
+                          "(%s): send text only%s", n_images > info.n_images ? n_images : info.n_images, info.n_videos,
+                          ctx->cfg->has_vision ? "--text-only" : "it has no vision tower",
+                          ctx->cfg->has_vision ? ", or start iris without --text-only" : "");
+        if (err) snprintf(err->param, sizeof err->param, "messages");
+        goto fail;
+    }
     if (n_images < 0 || (n_images > 0 && !images) || info.n_images != n_images) {
         rc = iris_err_set(err, IRIS_EINVAL, "the messages hold %d image part(s) but %d image(s) were given",
                           info.n_images, n_images);
@@ -228,8 +245,10 @@ int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const 
         rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
         goto fail;
     }
-    rc = iris_pos_rope_index(out->ids.ids, (int)out->ids.n, ctx->cfg->image_token_id, out->grid_thw, n_images,
-                             ctx->cfg->vision_config.spatial_merge_size, out->pos, &out->rope_delta, err);
+    /* A text model has no merge size; with no image any positive one gives 0..n-1. */
+    int merge = ctx->cfg->has_vision ? ctx->cfg->vision_config.spatial_merge_size : 1;
+    rc = iris_pos_rope_index(out->ids.ids, (int)out->ids.n, ctx->cfg->image_token_id, out->grid_thw, n_images, merge,
+                             out->pos, &out->rope_delta, err);
     if (rc) goto fail;
     free(counts);
     return IRIS_OK;

@@ -54,6 +54,9 @@ typedef struct iris_prompt_ctx {
     int64_t max_total_pixels;   /* all the images given as bytes or decoded, added up from their headers
                                    (0: no limit) */
     const json_t *tools;        /* tool definitions the chat template lists (chat.h); NULL: none */
+    int chat_style;             /* the model's chat template (chat.h iris_chat_style) */
+    int no_thinking;            /* a request's enable_thinking=False (plain Qwen3's template) */
+    int text_only;              /* no vision tower: image and video parts are refused (IRIS_EUNSUPPORTED) */
 } iris_prompt_ctx;
 
 /* The resize bound and the per-image decode bound that ctx gives (see iris_prompt_ctx). */

@@ -316,6 +316,7 @@ int iris_chat_render(const json_t *messages, const json_t *tools, const iris_cha
     *out = NULL;
     static const iris_chat_opts defaults = {0};
     if (!opts) opts = &defaults;
+    if (opts->style != IRIS_CHAT_QWEN3VL) return iris_chat_render_qwen3(messages, tools, opts, out, out_len, info, err);
     if (tools && json_is_null(tools)) tools = NULL;
     if (tools && !json_is_array(tools)) return iris_err_set(err, IRIS_EINVAL, "\"tools\" must be an array");
     if (tools && json_array_size(tools) == 0) tools = NULL; /* an empty list is false */
@@ -414,4 +415,14 @@ int iris_chat_tokenize(const iris_tok *tok, const char *prompt, size_t len, cons
     if (rc) out->n = first;
     iris_tok_ids_free(&ids);
     return rc;
+}
+
+char *iris_chat_tojson(const json_t *v) {
+    sbuf b = {0};
+    dump_json(&b, v);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
 }

@@ -20,6 +20,10 @@
  *     (min/max pixels); top-level min_pixels / max_pixels override them; a
  *     present file's missing keys are Qwen2VLImageProcessor's defaults; a
  *     missing file is Qwen3-VL's published one (QWEN3VL.md §1.4).
+ *   - model_type "qwen3" (Qwen3ForCausalLM): the same text keys read from the
+ *     top level with Qwen3Config's defaults where they differ (rope_theta
+ *     10000, max_position_embeddings 32768), no vision_config (zeroed,
+ *     has_vision 0), sliding-window attention refused.
  * Owns nothing: results are plain structs.
  */
 #include "config.h"
@@ -144,12 +148,13 @@ static int read_rope(const ctx *c, json_t *tc, iris_text_config *t) {
     json_t *rp = get_obj(c, tc, "rope_parameters", &rc);
     if (rc) return rc;
     ctx rc_ctx = *c;
-    if (rp) rc_ctx.where = "text_config.rope_parameters.";
-    else {
+    char where[48];
+    snprintf(where, sizeof where, "%s%s.", c->where, rp ? "rope_parameters" : "rope_scaling");
+    rc_ctx.where = where;
+    if (!rp) {
         if ((rc = get_num(c, tc, "rope_theta", &t->rope_theta))) return rc;
         rp = get_obj(c, tc, "rope_scaling", &rc);
         if (rc) return rc;
-        rc_ctx.where = "text_config.rope_scaling.";
     }
     if (!rp) return 0;
     char type[32] = "default";
@@ -169,10 +174,11 @@ static int read_rope(const ctx *c, json_t *tc, iris_text_config *t) {
     return get_bool(&rc_ctx, rp, "mrope_interleaved", &t->mrope_interleaved);
 }
 
-static int read_text(const ctx *top, json_t *tc, iris_text_config *t) {
+/* `flat`: a Qwen3ForCausalLM config, the text keys at the top level. */
+static int read_text(const ctx *top, json_t *tc, iris_text_config *t, int flat) {
     ctx c = *top;
-    c.where = "text_config.";
-    /* Qwen3VLTextConfig's class defaults (transformers 5.17). */
+    c.where = flat ? "" : "text_config.";
+    /* Qwen3VLTextConfig's class defaults (transformers 5.17); Qwen3Config's differ where noted. */
     t->vocab_size = 151936;
     t->hidden_size = 4096;
     t->intermediate_size = 22016;
@@ -180,9 +186,9 @@ static int read_text(const ctx *top, json_t *tc, iris_text_config *t) {
     t->num_attention_heads = 32;
     t->num_key_value_heads = 32;
     t->head_dim = 128;
-    t->max_position_embeddings = 128000;
+    t->max_position_embeddings = flat ? 32768 : 128000;
     t->rms_norm_eps = 1e-6f;
-    t->rope_theta = 500000.0;
+    t->rope_theta = flat ? 10000.0 : 500000.0;
     t->mrope_section[0] = 24, t->mrope_section[1] = 20, t->mrope_section[2] = 20;
     t->mrope_interleaved = 1;
     t->attention_bias = 0;
@@ -205,6 +211,16 @@ static int read_text(const ctx *top, json_t *tc, iris_text_config *t) {
     json_t *hd = tc ? json_object_get(tc, "head_dim") : NULL;
     if (hd && json_is_null(hd)) t->head_dim = t->num_attention_heads > 0 ? t->hidden_size / t->num_attention_heads : 0;
     else if ((rc = get_int(&c, tc, "head_dim", &t->head_dim))) return rc;
+    if (flat) {
+        /* 1-D RoPE as an MRoPE whose one section is every frequency (config.h). */
+        t->mrope_section[0] = t->head_dim / 2, t->mrope_section[1] = t->mrope_section[2] = 0;
+        t->mrope_interleaved = 0;
+        int sliding = 0;
+        if ((rc = get_bool(&c, tc, "use_sliding_window", &sliding))) return rc;
+        if (sliding)
+            return iris_err_set(c.err, IRIS_EUNSUPPORTED,
+                                "%s: use_sliding_window is true; iris runs full attention only", c.label);
+    }
     return read_rope(&c, tc, t);
 }
 
@@ -284,14 +300,19 @@ int iris_config_read(const char *json_text, const char *label, iris_config *cfg,
         goto out;
     }
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s", json_string_value(json_object_get(root, "model_type")));
-    if (strcmp(json_string_value(json_object_get(root, "model_type")), "qwen3_vl")) {
+    int flat = !strcmp(cfg->model_type, "qwen3");
+    if (!flat && strcmp(cfg->model_type, "qwen3_vl")) {
         rc = iris_err_set(err, IRIS_EUNSUPPORTED,
                           "%s: model_type \"%s\" is not supported; iris runs model_type \"qwen3_vl\" "
-                          "(Qwen3VLForConditionalGeneration: Qwen3-VL 2B/4B, BF16 or FP8)",
+                          "(Qwen3VLForConditionalGeneration: Qwen3-VL 2B/4B/8B, BF16 or FP8) and \"qwen3\" "
+                          "(Qwen3ForCausalLM: Qwen3 text models)",
                           label, json_string_value(json_object_get(root, "model_type")));
         goto out;
     }
-    strcpy(cfg->architecture, "Qwen3VLForConditionalGeneration");
+    const char *arch = flat ? "Qwen3ForCausalLM" : "Qwen3VLForConditionalGeneration";
+    strcpy(cfg->architecture, arch);
+    strcpy(cfg->text_prefix, flat ? "model." : "model.language_model.");
+    cfg->has_vision = !flat;
     json_t *archs = json_object_get(root, "architectures");
     if (archs && !json_is_null(archs)) {
         if (!json_is_array(archs) || json_array_size(archs) == 0 || !json_is_string(json_array_get(archs, 0))) {
@@ -299,10 +320,10 @@ int iris_config_read(const char *json_text, const char *label, iris_config *cfg,
             goto out;
         }
         const char *a = json_string_value(json_array_get(archs, 0));
-        if (strcmp(a, "Qwen3VLForConditionalGeneration")) {
+        if (strcmp(a, arch)) {
             rc = iris_err_set(err, IRIS_EUNSUPPORTED,
-                              "%s: architecture \"%.60s\" is not supported; iris runs Qwen3VLForConditionalGeneration",
-                              label, a);
+                              "%s: architecture \"%.60s\" is not supported; for model_type \"%s\" iris runs %s",
+                              label, a, cfg->model_type, arch);
             goto out;
         }
     }
@@ -316,15 +337,20 @@ int iris_config_read(const char *json_text, const char *label, iris_config *cfg,
         (rc = get_int(&c, root, "vision_end_token_id", &cfg->vision_end_token_id)) ||
         (rc = get_bool(&c, root, "tie_word_embeddings", &cfg->tie_word_embeddings)))
         goto out;
-    json_t *tc = get_obj(&c, root, "text_config", &rc), *vc = rc ? NULL : get_obj(&c, root, "vision_config", &rc),
+    json_t *tc = flat ? root : get_obj(&c, root, "text_config", &rc),
+           *vc = rc || flat ? NULL : get_obj(&c, root, "vision_config", &rc),
            *qc = rc ? NULL : get_obj(&c, root, "quantization_config", &rc);
-    if (rc || (rc = read_text(&c, tc, &cfg->text_config)) || (rc = read_vision(&c, vc, &cfg->vision_config)) ||
+    if (rc || (rc = read_text(&c, tc, &cfg->text_config, flat)) || (rc = read_vision(&c, vc, &cfg->vision_config)) ||
         (rc = read_quant(&c, qc, &cfg->quantization_config)))
         goto out;
     /* text_config's own key, for display; the model ties by the top-level one. */
     cfg->text_config.tie_word_embeddings = cfg->tie_word_embeddings;
     ctx tcx = {label, "text_config.", err};
-    rc = get_bool(&tcx, tc, "tie_word_embeddings", &cfg->text_config.tie_word_embeddings);
+    if (!flat) rc = get_bool(&tcx, tc, "tie_word_embeddings", &cfg->text_config.tie_word_embeddings);
+    if (flat) { /* no vision tower: no taps, no image tokens to place */
+        memset(&cfg->vision_config, 0, sizeof cfg->vision_config);
+        cfg->vision_config.rope_theta = 10000.0;
+    }
 out:
     json_decref(root);
     return rc;
@@ -347,8 +373,10 @@ int iris_config_validate(const iris_config *cfg, const char *label, iris_err *er
         (rc = positive(label, "text_config.num_attention_heads", t->num_attention_heads, 4096, err)) ||
         (rc = positive(label, "text_config.num_key_value_heads", t->num_key_value_heads, 4096, err)) ||
         (rc = positive(label, "text_config.head_dim", t->head_dim, 4096, err)) ||
-        (rc = positive(label, "text_config.max_position_embeddings", t->max_position_embeddings, MAX_POSITIONS, err)) ||
-        (rc = positive(label, "vision_config.depth", v->depth, 4096, err)) ||
+        (rc = positive(label, "text_config.max_position_embeddings", t->max_position_embeddings, MAX_POSITIONS, err)))
+        return rc;
+    if (cfg->has_vision &&
+        ((rc = positive(label, "vision_config.depth", v->depth, 4096, err)) ||
         (rc = positive(label, "vision_config.hidden_size", v->hidden_size, MAX_DIM, err)) ||
         (rc = positive(label, "vision_config.intermediate_size", v->intermediate_size, MAX_DIM, err)) ||
         (rc = positive(label, "vision_config.num_heads", v->num_heads, 4096, err)) ||
@@ -357,7 +385,7 @@ int iris_config_validate(const iris_config *cfg, const char *label, iris_err *er
         (rc = positive(label, "vision_config.temporal_patch_size", v->temporal_patch_size, 64, err)) ||
         (rc = positive(label, "vision_config.spatial_merge_size", v->spatial_merge_size, 64, err)) ||
         (rc = positive(label, "vision_config.out_hidden_size", v->out_hidden_size, MAX_DIM, err)) ||
-        (rc = positive(label, "vision_config.num_position_embeddings", v->num_position_embeddings, MAX_DIM, err)))
+         (rc = positive(label, "vision_config.num_position_embeddings", v->num_position_embeddings, MAX_DIM, err))))
         return rc;
     if (t->num_attention_heads % t->num_key_value_heads)
         return iris_err_set(err, IRIS_EFORMAT,
@@ -385,6 +413,7 @@ int iris_config_validate(const iris_config *cfg, const char *label, iris_err *er
     if (strcmp(t->hidden_act, "silu"))
         return iris_err_set(err, IRIS_EUNSUPPORTED, "%s: text_config.hidden_act \"%s\" is not supported (only \"silu\")",
                             label, t->hidden_act);
+    if (!cfg->has_vision) return 0;
     if (strcmp(v->hidden_act, "gelu_pytorch_tanh"))
         return iris_err_set(err, IRIS_EUNSUPPORTED,
                             "%s: vision_config.hidden_act \"%s\" is not supported (only \"gelu_pytorch_tanh\")", label,

@@ -2,9 +2,13 @@
  *
  * Field names are the HF keys, so one grep crosses both.  Both rope forms are
  * read: the legacy `rope_scaling` + `rope_theta` and the newer
- * `rope_parameters`.  Only model_type "qwen3_vl" with architecture
- * Qwen3VLForConditionalGeneration is accepted; anything else is a clear
- * error.  Missing optional keys take the transformers defaults. */
+ * `rope_parameters`.  Two model types are accepted: "qwen3_vl"
+ * (Qwen3VLForConditionalGeneration: text_config + vision_config) and "qwen3"
+ * (Qwen3ForCausalLM: the text fields at the top level, no vision tower, 1-D
+ * RoPE, read as an MRoPE whose sections are [head_dim/2, 0, 0]: every
+ * frequency uses the one position, which is what 1-D RoPE computes).
+ * Anything else is a clear error.  Missing optional keys take the
+ * transformers defaults of the config class. */
 #ifndef IRIS_CONFIG_H
 #define IRIS_CONFIG_H
 
@@ -57,6 +61,8 @@ typedef struct iris_quant_config {
 typedef struct iris_config {
     char model_type[32];
     char architecture[64];
+    int has_vision;             /* a vision_config (Qwen3-VL); 0 for Qwen3ForCausalLM */
+    char text_prefix[32];       /* the decoder's tensors: "model.language_model." (VL) or "model." */
     int image_token_id, video_token_id, vision_start_token_id, vision_end_token_id;
     int tie_word_embeddings;
     iris_text_config text_config;

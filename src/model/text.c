@@ -1,12 +1,13 @@
-/* text.c: the Qwen3-VL text decoder over the backend ops (text.h; QWEN3VL.md §6).
+/* text.c: the Qwen3-VL text decoder over the backend ops (text.h; QWEN3VL.md §6);
+ * also Qwen3ForCausalLM's, the same layers under "model." (config.h text_prefix).
  *
  * Straight-line forward, top to bottom; every buffer with its shape.  The
  * quirks reproduced: q/k RMSNorm per head before the rotary (§6.2); the
  * interleaved MRoPE frequency slots (j % 3 == 1 → h, == 2 → w, below
  * 3·mrope_section[k]) with NeoX rotate_half pairing d ↔ d + head_dim/2 (§6.4,
  * §8.4-5); GQA with q head j reading kv head j / (nq / nkv); DeepStack rows
- * added after layers 0..n-1 on image rows, prefill only (§6.2, §8.10); tied
- * lm_head (§8.13).  The numerics are the backend's (backend.h).
+ * added after layers 0..n-1 on image rows, prefill only (§6.2, §8.10); the
+ * lm_head tied to the embeddings, or stored when the config unties it (§8.13).  The numerics are the backend's (backend.h).
  *
  * The forward reads a batch already laid out in backend memory (one flat
  * batch of rows, attention metadata, scratch: engine/runner.c prepares it);
@@ -104,20 +105,23 @@ int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris
         t->dim_of[j] = mrope_dim(c, j);
     }
     const int *blk = cfg->quantization_config.weight_block_size;
-    const char *P = "model.language_model.";
+    const char *P = cfg->text_prefix[0] ? cfg->text_prefix : "model.language_model.";
     char name[300];
     int rc;
     snprintf(name, sizeof name, "%sembed_tokens.weight", P);
     if ((rc = bind(st, name, 2, V, H, &t->embed_tokens, err))) return rc;
     snprintf(name, sizeof name, "%snorm.weight", P);
     if ((rc = bind(st, name, 1, H, 0, &t->norm, err))) return rc;
-    if (iris_st_find(st, "lm_head.weight")) {
-        if ((rc = bind_linear(st, "lm_head", V, H, blk, &t->lm_head, err))) return rc;
-    } else if (cfg->tie_word_embeddings || c->tie_word_embeddings) {
+    /* transformers ties by the top-level tie_word_embeddings, even over a stored lm_head.weight
+     * (the planner skips such a copy); untied (the 8B), lm_head.weight must be stored. */
+    if (cfg->tie_word_embeddings) {
         t->lm_head = t->embed_tokens;
+    } else if (iris_st_find(st, "lm_head.weight")) {
+        if ((rc = bind_linear(st, "lm_head", V, H, blk, &t->lm_head, err))) return rc;
     } else {
         return iris_err_set(err, IRIS_ENOTFOUND,
-                            "tensor \"lm_head.weight\" is missing and config.json does not tie it to the embeddings");
+                            "tensor \"lm_head.weight\" is missing and config.json does not tie it to the embeddings "
+                            "(tie_word_embeddings is false)");
     }
     t->layers = calloc((size_t)c->num_hidden_layers, sizeof *t->layers);
     if (!t->layers) return iris_err_set(err, IRIS_ENOMEM, "out of memory");

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "formats/chat.h"
 #include "log.h"
 
 static int load(iris_model *m, const iris_model_opts *opts, iris_err *err) {
@@ -30,13 +31,14 @@ static int load(iris_model *m, const iris_model_opts *opts, iris_err *err) {
                               "config.json declares fp8 quantization but no decoder linear is F8_E4M3 with a "
                               "weight_scale_inv; re-quantize with `iris quantize` or drop quantization_config");
     }
-    if (!rc && !opts->text_only) {
+    if (!rc && !opts->text_only && m->cfg.has_vision) {
         rc = iris_vision_load(m->st, &m->cfg.vision_config, &m->vision, err);
         m->has_vision = rc == 0;
     }
     if (!rc) rc = iris_generation_config_load(m->dir, &m->gc, err);
     if (!rc) rc = iris_preprocessor_config_load(m->dir, &m->pc, err);
     if (!rc) rc = iris_tok_load(m->dir, &m->tok, err);
+    if (!rc) m->chat_style = iris_chat_style_load(m->dir, m->cfg.has_vision);
     if (!rc && opts->backend) rc = iris_model_place(m, opts->backend, opts->dense, err);
     return rc;
 }
@@ -89,9 +91,10 @@ void iris_model_describe(const iris_model *m, char *buf, size_t n) {
     char vis[160] = "no vision tower";
     if (m->has_vision)
         snprintf(vis, sizeof vis, "vision %d blocks x %d, DeepStack %d", v->depth, v->hidden_size, v->n_deepstack);
-    snprintf(buf, n, "%s: %d layers, hidden %d, %d/%d heads x %d, vocab %d; %s; %s; lm_head %s; weights on %s",
+    if (!m->has_vision && m->cfg.has_vision) snprintf(vis, sizeof vis, "vision tower left off (text only)");
+    snprintf(buf, n, "%s: %d layers, hidden %d, %d/%d heads x %d, vocab %d; %s; %s; lm_head %s; %s chat; weights on %s",
              m->cfg.architecture[0] ? m->cfg.architecture : "Qwen3-VL", t->num_hidden_layers, t->hidden_size,
              t->num_attention_heads, t->num_key_value_heads, t->head_dim, t->vocab_size, vis,
              m->n_fp8 ? "FP8 block-scaled linears" : "BF16", m->lm_head_tied ? "tied" : "untied",
-             m->on ? m->on->name : "cpu");
+             iris_chat_style_name(m->chat_style), m->on ? m->on->name : "cpu");
 }

@@ -47,7 +47,8 @@ typedef struct iris_model {
     iris_st *st;
     iris_text text;         /* decoder views (text.h) */
     iris_vision vision;     /* vision tower views (vision.h); unset when has_vision is 0 */
-    int has_vision;
+    int has_vision;         /* the tower is loaded: the config has one and text_only was not asked */
+    int chat_style;         /* the checkpoint's chat template (formats/chat.h iris_chat_style) */
     int lm_head_tied;
     int n_fp8;              /* FP8 block-scaled linears in the decoder */
     iris_backend *on;       /* where the weights live; NULL: host (CPU) */

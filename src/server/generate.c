@@ -210,10 +210,28 @@ static const char *model_name(srv_gen *g) {
     return g->s->served;
 }
 
+/* A Thinking model's delta: reasoning_content and content as the splitter cuts them (reasoning.h);
+ * nothing when all of it is held back and there are no logprobs to send. */
+static int out_split(srv_gen *g, const char *text, size_t n, int final, json_t *lp) {
+    iris_reasoning_piece pc;
+    if (iris_reasoning_feed(&g->rs, text, n, final, &pc)) {
+        json_decref(lp);
+        return -1;
+    }
+    int rc = 0;
+    if (pc.reasoning || pc.content || lp) {
+        json_t *c = iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, "", 0, NULL, lp, g->include_usage);
+        rc = out_json(g, iris_reasoning_apply(c, 1, pc.reasoning, pc.reasoning_len, pc.content, pc.content_len));
+    }
+    iris_reasoning_piece_free(&pc);
+    return rc;
+}
+
 /* The one way generated text goes out when streamed: a chunk of content, or, when tool calls are
- * parsed, of what the parser makes of it (content and delta.tool_calls; the <tool_call> markup
+ * parsed, of what the parser makes of it (a Thinking model's: reasoning_content and content) (content and delta.tool_calls; the <tool_call> markup
  * never reaches content).  `final`: the end of the output.  lp is stolen. */
 static int stream_text(srv_gen *g, const char *text, size_t n, json_t *lp, int final) {
+    if (g->rs.on) return out_split(g, text, n, final, lp);
     if (!g->tools) {
         if (n == 0 && !lp) return 0;
         return out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, text, n, NULL, lp,
@@ -393,7 +411,14 @@ static enum MHD_Result collect(struct MHD_Connection *c, srv_conn *cc, srv_gen *
         ret = srv_reply_error(c, cc, &e, 0);
     } else {
         json_t *lpo = lps && g->kind == IRIS_OAI_CHAT ? json_pack("{s:o}", "content", lps) : lps;
-        ret = srv_reply_json(c, cc, 200, whole_answer(g, text, n, lpo, &ev));
+        json_t *o = whole_answer(g, text, n, lpo, &ev);
+        if (g->rs.on && o) {
+            const char *rs, *cs;
+            size_t rn, cn;
+            iris_reasoning_split(text ? text : "", n, &rs, &rn, &cs, &cn);
+            iris_reasoning_apply(o, 0, rs, rn, cs, cn);
+        }
+        ret = srv_reply_json(c, cc, 200, o);
     }
     free(text);
     return ret;
@@ -415,6 +440,11 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
     memset(im, 0, sizeof im);
     memset(pim, 0, sizeof pim);
     int bad = -1;
+    if (q->n_images > 0 && !iris_engine_model(eng)->has_vision)
+        return iris_oai_fail(e, 400, "invalid_request_error", "messages", "images_not_supported",
+                             "the messages hold %d image(s), but this server runs the model text only (%s): send "
+                             "text, or start the server without --text-only", q->n_images,
+                             iris_engine_model(eng)->cfg.has_vision ? "--text-only" : "it has no vision tower");
     if (fetch_images(s, q, im, &bad, e)) {
         image_param(q->messages, bad, e->param, sizeof e->param);
         return -1;
@@ -426,6 +456,7 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
     ctx.max_image_pixels = s->o.max_image_pixels;
     ctx.max_total_pixels = s->o.max_request_pixels;
     ctx.tools = q->tools;
+    ctx.no_thinking = iris_reasoning_disabled_by(q->body);
     iris_err err = {0};
     int rc = q->n_images > 0 ? gate_enter(s, fd) : 0;
     if (rc) {
@@ -511,6 +542,7 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
     memset(g, 0, sizeof *g);
     g->s = s;
     g->kind = kind;
+    iris_reasoning_init(&g->rs, kind == IRIS_OAI_CHAT && iris_engine_reasoning(eng, iris_reasoning_disabled_by(q.body)));
     g->created = (int64_t)time(NULL);
     uint64_t seq = atomic_fetch_add(&s->next_id, 1);
     snprintf(g->id, sizeof g->id, "%s%016" PRIx64 "%08" PRIx64, kind == IRIS_OAI_CHAT ? "chatcmpl-" : "cmpl-",

@@ -15,6 +15,7 @@
 #include "server/media.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "server/reasoning.h"
 #include "server/server.h"
 
 /* One generation: the engine request and what streaming it back needs.
@@ -36,6 +37,7 @@ typedef struct srv_gen {
     double t_submit, t_last, t_check;  /* t_check: the last look at the client's socket */
     int n_tokens;
     struct iris_tool_parser *tools;    /* the <tool_call> parser when calls are parsed (tool_calls.h), else NULL */
+    iris_reasoning rs;                 /* Thinking models: reasoning_content split off (reasoning.h) */
 } srv_gen;
 
 /* One client socket, from accept to close (MHD's connection notices), for

@@ -9,6 +9,8 @@
  * and header-only copies of them (iris_synth_write_headers) for `iris plan`.
  * Does not: produce meaningful weights (the logits are noise), or a tied
  * lm_head (not stored, as the real 2B/4B files; the 8B's is untied, stored).
+ * Text presets (qwen3-0.6b, qwen3-tiny) write Qwen3ForCausalLM checkpoints:
+ * no vision tower, the decoder under "model.", Qwen3's flat config.json.
  */
 #include "tools/synth.h"
 
@@ -43,23 +45,29 @@ typedef struct preset {
     int n_deepstack, deepstack[3];
     int mrope_section[3];
     int tie_word_embeddings;   /* 0: lm_head.weight is stored (8B) */
+    int text;                  /* Qwen3ForCausalLM: no vision tower, tensors under "model.", 1-D RoPE */
 } preset;
 
 /* The shapes of the published checkpoints: 2B and 4B from QWEN3VL.md §1.1; 8B from its config.json
  * (a SigLIP-2-sized ViT of 27 blocks, DeepStack from blocks 8/16/24, an untied lm_head), which
  * QWEN3VL.md does not cover. */
 static const preset g_presets[] = {
-    {"2B", 2048, 6144, 28, 16, 8, 128, 151936, 24, 1024, 4096, 16, 2304, 2048, 3, {5, 11, 17}, {24, 20, 20}, 1},
-    {"4B", 2560, 9728, 36, 32, 8, 128, 151936, 24, 1024, 4096, 16, 2304, 2560, 3, {5, 11, 17}, {24, 20, 20}, 1},
-    {"8B", 4096, 12288, 36, 32, 8, 128, 151936, 27, 1152, 4304, 16, 2304, 4096, 3, {8, 16, 24}, {24, 20, 20}, 0},
+    {"2B", 2048, 6144, 28, 16, 8, 128, 151936, 24, 1024, 4096, 16, 2304, 2048, 3, {5, 11, 17}, {24, 20, 20}, 1, 0},
+    {"4B", 2560, 9728, 36, 32, 8, 128, 151936, 24, 1024, 4096, 16, 2304, 2560, 3, {5, 11, 17}, {24, 20, 20}, 1, 0},
+    {"8B", 4096, 12288, 36, 32, 8, 128, 151936, 27, 1152, 4304, 16, 2304, 4096, 3, {8, 16, 24}, {24, 20, 20}, 0, 0},
     /* tiny: LM dims multiples of 128 (a valid FP8 model), GQA 2:1, 3 layers, a 3-block ViT with an 8x8 grid. */
-    {"tiny", 128, 384, 3, 2, 1, 128, 151936, 3, 64, 128, 2, 64, 128, 2, {0, 1, 0}, {24, 20, 20}, 1},
+    {"tiny", 128, 384, 3, 2, 1, 128, 151936, 3, 64, 128, 2, 64, 128, 2, {0, 1, 0}, {24, 20, 20}, 1, 0},
+    /* Plain Qwen3 text models (Qwen3ForCausalLM): Qwen3-0.6B's shape (its config.json: 28 layers,
+     * hidden 1024, 16/8 heads x 128, tied), and a tiny one whose LM dims are multiples of 128. */
+    {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 151936, 0, 0, 0, 0, 0, 0, 0, {0}, {64, 0, 0}, 1, 1},
+    {"qwen3-tiny", 128, 384, 3, 2, 1, 128, 151936, 0, 0, 0, 0, 0, 0, 0, {0}, {64, 0, 0}, 1, 1},
 };
 
 static const preset *find_preset(const char *like, iris_err *err) {
     for (size_t i = 0; i < sizeof g_presets / sizeof *g_presets; i++)
         if (like && !strcasecmp(like, g_presets[i].name)) return &g_presets[i];
-    iris_err_set(err, IRIS_EINVAL, "--like %s: unknown shape (use 2B, 4B, 8B or tiny)", like ? like : "(none)");
+    iris_err_set(err, IRIS_EINVAL, "--like %s: unknown shape (use 2B, 4B, 8B, tiny, qwen3-0.6b or qwen3-tiny)",
+                 like ? like : "(none)");
     return NULL;
 }
 
@@ -126,7 +134,7 @@ static void linear(emit_ctx *e, int fp8, int64_t out, int64_t in, const char *pr
     emit(e, K_SCALE, IRIS_DT_F32, 2, S2((out + 127) / 128, (in + 127) / 128), "%s.weight_scale_inv", prefix);
 }
 
-static void list_tensors(const preset *p, int vocab, int fp8, emit_ctx *e) {
+static void list_vision(const preset *p, emit_ctx *e) {
     int64_t vh = p->v_hidden_size, vi = p->v_intermediate_size, mh = vh * 4, out = p->v_out_hidden_size;
     emit(e, K_WEIGHT, IRIS_DT_BF16, 5, ((const int64_t[]){vh, 3, 2, 16, 16}), "model.visual.patch_embed.proj.weight");
     emit(e, K_BIAS, IRIS_DT_BF16, 1, S1(vh), "model.visual.patch_embed.proj.bias");
@@ -161,12 +169,17 @@ static void list_tensors(const preset *p, int vocab, int fp8, emit_ctx *e) {
         emit(e, K_WEIGHT, IRIS_DT_BF16, 2, S2(out, mh), "%s.%d.linear_fc2.weight", pre, k);
         emit(e, K_BIAS, IRIS_DT_BF16, 1, S1(out), "%s.%d.linear_fc2.bias", pre, k);
     }
+}
+
+static void list_tensors(const preset *p, int vocab, int fp8, emit_ctx *e) {
+    if (!p->text) list_vision(p, e);
+    const char *lm = p->text ? "model." : "model.language_model.";
     int64_t h = p->hidden_size, im = p->intermediate_size, hd = p->head_dim;
     int64_t q = p->num_attention_heads * hd, kv = p->num_key_value_heads * hd;
-    emit(e, K_WEIGHT, IRIS_DT_BF16, 2, S2(vocab, h), "model.language_model.embed_tokens.weight");
+    emit(e, K_WEIGHT, IRIS_DT_BF16, 2, S2(vocab, h), "%sembed_tokens.weight", lm);
     for (int il = 0; il < p->num_hidden_layers; il++) {
         char pre[128];
-        snprintf(pre, sizeof pre, "model.language_model.layers.%d", il);
+        snprintf(pre, sizeof pre, "%slayers.%d", lm, il);
         char n[192];
         emit(e, K_NORM, IRIS_DT_BF16, 1, S1(h), "%s.input_layernorm.weight", pre);
         snprintf(n, sizeof n, "%s.self_attn.q_proj", pre), linear(e, fp8, q, h, n);
@@ -180,7 +193,7 @@ static void list_tensors(const preset *p, int vocab, int fp8, emit_ctx *e) {
         snprintf(n, sizeof n, "%s.mlp.up_proj", pre), linear(e, fp8, im, h, n);
         snprintf(n, sizeof n, "%s.mlp.down_proj", pre), linear(e, fp8, h, im, n);
     }
-    emit(e, K_NORM, IRIS_DT_BF16, 1, S1(h), "model.language_model.norm.weight");
+    emit(e, K_NORM, IRIS_DT_BF16, 1, S1(h), "%snorm.weight", lm);
     if (!p->tie_word_embeddings) emit(e, K_WEIGHT, IRIS_DT_BF16, 2, S2(vocab, h), "lm_head.weight");
 }
 
@@ -200,10 +213,53 @@ static json_t *int_array(const int *v, int n) {
     return a;
 }
 
+/* Qwen3ForCausalLM's config.json (Qwen3-0.6B's keys): the text keys at the top level. */
+static json_t *text_model_config(const iris_synth_opts *o, const preset *p) {
+    json_t *c = json_object();
+    json_object_set_new(c, "architectures", json_pack("[s]", "Qwen3ForCausalLM"));
+    json_object_set_new(c, "attention_bias", json_false());
+    json_object_set_new(c, "attention_dropout", json_real(0.0));
+    json_object_set_new(c, "bos_token_id", json_integer(151643));
+    json_object_set_new(c, "eos_token_id", json_integer(151645));
+    json_object_set_new(c, "head_dim", json_integer(p->head_dim));
+    json_object_set_new(c, "hidden_act", json_string("silu"));
+    json_object_set_new(c, "hidden_size", json_integer(p->hidden_size));
+    json_object_set_new(c, "initializer_range", json_real(0.02));
+    json_object_set_new(c, "intermediate_size", json_integer(p->intermediate_size));
+    json_object_set_new(c, "max_position_embeddings", json_integer(40960));
+    json_object_set_new(c, "max_window_layers", json_integer(p->num_hidden_layers));
+    json_object_set_new(c, "model_type", json_string("qwen3"));
+    json_object_set_new(c, "num_attention_heads", json_integer(p->num_attention_heads));
+    json_object_set_new(c, "num_hidden_layers", json_integer(p->num_hidden_layers));
+    json_object_set_new(c, "num_key_value_heads", json_integer(p->num_key_value_heads));
+    json_object_set_new(c, "rms_norm_eps", json_real(1e-6));
+    json_object_set_new(c, "rope_scaling", json_null());
+    json_object_set_new(c, "rope_theta", json_integer(1000000));
+    json_object_set_new(c, "sliding_window", json_null());
+    json_object_set_new(c, "tie_word_embeddings", json_boolean(p->tie_word_embeddings));
+    json_object_set_new(c, "torch_dtype", json_string("bfloat16"));
+    json_object_set_new(c, "transformers_version", json_string("4.51.0"));
+    json_object_set_new(c, "use_cache", json_true());
+    json_object_set_new(c, "use_sliding_window", json_false());
+    json_object_set_new(c, "vocab_size", json_integer(o->vocab_size > 0 ? o->vocab_size : p->vocab_size));
+    if (o->fp8)
+        json_object_set_new(c, "quantization_config",
+                            json_pack("{s:s, s:s, s:s, s:[i,i], s:[s]}", "quant_method", "fp8", "fmt", "e4m3",
+                                      "activation_scheme", "dynamic", "weight_block_size", 128, 128,
+                                      "modules_to_not_convert", "lm_head"));
+    return c;
+}
+
 int iris_synth_config_json(const iris_synth_opts *o, char **out, iris_err *err) {
     *out = NULL;
     const preset *p = find_preset(o->like, err);
     if (!p) return IRIS_EINVAL;
+    if (p->text) {
+        json_t *c = text_model_config(o, p);
+        *out = json_dumps(c, JSON_INDENT(2));
+        json_decref(c);
+        return *out ? 0 : iris_err_set(err, IRIS_ENOMEM, "synth: out of memory");
+    }
     json_t *c = json_object(), *t = json_object(), *v = json_object(), *rs = json_object();
     json_object_set_new(c, "architectures", json_pack("[s]", "Qwen3VLForConditionalGeneration"));
     json_object_set_new(c, "image_token_id", json_integer(151655));
@@ -529,8 +585,8 @@ int iris_synth_write(const char *dir, const iris_synth_opts *o, iris_err *err) {
         rc = write_text(dir, "config.json", cfg, err);
     }
     if (!rc) rc = write_text(dir, "generation_config.json", g_generation_config, err);
-    if (!rc) rc = write_text(dir, "preprocessor_config.json", g_preprocessor_config, err);
-    if (!rc) rc = write_text(dir, "video_preprocessor_config.json", g_video_preprocessor_config, err);
+    if (!rc && !p->text) rc = write_text(dir, "preprocessor_config.json", g_preprocessor_config, err);
+    if (!rc && !p->text) rc = write_text(dir, "video_preprocessor_config.json", g_video_preprocessor_config, err);
     if (!rc && o->tokenizer) {
         rc = copy_beside(o->tokenizer, "tokenizer.json", dir, 1, err);
         static const char *const side[] = {"tokenizer_config.json", "chat_template.json", "chat_template.jinja",

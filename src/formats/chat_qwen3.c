@@ -1,0 +1,468 @@
+/* chat_qwen3.c: the chat templates of the Qwen3 family that think, rendered in C (chat.h).
+ *
+ * Three templates, each kept verbatim under tests/fixtures/chat/ and checked against
+ * transformers' apply_chat_template by tests/test_chat_qwen3.c:
+ *   - IRIS_CHAT_QWEN3VL_THINKING: Qwen3-VL-*-Thinking's chat_template.json
+ *     (qwen3vl_thinking_chat_template.jinja): content through its render_content macro
+ *     (images and videos in every role, the system message too), the generation prompt
+ *     "<|im_start|>assistant\n<think>\n";
+ *   - IRIS_CHAT_QWEN3: plain Qwen3's tokenizer_config template (qwen3_chat_template.jinja):
+ *     string content only (a list renders as ''), enable_thinking=False closes an empty
+ *     think block in the generation prompt;
+ *   - IRIS_CHAT_QWEN3_THINKING: the same with the generation prompt opening <think>
+ *     (Qwen3-*-Thinking-2507).
+ * What they share and Qwen3-VL-Instruct's template (chat.c) does not: an assistant turn after the
+ * last real user query shows its reasoning ("<think>\nR\n</think>\n\n" + content), taken from
+ * reasoning_content or split off the content at "</think>"; earlier turns drop it.
+ *
+ * Template behaviour kept on purpose: images in the Thinking system message are rendered in the
+ * header without being counted, then counted when the loop passes that message, so with
+ * add_vision_id the header says "Picture 0: " and later pictures are numbered after it; images of
+ * messages whose role renders nothing (not user, system, assistant or tool) still advance the
+ * count.  Where Jinja fails (a null content in render_content, a list in plain Qwen3's system
+ * message) or would render a Python repr, we answer IRIS_EINVAL; plain Qwen3 renders a null
+ * content as '', as transformers does.  Tools: not rendered yet (IRIS_EUNSUPPORTED, as chat.c).
+ */
+#include "chat.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+typedef struct buf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} buf;
+
+static void put(buf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
+
+typedef struct render {
+    buf out;
+    const iris_chat_opts *opts;
+    int vl;                        /* the Thinking VL template's render_content */
+    int image_count, video_count;  /* the template's counters (labels) */
+    int n_images, n_videos;        /* pads written to the output */
+} render;
+
+/* A rendered piece of content with the pads it holds. */
+typedef struct piece {
+    buf b;
+    int n_images, n_videos;
+} piece;
+
+static int is_image_part(const json_t *p) {
+    const char *type = json_string_value(json_object_get(p, "type"));
+    return json_object_get(p, "image") || json_object_get(p, "image_url") || (type && !strcmp(type, "image"));
+}
+
+static int is_video_part(const json_t *p) {
+    const char *type = json_string_value(json_object_get(p, "type"));
+    return json_object_get(p, "video") || (type && !strcmp(type, "video"));
+}
+
+/* The content of message mi as the template sees it: render_content(content, count) for the
+ * VL template; `content if content is string else ''` for plain Qwen3. */
+static int content_of(render *r, const json_t *content, int count, size_t mi, piece *out, iris_err *err) {
+    memset(out, 0, sizeof *out);
+    put(&out->b, "", 0);
+    if (r->vl && json_is_null(content)) /* render_content iterates it: Jinja's TypeError */
+        return iris_err_set(err, IRIS_EINVAL, "message %zu: \"content\" is null; this model's template needs a "
+                            "string or a list of parts (send \"\" for none)", mi);
+    if (!content || json_is_null(content)) return 0;
+    if (json_is_string(content)) {
+        put(&out->b, json_string_value(content), json_string_length(content));
+        return 0;
+    }
+    if (!r->vl) return 0;
+    if (!json_is_array(content))
+        return iris_err_set(err, IRIS_EINVAL, "message %zu: \"content\" must be a string or an array of parts", mi);
+    size_t pi;
+    json_t *p;
+    char label[48];
+    json_array_foreach((json_t *)content, pi, p) {
+        if (!json_is_object(p))
+            return iris_err_set(err, IRIS_EINVAL, "message %zu, content part %zu is not an object", mi, pi);
+        if (is_image_part(p)) {
+            if (count) r->image_count++;
+            if (r->opts->add_vision_id) {
+                snprintf(label, sizeof label, "Picture %d: ", r->image_count);
+                puts_(&out->b, label);
+            }
+            puts_(&out->b, "<|vision_start|><|image_pad|><|vision_end|>");
+            out->n_images++;
+        } else if (is_video_part(p)) {
+            if (count) r->video_count++;
+            if (r->opts->add_vision_id) {
+                snprintf(label, sizeof label, "Video %d: ", r->video_count);
+                puts_(&out->b, label);
+            }
+            puts_(&out->b, "<|vision_start|><|video_pad|><|vision_end|>");
+            out->n_videos++;
+        } else if (json_object_get(p, "text")) {
+            const json_t *t = json_object_get(p, "text");
+            if (!json_is_string(t))
+                return iris_err_set(err, IRIS_EINVAL, "message %zu, content part %zu: \"text\" must be a string", mi,
+                                    pi);
+            put(&out->b, json_string_value(t), json_string_length(t));
+        }
+    }
+    return 0;
+}
+
+static void emit(render *r, const piece *pc) {
+    put(&r->out, pc->b.p, pc->b.n);
+    r->n_images += pc->n_images;
+    r->n_videos += pc->n_videos;
+}
+
+static const char *role_of(const json_t *m) { return json_string_value(json_object_get(m, "role")); }
+
+static int starts_with(const char *s, size_t n, const char *pre) {
+    size_t k = strlen(pre);
+    return n >= k && !memcmp(s, pre, k);
+}
+
+static int ends_with(const char *s, size_t n, const char *suf) {
+    size_t k = strlen(suf);
+    return n >= k && !memcmp(s + n - k, suf, k);
+}
+
+/* ns.last_query_index: the last user message that is not a wrapped tool response. */
+static int last_query_index(render *r, const json_t *messages, size_t n, size_t *out, iris_err *err) {
+    *out = n - 1;
+    for (size_t k = n; k-- > 0;) {
+        const json_t *m = json_array_get(messages, k);
+        const char *role = role_of(m);
+        const json_t *content = json_object_get(m, "content");
+        if (!role || strcmp(role, "user")) continue;
+        if (!r->vl && !json_is_string(content)) continue;  /* plain Qwen3: `message.content is string and ...` */
+        piece pc;
+        int rc = content_of(r, content, 0, k, &pc, err);
+        int wrapped = !rc && starts_with(pc.b.p, pc.b.n, "<tool_response>") &&
+                      ends_with(pc.b.p, pc.b.n, "</tool_response>");
+        free(pc.b.p);
+        if (rc) return rc;
+        if (!wrapped) {
+            *out = k;
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* Python's s.strip(chars) variants for '\n'. */
+static void trim_nl(const char **s, size_t *n, int left, int right) {
+    while (left && *n && **s == '\n') (*s)++, (*n)--;
+    while (right && *n && (*s)[*n - 1] == '\n') (*n)--;
+}
+
+static const char *find_last(const char *s, size_t n, const char *needle) {
+    size_t k = strlen(needle);
+    for (size_t i = n >= k ? n - k + 1 : 0; i-- > 0;)
+        if (!memcmp(s + i, needle, k)) return s + i;
+    return NULL;
+}
+
+static const char *find_first(const char *s, size_t n, const char *needle) {
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(s + i, needle, k)) return s + i;
+    return NULL;
+}
+
+/* {%- if message.tool_calls %}: as chat.c, but the first call's newline follows the content
+ * left after the reasoning was split off. */
+static int put_tool_calls(render *r, const json_t *m, size_t mi, int has_content, iris_err *err) {
+    const json_t *calls = json_object_get(m, "tool_calls");
+    if (!calls || json_is_null(calls) || (json_is_array(calls) && json_array_size(calls) == 0)) return 0;
+    if (!json_is_array(calls)) return iris_err_set(err, IRIS_EINVAL, "message %zu: \"tool_calls\" must be an array", mi);
+    size_t ci;
+    json_t *call;
+    json_array_foreach((json_t *)calls, ci, call) {
+        if (!json_is_object(call))
+            return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu is not an object", mi, ci);
+        if ((ci == 0 && has_content) || ci > 0) puts_(&r->out, "\n");
+        const json_t *fn = json_object_get(call, "function");
+        if (json_is_object(fn) && json_object_size(fn) > 0) call = (json_t *)fn;
+        const json_t *name = json_object_get(call, "name"), *args = json_object_get(call, "arguments");
+        if (name && !json_is_string(name))
+            return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu: \"name\" must be a string", mi, ci);
+        if (!args) return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu has no \"arguments\"", mi, ci);
+        puts_(&r->out, "<tool_call>\n{\"name\": \"");
+        if (name) put(&r->out, json_string_value(name), json_string_length(name));
+        puts_(&r->out, "\", \"arguments\": ");
+        if (json_is_string(args)) {
+            put(&r->out, json_string_value(args), json_string_length(args));
+        } else {
+            char *j = iris_chat_tojson(args);
+            if (!j) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+            puts_(&r->out, j);
+            free(j);
+        }
+        puts_(&r->out, "}\n</tool_call>");
+    }
+    return 0;
+}
+
+/* An assistant turn: the reasoning kept after the last query, dropped before it. */
+static int put_assistant(render *r, const json_t *m, size_t mi, size_t n, size_t lqi, iris_err *err) {
+    piece pc;
+    int rc = content_of(r, json_object_get(m, "content"), 1, mi, &pc, err);
+    if (rc) {
+        free(pc.b.p);
+        return rc;
+    }
+    const char *c = pc.b.p, *reason = "";
+    size_t cn = pc.b.n, rn = 0;
+    const json_t *rcj = json_object_get(m, "reasoning_content");
+    const char *end = find_first(c, cn, "</think>");
+    if (json_is_string(rcj)) {
+        reason = json_string_value(rcj), rn = json_string_length(rcj);
+    } else if (end) {
+        /* content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
+        size_t before = (size_t)(end - c);
+        trim_nl(&c, &before, 0, 1);
+        const char *open = find_last(c, before, "<think>");
+        reason = open ? open + 7 : c;
+        rn = before - (size_t)(reason - c);
+        trim_nl(&reason, &rn, 1, 0);
+        /* content.split('</think>')[-1].lstrip('\n') */
+        const char *last = find_last(pc.b.p, pc.b.n, "</think>") + 8;
+        c = last, cn = pc.b.n - (size_t)(last - pc.b.p);
+        trim_nl(&c, &cn, 1, 0);
+    }
+    puts_(&r->out, "<|im_start|>assistant\n");
+    if (mi > lqi && (mi + 1 == n || rn > 0)) {
+        const char *rs = reason;
+        size_t rsn = rn;
+        trim_nl(&rs, &rsn, 1, 1);
+        puts_(&r->out, "<think>\n");
+        put(&r->out, rs, rsn);
+        puts_(&r->out, "\n</think>\n\n");
+        trim_nl(&c, &cn, 1, 0);
+    }
+    put(&r->out, c, cn);
+    r->n_images += pc.n_images;
+    r->n_videos += pc.n_videos;
+    rc = put_tool_calls(r, m, mi, cn > 0, err);
+    free(pc.b.p);
+    if (!rc) puts_(&r->out, "<|im_end|>\n");
+    return rc;
+}
+
+static int put_message(render *r, const json_t *messages, size_t mi, size_t n, size_t lqi, iris_err *err) {
+    const json_t *m = json_array_get(messages, mi);
+    const char *role = role_of(m);
+    if (role && !strcmp(role, "assistant")) return put_assistant(r, m, mi, n, lqi, err);
+    piece pc;
+    int rc = content_of(r, json_object_get(m, "content"), 1, mi, &pc, err);
+    if (!rc && role && (!strcmp(role, "user") || (!strcmp(role, "system") && mi > 0))) {
+        puts_(&r->out, "<|im_start|>");
+        puts_(&r->out, role);
+        puts_(&r->out, "\n");
+        emit(r, &pc);
+        puts_(&r->out, "<|im_end|>\n");
+    } else if (!rc && role && !strcmp(role, "tool")) {
+        const char *prev = mi > 0 ? role_of(json_array_get(messages, mi - 1)) : NULL;
+        const char *next = mi + 1 < n ? role_of(json_array_get(messages, mi + 1)) : NULL;
+        if (mi == 0 || !prev || strcmp(prev, "tool")) puts_(&r->out, "<|im_start|>user");
+        puts_(&r->out, "\n<tool_response>\n");
+        emit(r, &pc);
+        puts_(&r->out, "\n</tool_response>");
+        if (mi + 1 == n || !next || strcmp(next, "tool")) puts_(&r->out, "<|im_end|>\n");
+    }
+    free(pc.b.p);
+    return rc;
+}
+
+int iris_chat_render_qwen3(const json_t *messages, const json_t *tools, const iris_chat_opts *opts, char **out,
+                           size_t *out_len, iris_chat_info *info, iris_err *err) {
+    *out = NULL;
+    if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0))
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "tools are not supported yet: send the request without \"tools\"");
+    if (!json_is_array(messages)) return iris_err_set(err, IRIS_EINVAL, "\"messages\" must be an array");
+    size_t n = json_array_size(messages), mi;
+    if (n == 0) return iris_err_set(err, IRIS_EINVAL, "\"messages\" is empty");
+    json_t *m;
+    json_array_foreach((json_t *)messages, mi, m)
+        if (!json_is_object(m)) return iris_err_set(err, IRIS_EINVAL, "message %zu is not an object", mi);
+    render r = {.opts = opts, .vl = opts->style == IRIS_CHAT_QWEN3VL_THINKING};
+    int rc = 0;
+    const json_t *first = json_array_get(messages, 0);
+    const char *role0 = role_of(first);
+    if (role0 && !strcmp(role0, "system")) {
+        const json_t *c = json_object_get(first, "content");
+        if (!r.vl && !json_is_string(c)) {
+            rc = iris_err_set(err, IRIS_EINVAL, "message 0: this model's template needs the system \"content\" as a "
+                              "string");
+        } else {
+            piece pc;
+            rc = content_of(&r, c, 0, 0, &pc, err);
+            puts_(&r.out, "<|im_start|>system\n");
+            if (!rc) emit(&r, &pc);
+            puts_(&r.out, "<|im_end|>\n");
+            free(pc.b.p);
+        }
+    }
+    size_t lqi = 0;
+    if (!rc) rc = last_query_index(&r, messages, n, &lqi, err);
+    for (mi = 0; mi < n && !rc; mi++) rc = put_message(&r, messages, mi, n, lqi, err);
+    if (!rc && opts->add_generation_prompt) {
+        puts_(&r.out, "<|im_start|>assistant\n");
+        if (opts->style != IRIS_CHAT_QWEN3) puts_(&r.out, "<think>\n");
+        else if (opts->no_thinking) puts_(&r.out, "<think>\n\n</think>\n\n");
+    }
+    if (!rc && r.out.oom) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory rendering the chat");
+    if (rc) {
+        free(r.out.p);
+        return rc;
+    }
+    if (!r.out.p) puts_(&r.out, "");
+    *out = r.out.p;
+    if (out_len) *out_len = r.out.n;
+    if (info) {
+        info->n_images = r.n_images;
+        info->n_videos = r.n_videos;
+    }
+    return 0;
+}
+
+/* ---- which template a checkpoint has ------------------------------------------------------ */
+
+int iris_chat_style_of(const char *t, int vision) {
+    /* A vision model's template renders images; one that cannot (a text tokenizer's, copied
+     * beside a synthetic checkpoint) is not the model's: Instruct's is used. */
+    if (!t || (vision && !strstr(t, "<|image_pad|>"))) return IRIS_CHAT_QWEN3VL;
+    if (strstr(t, "enable_thinking")) return IRIS_CHAT_QWEN3;
+    if (strstr(t, "<|im_start|>assistant\\n<think>\\n"))
+        return strstr(t, "<|image_pad|>") ? IRIS_CHAT_QWEN3VL_THINKING : IRIS_CHAT_QWEN3_THINKING;
+    return IRIS_CHAT_QWEN3VL;
+}
+
+const char *iris_chat_style_name(int style) {
+    switch (style) {
+    case IRIS_CHAT_QWEN3VL_THINKING: return "Qwen3-VL Thinking";
+    case IRIS_CHAT_QWEN3: return "Qwen3 (enable_thinking)";
+    case IRIS_CHAT_QWEN3_THINKING: return "Qwen3 Thinking";
+    default: return "Qwen3-VL Instruct";
+    }
+}
+
+int iris_chat_reasoning(const iris_chat_opts *o) {
+    return o->style == IRIS_CHAT_QWEN3VL_THINKING || o->style == IRIS_CHAT_QWEN3_THINKING ||
+           (o->style == IRIS_CHAT_QWEN3 && !o->no_thinking);
+}
+
+/* The text of dir/name, or NULL (caller frees); only files under 4 MiB. */
+static char *slurp(const char *dir, const char *name) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *s = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n >= 0 && n < (4 << 20) && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1))) {
+        if (fread(s, 1, (size_t)n, f) != (size_t)n) {
+            free(s);
+            s = NULL;
+        } else {
+            s[n] = 0;
+        }
+    }
+    fclose(f);
+    return s;
+}
+
+/* "chat_template" of a JSON file: a string, or the "default" entry of a list of named ones. */
+static int style_of_json(const char *text, int vision, int *style) {
+    json_t *root = text ? json_loads(text, 0, NULL) : NULL;
+    json_t *t = root ? json_object_get(root, "chat_template") : NULL;
+    size_t i;
+    json_t *x;
+    if (json_is_array(t)) {
+        json_t *list = t;
+        t = NULL;
+        json_array_foreach(list, i, x) {
+            const char *name = json_string_value(json_object_get(x, "name"));
+            if (name && !strcmp(name, "default")) t = json_object_get(x, "template");
+        }
+    }
+    int found = json_is_string(t);
+    if (found) *style = iris_chat_style_of(json_string_value(t), vision);
+    json_decref(root);
+    return found;
+}
+
+int iris_chat_style_load(const char *dir, int vision) {
+    int style = IRIS_CHAT_QWEN3VL;
+    char *s = slurp(dir, "chat_template.jinja");
+    if (s) {
+        style = iris_chat_style_of(s, vision);
+        free(s);
+        return style;
+    }
+    static const char *const files[] = {"chat_template.json", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        s = slurp(dir, files[i]);
+        int found = style_of_json(s, vision, &style);
+        free(s);
+        if (found) break;
+    }
+    return style;
+}
+
+/* ---- string-content templates ---------------------------------------------------------- */
+
+int iris_chat_string_content(int style) { return style == IRIS_CHAT_QWEN3 || style == IRIS_CHAT_QWEN3_THINKING; }
+
+json_t *iris_chat_flatten_text(const json_t *messages, int *n_media) {
+    *n_media = 0;
+    json_t *out = json_deep_copy(messages);
+    size_t mi, pi;
+    json_t *m, *p;
+    json_array_foreach(out, mi, m) {
+        json_t *c = json_object_get(m, "content");
+        if (!json_is_array(c)) continue;
+        buf b = {0};
+        put(&b, "", 0);
+        int first = 1;
+        json_array_foreach(c, pi, p) {
+            if (json_is_object(p) && (is_image_part(p) || is_video_part(p))) {
+                (*n_media)++;
+            } else if (json_is_object(p) && json_is_string(json_object_get(p, "text"))) {
+                if (!first) put(&b, "\n", 1);
+                put(&b, json_string_value(json_object_get(p, "text")), json_string_length(json_object_get(p, "text")));
+                first = 0;
+            }
+        }
+        if (!b.oom && json_object_set_new(m, "content", json_stringn(b.p, b.n))) b.oom = 1;
+        free(b.p);
+        if (b.oom) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
+}
