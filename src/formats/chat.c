@@ -354,9 +354,7 @@ int iris_chat_tokenize(const iris_tok *tok, const char *prompt, size_t len, cons
     int rc = iris_tok_encode(tok, prompt, len, &ids, err);
     size_t k = 0, first = out->n;
     for (size_t i = 0; i < ids.n && !rc; i++) {
-        if (ids.ids[i] == vpad && vpad >= 0) {
-            rc = iris_err_set(err, IRIS_EUNSUPPORTED, "the prompt holds a video; videos are not supported yet");
-        } else if (ids.ids[i] == pad && pad >= 0) {
+        if ((ids.ids[i] == pad && pad >= 0) || (ids.ids[i] == vpad && vpad >= 0)) {
             if (k >= n_images) {
                 rc = iris_err_set(err, IRIS_EINVAL, "the prompt holds more image pads than the %zu images given",
                                   n_images);
@@ -367,7 +365,7 @@ int iris_chat_tokenize(const iris_tok *tok, const char *prompt, size_t len, cons
                                   (int)image_tokens[k]);
                 break;
             }
-            for (int32_t j = 0; j < image_tokens[k] && !rc; j++) rc = iris_tok_ids_push(out, pad, err);
+            for (int32_t j = 0; j < image_tokens[k] && !rc; j++) rc = iris_tok_ids_push(out, ids.ids[i], err);
             k++;
         } else {
             rc = iris_tok_ids_push(out, ids.ids[i], err);

@@ -35,10 +35,11 @@ typedef struct iris_chat_info {
 int iris_chat_render(const json_t *messages, const json_t *tools, const iris_chat_opts *opts, char **out,
                      size_t *out_len, iris_chat_info *info, iris_err *err);
 
-/* Tokenize a rendered prompt, expanding its k-th <|image_pad|> into
- * image_tokens[k] copies (n_images must equal the number of pads).
- * Appends to *out.  Videos are not supported yet (IRIS_EUNSUPPORTED when
- * the prompt holds <|video_pad|>). */
+/* Tokenize a rendered prompt, expanding its k-th pad (<|image_pad|> or
+ * <|video_pad|>, in the order they appear) into image_tokens[k] copies of
+ * itself (n_images must equal the number of pads).  Appends to *out.  A
+ * video's prompt holds one <|video_pad|> per temporal patch (the prompt
+ * builder writes them, with their timestamps). */
 int iris_chat_tokenize(const iris_tok *tok, const char *prompt, size_t len, const int32_t *image_tokens,
                        size_t n_images, iris_tok_ids *out, iris_err *err);
 
