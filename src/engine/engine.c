@@ -60,6 +60,7 @@ void iris_engine_prompt_ctx(const iris_engine *e, iris_prompt_ctx *out) {
     out->tok = e->model->tok;
     out->cfg = &e->model->cfg;
     out->pc = &e->pc;
+    out->video = &e->vopts;
 }
 
 const iris_text *iris_engine_text(const iris_engine *e) { return &e->model->text; }
@@ -683,6 +684,8 @@ static int load(iris_engine *e, iris_err *err) {
     if (!rc) rc = iris_model_open(e->dir, NULL, &e->model, err);
     if (rc) return rc;
     e->pc = e->model->pc;
+    iris_video_opts_default(&e->vopts);
+    if ((rc = iris_video_opts_load(e->dir, &e->vopts, err))) return rc;
     const iris_text_config *tc = &e->model->cfg.text_config;
     if (cuda) {
 #ifdef IRIS_CUDA

@@ -151,8 +151,9 @@ static int image_hash(const int *grid, const float *rows, size_t n_floats, iris_
     return iris_sha256_pieces(grid, 3 * sizeof *grid, rows, n_floats * sizeof *rows, out->b);
 }
 
-/* The token ranges of the prompt's images (runs of image_token_id, in order)
- * and their content hashes. */
+/* The token ranges of the prompt's images (runs of image_token_id, and the
+ * runs of video_token_id of each video's temporal patches, in order) and their
+ * content hashes. */
 static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
     iris_prompt *p = &r->prompt;
     if (p->n_images == 0) return IRIS_OK;
@@ -165,9 +166,11 @@ static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
     for (int i = 0; i < p->n_images; i++) {
         const int *g = p->grid_thw + 3 * i;
         int n_tok = g[0] * (g[1] / m) * (g[2] / m);
-        while (j < n && p->ids.ids[j] != e->model->cfg.image_token_id) j++;
+        /* an image's run of <|image_pad|>, or a video's temporal patch: a run of <|video_pad|> */
+        const int32_t img_id = e->model->cfg.image_token_id, vid_id = e->model->cfg.video_token_id;
+        while (j < n && p->ids.ids[j] != img_id && p->ids.ids[j] != vid_id) j++;
         int k = j;
-        while (k < n && k - j < n_tok && p->ids.ids[k] == e->model->cfg.image_token_id) k++;
+        while (k < n && k - j < n_tok && j < n && p->ids.ids[k] == p->ids.ids[j]) k++;
         if (k - j != n_tok)
             return iris_err_set(err, IRIS_EINVAL, "image %d: the prompt holds %d image tokens where its grid %dx%dx%d "
                                 "needs %d", i + 1, k - j, g[0], g[1], g[2], n_tok);
