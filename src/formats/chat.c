@@ -15,8 +15,9 @@
  *     so is any message whose role is not user/assistant/tool;
  *   - in a system message only parts with a "text" key count (no images);
  *   - a part is an image when its type is "image" or it has an "image" or
- *     "image_url" key; else a video when type "video" or a "video" key; else
- *     its "text" if it has one; anything else renders nothing;
+ *     "image_url" key; else a video when type "video" or a "video" key (or,
+ *     as vLLM maps OpenAI's parts, type "video_url" or a "video_url" key);
+ *     else its "text" if it has one; anything else renders nothing;
  *   - no newline between an image block and the text after it.
  * Where the template would render Python reprs of odd values (a non-string
  * text, a non-object part) we refuse with IRIS_EINVAL instead.
@@ -204,7 +205,8 @@ static int is_image_part(const json_t *p) {
 
 static int is_video_part(const json_t *p) {
     const char *type = json_string_value(json_object_get(p, "type"));
-    return (type && !strcmp(type, "video")) || json_object_get(p, "video");
+    return (type && (!strcmp(type, "video") || !strcmp(type, "video_url"))) || json_object_get(p, "video") ||
+           json_object_get(p, "video_url");
 }
 
 /* The loop over a message's content parts shared by user and tool turns:
