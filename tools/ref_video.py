@@ -18,8 +18,9 @@ Two stages:
       language model receives, the vision embeddings, the logits and 12 greedy tokens for a
       video prompt, an image + video prompt and a rotated-clip prompt.
       Writes OUTDIR/video_ref.npz (arrays) and OUTDIR/video_ref.json (everything else).
-  python3 tools/ref_video.py unpack DIR  (here) splits DIR/video_ref.npz into
-      tests/fixtures/video/ref/*.npy and copies video_ref.json beside them.
+  python3 tools/ref_video.py unpack DIR  (here) writes the tiny-model cases' arrays of
+      DIR/video_ref.npz to tests/fixtures/video/ref/*.npy and copies video_ref.json beside them
+      (the preprocessing cases are compared by the SHA-256 of their pixel values it records).
 
 Why frames and not files on the GPU machine: it has no ffmpeg, PyAV, decord or torchvision
 video reader, and lossless clips mean both sides see the same pixels anyway.  The rotated clip
@@ -434,11 +435,22 @@ def unpack(d):
     dst = os.path.join(FIX, "ref")
     os.makedirs(dst, exist_ok=True)
     z = np.load(os.path.join(d, "video_ref.npz"))
+    res = json.load(open(os.path.join(d, "video_ref.json")))
+    kept, sums = 0, {}
     for k in z.files:
+        # the preprocessing cases are checked by the SHA-256 in video_ref.json, the model cases'
+        # pixel values too (recorded here); their ids, positions and logits are kept whole
+        if k.split(".")[0] not in ["model"] + MODELS or k.endswith(".vision_embeds"):
+            continue
+        if k.endswith(".pixel_values") or k.endswith(".pixel_values_videos"):
+            sums[k] = hashlib.sha256(np.ascontiguousarray(z[k], dtype=np.float32).tobytes()).hexdigest()
+            continue
         np.save(os.path.join(dst, k + ".npy"), z[k])
-    with open(os.path.join(d, "video_ref.json")) as f, open(os.path.join(dst, "video_ref.json"), "w") as g:
-        g.write(f.read())
-    print(f"{len(z.files)} arrays into {dst}")
+        kept += 1
+    res["model_pixels_sha256"] = sums
+    with open(os.path.join(dst, "video_ref.json"), "w") as g:
+        json.dump(res, g, indent=1)
+    print(f"{kept} of {len(z.files)} arrays into {dst}")
 
 
 if __name__ == "__main__":
