@@ -303,3 +303,43 @@ IRIS_TEST(video_prefix_cache) {
     json_decref(msgs);
     iris_engine_close(e);
 }
+
+/* A video over the context is refused with the frame count that would fit, and that count fits. */
+IRIS_TEST(video_context_hint) {
+    if (!iris_video_supported()) IRIS_TEST_SKIP("built without video support (VIDEO=0)");
+    iris_engine_opts o;
+    iris_engine_opts_default(&o);
+    o.model = TINY_DIR "/tiny-gqa/model";
+    o.kv_blocks = 64;
+    o.max_model_len = 256;
+    iris_engine *e = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_engine_open(&o, &e, &err) == 0);
+    json_t *msgs = iris_prompt_one_turn_av(NULL, 0, 1, "What happens?");
+    iris_prompt_video v = {.path = VFIX "e_long.mkv"}; /* 48 frames of 48x32, upscaled: 24 x 16 tokens */
+    iris_prompt_ctx ctx;
+    iris_engine_prompt_ctx(e, &ctx);
+    iris_prompt p;
+    REQUIRE(iris_prompt_build_media(&ctx, msgs, NULL, 0, &v, 1, &p, NULL, &err) == 0);
+    CHECK(p.ids.n > 256);
+    gen_out g;
+    iris_request_params rp;
+    iris_request_params_default(e, &rp);
+    rp.prompt = &p;
+    rp.sampling.max_tokens = 4;
+    iris_request *r = NULL;
+    CHECK(iris_engine_submit(e, &rp, &r, &err) != 0);
+    iris_prompt_free(&p);
+    CHECK_CONTAINS(err.msg, "frames would fit");
+    const char *at = strstr(err.msg, "about ");
+    at = at ? strstr(at + 6, "about ") : NULL;
+    int frames = at ? atoi(at + 6) : 0;
+    CHECKF(frames >= 2, "%s", err.msg);
+    v.max_frames = frames;
+    REQUIRE(iris_prompt_build_media(&ctx, msgs, NULL, 0, &v, 1, &p, NULL, &err) == 0);
+    printf("  %zu tokens with %d frames\n", p.ids.n, frames);
+    greedy(e, &p, 4, &g, &err);
+    CHECKF(g.n == 4, "with %d frames: %s", frames, err.msg);
+    json_decref(msgs);
+    iris_engine_close(e);
+}

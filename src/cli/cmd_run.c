@@ -60,6 +60,7 @@ typedef struct run_args {
     int n_videos;
     double fps;           /* --fps: frames sampled a second (0: the model's, 2) */
     long long max_frames; /* --max-frames (0: the model's, 768) */
+    long long max_video_pixels; /* --max-video-pixels (0: the model's) */
     const char *glob, *from, *out;  /* batch mode (batch.h) */
     int unordered, resume;
     const char *stop[IRIS_MAX_STOP];
@@ -98,6 +99,9 @@ static const iris_opt *own_table(run_args *a) {
                  "cap, transformers' default from 5.22)", 1e-3, 1000, "a number in [0.001, 1000]", NULL);
     t[n++] = OPT("--max-frames", 0, IRIS_OPT_INT, &a->max_frames, "N", "video: frames sampled at most (default 768)",
                  2, 100000, NULL, NULL);
+    t[n++] = OPT("--max-video-pixels", 0, IRIS_OPT_INT, &a->max_video_pixels, "N",
+                 "video: the sampled frames together resized to at most N pixels\n(default: the model's, 25,165,824)",
+                 4096, 1e12, NULL, NULL);
     t[n++] = OPT("--system", 0, IRIS_OPT_STR, &a->system, "TEXT", "a system message", 0, 0, NULL, NULL);
     if (run || ask)
         t[n++] = OPT("--prompt-file", 0, IRIS_OPT_STR, &a->prompt_file, "FILE",
@@ -284,6 +288,7 @@ static int build_prompt(iris_engine *e, const run_args *a, const char *const *im
     if (!msgs) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
     iris_prompt_ctx ctx;
     iris_engine_prompt_ctx(e, &ctx);
+    ctx.max_video_pixels = a->max_video_pixels;
     int rc = iris_prompt_build_media(&ctx, msgs, ims, n, vids, nv, p, NULL, err);
     json_decref(msgs);
     return rc;

@@ -226,6 +226,28 @@ static int build_prompt(iris_engine *e, const iris_request_params *p, iris_promp
     return rc;
 }
 
+/* A video prompt over the context: about how many frames would fit, appended to the message.
+ * A temporal patch costs its <|video_pad|> run plus the timestamp and markers before the next
+ * (the gap between runs, measured). */
+static void video_hint(const iris_engine *e, const iris_prompt *p, int cap, int max_tokens, iris_err *err) {
+    int32_t vid = e->model->cfg.video_token_id;
+    int n = (int)p->ids.n, pads = 0, runs = 0, first = -1, last = -1;
+    for (int i = 0; i < n; i++)
+        if (p->ids.ids[i] == vid) {
+            pads++, runs += i == 0 || p->ids.ids[i - 1] != vid, last = i;
+            if (first < 0) first = i;
+        }
+    if (!err || runs == 0) return;
+    int span = last - first + 1, gap = runs > 1 ? (span - pads + runs - 2) / (runs - 1) : 8;
+    int per = (span + gap + runs - 1) / runs, video = span + gap;
+    int room = cap - 1 - (max_tokens > 0 ? max_tokens : 0) - (n - video);
+    int frames = room > 0 ? 2 * (room / (per > 0 ? per : 1)) : 0;
+    size_t len = strlen(err->msg);
+    snprintf(err->msg + len, sizeof err->msg - len, "; the video(s) take about %d of the %d tokens: about %d frames "
+             "would fit (--max-frames / mm_processor_kwargs.max_frames, or a lower --fps or --max-video-pixels)",
+             video, n, frames);
+}
+
 /* The one context-length check: the prompt leaves room for a token in the context and the
  * KV cache, and max_tokens fits the context.  err->param names what to change. */
 static int check_context(const iris_engine *e, int n, int max_tokens, int cap, iris_err *err) {
@@ -299,6 +321,7 @@ int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_reques
     iris_stop_ids_default(&stop, &e->model->gc);
     if (n < 1) rc = iris_err_set(err, IRIS_EINVAL, "the prompt is empty");
     else rc = check_context(e, n, sp->max_tokens, cap, err);
+    if (rc && r->prompt.n_videos > 0) video_hint(e, &r->prompt, cap, sp->max_tokens, err);
     if (!rc) rc = iris_sampler_init(&r->sampler, sp, &stop, e->model->cfg.text_config.vocab_size, err);
     if (!rc) rc = iris_sampler_add_prompt(r->sampler, r->prompt.ids.ids, n, err);
     if (!rc && sp->json_schema) rc = constrain(e, r, sp->json_schema, &stop, err);

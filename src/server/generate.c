@@ -442,6 +442,7 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
     iris_engine_prompt_ctx(eng, &ctx);
     ctx.max_image_pixels = s->o.max_image_pixels;
     ctx.max_total_pixels = s->o.max_request_pixels;
+    ctx.max_video_pixels = s->o.max_video_pixels;
     iris_err err = {0};
     int rc = media ? gate_enter(s, fd) : 0;
     if (rc) {
