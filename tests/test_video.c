@@ -289,3 +289,25 @@ IRIS_TEST(video_long_clip) {
             (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     iris_video_prep_free(&p);
 }
+
+/* Frames given decoded (no libav needed) prepare exactly as the file they came from. */
+IRIS_TEST(video_decoded_frames_equal_file) {
+    NEED_VIDEO();
+    iris_video_opts o;
+    iris_video_opts_default(&o);
+    int64_t idx[60];
+    for (int i = 0; i < 60; i++) idx[i] = i;
+    uint8_t *rgb = NULL;
+    iris_video_info info;
+    iris_err err = {0};
+    REQUIRE(iris_video_decode_frames(VFIX "b_portrait.mkv", NULL, 0, NULL, &o, idx, 60, &rgb, &info, &err) == 0);
+    iris_video_prep a, b;
+    REQUIRE(iris_video_prepare(VFIX "b_portrait.mkv", NULL, 0, NULL, &o, &a, &err) == 0);
+    REQUIRE(iris_video_prepare_frames(rgb, 60, info.width, info.height, info.fps, &o, &b, &err) == 0);
+    CHECK(a.n_frames == b.n_frames && a.width == b.width && a.height == b.height && a.grid_t == b.grid_t);
+    CHECK(!memcmp(a.rgb, b.rgb, (size_t)a.n_frames * a.width * a.height * 3));
+    CHECK(iris_video_prepare_frames(rgb, 0, info.width, info.height, 24, &o, &b, &err) == IRIS_EINVAL);
+    iris_video_prep_free(&a);
+    iris_video_prep_free(&b);
+    free(rgb);
+}

@@ -465,7 +465,7 @@ static int is_video_file(const char *path) {
     if (!f) return 0;
     size_t n = fread(head, 1, sizeof head, f);
     fclose(f);
-    return iris_video_sniff(head, n) && memcmp(head, "GIF8", 4);
+    return iris_video_sniff(head, n); /* animated GIFs too: the image decoders take none */
 }
 
 /* caption, describe: IMAGE...; ask: IMAGE... QUESTION (or --prompt-file).  One image file is

@@ -276,9 +276,12 @@ static int prepare_videos(const iris_prompt_ctx *ctx, const iris_prompt_video *v
         const char *label = x->label ? x->label : x->path ? x->path : fallback;
         iris_prompt_video_opts(ctx, x, &vo[v]);
         int rc = check_video_opts(ctx, &vo[v], err);
-        if (!rc && (x->path != NULL) + (x->data != NULL) != 1)
-            rc = iris_err_set(err, IRIS_EINVAL, "%s: give exactly one of a path and bytes", label);
-        if (!rc) rc = iris_video_prepare(x->path, x->data, x->n, label, &vo[v], &vp[v], err);
+        if (!rc && (x->path != NULL) + (x->data != NULL) + (x->rgb != NULL) != 1)
+            rc = iris_err_set(err, IRIS_EINVAL, "%s: give exactly one of a path, bytes and decoded frames", label);
+        if (!rc && x->rgb)
+            rc = iris_video_prepare_frames(x->rgb, x->n_frames, x->width, x->height, x->src_fps, &vo[v], &vp[v], err);
+        else if (!rc)
+            rc = iris_video_prepare(x->path, x->data, x->n, label, &vo[v], &vp[v], err);
         if (rc) {
             if (bad_part) *bad_part = n_images + v;
             return rc;

@@ -82,9 +82,11 @@ typedef struct iris_prompt_image {
  * an image's failure (decoding, resizing) *bad_image (when not NULL) is its index, else -1. */
 int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const iris_prompt_image *images,
                       int n_images, iris_prompt *out, int *bad_image, iris_err *err);
-/* One video: exactly one of path and data (n bytes of a container).  fps / max_frames > 0
- * replace the settings' (mm_processor_kwargs, --fps, --max-frames).  label names it in messages
- * (NULL: the path, or "video N"). */
+/* One video: exactly one of path, data (n bytes of a container) and frames already decoded
+ * (rgb: n_frames RGB frames of width x height, HWC, one buffer, not freed here, with their
+ * source frame rate src_fps; needs no libav).  fps / max_frames > 0 replace the settings'
+ * (mm_processor_kwargs, --fps, --max-frames).  label names it in messages (NULL: the path, or
+ * "video N"). */
 typedef struct iris_prompt_video {
     const char *path;
     const void *data;
@@ -92,6 +94,10 @@ typedef struct iris_prompt_video {
     const char *label;
     double fps;
     int max_frames;
+    const uint8_t *rgb;
+    int64_t n_frames;
+    int width, height;
+    double src_fps;
 } iris_prompt_video;
 
 /* The same with videos: messages' video parts are videos[0..n_videos), in order.  Each video

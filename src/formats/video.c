@@ -298,6 +298,12 @@ void iris_video_pad(iris_video_prep *p) {
 
 int iris_video_prepare_frames(const uint8_t *rgb, int64_t n_frames, int width, int height, double fps,
                               const iris_video_opts *o, iris_video_prep *out, iris_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!rgb || n_frames <= 0 || width <= 0 || height <= 0)
+        return iris_err_set(err, IRIS_EINVAL, "decoded video: %lld frames of %dx%d", (long long)n_frames, width, height);
+    if ((int64_t)width * height > o->max_frame_pixels)
+        return iris_err_set(err, IRIS_ELIMIT, "decoded video: frames of %dx%d are over the limit of %lld pixels", width,
+                            height, (long long)o->max_frame_pixels);
     iris_video_info info = {.width = width, .height = height, .fps = fps, .n_frames = n_frames};
     snprintf(info.codec, sizeof info.codec, "rgb24");
     int rc = iris_video_plan(&info, o, out, err);
