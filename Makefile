@@ -8,12 +8,22 @@ CC      ?= cc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 BUILD   ?= build
 PKGS    := jansson libpcre2-8 libutf8proc libjpeg spng libwebp libcurl libcrypto libmicrohttpd openblas
+# Video decoding (src/formats/video_decode.c) with FFmpeg's libraries when pkg-config finds them;
+# VIDEO=0 leaves them out (scripts/gpu-check's pack: the GPU machine has none), and then iris says
+# "built without video support" for a video.  Objects are not rebuilt when VIDEO changes: use
+# another BUILD directory.
+VIDEO_PKGS := libavformat libavcodec libswscale libavutil
+VIDEO   ?= $(shell pkg-config --exists $(VIDEO_PKGS) 2>/dev/null && echo 1 || echo 0)
+ifeq ($(VIDEO),1)
+PKGS    += $(VIDEO_PKGS)
+VIDEO_DEF := -DIRIS_VIDEO=1
+endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 OPT     ?= -O2 -march=x86-64-v2
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -Wno-format-truncation -g $(OPT) \
-           -Iinclude -Isrc -Isrc/base $(PKG_CFLAGS) -MMD -MP -pthread
+           -Iinclude -Isrc -Isrc/base $(PKG_CFLAGS) $(VIDEO_DEF) -MMD -MP -pthread
 LDLIBS  += $(PKG_LIBS) -lm -pthread
 
 LIB_SRC := $(wildcard src/base/*.c src/formats/*.c src/hub/*.c src/model/*.c src/tools/*.c src/backend/*.c src/backend/cpu/*.c \
@@ -137,7 +147,7 @@ $(BUILD)/iris-test-gpu: $(GPU_TEST_OBJ) $(CU_OBJ) $(BUILD)/libiris.a
 # Fuzz targets: the library rebuilt with clang's libFuzzer + ASan instrumentation.
 FUZZ_CC    ?= clang
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer-no-link,address,undefined \
-              -Iinclude -Isrc -Isrc/base $(PKG_CFLAGS) -pthread
+              -Iinclude -Isrc -Isrc/base $(PKG_CFLAGS) $(VIDEO_DEF) -pthread
 FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_LIBOBJ:= $(LIB_SRC:%.c=$(BUILD)/fuzz/%.o)

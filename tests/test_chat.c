@@ -179,8 +179,12 @@ IRIS_TEST(chat_tokenize_counts) {
     CHECK_EQ_INT(iris_chat_tokenize(tok, p, strlen(p), NULL, 0, &ids, &err), IRIS_EINVAL);
     CHECK_EQ_INT(iris_chat_tokenize(tok, p, strlen(p), &zero, 1, &ids, &err), IRIS_EINVAL);
     const char *v = "<|vision_start|><|video_pad|><|vision_end|>";
-    CHECK_EQ_INT(iris_chat_tokenize(tok, v, strlen(v), NULL, 0, &ids, &err), IRIS_EUNSUPPORTED);
+    CHECK_EQ_INT(iris_chat_tokenize(tok, v, strlen(v), NULL, 0, &ids, &err), IRIS_EINVAL);
     CHECK_EQ_INT(ids.n, n0); /* failures append nothing */
+    int32_t vt = 2; /* a video's temporal patch: its pad repeated, as a video pad */
+    REQUIRE(iris_chat_tokenize(tok, v, strlen(v), &vt, 1, &ids, &err) == 0);
+    CHECK_EQ_INT(ids.n, n0 + 4);
+    CHECK(ids.ids[n0 + 1] == 151656 && ids.ids[n0 + 2] == 151656 && ids.ids[n0 + 3] == 151653);
     iris_tok_ids_free(&ids);
     iris_tok_free(tok);
 }

@@ -27,7 +27,11 @@
  * caption, ask and describe also take many images (several, directories,
  * --from LIST): batch mode (batch.h) builds and submits each image's prompt
  * through the same two functions (build_prompt, submit_prompt) on an engine
- * of max_num_seqs sequences, and writes JSON lines. */
+ * of max_num_seqs sequences, and writes JSON lines.
+ *
+ * Videos: `iris run --video PATH`, or one video file given to caption, ask
+ * or describe (recognized by its first bytes), with --fps and --max-frames
+ * over the model's video settings (engine/prompt.h). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +52,8 @@
 #define MAX_IMAGES 64
 
 static const char *CAPTION_PROMPT = "Describe this image in one sentence.";
+static const char *CAPTION_VIDEO_PROMPT = "Describe this video in one sentence.";
+#define MAX_VIDEOS 8
 static const char *DESCRIBE_PROMPT =
     "Analyze this scene. List the objects you see with their colours and positions, describe the setting and "
     "any activities, and transcribe any visible text.";
@@ -82,6 +88,11 @@ typedef struct run_args {
     const char *cmd, *model, *system, *prompt, *prompt_file, *schema_file;
     const char *images[MAX_IMAGES];
     int n_images;
+    const char *videos[MAX_VIDEOS];  /* --video, or a video file given to caption/ask/describe */
+    int n_videos;
+    double fps;           /* --fps: frames sampled a second (0: the model's, 2) */
+    long long max_frames; /* --max-frames (0: the model's, 768) */
+    long long max_video_pixels; /* --max-video-pixels (0: the model's) */
     const char *glob, *from, *out;  /* batch mode (batch.h) */
     int unordered, resume;
     const char *stop[IRIS_MAX_STOP];
@@ -112,6 +123,19 @@ static const iris_opt *own_table(run_args *a) {
         t[n] = OPT("--image", 0, IRIS_OPT_LIST, a->images, "PATH", "an image (repeatable)", 0, 0, NULL, &a->n_images);
         t[n++].max = MAX_IMAGES;
     }
+    if (run) {
+        t[n] = OPT("--video", 0, IRIS_OPT_LIST, a->videos, "PATH", "a video (repeatable; after the images)", 0, 0, NULL,
+                   &a->n_videos);
+        t[n++].max = MAX_VIDEOS;
+    }
+    t[n++] = OPT("--fps", 0, IRIS_OPT_NUM, &a->fps, "F",
+                 "video: frames sampled a second (default 2, Qwen3-VL's; frames sized\nwith qwen-vl-utils' per-frame "
+                 "cap, transformers' default from 5.22)", 1e-3, 1000, "a number in [0.001, 1000]", NULL);
+    t[n++] = OPT("--max-frames", 0, IRIS_OPT_INT, &a->max_frames, "N", "video: frames sampled at most (default 768)",
+                 2, 100000, NULL, NULL);
+    t[n++] = OPT("--max-video-pixels", 0, IRIS_OPT_INT, &a->max_video_pixels, "N",
+                 "video: the sampled frames together resized to at most N pixels\n(default: the model's, 25,165,824)",
+                 4096, 1e12, NULL, NULL);
     t[n++] = OPT("--system", 0, IRIS_OPT_STR, &a->system, "TEXT", "a system message", 0, 0, NULL, NULL);
     if (run || ask)
         t[n++] = OPT("--prompt-file", 0, IRIS_OPT_STR, &a->prompt_file, "FILE",
@@ -182,14 +206,16 @@ static void spec_of(run_args *a, iris_cli_spec *sp, int max_pos) {
     memset(sp, 0, sizeof *sp);
     sp->cmd = a->cmd;
     if (!strcmp(a->cmd, "run")) {
-        sp->usage = "[MODEL] [--image PATH]... [options] PROMPT\n[MODEL] [--image PATH]... --prompt-file FILE";
+        sp->usage = "[MODEL] [--image PATH]... [--video PATH]... [options] PROMPT\n"
+                    "[MODEL] [--image PATH]... [--video PATH]... --prompt-file FILE";
         sp->about = "Answers PROMPT (- reads it from stdin) about the images, streamed to stdout.";
         sp->max_pos = 2;
     } else if (!strcmp(a->cmd, "ask")) {
-        sp->usage = "[-m MODEL] [options] IMAGE QUESTION\n[-m MODEL] [options] IMAGE|DIR... [--from LIST] QUESTION";
-        sp->about = "Answers QUESTION (- reads it from stdin) about IMAGE, streamed to stdout." BATCH_ABOUT;
+        sp->usage = "[-m MODEL] [options] IMAGE|VIDEO QUESTION\n[-m MODEL] [options] IMAGE|DIR... [--from LIST] QUESTION";
+        sp->about = "Answers QUESTION (- reads it from stdin) about IMAGE (or VIDEO: MP4, WebM, MKV, MOV...),\n"
+                    "streamed to stdout." BATCH_ABOUT;
     } else {
-        sp->usage = "[-m MODEL] [options] IMAGE\n[-m MODEL] [options] IMAGE|DIR... [--from LIST] [-o FILE]";
+        sp->usage = "[-m MODEL] [options] IMAGE|VIDEO\n[-m MODEL] [options] IMAGE|DIR... [--from LIST] [-o FILE]";
         sp->about = !strcmp(a->cmd, "caption")
                         ? "Captions IMAGE in one sentence, streamed to stdout." BATCH_ABOUT
                         : "Describes IMAGE: objects, setting, activities, visible text." BATCH_ABOUT SCENE_SCHEMA_HELP;
@@ -311,18 +337,24 @@ static int stream(iris_engine *e, const run_args *a, iris_request *r, iris_err *
     return iris_err_set(err, IRIS_EINVAL, "the engine's channel failed");
 }
 
-/* The prompt of one user turn about images[0..n) (the one builder, engine/prompt.c). */
+/* The prompt of one user turn about images[0..n) and a->videos (the one builder, engine/prompt.c). */
 static int build_prompt(iris_engine *e, const run_args *a, const char *const *images, int n, iris_prompt *p,
                         iris_err *err) {
     iris_prompt_image ims[MAX_IMAGES];
+    iris_prompt_video vids[MAX_VIDEOS];
     memset(ims, 0, sizeof ims);
+    memset(vids, 0, sizeof vids);
     for (int i = 0; i < n; i++) ims[i].path = images[i];
-    json_t *msgs = iris_prompt_one_turn(a->system, n, a->prompt);
+    int nv = images == a->images ? a->n_videos : 0;
+    for (int i = 0; i < nv; i++)
+        vids[i] = (iris_prompt_video){.path = a->videos[i], .fps = a->fps, .max_frames = (int)a->max_frames};
+    json_t *msgs = iris_prompt_one_turn_av(a->system, n, nv, a->prompt);
     if (!msgs) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
     iris_prompt_ctx ctx;
     iris_engine_prompt_ctx(e, &ctx);
     ctx.no_thinking = reasoning_off(a);
-    int rc = iris_prompt_build(&ctx, msgs, ims, n, p, NULL, err);
+    ctx.max_video_pixels = a->max_video_pixels;
+    int rc = iris_prompt_build_media(&ctx, msgs, ims, n, vids, nv, p, NULL, err);
     json_decref(msgs);
     return rc;
 }
@@ -492,6 +524,16 @@ static int is_dir(const char *p) {
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* A file whose first bytes are a video container's (formats/video.h); images are everything else. */
+static int is_video_file(const char *path) {
+    unsigned char head[256];
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    return iris_video_sniff(head, n); /* animated GIFs too: the image decoders take none */
+}
+
 /* caption, describe: IMAGE...; ask: IMAGE... QUESTION (or --prompt-file).  One image file is
  * answered as plain text; several, a directory, --from or --out go through batch mode. */
 static int fixed_args(run_args *a, const char **pos, int n_pos, const char *prompt, int wants_question) {
@@ -510,7 +552,12 @@ static int fixed_args(run_args *a, const char **pos, int n_pos, const char *prom
         a->prompt = DESCRIBE_JSON_PROMPT;
     }
     int batch = n_img != 1 || a->from || a->out || a->resume || is_dir(pos[0]);
-    if (!batch) a->images[a->n_images++] = pos[0];
+    if (!batch && is_video_file(pos[0])) {
+        a->videos[a->n_videos++] = pos[0];
+        if (a->prompt == CAPTION_PROMPT) a->prompt = CAPTION_VIDEO_PROMPT;
+    } else if (!batch) {
+        a->images[a->n_images++] = pos[0];
+    }
     return run_common(a, pos, n_img, batch);
 }
 

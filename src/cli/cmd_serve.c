@@ -81,7 +81,8 @@ typedef struct serve_args {
     iris_server_opts so;
     iris_engine_opts eo;
     double shutdown_timeout, body_timeout, image_timeout, header_timeout;
-    long long port, max_conns, max_conns_client, max_request_pixels, image_workers, image_queue;
+    long long port, max_conns, max_conns_client, max_request_pixels, image_workers, image_queue, max_video_pixels;
+    int seen_video_pixels;
     int seen_header, seen_conns, seen_conns_client, seen_request_pixels, seen_workers, seen_queue;
     uint64_t max_body_bytes, max_image_bytes;
     int no_remote_images, seen_body, seen_image_timeout, seen_port, seen_body_bytes, seen_image_bytes;
@@ -132,6 +133,9 @@ static const iris_opt *server_table(serve_args *s) {
     t[n++] = OPT("--max-request-pixels", IRIS_OPT_INT, &s->max_request_pixels, "N",
                  "a request's images together, as decoded (default 64 x\n--max-image-pixels); refused before decoding",
                  1, 1e12, &s->seen_request_pixels);
+    t[n++] = OPT("--max-video-pixels", IRIS_OPT_INT, &s->max_video_pixels, "N",
+                 "a video's sampled frames together are resized to at most N pixels\n(default: the model's, 25,165,824; "
+                 "each frame also within\n--max-image-pixels)", 4096, 1e12, &s->seen_video_pixels);
     t[n++] = OPT("--image-workers", IRIS_OPT_INT, &s->image_workers, "N",
                  "requests decoding images at once (default: the cores, 2-16)", 1, 256, &s->seen_workers);
     t[n++] = OPT("--image-queue", IRIS_OPT_INT, &s->image_queue, "N",
@@ -188,6 +192,7 @@ static int parse(int argc, char **argv, serve_args *s) {
     if (s->seen_conns) so->max_connections = (int)s->max_conns;
     if (s->seen_conns_client) so->max_connections_per_client = (int)s->max_conns_client;
     if (s->seen_request_pixels) so->max_request_pixels = s->max_request_pixels;
+    if (s->seen_video_pixels) so->max_video_pixels = s->max_video_pixels;
     if (s->seen_workers) so->image_workers = (int)s->image_workers;
     if (s->seen_queue) so->image_queue = (int)s->image_queue;
     if (s->ce.seen[CE_PIXELS]) so->max_image_pixels = s->ce.max_image_pixels;

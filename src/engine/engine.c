@@ -63,6 +63,7 @@ void iris_engine_prompt_ctx(const iris_engine *e, iris_prompt_ctx *out) {
     out->pc = &e->pc;
     out->chat_style = e->model->chat_style;
     out->text_only = !e->model->has_vision;
+    out->video = &e->vopts;
 }
 
 int iris_engine_reasoning(const iris_engine *e, int no_thinking) {
@@ -704,6 +705,8 @@ static int load(iris_engine *e, iris_err *err) {
     if (!rc) rc = iris_model_open(e->dir, &mo, &e->model, err);
     if (rc) return rc;
     e->pc = e->model->pc;
+    iris_video_opts_default(&e->vopts);
+    if ((rc = iris_video_opts_load(e->dir, &e->vopts, err))) return rc;
     const iris_text_config *tc = &e->model->cfg.text_config;
     if (cuda) {
 #ifdef IRIS_CUDA

@@ -62,6 +62,7 @@ struct iris_engine {
     char dir[4096];             /* the resolved model directory */
     iris_model *model;          /* the one loaded model (weights.h), owned */
     iris_preprocessor_config pc; /* the model's, with max_pixels lowered to what the memory plan admits */
+    iris_video_opts vopts;       /* the model's video_preprocessor_config.json (formats/video.h) */
     iris_backend *be;
     iris_kv_cache kv;
     iris_kv_pool *pool;

@@ -151,8 +151,9 @@ static int image_hash(const int *grid, const float *rows, size_t n_floats, iris_
     return iris_sha256_pieces(grid, 3 * sizeof *grid, rows, n_floats * sizeof *rows, out->b);
 }
 
-/* The token ranges of the prompt's images (runs of image_token_id, in order)
- * and their content hashes. */
+/* The token ranges of the prompt's images (runs of image_token_id, and the
+ * runs of video_token_id of each video's temporal patches, in order) and their
+ * content hashes. */
 static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
     iris_prompt *p = &r->prompt;
     if (p->n_images == 0) return IRIS_OK;
@@ -168,9 +169,11 @@ static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
     for (int i = 0; i < p->n_images; i++) {
         const int *g = p->grid_thw + 3 * i;
         int n_tok = g[0] * (g[1] / m) * (g[2] / m);
-        while (j < n && p->ids.ids[j] != e->model->cfg.image_token_id) j++;
+        /* an image's run of <|image_pad|>, or a video's temporal patch: a run of <|video_pad|> */
+        const int32_t img_id = e->model->cfg.image_token_id, vid_id = e->model->cfg.video_token_id;
+        while (j < n && p->ids.ids[j] != img_id && p->ids.ids[j] != vid_id) j++;
         int k = j;
-        while (k < n && k - j < n_tok && p->ids.ids[k] == e->model->cfg.image_token_id) k++;
+        while (k < n && k - j < n_tok && j < n && p->ids.ids[k] == p->ids.ids[j]) k++;
         if (k - j != n_tok)
             return iris_err_set(err, IRIS_EINVAL, "image %d: the prompt holds %d image tokens where its grid %dx%dx%d "
                                 "needs %d", i + 1, k - j, g[0], g[1], g[2], n_tok);
@@ -224,6 +227,28 @@ static int build_prompt(iris_engine *e, const iris_request_params *p, iris_promp
     free(ims);
     json_decref(msgs);
     return rc;
+}
+
+/* A video prompt over the context: about how many frames would fit, appended to the message.
+ * A temporal patch costs its <|video_pad|> run plus the timestamp and markers before the next
+ * (the gap between runs, measured). */
+static void video_hint(const iris_engine *e, const iris_prompt *p, int cap, int max_tokens, iris_err *err) {
+    int32_t vid = e->model->cfg.video_token_id;
+    int n = (int)p->ids.n, pads = 0, runs = 0, first = -1, last = -1;
+    for (int i = 0; i < n; i++)
+        if (p->ids.ids[i] == vid) {
+            pads++, runs += i == 0 || p->ids.ids[i - 1] != vid, last = i;
+            if (first < 0) first = i;
+        }
+    if (!err || runs == 0) return;
+    int span = last - first + 1, gap = runs > 1 ? (span - pads + runs - 2) / (runs - 1) : 8;
+    int per = (span + gap + runs - 1) / runs, video = span + gap;
+    int room = cap - 1 - (max_tokens > 0 ? max_tokens : 0) - (n - video);
+    int frames = room > 0 ? 2 * (room / (per > 0 ? per : 1)) : 0;
+    size_t len = strlen(err->msg);
+    snprintf(err->msg + len, sizeof err->msg - len, "; the video(s) take about %d of the %d tokens: about %d frames "
+             "would fit (--max-frames / mm_processor_kwargs.max_frames, or a lower --fps or --max-video-pixels)",
+             video, n, frames);
 }
 
 /* The one context-length check: the prompt leaves room for a token in the context and the
@@ -310,6 +335,7 @@ int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_reques
     iris_stop_ids_default(&stop, &e->model->gc);
     if (n < 1) rc = iris_err_set(err, IRIS_EINVAL, "the prompt is empty");
     else rc = check_context(e, n, sp->max_tokens, cap, err);
+    if (rc && r->prompt.n_videos > 0) video_hint(e, &r->prompt, cap, sp->max_tokens, err);
     if (!rc) rc = iris_sampler_init(&r->sampler, sp, &stop, e->model->cfg.text_config.vocab_size, err);
     if (!rc) rc = iris_sampler_add_prompt(r->sampler, r->prompt.ids.ids, n, err);
     if (!rc && (sp->json_schema || sp->tools_json)) rc = constrain(e, r, sp, &stop, err);

@@ -12,7 +12,16 @@
  * bicubic), so only the resized uint8 images are held until every one is
  * known; then the pixel rows of all of them go into one array.  A failure
  * names the image (its label, or its path) and reports its index, which the
- * server turns into the OpenAI param of its image_url. */
+ * server turns into the OpenAI param of its image_url.
+ *
+ * Videos (iris_prompt_build_media): each is decoded, sampled and resized
+ * (formats/video.h) with the model's video settings, and becomes one item
+ * per temporal patch, grid (1, gh, gw), in prompt order among the images:
+ * the split transformers' get_rope_index and vision tower make, so the
+ * positions, the vision encoder and the prefix cache (one content key per
+ * temporal patch) treat it as they treat an image.  Its <|video_pad|> is
+ * written out per temporal patch with its timestamp, as Qwen3VLProcessor
+ * does.  A prompt without videos takes the images-only path unchanged. */
 #include "prompt.h"
 
 #include <stdio.h>
@@ -25,12 +34,18 @@
 #include "model/positions.h"
 
 json_t *iris_prompt_one_turn(const char *system, int n_images, const char *text) {
+    return iris_prompt_one_turn_av(system, n_images, 0, text);
+}
+
+json_t *iris_prompt_one_turn_av(const char *system, int n_images, int n_videos, const char *text) {
     json_t *msgs = json_array(), *content = json_array();
     if (!msgs || !content) goto oom;
     if (system && json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system)))
         goto oom;
     for (int i = 0; i < n_images; i++)
         if (json_array_append_new(content, json_pack("{s:s}", "type", "image"))) goto oom;
+    for (int i = 0; i < n_videos; i++)
+        if (json_array_append_new(content, json_pack("{s:s}", "type", "video"))) goto oom;
     if (json_array_append_new(content, json_pack("{s:s, s:s}", "type", "text", "text", text ? text : "")))
         goto oom;
     if (json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", content))) goto oom;
@@ -198,10 +213,218 @@ static int add_images(const iris_prompt_ctx *ctx, const iris_prompt_image *image
     return IRIS_OK;
 }
 
+/* ---- videos (Qwen3VLProcessor's rendering; see prompt.h) ------------------------------------ */
+
+void iris_prompt_video_opts(const iris_prompt_ctx *ctx, const iris_prompt_video *v, iris_video_opts *o) {
+    if (ctx->video) *o = *ctx->video;
+    else iris_video_opts_default(o);
+    if (ctx->max_video_pixels > 0 && ctx->max_video_pixels < o->max_pixels) o->max_pixels = ctx->max_video_pixels;
+    if (o->min_pixels > o->max_pixels) o->min_pixels = o->max_pixels;
+    iris_prompt_image_bounds(ctx, &o->max_frame_resize_pixels, NULL);
+    if (o->max_decode_seconds <= 0) o->max_decode_seconds = IRIS_PROMPT_VIDEO_SECONDS;
+    if (v && v->fps > 0) o->fps = v->fps;
+    if (v && v->max_frames > 0) o->max_frames = v->max_frames;
+    if (o->min_frames > o->max_frames) o->min_frames = o->max_frames;
+}
+
+/* A growing string. */
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = (b->n + n + 1) * 2;
+        char *p = realloc(b->s, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->s = p, b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+/* One vision item in prompt order: an image (k < 0) or temporal patch k of a video. */
+typedef struct media_item {
+    int src, k;
+} media_item;
+
+static int check_video_opts(const iris_prompt_ctx *ctx, const iris_video_opts *o, iris_err *err) {
+    const iris_vision_config *vc = &ctx->cfg->vision_config;
+    if (o->patch_size != vc->patch_size || o->merge_size != vc->spatial_merge_size ||
+        o->temporal_patch_size != vc->temporal_patch_size)
+        return iris_err_set(err, IRIS_EINVAL, "video_preprocessor_config.json (patch %d, merge %d, temporal %d) does "
+                            "not match the vision config (patch %d, merge %d, temporal %d)", o->patch_size,
+                            o->merge_size, o->temporal_patch_size, vc->patch_size, vc->spatial_merge_size,
+                            vc->temporal_patch_size);
+    return IRIS_OK;
+}
+
+/* Each video decoded, sampled and resized; n_videos of them into vp/vo. */
+static int prepare_videos(const iris_prompt_ctx *ctx, const iris_prompt_video *videos, int n_videos,
+                          iris_video_prep *vp, iris_video_opts *vo, int n_images, int *bad_part, iris_err *err) {
+    for (int v = 0; v < n_videos; v++) {
+        const iris_prompt_video *x = &videos[v];
+        char fallback[32];
+        snprintf(fallback, sizeof fallback, "video %d", v + 1);
+        const char *label = x->label ? x->label : x->path ? x->path : fallback;
+        iris_prompt_video_opts(ctx, x, &vo[v]);
+        int rc = check_video_opts(ctx, &vo[v], err);
+        if (!rc && (x->path != NULL) + (x->data != NULL) + (x->rgb != NULL) != 1)
+            rc = iris_err_set(err, IRIS_EINVAL, "%s: give exactly one of a path, bytes and decoded frames", label);
+        if (!rc && x->rgb)
+            rc = iris_video_prepare_frames(x->rgb, x->n_frames, x->width, x->height, x->src_fps, &vo[v], &vp[v], err);
+        else if (!rc)
+            rc = iris_video_prepare(x->path, x->data, x->n, label, &vo[v], &vp[v], err);
+        if (rc) {
+            if (bad_part) *bad_part = n_images + v;
+            return rc;
+        }
+        iris_log(IRIS_LOG_DEBUG, "prompt", "%s: %lld frames at %.3f fps, %d sampled, %dx%d -> %dx%d, %d temporal "
+                 "patches", label, (long long)vp[v].info.n_frames, vp[v].info.fps, vp[v].n_sampled,
+                 vp[v].info.width, vp[v].info.height, vp[v].width, vp[v].height, vp[v].grid_t);
+    }
+    return IRIS_OK;
+}
+
+/* The rendered text with each video's pad written out per temporal patch, and the items in the
+ * order of their pads. */
+static int expand_text(const char *text, const iris_video_prep *vp, const iris_video_opts *vo, int n_images,
+                       int n_videos, media_item *items, int n_items, char **out, iris_err *err) {
+    static const char IPAD[] = "<|image_pad|>", VPAD[] = "<|video_pad|>";
+    sbuf b = {0};
+    int ni = 0, nv = 0, it = 0;
+    const char *p = text;
+    for (;;) {
+        const char *a = strstr(p, IPAD), *v = strstr(p, VPAD);
+        if (!a && !v) break;
+        if (a && (!v || a < v)) {
+            sb_put(&b, p, (size_t)(a - p) + sizeof IPAD - 1);
+            p = a + sizeof IPAD - 1;
+            if (ni >= n_images || it >= n_items) break;
+            items[it++] = (media_item){ni++, -1};
+            continue;
+        }
+        sb_put(&b, p, (size_t)(v - p));
+        p = v + sizeof VPAD - 1;
+        if (nv >= n_videos) break;
+        for (int k = 0; k < vp[nv].grid_t && it < n_items; k++) {
+            char ts[64];
+            int m = snprintf(ts, sizeof ts, "<%.1f seconds><|vision_start|>", iris_video_timestamp(&vp[nv], &vo[nv], k));
+            sb_put(&b, ts, (size_t)m);
+            sb_put(&b, VPAD, sizeof VPAD - 1);
+            sb_put(&b, "<|vision_end|>", 14);
+            items[it++] = (media_item){nv, k};
+        }
+        nv++;
+    }
+    sb_put(&b, p, strlen(p));
+    if (b.oom) {
+        free(b.s);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    if (ni != n_images || nv != n_videos || it != n_items) {
+        free(b.s);
+        return iris_err_set(err, IRIS_EINVAL, "the prompt's image and video pads (%d, %d) do not match the %d "
+                            "image(s) and %d video(s) given", ni, nv, n_images, n_videos);
+    }
+    *out = b.s;
+    return IRIS_OK;
+}
+
+/* Images and videos into out in prompt order: grids, keys, pixel rows, the expanded text, and
+ * each item's token count into *counts (malloc'd). */
+static int add_media(const iris_prompt_ctx *ctx, const iris_prompt_image *images, int n_images,
+                     const iris_prompt_video *videos, int n_videos, iris_prompt *out, int32_t **counts,
+                     int *bad_part, iris_err *err) {
+    iris_prompt im = {0};
+    int32_t *icounts = calloc((size_t)n_images + 1, sizeof *icounts);
+    iris_video_prep *vp = calloc((size_t)n_videos, sizeof *vp);
+    iris_video_opts *vo = calloc((size_t)n_videos, sizeof *vo);
+    media_item *items = NULL;
+    char *text = NULL;
+    int rc = !icounts || !vp || !vo ? iris_err_set(err, IRIS_ENOMEM, "out of memory") : IRIS_OK;
+    if (!rc && n_images > 0) rc = add_images(ctx, images, n_images, &im, icounts, bad_part, err);
+    if (!rc) rc = prepare_videos(ctx, videos, n_videos, vp, vo, n_images, bad_part, err);
+    int n_items = n_images;
+    for (int v = 0; !rc && v < n_videos; v++) n_items += vp[v].grid_t;
+    if (!rc && !(items = calloc((size_t)n_items, sizeof *items))) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    if (!rc) rc = expand_text(out->text, vp, vo, n_images, n_videos, items, n_items, &text, err);
+    int64_t rows = 0, *img_row0 = NULL;
+    if (!rc) {
+        out->grid_thw = calloc((size_t)n_items * 3, sizeof *out->grid_thw);
+        out->image_keys = malloc(32 * (size_t)n_items);
+        *counts = malloc(sizeof **counts * (size_t)n_items);
+        img_row0 = calloc((size_t)n_images + 1, sizeof *img_row0);
+        if (!out->grid_thw || !out->image_keys || !*counts || !img_row0)
+            rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    for (int i = 0; !rc && i < n_images; i++)
+        img_row0[i + 1] = img_row0[i] + (int64_t)im.grid_thw[3 * i] * im.grid_thw[3 * i + 1] * im.grid_thw[3 * i + 2];
+    int mm = ctx->cfg->vision_config.spatial_merge_size * ctx->cfg->vision_config.spatial_merge_size;
+    for (int t = 0; !rc && t < n_items; t++) {
+        const media_item *x = &items[t];
+        int *g = out->grid_thw + 3 * t;
+        if (x->k < 0) {
+            memcpy(g, im.grid_thw + 3 * x->src, 3 * sizeof *g);
+            memcpy(out->image_keys[t], im.image_keys[x->src], 32);
+            (*counts)[t] = icounts[x->src];
+        } else {
+            g[0] = 1, g[1] = vp[x->src].grid_h, g[2] = vp[x->src].grid_w;
+            (*counts)[t] = g[1] * g[2] / mm;
+            if (iris_video_patch_key(&vp[x->src], &vo[x->src], x->k, out->image_keys[t]))
+                rc = iris_err_set(err, IRIS_ENOMEM, "SHA-256 failed (libcrypto)");
+        }
+        rows += (int64_t)g[1] * g[2];
+    }
+    int dim = 3 * ctx->cfg->vision_config.temporal_patch_size * ctx->cfg->vision_config.patch_size *
+              ctx->cfg->vision_config.patch_size;
+    if (!rc && !(out->pixel_values = malloc((size_t)rows * (size_t)dim * sizeof(float))))
+        rc = iris_err_set(err, IRIS_ENOMEM, "out of memory for %lld x %d pixel values", (long long)rows, dim);
+    for (int64_t t = 0, r0 = 0; !rc && t < n_items; t++) {
+        const media_item *x = &items[t];
+        const int *g = out->grid_thw + 3 * t;
+        int64_t k = (int64_t)g[1] * g[2];
+        float *dst = out->pixel_values + r0 * dim;
+        if (x->k < 0) memcpy(dst, im.pixel_values + img_row0[x->src] * dim, (size_t)k * dim * sizeof(float));
+        else iris_video_patch_rows(&vp[x->src], &vo[x->src], x->k, 0, k, dst);
+        r0 += k;
+    }
+    if (!rc) {
+        free(out->text);
+        out->text = text;
+        text = NULL;
+        out->n_rows = rows;
+        out->n_images = n_items;
+        out->n_videos = n_videos;
+    }
+    for (int v = 0; v < n_videos && vp; v++) iris_video_prep_free(&vp[v]);
+    free(vp);
+    free(vo);
+    free(items);
+    free(text);
+    free(img_row0);
+    free(icounts);
+    iris_prompt_free(&im);
+    return rc;
+}
+
 int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const iris_prompt_image *images,
                       int n_images, iris_prompt *out, int *bad_image, iris_err *err) {
+    return iris_prompt_build_media(ctx, messages, images, n_images, NULL, 0, out, bad_image, err);
+}
+
+int iris_prompt_build_media(const iris_prompt_ctx *ctx, const json_t *messages, const iris_prompt_image *images,
+                            int n_images, const iris_prompt_video *videos, int n_videos, iris_prompt *out,
+                            int *bad_part, iris_err *err) {
     memset(out, 0, sizeof *out);
-    if (bad_image) *bad_image = -1;
+    if (bad_part) *bad_part = -1;
     iris_chat_opts opts = {.add_generation_prompt = 1, .style = ctx->chat_style, .no_thinking = ctx->no_thinking};
     iris_chat_info info = {0};
     size_t len = 0;
@@ -230,15 +453,24 @@ int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const 
                           info.n_images, n_images);
         goto fail;
     }
-    if (n_images > 0) {
+    if (n_videos < 0 || (n_videos > 0 && !videos) || info.n_videos != n_videos) {
+        rc = iris_err_set(err, IRIS_EINVAL, "the messages hold %d video part(s) but %d video(s) were given",
+                          info.n_videos, n_videos);
+        goto fail;
+    }
+    if (n_videos > 0) {
+        rc = add_media(ctx, images, n_images, videos, n_videos, out, &counts, bad_part, err);
+        if (rc) goto fail;
+        len = strlen(out->text);
+    } else if (n_images > 0) {
         if (!(counts = malloc(sizeof *counts * (size_t)n_images))) {
             rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
             goto fail;
         }
-        rc = add_images(ctx, images, n_images, out, counts, bad_image, err);
+        rc = add_images(ctx, images, n_images, out, counts, bad_part, err);
         if (rc) goto fail;
     }
-    rc = iris_chat_tokenize(ctx->tok, out->text, len, counts, (size_t)n_images, &out->ids, err);
+    rc = iris_chat_tokenize(ctx->tok, out->text, len, counts, (size_t)out->n_images, &out->ids, err);
     if (rc) goto fail;
     out->pos = malloc(sizeof(int32_t) * 3 * (out->ids.n ? out->ids.n : 1));
     if (!out->pos) {
@@ -247,8 +479,8 @@ int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const 
     }
     /* A text model has no merge size; with no image any positive one gives 0..n-1. */
     int merge = ctx->cfg->has_vision ? ctx->cfg->vision_config.spatial_merge_size : 1;
-    rc = iris_pos_rope_index(out->ids.ids, (int)out->ids.n, ctx->cfg->image_token_id, out->grid_thw, n_images, merge,
-                             out->pos, &out->rope_delta, err);
+    rc = iris_pos_rope_index_av(out->ids.ids, (int)out->ids.n, ctx->cfg->image_token_id, ctx->cfg->video_token_id,
+                                out->grid_thw, out->n_images, merge, out->pos, &out->rope_delta, err);
     if (rc) goto fail;
     free(counts);
     return IRIS_OK;
@@ -264,9 +496,10 @@ int iris_prompt_build_text(const iris_prompt_ctx *ctx, const char *text, iris_pr
     if (rc) return rc;
     size_t n = out->ids.n;
     for (size_t i = 0; i < n; i++)
-        if (out->ids.ids[i] == ctx->cfg->image_token_id) {
+        if (out->ids.ids[i] == ctx->cfg->image_token_id || out->ids.ids[i] == ctx->cfg->video_token_id) {
             iris_prompt_free(out);
-            return iris_err_set(err, IRIS_EINVAL, "prompt_text holds the image token; send images with messages_json");
+            return iris_err_set(err, IRIS_EINVAL, "prompt_text holds the image or video token; send images and "
+                                "videos with messages_json");
         }
     out->pos = malloc(sizeof *out->pos * 3 * (n ? n : 1));
     if (!out->pos) {

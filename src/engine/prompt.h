@@ -23,12 +23,16 @@
 #include "formats/config.h"
 #include "formats/image.h"
 #include "formats/tokenizer.h"
+#include "formats/video.h"
 
 typedef struct iris_prompt {
-    char *text;              /* the rendered chat template (pads not expanded); NULL for a plain text prompt */
+    char *text;              /* the rendered chat template (pads not expanded; a video's timestamps and
+                                per-temporal-patch pads written in); NULL for a plain text prompt */
     iris_tok_ids ids;        /* token ids, pads expanded */
-    int n_images;
-    int *grid_thw;           /* 3 per image */
+    int n_images;            /* vision items, in prompt order: each image, and each temporal patch of
+                                each video (grid (1, gh, gw), two real frames: get_rope_index's split) */
+    int n_videos;            /* videos among them (their temporal patches count in n_images) */
+    int *grid_thw;           /* 3 per item */
     float *pixel_values;     /* [n_rows, patch_dim] */
     unsigned char (*image_keys)[32]; /* per image: iris_image_prep_key (the prefix cache's content key);
                                         NULL: the engine hashes the pixel rows instead */
@@ -40,6 +44,8 @@ typedef struct iris_prompt {
 /* Decoded pixels allowed per image, as a multiple of the resize bound (max_pixels): what is
  * decoded is bounded by what the model will use, not by Pillow's 179 Mpx. */
 #define IRIS_PROMPT_DECODE_RATIO 32
+/* The wall-clock budget for decoding one video when the settings give none. */
+#define IRIS_PROMPT_VIDEO_SECONDS 120.0
 
 /* What building needs from the model, and the image budget.  Every bound is checked from the
  * image's header, before anything is decoded or allocated. */
@@ -57,6 +63,10 @@ typedef struct iris_prompt_ctx {
     int chat_style;             /* the model's chat template (chat.h iris_chat_style) */
     int no_thinking;            /* a request's enable_thinking=False (plain Qwen3's template) */
     int text_only;              /* no vision tower: image and video parts are refused (IRIS_EUNSUPPORTED) */
+    const iris_video_opts *video; /* video settings (NULL: iris_video_opts_default, Qwen3-VL's
+                                     video_preprocessor_config.json with qwen-vl-utils' per-frame cap);
+                                     a resized frame never exceeds the image resize bound */
+    int64_t max_video_pixels;   /* > 0: lowers the video budget (size.longest_edge, over all frames) */
 } iris_prompt_ctx;
 
 /* The resize bound and the per-image decode bound that ctx gives (see iris_prompt_ctx). */
@@ -76,6 +86,35 @@ typedef struct iris_prompt_image {
  * an image's failure (decoding, resizing) *bad_image (when not NULL) is its index, else -1. */
 int iris_prompt_build(const iris_prompt_ctx *ctx, const json_t *messages, const iris_prompt_image *images,
                       int n_images, iris_prompt *out, int *bad_image, iris_err *err);
+/* One video: exactly one of path, data (n bytes of a container) and frames already decoded
+ * (rgb: n_frames RGB frames of width x height, HWC, one buffer, not freed here, with their
+ * source frame rate src_fps; needs no libav).  fps / max_frames > 0 replace the settings'
+ * (mm_processor_kwargs, --fps, --max-frames).  label names it in messages (NULL: the path, or
+ * "video N"). */
+typedef struct iris_prompt_video {
+    const char *path;
+    const void *data;
+    size_t n;
+    const char *label;
+    double fps;
+    int max_frames;
+    const uint8_t *rgb;
+    int64_t n_frames;
+    int width, height;
+    double src_fps;
+} iris_prompt_video;
+
+/* The same with videos: messages' video parts are videos[0..n_videos), in order.  Each video
+ * is decoded, sampled and resized (video.h), and its <|video_pad|> becomes, per temporal patch,
+ * "<{t:.1f} seconds><|vision_start|>" + pads + "<|vision_end|>" inside the template's own
+ * <|vision_start|>...<|vision_end|> (Qwen3VLProcessor's rendering, kept as transformers keeps
+ * it).  On a failure *bad_part is the image's index, or n_images + the video's index. */
+int iris_prompt_build_media(const iris_prompt_ctx *ctx, const json_t *messages, const iris_prompt_image *images,
+                            int n_images, const iris_prompt_video *videos, int n_videos, iris_prompt *out,
+                            int *bad_part, iris_err *err);
+/* The video settings ctx gives (its own or the defaults, the budget lowered by
+ * max_video_pixels, frames bounded by the image resize bound), with one video's overrides. */
+void iris_prompt_video_opts(const iris_prompt_ctx *ctx, const iris_prompt_video *v, iris_video_opts *o);
 /* A plain text prompt, tokenized as is (no chat template, no images; positions 0..n-1). */
 int iris_prompt_build_text(const iris_prompt_ctx *ctx, const char *text, iris_prompt *out, iris_err *err);
 void iris_prompt_free(iris_prompt *p);
@@ -84,5 +123,7 @@ void iris_prompt_free(iris_prompt *p);
  * message with n_images image parts followed by the text (the CLI's
  * prompt).  Returns a new reference (json_decref), NULL when out of memory. */
 json_t *iris_prompt_one_turn(const char *system, int n_images, const char *text);
+/* The same with n_videos video parts after the images. */
+json_t *iris_prompt_one_turn_av(const char *system, int n_images, int n_videos, const char *text);
 
 #endif

@@ -21,8 +21,9 @@
  *     so is any message whose role is not user/assistant/tool;
  *   - in a system message only parts with a "text" key count (no images);
  *   - a part is an image when its type is "image" or it has an "image" or
- *     "image_url" key; else a video when type "video" or a "video" key; else
- *     its "text" if it has one; anything else renders nothing;
+ *     "image_url" key; else a video when type "video" or a "video" key (or,
+ *     as vLLM maps OpenAI's parts, type "video_url" or a "video_url" key);
+ *     else its "text" if it has one; anything else renders nothing;
  *   - no newline between an image block and the text after it.
  * Where the template would render Python reprs of odd values (a non-string
  * text, a non-object part) we refuse with IRIS_EINVAL instead.
@@ -210,7 +211,8 @@ static int is_image_part(const json_t *p) {
 
 static int is_video_part(const json_t *p) {
     const char *type = json_string_value(json_object_get(p, "type"));
-    return (type && !strcmp(type, "video")) || json_object_get(p, "video");
+    return (type && (!strcmp(type, "video") || !strcmp(type, "video_url"))) || json_object_get(p, "video") ||
+           json_object_get(p, "video_url");
 }
 
 /* The loop over a message's content parts shared by user and tool turns:
@@ -391,9 +393,7 @@ int iris_chat_tokenize(const iris_tok *tok, const char *prompt, size_t len, cons
     int rc = iris_tok_encode(tok, prompt, len, &ids, err);
     size_t k = 0, first = out->n;
     for (size_t i = 0; i < ids.n && !rc; i++) {
-        if (ids.ids[i] == vpad && vpad >= 0) {
-            rc = iris_err_set(err, IRIS_EUNSUPPORTED, "the prompt holds a video; videos are not supported yet");
-        } else if (ids.ids[i] == pad && pad >= 0) {
+        if ((ids.ids[i] == pad && pad >= 0) || (ids.ids[i] == vpad && vpad >= 0)) {
             if (k >= n_images) {
                 rc = iris_err_set(err, IRIS_EINVAL, "the prompt holds more image pads than the %zu images given",
                                   n_images);
@@ -404,7 +404,7 @@ int iris_chat_tokenize(const iris_tok *tok, const char *prompt, size_t len, cons
                                   (int)image_tokens[k]);
                 break;
             }
-            for (int32_t j = 0; j < image_tokens[k] && !rc; j++) rc = iris_tok_ids_push(out, pad, err);
+            for (int32_t j = 0; j < image_tokens[k] && !rc; j++) rc = iris_tok_ids_push(out, ids.ids[i], err);
             k++;
         } else {
             rc = iris_tok_ids_push(out, ids.ids[i], err);

@@ -71,10 +71,11 @@ json_t *iris_chat_flatten_text(const json_t *messages, int *n_media);
 /* Python's json.dumps(v, ensure_ascii=False), as the templates' tojson (caller frees). */
 char *iris_chat_tojson(const json_t *v);
 
-/* Tokenize a rendered prompt, expanding its k-th <|image_pad|> into
- * image_tokens[k] copies (n_images must equal the number of pads).
- * Appends to *out.  Videos are not supported yet (IRIS_EUNSUPPORTED when
- * the prompt holds <|video_pad|>). */
+/* Tokenize a rendered prompt, expanding its k-th pad (<|image_pad|> or
+ * <|video_pad|>, in the order they appear) into image_tokens[k] copies of
+ * itself (n_images must equal the number of pads).  Appends to *out.  A
+ * video's prompt holds one <|video_pad|> per temporal patch (the prompt
+ * builder writes them, with their timestamps). */
 int iris_chat_tokenize(const iris_tok *tok, const char *prompt, size_t len, const int32_t *image_tokens,
                        size_t n_images, iris_tok_ids *out, iris_err *err);
 

@@ -115,6 +115,11 @@ int iris_image_row_dim(const iris_image_prep_opts *o);
 void iris_image_patch_rows(const iris_image_prep *p, const iris_image_prep_opts *o, int64_t r0, int64_t r1,
                            float *out);
 
+/* The same rows from T = temporal_patch_size frames of width x (grid_h * patch) pixels,
+ * frames[t] in temporal slot t (at most 64 slots): a video's temporal patch. */
+void iris_image_patch_frames(const uint8_t *const *frames, int width, int grid_h, int grid_w,
+                             const iris_image_prep_opts *o, int64_t r0, int64_t r1, float *out);
+
 /* Several images as one request: decode each file, prepare, and return the
  * concatenated pixel_values (malloc'd, caller frees), grid_thw (3 ints per
  * image, malloc'd, caller frees) and, when keys is not NULL, each image's

@@ -9,7 +9,9 @@
  * float32; with mean = std = 0.5 that is (x - 127.5) / 127.5 exactly.  It is
  * a function of the byte, so a 256-entry table per channel holds it.
  * Rows can be produced in any range, so the engine never needs the whole
- * float32 array of a big image. */
+ * float32 array of a big image.  A video's temporal patch passes its own
+ * frame per temporal slot (iris_image_patch_frames); an image, one frame in
+ * every slot. */
 #include <string.h>
 
 #include "image.h"
@@ -31,19 +33,21 @@ static void norm_tables(const iris_image_prep_opts *o, float lut[3][256]) {
     }
 }
 
-void iris_image_patch_rows(const iris_image_prep *p, const iris_image_prep_opts *o, int64_t r0, int64_t r1,
-                           float *out) {
+void iris_image_patch_frames(const uint8_t *const *frames, int width, int grid_h, int grid_w,
+                             const iris_image_prep_opts *o, int64_t r0, int64_t r1, float *out) {
     float lut[3][256];
     norm_tables(o, lut);
     const int P = o->patch_size, m = o->merge_size, T = o->temporal_patch_size;
-    const int gw = p->grid_w, gh = p->grid_h;
+    const int gw = grid_w, gh = grid_h;
     const int64_t per_frame = (int64_t)gh * gw;
-    const size_t W = (size_t)p->resized.width;
+    const size_t W = (size_t)width;
     const size_t plane = (size_t)P * P; /* floats per (channel, t) block */
     const int D = 3 * T * P * P;
+    int same = 1; /* an image: one frame in every temporal slot, converted once */
+    for (int t = 1; t < T; t++) same &= frames[t] == frames[0];
     for (int64_t n = r0; n < r1; n++) {
         float *dst = out + (size_t)(n - r0) * D;
-        int64_t k = n % per_frame; /* one frame: every grid_t slice is the same image */
+        int64_t k = n % per_frame; /* rows repeat per grid_t slice: the slices see the same frames */
         int mw = (int)(k % m), mh = (int)(k / m % m);
         int64_t win = k / ((int64_t)m * m);
         int bw = (int)(win % (gw / m)), bh = (int)(win / (gw / m));
@@ -51,12 +55,22 @@ void iris_image_patch_rows(const iris_image_prep *p, const iris_image_prep_opts 
         for (int ch = 0; ch < 3; ch++) {
             float *blk = dst + (size_t)ch * T * plane;
             const float *l = lut[ch];
-            for (int py = 0; py < P; py++) {
-                const uint8_t *s = p->resized.rgb + ((size_t)(P * r + py) * W + (size_t)P * c) * 3 + ch;
-                float *d = blk + (size_t)py * P;
-                for (int px = 0; px < P; px++) d[px] = l[s[3 * px]];
-            }
-            for (int t = 1; t < T; t++) memcpy(blk + (size_t)t * plane, blk, plane * sizeof(float));
+            for (int t = 0; t < (same ? 1 : T); t++)
+                for (int py = 0; py < P; py++) {
+                    const uint8_t *s = frames[t] + ((size_t)(P * r + py) * W + (size_t)P * c) * 3 + ch;
+                    float *d = blk + (size_t)t * plane + (size_t)py * P;
+                    for (int px = 0; px < P; px++) d[px] = l[s[3 * px]];
+                }
+            if (same)
+                for (int t = 1; t < T; t++) memcpy(blk + (size_t)t * plane, blk, plane * sizeof(float));
         }
     }
+}
+
+void iris_image_patch_rows(const iris_image_prep *p, const iris_image_prep_opts *o, int64_t r0, int64_t r1,
+                           float *out) {
+    const uint8_t *frames[64];
+    int T = o->temporal_patch_size < 64 ? o->temporal_patch_size : 64;
+    for (int t = 0; t < T; t++) frames[t] = p->resized.rgb;
+    iris_image_patch_frames(frames, p->resized.width, p->grid_h, p->grid_w, o, r0, r1, out);
 }

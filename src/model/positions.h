@@ -9,8 +9,13 @@
  * max position + 1 - prompt length; a token decoded at cache index p has
  * position p + rope_delta in all three components.
  *
- * Owns nothing; pure functions over caller buffers.  Video is not handled
- * (images only: grid_t must be 1). */
+ * Video: get_rope_index splits video_grid_thw into its temporal patches
+ * (repeat_interleave by t, t set to 1), each one a run between its timestamp
+ * text and <|vision_end|>; the prompt builder gives each temporal patch as its
+ * own item of grid (1, gh, gw), so a video run is handled as an image run of
+ * <|video_pad|> tokens (the t component is `cur`: the timestamps carry time).
+ *
+ * Owns nothing; pure functions over caller buffers.  grid_t must be 1. */
 #ifndef IRIS_POSITIONS_H
 #define IRIS_POSITIONS_H
 
@@ -25,6 +30,11 @@
  * IRIS_EINVAL naming the counts.  *rope_delta may be NULL. */
 int iris_pos_rope_index(const int32_t *ids, int n, int image_token_id, const int *grid_thw, int n_images,
                         int spatial_merge_size, int32_t *pos, int *rope_delta, iris_err *err);
+
+/* The same over image and video runs (video_token_id < 0: images only); a run is
+ * tokens of one kind, its item's grid from grid_thw in prompt order. */
+int iris_pos_rope_index_av(const int32_t *ids, int n, int image_token_id, int video_token_id, const int *grid_thw,
+                           int n_images, int spatial_merge_size, int32_t *pos, int *rope_delta, iris_err *err);
 
 /* The position of the token at cache index p during decoding (all three
  * components equal). */

@@ -136,6 +136,45 @@ static void image_param(const json_t *messages, int idx, char *out, size_t cap) 
     }
 }
 
+/* ---- videos (video_url parts; media.c's fetch, a larger size limit) ---- */
+
+#define SRV_VIDEO_MAX_BYTES (256u << 20)
+
+static int fetch_videos(iris_server *s, const iris_oai_request *q, srv_image *vid, int *bad, iris_oai_err *e) {
+    iris_media_opts mo = s->media;
+    if (mo.max_bytes < SRV_VIDEO_MAX_BYTES) mo.max_bytes = SRV_VIDEO_MAX_BYTES;
+    for (int i = 0; i < q->n_videos; i++) {
+        *bad = i;
+        iris_err err = {0};
+        snprintf(vid[i].label, sizeof vid[i].label, "video %d", i + 1);
+        if (iris_media_fetch(q->video_urls[i], &mo, &vid[i].data, &vid[i].n, &err)) {
+            free_images(vid, i);
+            return iris_oai_fail(e, 400, "invalid_request_error", NULL, "invalid_video", "video %d: %s", i + 1,
+                                 err.msg);
+        }
+    }
+    return 0;
+}
+
+/* The OpenAI param of video i: "messages[m].content[p].video_url". */
+static void video_param(const json_t *messages, int idx, char *out, size_t cap) {
+    size_t mi, pi;
+    json_t *m, *p;
+    int k = 0;
+    snprintf(out, cap, "messages");
+    json_array_foreach(messages, mi, m) {
+        json_t *c = json_object_get(m, "content");
+        if (!json_is_array(c)) continue;
+        json_array_foreach(c, pi, p) {
+            const char *t = json_string_value(json_object_get(p, "type"));
+            if (t && !strcmp(t, "video_url") && k++ == idx) {
+                snprintf(out, cap, "messages[%zu].content[%zu].video_url", mi, pi);
+                return;
+            }
+        }
+    }
+}
+
 /* ---- logprobs ---- */
 
 static void fill_logprob(const iris_tok *tok, const iris_event *ev, iris_oai_logprob *lp) {
@@ -435,10 +474,13 @@ static enum MHD_Result reply(struct MHD_Connection *c, srv_conn *cc, iris_oai_er
  * client's error, naming the image_url that failed. */
 static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request *q, int fd, iris_prompt *prompt,
                        iris_oai_err *e) {
-    srv_image im[IRIS_OAI_MAX_IMAGES];
+    srv_image im[IRIS_OAI_MAX_IMAGES], vid[IRIS_OAI_MAX_VIDEOS];
     iris_prompt_image pim[IRIS_OAI_MAX_IMAGES];
+    iris_prompt_video pvid[IRIS_OAI_MAX_VIDEOS];
     memset(im, 0, sizeof im);
     memset(pim, 0, sizeof pim);
+    memset(vid, 0, sizeof vid);
+    memset(pvid, 0, sizeof pvid);
     int bad = -1;
     if (q->n_images > 0 && !iris_engine_model(eng)->has_vision)
         return iris_oai_fail(e, 400, "invalid_request_error", "messages", "images_not_supported",
@@ -449,6 +491,15 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
         image_param(q->messages, bad, e->param, sizeof e->param);
         return -1;
     }
+    if (fetch_videos(s, q, vid, &bad, e)) {
+        free_images(im, q->n_images);
+        video_param(q->messages, bad, e->param, sizeof e->param);
+        return -1;
+    }
+    for (int i = 0; i < q->n_videos; i++)
+        pvid[i] = (iris_prompt_video){.data = vid[i].data, .n = vid[i].n, .label = vid[i].label,
+                                      .fps = q->video_fps, .max_frames = q->video_max_frames};
+    int media = q->n_images > 0 || q->n_videos > 0;
     for (int i = 0; i < q->n_images; i++)
         pim[i] = (iris_prompt_image){.data = im[i].data, .n = im[i].n, .label = im[i].label};
     iris_prompt_ctx ctx;
@@ -457,20 +508,27 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
     ctx.max_total_pixels = s->o.max_request_pixels;
     ctx.tools = q->tools;
     ctx.no_thinking = iris_reasoning_disabled_by(q->body);
+    ctx.max_video_pixels = s->o.max_video_pixels;
     iris_err err = {0};
-    int rc = q->n_images > 0 ? gate_enter(s, fd) : 0;
+    int rc = media ? gate_enter(s, fd) : 0;
     if (rc) {
         free_images(im, q->n_images);
+        free_images(vid, q->n_videos);
         if (rc == IRIS_ELIMIT)
             return iris_oai_fail(e, 503, "server_error", NULL, "image_queue_full", "the server is busy: %d requests "
                                  "are waiting to decode images (--image-queue); retry later", s->o.image_queue);
         return iris_oai_fail(e, 499, "invalid_request_error", NULL, "client_closed", "the client went away");
     }
-    rc = iris_prompt_build(&ctx, q->messages, pim, q->n_images, prompt, &bad, &err);
-    if (q->n_images > 0) gate_leave(s);
+    rc = iris_prompt_build_media(&ctx, q->messages, pim, q->n_images, pvid, q->n_videos, prompt, &bad, &err);
+    if (media) gate_leave(s);
     free_images(im, q->n_images);
+    free_images(vid, q->n_videos);
     if (!rc) return 0;
-    if (bad >= 0) {
+    if (bad >= q->n_images) {
+        iris_oai_fail(e, rc == IRIS_ENOMEM ? 500 : 400, rc == IRIS_ENOMEM ? "server_error" : "invalid_request_error",
+                      NULL, "invalid_video", "%s", err.msg);
+        video_param(q->messages, bad - q->n_images, e->param, sizeof e->param);
+    } else if (bad >= 0) {
         iris_oai_fail(e, 400, "invalid_request_error", NULL, "invalid_image", "%s", err.msg);
         image_param(q->messages, bad, e->param, sizeof e->param);
     } else {

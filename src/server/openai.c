@@ -55,6 +55,7 @@ void iris_oai_request_free(iris_oai_request *r) {
     free(r->tools_json);
     free(r->tool_name);
     for (int i = 0; i < r->n_images; i++) free(r->image_urls[i]);
+    for (int i = 0; i < r->n_videos; i++) free(r->video_urls[i]);
     json_decref(r->body);
     memset(r, 0, sizeof *r);
 }
@@ -145,6 +146,41 @@ static json_t *template_messages(json_t *msgs) {
     return copy;
 }
 
+/* A video_url part, as vLLM accepts it: {"url": string} or a string (data:, http(s), file://). */
+static int add_video(iris_oai_request *r, json_t *vu, const char *param, iris_oai_err *e) {
+    const char *url = NULL;
+    if (json_is_string(vu)) url = json_string_value(vu);
+    else if (json_is_object(vu) && json_is_string(json_object_get(vu, "url")))
+        url = json_string_value(json_object_get(vu, "url"));
+    else
+        return BAD(param, "'%s' must be an object {\"url\": string}", param);
+    if (!*url) return BAD(param, "'%s' has an empty url", param);
+    if (r->n_videos >= IRIS_OAI_MAX_VIDEOS)
+        return BAD(param, "too many videos: at most %d per request", IRIS_OAI_MAX_VIDEOS);
+    if (!(r->video_urls[r->n_videos] = strdup(url)))
+        return iris_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    r->n_videos++;
+    return 0;
+}
+
+/* mm_processor_kwargs (vLLM): the video sampling of this request, fps and max_frames. */
+static int parse_mm_kwargs(iris_oai_request *r, json_t *body, iris_oai_err *e) {
+    json_t *k = json_object_get(body, "mm_processor_kwargs");
+    if (!k || json_is_null(k)) return 0;
+    if (!json_is_object(k)) return BAD("mm_processor_kwargs", "'mm_processor_kwargs' must be an object");
+    float fps = 0;
+    long long mf = 0;
+    int rc = get_number(k, "fps", 0, 1000, 1, &fps, e);
+    if (rc < 0) return BAD("mm_processor_kwargs.fps", "'mm_processor_kwargs.fps' must be a number in (0, 1000]");
+    if (rc > 0) r->video_fps = fps;
+    rc = get_int(k, "max_frames", 2, 100000, &mf, e);
+    if (rc < 0)
+        return BAD("mm_processor_kwargs.max_frames", "'mm_processor_kwargs.max_frames' must be an integer in "
+                   "[2, 100000]");
+    if (rc > 0) r->video_max_frames = (int)mf;
+    return 0;
+}
+
 static int check_messages(iris_oai_request *r, json_t *msgs, iris_oai_err *e) {
     if (!msgs || json_is_null(msgs)) return BAD("messages", "'messages' is required");
     if (!json_is_array(msgs)) return BAD("messages", "'messages' must be an array of message objects");
@@ -187,8 +223,13 @@ static int check_messages(iris_oai_request *r, json_t *msgs, iris_oai_err *e) {
                 snprintf(p + n, sizeof p - n, ".image_url");
                 int rc = add_image(r, json_object_get(part, "image_url"), p, e);
                 if (rc) return rc;
+            } else if (!strcmp(type, "video_url")) {
+                size_t n = strlen(p);
+                snprintf(p + n, sizeof p - n, ".video_url");
+                int rc = add_video(r, json_object_get(part, "video_url"), p, e);
+                if (rc) return rc;
             } else {
-                return BAD(p, "content part type \"%.40s\" is not supported (text, image_url)", type);
+                return BAD(p, "content part type \"%.40s\" is not supported (text, image_url, video_url)", type);
             }
         }
     }
@@ -355,6 +396,7 @@ int iris_oai_parse(const char *body, size_t len, iris_oai_kind kind, iris_sampli
     }
     if (kind == IRIS_OAI_CHAT) {
         if ((rc = check_messages(r, json_object_get(o, "messages"), e))) goto out;
+        if ((rc = parse_mm_kwargs(r, o, e))) goto out;
         if (!(r->messages = template_messages(json_object_get(o, "messages")))) {
             rc = iris_oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
             goto out;

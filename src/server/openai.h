@@ -23,6 +23,7 @@
 
 #define IRIS_OAI_MAX_STOP 16
 #define IRIS_OAI_MAX_IMAGES 64
+#define IRIS_OAI_MAX_VIDEOS 8
 #define IRIS_OAI_MAX_TOP_LOGPROBS 20
 
 /* An error for the client: status 400/401/404/413/503..., OpenAI's type
@@ -49,6 +50,10 @@ typedef struct iris_oai_request {
     char *prompt;            /* completions: the prompt text */
     int n_images;
     char *image_urls[IRIS_OAI_MAX_IMAGES]; /* in order of appearance */
+    int n_videos;
+    char *video_urls[IRIS_OAI_MAX_VIDEOS]; /* video_url parts, in order of appearance */
+    double video_fps;        /* mm_processor_kwargs.fps (0: the model's) */
+    int video_max_frames;    /* mm_processor_kwargs.max_frames (0: the model's) */
     int stream, include_usage;
     json_t *body;            /* the parsed body (a reference): the stop strings point into it */
     char *json_schema;       /* response_format's schema as JSON text ({"type":"object"} for json_object),

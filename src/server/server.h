@@ -45,6 +45,8 @@ typedef struct iris_server_opts {
     long long max_image_pixels;      /* images resized to at most this (0: 1,048,576, the memory plan's default);
                                         decoded images of more than IRIS_PROMPT_DECODE_RATIO times it refused */
     long long max_request_pixels;    /* a request's images, decoded, added up (0: 64 x max_image_pixels) */
+    long long max_video_pixels;      /* a video's sampled frames together resized to at most this (0: the
+                                        model's video_preprocessor_config.json, 25,165,824) */
     int image_workers;               /* requests decoding images at once (0: the cores, 2 to 16) */
     int image_queue;                 /* requests waiting for a decode slot before 503 (256) */
     double header_timeout_s;         /* a request's whole head must arrive within it (10 s) */
