@@ -229,6 +229,9 @@ typedef struct iris_engine_stats {
     uint64_t generated_tokens;
     uint64_t images_encoded;            /* vision encoder runs (one per image) */
     double vision_s;                    /* time in the vision encoder */
+    double prefill_s;                   /* decoder and sampling time of steps with prompt rows (decodes beside them
+                                           included) */
+    double decode_s;                    /* decoder and sampling time of steps of decodes only */
     uint64_t images_cached;             /* images whose tokens all came from the prefix cache */
     uint64_t preemptions;
 } iris_engine_stats;

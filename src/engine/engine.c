@@ -101,6 +101,8 @@ static void publish_stats(iris_engine *e) {
     s->generated_tokens = e->generated_tokens;
     s->images_encoded = e->images_encoded;
     s->vision_s = e->vision_s;
+    s->prefill_s = e->prefill_s;
+    s->decode_s = e->decode_s;
     s->images_cached = e->sched.stats.images_cached;
     s->preemptions = e->sched.stats.preemptions;
 }
@@ -358,7 +360,7 @@ static void step(iris_engine *e) {
         }
         return;
     }
-    int n = b->n_seqs, rc = IRIS_OK, n_rows = 0;
+    int n = b->n_seqs, rc = IRIS_OK, n_rows = 0, prompt_rows = 0;
     iris_text_seq *ts = e->step_seqs;
     size_t img_at = 0;
     double t0 = iris_engine_now(), t_vis = 0;
@@ -370,6 +372,7 @@ static void step(iris_engine *e) {
         e->vision_s += iris_engine_now() - a;
         if (!rc) rc = prepare(e, r, n_rows, &img_at, &ts[i], &err);
         n_rows += r->seq.n_new;
+        prompt_rows += r->seq.n_computed < r->seq.n_prompt;
     }
     double t1 = iris_engine_now();
     iris_runner_sampling smp;
@@ -394,6 +397,7 @@ static void step(iris_engine *e) {
             emit_token(e, r, out.logits + (size_t)row * V, NULL, NULL, 0);
         row++;
     }
+    *(prompt_rows ? &e->prefill_s : &e->decode_s) += iris_engine_now() - t1;
     iris_log(IRIS_LOG_DEBUG, "engine", "step: %d seqs, %d rows: vision %.2f ms, inputs %.2f ms, decoder %.2f ms, "
              "sampling %.2f ms (%s)", n, n_rows, t_vis * 1e3, (t1 - t0 - t_vis) * 1e3, (t2 - t1) * 1e3,
              (iris_engine_now() - t2) * 1e3, k > 0 ? "top-k rows" : "whole rows");
