@@ -2,12 +2,14 @@
  * model on the CPU, through a real build/iris process: the JSON's counts are those of the run
  * asked for (every picture answered with exactly G tokens, each through the vision encoder, none
  * from the cache), the rates and percentiles are consistent with each other, the time split adds
- * up, and a bad --image is a usage error. */
+ * up, and a bad --image is a usage error.  bench/serve_load.py, the same measure over HTTP, runs
+ * against `iris serve` on the demo model with the same checks of its counts. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "server_harness.h"
 #include "test.h"
 
 static const char *bin(void) { return getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris"; }
@@ -59,5 +61,34 @@ IRIS_TEST(bench_images_demo_cpu) {
     out = iris_test_popen(cmd, &st);
     CHECK_EQ_INT(st, 2);
     CHECK_CONTAINS(out, "--image");
+    free(out);
+}
+
+/* bench/serve_load.py with C clients over N requests: every request answered with its G tokens. */
+IRIS_TEST(bench_serve_load_demo_cpu) {
+    if (system("python3 -c 'import json' >/dev/null 2>&1") != 0) IRIS_TEST_SKIP("no python3");
+    int port = ts_free_port();
+    REQUIRE(port > 0);
+    char cmd[1024];
+    int st;
+    snprintf(cmd, sizeof cmd, "SERVE_LOG=/dev/null timeout 120 python3 bench/serve_load.py %s models/demo --requests 4 "
+             "--concurrency 2 --image 64x64 --max-tokens 4 --port %d -- --device cpu", bin(), port);
+    char *out = iris_test_popen(cmd, &st);
+    CHECK_EQ_INT(st, 0);
+    json_t *o = out ? json_loads(out, 0, NULL) : NULL;
+    CHECKF(o != NULL, "not one JSON object: %s", out ? out : "(nothing)");
+    if (o) {
+        CHECK_EQ_INT((int)num(o, "completed"), 4);
+        CHECK_EQ_INT((int)num(o, "n_errors"), 0);
+        CHECK_EQ_INT((int)num(o, "concurrency"), 2);
+        CHECK_EQ_INT((int)num(o, "generated_tokens"), 16);
+        double wall = num(o, "wall_s"), ips = num(o, "images_per_s");
+        CHECKF(ips > 0 && ips * wall > 3.9 && ips * wall < 4.1, "images/s %.3f over %.3f s", ips, wall);
+        double p50 = num(o, "latency_ms_p50"), p99 = num(o, "latency_ms_p99");
+        CHECKF(p50 > 0 && p50 <= p99 && num(o, "ttft_ms_p50") <= p50, "latency p50 %.1f p99 %.1f", p50, p99);
+        CHECK(json_is_integer(json_object_get(o, "gpu_memory_peak_bytes")));
+        CHECK_EQ_INT((int)num(o, "exit_code"), 0);
+    }
+    json_decref(o);
     free(out);
 }
