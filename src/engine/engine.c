@@ -775,6 +775,7 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     int rc = load(e, err);
+    if (!rc) publish_stats(e);  /* the pool's size for /metrics before the first step */
     if (!rc && pthread_create(&e->thread, NULL, engine_main, e))
         rc = iris_err_set(err, IRIS_ENOMEM, "could not start the engine thread");
     if (rc) {
