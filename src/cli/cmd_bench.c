@@ -261,7 +261,8 @@ int iris_cmd_bench(int argc, char **argv) {
     iris_cli_engine_apply(&ba.ce, &o);
     o.model = model;
     o.max_num_seqs = max_batch;
-    if (o.max_batch_tokens < past0) o.max_batch_tokens = past0;
+    if (o.max_batch_tokens < past0 && (o.max_batch_tokens || past0 > IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS))
+        o.max_batch_tokens = past0;  /* 0: the plan's choice, at least the default */
     o.max_model_len = past0 + (int)G + IRIS_KV_BLOCK;
     o.prefix_caching = 0;
     o.max_image_pixels = pixels;

@@ -284,8 +284,8 @@ static int run(bench_images *x, iris_err *err) {
     if (!rc)
         printf("{\"model\":\"%s\",\"device\":\"%s\",\"load_s\":%.3f,\"images\":%lld,\"image\":\"%dx%d\","
                "\"concurrency\":%lld,\"gen_tokens\":%lld,\"max_num_seqs\":%d,\"max_batch_tokens\":%d",
-               mi.dir, iris_engine_backend(x->e)->name, t_load, x->n, x->w, x->h, x->conc, x->gen, o.max_num_seqs,
-               o.max_batch_tokens);
+               mi.dir, iris_engine_backend(x->e)->name, t_load, x->n, x->w, x->h, x->conc, x->gen, mi.max_num_seqs,
+               mi.max_batch_tokens);
     fflush(stdout);
     if (!rc) rc = warm_up(x, err);
     iris_batch *b = NULL;

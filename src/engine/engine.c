@@ -49,7 +49,7 @@
 void iris_engine_opts_default(iris_engine_opts *o) {
     memset(o, 0, sizeof *o);
     o->max_num_seqs = 64;
-    o->max_batch_tokens = 2048;
+    o->max_batch_tokens = 0;    /* the CPU: IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS; a GPU: the plan chooses */
     o->max_waiting = 256;
     o->prefix_caching = 1;
 }
@@ -82,6 +82,8 @@ void iris_engine_model_info(const iris_engine *e, iris_model_info *out) {
     out->n_layers = e->model->cfg.text_config.num_hidden_layers;
     out->hidden_size = e->model->cfg.text_config.hidden_size;
     out->image_token_id = e->model->cfg.image_token_id;
+    out->max_num_seqs = e->o.max_num_seqs;
+    out->max_batch_tokens = e->o.max_batch_tokens;
 }
 
 /* ---- finishing requests ------------------------------------------------------------------- */
@@ -656,6 +658,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     e->plan_text = text;
     iris_log(IRIS_LOG_INFO, "engine", "memory plan for %s:\n%s", e->dir, text ? text : "");
     e->max_model_len = (int)plan->context;
+    e->o.max_batch_tokens = plan->settings.max_batch_tokens;  /* chosen by the plan when not given */
     e->n_blocks = (int)plan->kv_blocks;
     e->max_image_tokens = (int)plan->image_tokens;
     /* Images are resized to what the plan admits (smart_resize's max_pixels). */
@@ -690,6 +693,9 @@ static int load_cuda(iris_engine *e, iris_err *err) {
 static int load_cpu(iris_engine *e, iris_err *err) {
     const iris_engine_opts *o = &e->o;
     const iris_text_config *tc = &e->model->cfg.text_config;
+    if (!e->o.max_batch_tokens)
+        e->o.max_batch_tokens = o->max_num_seqs > IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS ? o->max_num_seqs
+                                                                                   : IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS;
     int rc = iris_backend_cpu_open(&e->be, err);
     if (!rc) rc = place(e, 0, err);
     if (rc) return rc;
@@ -827,7 +833,7 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
         free(e);
         return IRIS_EINVAL;
     }
-    if (e->o.max_batch_tokens < e->o.max_num_seqs) e->o.max_batch_tokens = e->o.max_num_seqs;
+    if (e->o.max_batch_tokens && e->o.max_batch_tokens < e->o.max_num_seqs) e->o.max_batch_tokens = e->o.max_num_seqs;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     int rc = load(e, err);
