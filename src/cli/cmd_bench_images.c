@@ -8,7 +8,8 @@
  * tokenize), and up to C requests are in the engine at once, continuously
  * batched; each answer is exactly G greedy tokens (end tokens ignored).  One
  * request with one more picture runs first, alone, and is not counted (it
- * warms up kernels and plans).
+ * warms up kernels and plans).  bench/serve_load.py sends the same pictures
+ * to `iris serve` over HTTP, for the same figures from outside.
  *
  * Printed: images/s and generated tok/s over the wall time of the N, the
  * latency of each request (submit to its last token; and to its first) at
