@@ -830,6 +830,8 @@ IRIS_TEST(planner_auto_batch_tokens) {
     REQUIRE(iris_plan_make(&m, &st, big, "", 0, a, &err) == 0);
     CHECK_EQ_INT(a->settings.max_batch_tokens, IRIS_PLAN_AUTO_BATCH_TOKENS_MAX);
     CHECK_EQ_INT(a->context, b->context);
+    CHECK_EQ_INT(a->n_suggestions, 0);   /* the chosen plan is whole: nothing left from the candidates' passes */
+    CHECK_EQ_INT(a->n_regions, b->n_regions);
     CHECK(a->kv_blocks * 100 >= b->kv_blocks * (100 - IRIS_PLAN_AUTO_BATCH_KV_PERCENT) && a->kv_blocks < b->kv_blocks);
     CHECK(a->part_bytes[IRIS_PART_ACTIVATIONS] > b->part_bytes[IRIS_PART_ACTIVATIONS]);
     printf("  2B-FP8, 78 GiB: %d-token steps, %lld KV blocks (%lld at 2048)\n", a->settings.max_batch_tokens,

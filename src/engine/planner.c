@@ -647,7 +647,7 @@ static void suggest(const plan_in *in0, iris_plan *p) {
  * (nearly) its KV blocks. */
 static void auto_batch_tokens(plan_in *in, iris_plan *p) {
     static const int cand[] = {IRIS_PLAN_AUTO_BATCH_TOKENS_MAX, IRIS_PLAN_AUTO_BATCH_TOKENS_MAX / 2};
-    iris_plan *alt = malloc(sizeof *alt);
+    iris_plan *alt = calloc(1, sizeof *alt);  /* compute() leaves what iris_plan_make fills later zero */
     if (!alt) return;
     int64_t full = (int64_t)in->s.max_num_seqs * (int64_t)ceil_div((uint64_t)p->context, IRIS_KV_BLOCK_TOKENS);
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
