@@ -1,17 +1,27 @@
 #!/usr/bin/env python3
-"""serve_load.py: the engine's serving figures through `iris serve` (issue "Engine").
+"""serve_load.py: the engine's serving figures through `iris serve` (issues "Engine", 27).
 
 Starts `iris serve MODEL` with the given flags, measures the time from the
-start to the first 200 of /health, then sends N concurrent streamed caption
-requests, each with one WxH picture as a data URL, and reports as one JSON
-object: start-up seconds, generated tokens per second over the whole batch,
-time to first token p50/p99 (client side: request sent to the first content
-delta), and the process's GPU memory as nvidia-smi reports it (sampled every
-100 ms during the run; the largest value).  Standard library only, plus PIL
-when present for the picture (else a flat-colour PNG written by hand).
+start to the first 200 of /health, sends one request alone (warm-up, and the
+unloaded latency), then N streamed caption requests from C concurrent
+clients (each client sends its next request when its answer is complete;
+C = N by default: all at once), each with its own WxH picture as a data URL,
+and reports as one JSON object: start-up seconds, images/s and generated
+tokens/s over the whole batch, latency p50/p99 (request sent to the last
+byte of the answer) and time to first token p50/p99 (to the first content
+delta), client side, and the process's GPU memory as nvidia-smi reports it
+(sampled every 100 ms during the run; the largest value; 0 without
+nvidia-smi).
 
-  python3 bench/serve_load.py IRIS MODEL [--requests 64] [--image 1024x1024]
-          [--max-tokens 32] [--port 8391] -- [iris serve flags...]
+The pictures are those of `iris bench --images` (cmd_bench_images.c):
+gradients and a checkerboard with red and green offset by the picture's
+index, so every request's picture differs (up to 65,536) and neither the
+prefix cache nor the image keys can spare the vision encoder.  PNG by the
+standard library (the default), or JPEG (--format jpeg) by PIL or
+torchvision where one is installed.  Standard library only otherwise.
+
+  python3 bench/serve_load.py IRIS MODEL [--requests 64] [--concurrency C] [--image 1024x1024]
+          [--max-tokens 32] [--format png|jpeg] [--port 8391] -- [iris serve flags...]
 """
 import argparse
 import base64
@@ -27,25 +37,50 @@ import urllib.request
 import zlib
 
 
-def picture(w, h, i=0):
-    try:
-        from PIL import Image, ImageDraw
-        im = Image.new("RGB", (w, h), (240 - i % 64, 240, 235))  # i: a different picture per request
-        d = ImageDraw.Draw(im)
-        d.ellipse((w * 0.1, h * 0.1, w * 0.4, h * 0.4), fill=(200, 30, 30))
-        d.rectangle((w * 0.55, h * 0.5, w * 0.9, h * 0.85), fill=(30, 60, 200))
-        buf = io.BytesIO()
-        im.save(buf, "JPEG", quality=90)
-        return "image/jpeg", buf.getvalue()
-    except ImportError:
-        raw = b"".join(b"\x00" + bytes(v for x in range(w) for v in (x * 255 // w, y * 255 // h, (128 + i) % 256))
-                       for y in range(h))
+def picture_rgb(w, h, i):
+    """Picture i as raw RGB rows, as cmd_bench_images.c's picture() makes it."""
+    dr, dg = i & 255, (i >> 8) & 255
+    red = bytes((255 * x // (w - 1 if w > 1 else 1) + dr) & 255 for x in range(w))
+    blue = [bytes(200 if ((x // 32 + k) & 1) else 40 for x in range(w)) for k in (0, 1)]
+    rows = []
+    for y in range(h):
+        row = bytearray(3 * w)
+        row[0::3] = red
+        row[1::3] = bytes([(255 * y // (h - 1 if h > 1 else 1) + dg) & 255]) * w
+        row[2::3] = blue[(y // 32) & 1]
+        rows.append(bytes(row))
+    return rows
 
-        def chunk(t, d):
-            return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
-        png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) + \
-            chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
-        return "image/png", png
+
+def png_of(w, h, rows):
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+    raw = b"".join(b"\x00" + r for r in rows)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) + \
+        chunk(b"IDAT", zlib.compress(raw, 1)) + chunk(b"IEND", b"")
+
+
+def jpeg_of(w, h, rows):
+    data = b"".join(rows)
+    try:
+        from PIL import Image
+        buf = io.BytesIO()
+        Image.frombytes("RGB", (w, h), data).save(buf, "JPEG", quality=90)
+        return buf.getvalue()
+    except ImportError:
+        pass
+    try:
+        import torch
+        from torchvision.io import encode_jpeg
+        t = torch.frombuffer(bytearray(data), dtype=torch.uint8).reshape(h, w, 3).permute(2, 0, 1).contiguous()
+        return bytes(encode_jpeg(t, quality=90).numpy().tobytes())
+    except ImportError:
+        raise SystemExit("--format jpeg needs PIL or torchvision; use --format png")
+
+
+def picture(w, h, i, fmt="png"):
+    rows = picture_rgb(w, h, i)
+    return ("image/jpeg", jpeg_of(w, h, rows)) if fmt == "jpeg" else ("image/png", png_of(w, h, rows))
 
 
 def gpu_mem_of(pid):
@@ -67,17 +102,21 @@ def main():
     ap.add_argument("model")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--image", default="1024x1024")
+    ap.add_argument("--concurrency", type=int, default=0, help="clients at once (default: --requests)")
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--format", choices=("png", "jpeg"), default="png")
     ap.add_argument("--port", type=int, default=8391)
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     a = ap.parse_args(argv[:cut])
     serve_flags = argv[cut + 1:]
     w, h = (int(v) for v in a.image.split("x"))
-    # a different picture per request, so the prefix cache cannot answer for the vision encoder
+    conc = a.concurrency if a.concurrency > 0 else a.requests
+    # a different picture per request, so the prefix cache cannot answer for the vision encoder;
+    # the warm-up's is picture N, as in iris bench --images
     urls = []
-    for i in range(a.requests + 1):
-        mime, data = picture(w, h, i)
+    for i in list(range(a.requests)) + [a.requests]:
+        mime, data = picture(w, h, i, a.format)
         urls.append("data:%s;base64,%s" % (mime, base64.b64encode(data).decode()))
     base = "http://127.0.0.1:%d" % a.port
 
@@ -141,9 +180,20 @@ def main():
 
     # one request alone first (warm-up, and the unloaded latency)
     warm = [None]
-    one(0, warm, 0)
+    one(0, warm, a.requests)
     outs = [None] * a.requests
-    ts = [threading.Thread(target=one, args=(i, outs, i + 1)) for i in range(a.requests)]
+    next_i = [0]
+    lock = threading.Lock()
+
+    def client():
+        while True:
+            with lock:
+                i = next_i[0]
+                next_i[0] += 1
+            if i >= a.requests:
+                return
+            one(i, outs, i)
+    ts = [threading.Thread(target=client) for _ in range(conc)]
     tb = time.time()
     for t in ts:
         t.start()
@@ -153,17 +203,20 @@ def main():
     stop.set()
     th.join()
     ttfts = sorted(o[0] for o in outs if o and o[0] is not None)
+    lats = sorted(o[2] for o in outs if o and not o[3])
     errors = [o[3] for o in outs if o and o[3]]
     gen = sum(o[1] for o in outs if o)
 
-    def pct(p):
-        return round(ttfts[min(len(ttfts) - 1, int(p * len(ttfts)))] * 1e3, 1) if ttfts else None
-    res.update({"requests": a.requests, "image": a.image, "max_tokens": a.max_tokens,
+    def pct(v, p):
+        return round(v[min(len(v) - 1, int(p * len(v)))] * 1e3, 1) if v else None
+    res.update({"requests": a.requests, "concurrency": conc, "image": a.image, "format": a.format,
+                "max_tokens": a.max_tokens,
                 "single_request": {"ttft_ms": round((warm[0][0] or 0) * 1e3, 1), "total_s": round(warm[0][2], 3),
                                    "error": warm[0][3]},
-                "completed": len(ttfts), "errors": errors[:3], "n_errors": len(errors),
-                "generated_tokens": gen, "wall_s": round(wall, 3), "gen_tok_per_s": round(gen / wall, 1),
-                "ttft_ms_p50": pct(0.5), "ttft_ms_p99": pct(0.99),
+                "completed": len(lats), "errors": errors[:3], "n_errors": len(errors),
+                "generated_tokens": gen, "wall_s": round(wall, 3), "images_per_s": round(len(lats) / wall, 2),
+                "gen_tok_per_s": round(gen / wall, 1), "latency_ms_p50": pct(lats, 0.5),
+                "latency_ms_p99": pct(lats, 0.99), "ttft_ms_p50": pct(ttfts, 0.5), "ttft_ms_p99": pct(ttfts, 0.99),
                 "gpu_memory_peak_bytes": peak[0], "gpu_memory_how": "nvidia-smi --query-compute-apps used_memory of "
                 "the server process, sampled every 100 ms from ready to the end of the batch"})
     proc.terminate()

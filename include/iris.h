@@ -73,7 +73,8 @@ typedef struct iris_engine_opts {
     int allow_download;         /* fetch a repo id missing from the HF cache (default 0) */
     const char *device;         /* "cpu", "cuda" or "auto" (NULL: auto: cuda when this build has it and a GPU is there) */
     int max_num_seqs;           /* sequences running at once (0: 64) */
-    int max_batch_tokens;       /* tokens per step, decodes + prefill chunks (0: 2048) */
+    int max_batch_tokens;       /* tokens per step, decodes + prefill chunks (0: 2048 on the CPU; on a GPU the
+                                   memory plan chooses 2048 to 8192, engine/planner.h) */
     int max_model_len;          /* prompt + generated tokens per request (0: the model's max) */
     int max_waiting;            /* bounded waiting queue; submit beyond it is IRIS_ELIMIT (0: 256) */
     int kv_blocks;              /* 16-token KV blocks (0: from kv_cache_bytes) */
@@ -106,6 +107,7 @@ typedef struct iris_model_info {
     char dir[4096];             /* the resolved model directory */
     int vocab_size, max_model_len, kv_blocks, n_layers, hidden_size;
     int image_token_id;
+    int max_num_seqs, max_batch_tokens;   /* the scheduler's sizes, as given or chosen */
 } iris_model_info;
 void iris_engine_model_info(const iris_engine *e, iris_model_info *out);
 
@@ -238,6 +240,9 @@ typedef struct iris_engine_stats {
     uint64_t generated_tokens;
     uint64_t images_encoded;            /* vision encoder runs (one per image) */
     double vision_s;                    /* time in the vision encoder */
+    double prefill_s;                   /* decoder and sampling time of steps with prompt rows (decodes beside them
+                                           included) */
+    double decode_s;                    /* decoder and sampling time of steps of decodes only */
     uint64_t images_cached;             /* images whose tokens all came from the prefix cache */
     uint64_t preemptions;
 } iris_engine_stats;

@@ -323,6 +323,12 @@ IRIS_TEST(openai_metrics_text) {
     CHECK_CONTAINS(t, "iris:num_requests_waiting 3\n");
     CHECK_CONTAINS(t, "iris:kv_blocks_used 7\n");
     CHECK_CONTAINS(t, "# TYPE iris:time_to_first_token_seconds histogram\n");
+    /* the router's gauges, under vLLM's names too */
+    CHECK_CONTAINS(t, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 3\n");
+    CHECK_CONTAINS(t, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 2\n");
+    CHECK_CONTAINS(t, "# TYPE iris:kv_cache_usage_perc gauge\niris:kv_cache_usage_perc 0.109375\n");
+    CHECK_CONTAINS(t, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.109375\n");
+    CHECK_CONTAINS(t, "vllm:gpu_cache_usage_perc 0.109375\n");
     free(t);
     iris_metrics_free(m);
 }

@@ -434,4 +434,27 @@ IRIS_TEST(gpu_ops_attn_segments) {
     iris_cuda_set_attn_impl(ops_cuda, 0);
 }
 
+/* Several images of different sizes in one launch (the vision encoder's step of many requests):
+ * segments of patch counts as images give them (1,024, 576 and 256 rows, 16 heads of 64), one of a
+ * single row, empty ones, and more segments than one launch takes (IRIS_FLASH_MAX_SEGS: several
+ * launches), each row's attention within its own segment as the CPU computes it. */
+IRIS_TEST(gpu_ops_attn_segments_many) {
+    OPS_BACKENDS();
+    int img[] = {0, 1024, 1600, 1856};
+    int odd[] = {0, 64, 64, 65, 300, 300, 428, 429};
+    int many[41];
+    many[0] = 0;
+    for (int s = 0; s < 40; s++) many[s + 1] = many[s] + (s % 7 == 3 ? 0 : 1 + (s * 37) % 150);
+    for (g_impl = 0; g_impl < 2; g_impl++) {
+        iris_cuda_set_attn_impl(ops_cuda, g_impl);
+        check_segments(img, 3, 16, 64);
+        check_segments(odd, 7, 4, 64);
+        check_segments(many, 40, 2, 64);
+        check_segments(many, 40, 2, 128);
+        check_segments(many, 40, 4, 32);
+    }
+    g_impl = 0;
+    iris_cuda_set_attn_impl(ops_cuda, 0);
+}
+
 #endif

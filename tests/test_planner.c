@@ -811,3 +811,60 @@ IRIS_TEST(planner_cli) {
     CHECK_CONTAINS(out, "--max-image-pixels");
     free(out);
 }
+
+/* max_batch_tokens 0: the plan chooses the step's budget (planner.h): 8192 on an 80 GB card, the
+ * default where a larger one would shorten the automatic context of an 8 GB card, and with a
+ * fixed context the largest candidate that keeps all but IRIS_PLAN_AUTO_BATCH_KV_PERCENT of the
+ * KV blocks. */
+IRIS_TEST(planner_auto_batch_tokens) {
+    iris_plan_model m;
+    REQUIRE(load(&SPEC_2B, 1, &m) == 0);
+    iris_plan *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    REQUIRE(a && b);
+    iris_plan_settings st;
+    iris_plan_settings_default(&st);
+    iris_err err = {0};
+    uint64_t big = 78 * GIB;
+    REQUIRE(iris_plan_make(&m, &st, big, "", 0, b, &err) == 0); /* the default, 2048 */
+    st.max_batch_tokens = 0;
+    REQUIRE(iris_plan_make(&m, &st, big, "", 0, a, &err) == 0);
+    CHECK_EQ_INT(a->settings.max_batch_tokens, IRIS_PLAN_AUTO_BATCH_TOKENS_MAX);
+    CHECK_EQ_INT(a->context, b->context);
+    CHECK_EQ_INT(a->n_suggestions, 0);   /* the chosen plan is whole: nothing left from the candidates' passes */
+    CHECK_EQ_INT(a->n_regions, b->n_regions);
+    CHECK(a->kv_blocks * 100 >= b->kv_blocks * (100 - IRIS_PLAN_AUTO_BATCH_KV_PERCENT) && a->kv_blocks < b->kv_blocks);
+    CHECK(a->part_bytes[IRIS_PART_ACTIVATIONS] > b->part_bytes[IRIS_PART_ACTIVATIONS]);
+    printf("  2B-FP8, 78 GiB: %d-token steps, %lld KV blocks (%lld at 2048)\n", a->settings.max_batch_tokens,
+           (long long)a->kv_blocks, (long long)b->kv_blocks);
+    /* an 8 GB card: a larger step would shorten the automatic context, so the default stays */
+    REQUIRE(iris_plan_make(&m, &st, budget_8g_1g(), "", 0, a, &err) == 0);
+    st.max_batch_tokens = IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS;
+    REQUIRE(iris_plan_make(&m, &st, budget_8g_1g(), "", 0, b, &err) == 0);
+    CHECK_EQ_INT(a->settings.max_batch_tokens, IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS);
+    CHECK_EQ_INT(a->context, b->context);
+    CHECK_EQ_INT(a->kv_blocks, b->kv_blocks);
+    /* a fixed 8K context on that card: the largest candidate within the KV blocks' allowance */
+    st.max_model_len = 8192;
+    REQUIRE(iris_plan_make(&m, &st, budget_8g_1g(), "", 0, b, &err) == 0);
+    int64_t base = b->kv_blocks, want = IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS;
+    for (int c = IRIS_PLAN_AUTO_BATCH_TOKENS_MAX; c > IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS; c /= 2) {
+        st.max_batch_tokens = c;
+        if (iris_plan_make(&m, &st, budget_8g_1g(), "", 0, b, &err) == 0 &&
+            b->kv_blocks * 100 >= base * (100 - IRIS_PLAN_AUTO_BATCH_KV_PERCENT)) {
+            want = c;
+            break;
+        }
+    }
+    st.max_batch_tokens = 0;
+    REQUIRE(iris_plan_make(&m, &st, budget_8g_1g(), "", 0, a, &err) == 0);
+    CHECK_EQ_INT(a->settings.max_batch_tokens, want);
+    CHECK_EQ_INT(a->context, 8192);
+    printf("  2B-FP8, 8 GiB card, 8K context: %lld-token steps, %lld KV blocks (%lld at 2048)\n",
+           (long long)want, (long long)a->kv_blocks, (long long)base);
+    /* more sequences than the default budget: the start is max_num_seqs */
+    st.max_model_len = 0;
+    st.max_num_seqs = 3000;
+    REQUIRE(iris_plan_make(&m, &st, big, "", 0, a, &err) == 0);
+    CHECK(a->settings.max_batch_tokens >= 3000);
+    free(a), free(b);
+}

@@ -327,3 +327,60 @@ IRIS_TEST(sched_chunked_prefill) {
     iris_sched_free(&s);
     iris_kv_pool_free(pool);
 }
+
+/* The encoder budget: a step's chunks reach at most max_batch_tokens image tokens to encode.  Two
+ * prompts of 10 text tokens and a 100-token image, a 150-token budget: the first runs whole, the
+ * second only up to its image (its text), and its image comes in the next step, beside the first's
+ * decode; an image over the whole budget still goes when it is the step's first. */
+IRIS_TEST(sched_encoder_budget) {
+    iris_err err = {0};
+    iris_kv_pool *pool;
+    REQUIRE(iris_kv_pool_init(&pool, 64, 0, &err) == 0);
+    iris_sched s;
+    iris_sched_opts so = {4, 150, 8};
+    REQUIRE(iris_sched_init(&s, &so, pool, &err) == 0);
+    int32_t toks[300];
+    for (int j = 0; j < 300; j++) toks[j] = j;
+    iris_seq q[3];
+    iris_seq_image im[3] = {{.start = 10, .n_tokens = 100}, {.start = 10, .n_tokens = 100},
+                            {.start = 0, .n_tokens = 200}};
+    int len[3] = {112, 112, 202};
+    iris_sched_batch b = {0};
+    for (int i = 0; i < 3; i++) {
+        im[i].hash.b[0] = (unsigned char)(i + 1);
+        REQUIRE(iris_seq_init(&q[i], i, toks, len[i], &err) == 0);
+        q[i].images = &im[i];
+        q[i].n_images = 1;
+    }
+    REQUIRE(iris_sched_add(&s, &q[0], &err) == 0 && iris_sched_add(&s, &q[1], &err) == 0);
+    REQUIRE(iris_sched_step(&s, &b, &err) == 0);
+    REQUIRE(b.n_seqs == 2);
+    CHECK_EQ_INT(q[0].n_new, 112);
+    CHECK_EQ_INT(q[1].n_new, 10);   /* 38 tokens of budget left, but its image is over the encoder's */
+    CHECK_EQ_INT(b.n_encoder, 100);
+    im[0].ready = 1;
+    iris_sched_commit(&s, &b);
+    CHECK_EQ_INT(iris_sched_check(&s, &err), 0);
+    REQUIRE(iris_seq_append(&q[0], 7, &err) == 0);
+    REQUIRE(iris_sched_step(&s, &b, &err) == 0);
+    REQUIRE(b.n_seqs == 2 && b.seqs[0] == &q[0]);
+    CHECK_EQ_INT(q[0].n_new, 1);    /* the decode first */
+    CHECK_EQ_INT(q[1].n_new, 102);
+    CHECK_EQ_INT(b.n_encoder, 100);
+    im[1].ready = 1;
+    iris_sched_commit(&s, &b);
+    iris_sched_finish(&s, &q[0]);
+    iris_sched_finish(&s, &q[1]);
+    /* an image of 200 tokens over a 150-token budget: alone, in chunks */
+    REQUIRE(iris_sched_add(&s, &q[2], &err) == 0);
+    REQUIRE(iris_sched_step(&s, &b, &err) == 0);
+    REQUIRE(b.n_seqs == 1);
+    CHECK_EQ_INT(q[2].n_new, 150);
+    CHECK_EQ_INT(b.n_encoder, 200);
+    iris_sched_commit(&s, &b);
+    CHECK_EQ_INT(iris_sched_check(&s, &err), 0);
+    for (int i = 0; i < 3; i++) iris_seq_free(&q[i]);
+    iris_sched_batch_free(&b);
+    iris_sched_free(&s);
+    iris_kv_pool_free(pool);
+}

@@ -32,4 +32,8 @@ char *iris_cli_read_text(const char *path, iris_err *err);
 struct iris_tok;
 int iris_cli_load_tokenizer(const char *arg, struct iris_tok **tok, iris_err *err);
 
+/* `iris bench MODEL --images N ...`: image throughput (cmd_bench_images.c); iris_cmd_bench hands
+ * its command line over when --images is given. */
+int iris_cmd_bench_images(int argc, char **argv);
+
 #endif

@@ -320,7 +320,8 @@ static int parse_args(int argc, char **argv, bench_args *x) {
         .cmd = "bench",
         .usage = "MODEL [options]",
         .about = "Prefill and decode speed of the text decoder, as JSON (tok/s per batch size, memory).\n"
-                 "The device is cuda unless --device says otherwise.",
+                 "The device is cuda unless --device says otherwise.\n"
+                 "With --images N: image throughput through the engine (iris bench MODEL --images N --help).",
         .max_pos = 1,
         .tables = {own, iris_cli_engine_flags(&x->ce, IRIS_CLI_E_DEVICE | IRIS_CLI_E_MEMORY | IRIS_CLI_E_KV |
                                                           IRIS_CLI_E_HUB)},
@@ -367,6 +368,9 @@ static void schema_close(schema_run *sr, int max_batch) {
 }
 
 int iris_cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)  /* image throughput: cmd_bench_images.c */
+        if (!strncmp(argv[i], "--images", 8) && (!argv[i][8] || argv[i][8] == '='))
+            return iris_cmd_bench_images(argc, argv);
     bench_args ba;
     int st = parse_args(argc, argv, &ba);
     if (st >= 0) return st;
@@ -399,7 +403,8 @@ int iris_cmd_bench(int argc, char **argv) {
     iris_cli_engine_apply(&ba.ce, &o);
     o.model = model;
     o.max_num_seqs = max_batch;
-    if (o.max_batch_tokens < past0) o.max_batch_tokens = past0;
+    if (o.max_batch_tokens < past0 && (o.max_batch_tokens || past0 > IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS))
+        o.max_batch_tokens = past0;  /* 0: the plan's choice, at least the default */
     o.max_model_len = past0 + (int)G + IRIS_KV_BLOCK;
     o.prefix_caching = 0;
     o.max_image_pixels = pixels;

@@ -132,6 +132,7 @@ int iris_cmd_plan(int argc, char **argv) {
     iris_plan_budget_opts bo = {0};
     iris_plan_settings s;
     iris_plan_settings_default(&s);
+    s.max_batch_tokens = 0;  /* as the engine on a GPU: the plan chooses unless given */
     iris_cli_engine_plan(&ce, &s, &bo);
 
     iris_err err = {0};

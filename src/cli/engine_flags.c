@@ -48,7 +48,7 @@ iris_opt *iris_cli_engine_flags(iris_cli_engine *ce, unsigned which) {
         t[n++] = ROW("--max-num-seqs", IRIS_OPT_INT, &ce->max_num_seqs, "N", "sequences decoded together (default 64)",
                      1, 65536, NULL, &ce->seen[CE_SEQS]);
         t[n++] = ROW("--max-batch-tokens", IRIS_OPT_INT, &ce->max_batch_tokens, "N",
-                     "tokens per engine step, the prefill chunk (default 2048)", 1, 1 << 24, NULL,
+                     "tokens per engine step, decodes and prefill chunks (default: 2048\non the CPU; on a GPU the memory plan chooses 2048 to 8192)", 1, 1 << 24, NULL,
                      &ce->seen[CE_BATCH]);
     }
     if (which & IRIS_CLI_E_SERVER) {

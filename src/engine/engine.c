@@ -9,10 +9,11 @@
  * events; then publish the counters.  It sleeps on a condition variable
  * when there is nothing to do.
  *
- * Image embeddings: encoded (one image at a time) just before the first
- * chunk that needs them, kept with the request until every one of the
- * image's tokens has its K/V in the cache, then freed; an image whose tokens
- * all come from the prefix cache is never encoded.
+ * Image embeddings: encoded just before the first chunk that needs them,
+ * the step's images together (several requests' images in one encoder pass,
+ * as many as the vision scratch holds), kept with the request until every
+ * one of the image's tokens has its K/V in the cache, then freed; an image
+ * whose tokens all come from the prefix cache is never encoded.
  *
  * Shutdown drains: no new submissions, everything queued or running
  * finishes, then the thread exits.  A failed step (the backend) fails the
@@ -49,7 +50,7 @@
 void iris_engine_opts_default(iris_engine_opts *o) {
     memset(o, 0, sizeof *o);
     o->max_num_seqs = 64;
-    o->max_batch_tokens = 2048;
+    o->max_batch_tokens = 0;    /* the CPU: IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS; a GPU: the plan chooses */
     o->max_waiting = 256;
     o->prefix_caching = 1;
 }
@@ -90,6 +91,8 @@ void iris_engine_model_info(const iris_engine *e, iris_model_info *out) {
     out->n_layers = e->model->cfg.text_config.num_hidden_layers;
     out->hidden_size = e->model->cfg.text_config.hidden_size;
     out->image_token_id = e->model->cfg.image_token_id;
+    out->max_num_seqs = e->o.max_num_seqs;
+    out->max_batch_tokens = e->o.max_batch_tokens;
 }
 
 /* ---- finishing requests ------------------------------------------------------------------- */
@@ -110,6 +113,8 @@ static void publish_stats(iris_engine *e) {
     s->generated_tokens = e->generated_tokens;
     s->images_encoded = e->images_encoded;
     s->vision_s = e->vision_s;
+    s->prefill_s = e->prefill_s;
+    s->decode_s = e->decode_s;
     s->images_cached = e->sched.stats.images_cached;
     s->preemptions = e->sched.stats.preemptions;
 }
@@ -177,34 +182,90 @@ static void fail(iris_engine *e, iris_request *r, const iris_err *why) {
 
 /* ---- one step ----------------------------------------------------------------------------- */
 
-/* Encode the images the chunk [n_computed, n_computed + n_new) reaches that have no embeddings. */
-static int encode_images(iris_engine *e, iris_request *r, iris_err *err) {
-    iris_seq *q = &r->seq;
-    int lo = q->n_computed, hi = q->n_computed + q->n_new, pd = e->model->vision.patch_dim;
-    int64_t row0 = 0;
-    for (int i = 0; i < q->n_images; i++) {
-        const int *g = r->prompt.grid_thw + 3 * i;
-        int64_t rows = (int64_t)g[0] * g[1] * g[2];
-        iris_seq_image *im = &q->images[i];
-        if (!im->ready && im->start < hi && im->start + im->n_tokens > lo) {
-            const float *px = r->prompt.pixel_values + row0 * pd;
-            /* on the GPU the rows stay bf16 on their way to the decoder (no fp32 round trip) */
-            size_t sb = 0;
-            void *scratch = iris_runner_scratch(e->runner, &sb);
-            int rc = e->on_gpu ? iris_vision_encode_bf16(&e->model->vision, e->be, scratch, sb, px, rows, g, 1, &r->vout[i], err)
-                               : iris_vision_encode(&e->model->vision, px, rows, g, 1, &r->vout[i], NULL, err);
-            if (rc) return rc;
-            if (r->vout[i].n_tokens != im->n_tokens)
-                return iris_err_set(err, IRIS_EINVAL, "image %d: the encoder gave %d rows for %d tokens", i + 1,
-                                    r->vout[i].n_tokens, im->n_tokens);
-            im->embeds = r->vout[i].embeds;
-            im->deepstack = r->vout[i].deepstack;
-            im->ready = 1;
-            e->images_encoded++;
-        }
-        row0 += rows;
+/* Patches of one CPU encoder pass at most (fp32 buffers: ~31 KB a patch for the 2B's encoder),
+ * unless one image alone has more. */
+#define CPU_ENCODE_PATCHES 8192
+
+/* Does image i of r's chunk [n_computed, n_computed + n_new) need encoding now? */
+static int needs_encoding(const iris_request *r, int i) {
+    const iris_seq *q = &r->seq;
+    const iris_seq_image *im = &q->images[i];
+    int lo = q->n_computed, hi = q->n_computed + q->n_new;
+    return !im->ready && im->start < hi && im->start + im->n_tokens > lo;
+}
+
+typedef struct enc_item {
+    iris_request *r;
+    int i;                      /* the image's index in r's prompt */
+} enc_item;
+
+/* The encoder's outputs of items [0, n) into their requests. */
+static int take_outputs(iris_engine *e, const enc_item *it, iris_vision_out *outs, int n, iris_err *err) {
+    int rc = IRIS_OK;
+    for (int k = 0; k < n; k++) {
+        iris_request *r = it[k].r;
+        iris_seq_image *im = &r->seq.images[it[k].i];
+        r->vout[it[k].i] = outs[k];
+        if (!rc && outs[k].n_tokens != im->n_tokens)
+            rc = iris_err_set(err, IRIS_EINVAL, "image %d: the encoder gave %d rows for %d tokens", it[k].i + 1,
+                              outs[k].n_tokens, im->n_tokens);
+        if (rc) continue;
+        im->embeds = outs[k].embeds;
+        im->deepstack = outs[k].deepstack;
+        im->ready = 1;
+        e->images_encoded++;
     }
-    return IRIS_OK;
+    return rc;
+}
+
+/* Encode the images this step's chunks reach that have no embeddings, several images of several
+ * requests in one encoder pass (its GEMMs over all their patches, attention within each image):
+ * as many at once as fit the scratch (on a GPU the runner's activations, which the plan sizes for
+ * at least the largest image; on the CPU CPU_ENCODE_PATCHES), in the step's order. */
+static int encode_step_images(iris_engine *e, const iris_sched_batch *b, iris_err *err) {
+    int n = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        iris_request *r = b->seqs[s]->ud;
+        for (int i = 0; i < r->seq.n_images; i++) n += needs_encoding(r, i);
+    }
+    if (!n) return IRIS_OK;
+    enc_item *it = malloc(sizeof *it * (size_t)n);
+    const float **px = malloc(sizeof *px * (size_t)n);
+    int *grid = malloc(sizeof *grid * 3 * (size_t)n);
+    int64_t *patches = malloc(sizeof *patches * (size_t)n);
+    iris_vision_out *outs = calloc((size_t)n, sizeof *outs);
+    int rc = it && px && grid && patches && outs ? IRIS_OK : iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    const iris_vision *v = &e->model->vision;
+    for (int s = 0, k = 0; !rc && s < b->n_seqs; s++) {
+        iris_request *r = b->seqs[s]->ud;
+        int64_t row0 = 0;
+        for (int i = 0; i < r->seq.n_images; i++) {
+            const int *g = r->prompt.grid_thw + 3 * i;
+            int64_t rows = (int64_t)g[0] * g[1] * g[2];
+            if (needs_encoding(r, i)) {
+                it[k] = (enc_item){r, i};
+                px[k] = r->prompt.pixel_values + row0 * v->patch_dim;
+                memcpy(grid + 3 * k, g, 3 * sizeof *grid);
+                patches[k++] = rows;
+            }
+            row0 += rows;
+        }
+    }
+    size_t sb = 0;
+    void *scratch = e->on_gpu ? iris_runner_scratch(e->runner, &sb) : NULL;
+    for (int k0 = 0; !rc && k0 < n;) {
+        int k1 = k0 + 1;
+        int64_t sum = patches[k0];
+        while (k1 < n && (e->on_gpu ? iris_vision_scratch_bytes(v, e->be->act, sum + patches[k1]) <= sb
+                                    : sum + patches[k1] <= CPU_ENCODE_PATCHES))
+            sum += patches[k1++];
+        rc = e->on_gpu ? iris_vision_encode_each(v, e->be, scratch, sb, 1, px + k0, grid + 3 * k0, k1 - k0, outs + k0, err)
+                       : iris_vision_encode_each(v, NULL, NULL, 0, 0, px + k0, grid + 3 * k0, k1 - k0, outs + k0, err);
+        if (!rc) rc = take_outputs(e, it + k0, outs + k0, k1 - k0, err);
+        k0 = k1;
+    }
+    free(it), free(px), free(grid), free(patches), free(outs);
+    return rc;
 }
 
 /* iris_runner_sampling.penalizes: does the request of logits row `row` penalize token id? */
@@ -376,18 +437,18 @@ static void step(iris_engine *e) {
         }
         return;
     }
-    int n = b->n_seqs, rc = IRIS_OK, n_rows = 0;
+    int n = b->n_seqs, rc = IRIS_OK, n_rows = 0, prompt_rows = 0;
     iris_text_seq *ts = e->step_seqs;
     size_t img_at = 0;
-    double t0 = iris_engine_now(), t_vis = 0;
+    double t0 = iris_engine_now();
+    rc = encode_step_images(e, b, &err);
+    double t_vis = iris_engine_now() - t0;
+    e->vision_s += t_vis;
     for (int i = 0; !rc && i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
-        double a = iris_engine_now();
-        rc = encode_images(e, r, &err);
-        t_vis += iris_engine_now() - a;
-        e->vision_s += iris_engine_now() - a;
-        if (!rc) rc = prepare(e, r, n_rows, &img_at, &ts[i], &err);
+        rc = prepare(e, r, n_rows, &img_at, &ts[i], &err);
         n_rows += r->seq.n_new;
+        prompt_rows += r->seq.n_computed < r->seq.n_prompt;
     }
     double t1 = iris_engine_now();
     iris_runner_sampling smp;
@@ -412,6 +473,7 @@ static void step(iris_engine *e) {
             emit_token(e, r, out.logits + (size_t)row * V, NULL, NULL, 0);
         row++;
     }
+    *(prompt_rows ? &e->prefill_s : &e->decode_s) += iris_engine_now() - t1;
     iris_log(IRIS_LOG_DEBUG, "engine", "step: %d seqs, %d rows: vision %.2f ms, inputs %.2f ms, decoder %.2f ms, "
              "sampling %.2f ms (%s, %d masked)", n, n_rows, t_vis * 1e3, (t1 - t0 - t_vis) * 1e3, (t2 - t1) * 1e3,
              (iris_engine_now() - t2) * 1e3, k > 0 ? "top-k rows" : "whole rows", out.n_masked);
@@ -615,6 +677,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     e->plan_text = text;
     iris_log(IRIS_LOG_INFO, "engine", "memory plan for %s:\n%s", e->dir, text ? text : "");
     e->max_model_len = (int)plan->context;
+    e->o.max_batch_tokens = plan->settings.max_batch_tokens;  /* chosen by the plan when not given */
     e->n_blocks = (int)plan->kv_blocks;
     e->max_image_tokens = (int)plan->image_tokens;
     /* Images are resized to what the plan admits (smart_resize's max_pixels). */
@@ -649,6 +712,9 @@ static int load_cuda(iris_engine *e, iris_err *err) {
 static int load_cpu(iris_engine *e, iris_err *err) {
     const iris_engine_opts *o = &e->o;
     const iris_text_config *tc = &e->model->cfg.text_config;
+    if (!e->o.max_batch_tokens)
+        e->o.max_batch_tokens = o->max_num_seqs > IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS ? o->max_num_seqs
+                                                                                   : IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS;
     int rc = iris_backend_cpu_open(&e->be, err);
     if (!rc) rc = place(e, 0, err);
     if (rc) return rc;
@@ -792,10 +858,11 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
         free(e);
         return IRIS_EINVAL;
     }
-    if (e->o.max_batch_tokens < e->o.max_num_seqs) e->o.max_batch_tokens = e->o.max_num_seqs;
+    if (e->o.max_batch_tokens && e->o.max_batch_tokens < e->o.max_num_seqs) e->o.max_batch_tokens = e->o.max_num_seqs;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     int rc = load(e, err);
+    if (!rc) publish_stats(e);  /* the pool's size for /metrics before the first step */
     if (!rc && pthread_create(&e->thread, NULL, engine_main, e))
         rc = iris_err_set(err, IRIS_ENOMEM, "could not start the engine thread");
     if (rc) {

@@ -99,7 +99,7 @@ struct iris_engine {
     int64_t next_id;
     iris_engine_stats stats;    /* published after every step */
     uint64_t images_encoded, requests_finished, generated_tokens, prompt_tokens;
-    double vision_s;
+    double vision_s, prefill_s, decode_s;
 };
 
 double iris_engine_now(void);

@@ -652,10 +652,37 @@ static void suggest(const plan_in *in0, iris_plan *p) {
     free(alt);
 }
 
+/* The automatic step budget (planner.h, IRIS_PLAN_AUTO_BATCH_TOKENS_MAX): p, the plan that fits
+ * with the starting budget, becomes the plan of the largest candidate that keeps its context and
+ * (nearly) its KV blocks. */
+static void auto_batch_tokens(plan_in *in, iris_plan *p) {
+    static const int cand[] = {IRIS_PLAN_AUTO_BATCH_TOKENS_MAX, IRIS_PLAN_AUTO_BATCH_TOKENS_MAX / 2};
+    iris_plan *alt = calloc(1, sizeof *alt);  /* compute() leaves what iris_plan_make fills later zero */
+    if (!alt) return;
+    int64_t full = (int64_t)in->s.max_num_seqs * (int64_t)ceil_div((uint64_t)p->context, IRIS_KV_BLOCK_TOKENS);
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
+        if (cand[i] <= in->s.max_batch_tokens) break;
+        plan_in t = *in;
+        t.s.max_batch_tokens = cand[i];
+        compute(&t, alt);
+        int keeps = alt->fits && alt->context >= p->context &&
+                    (alt->kv_blocks * 100 >= p->kv_blocks * (100 - IRIS_PLAN_AUTO_BATCH_KV_PERCENT) ||
+                     alt->kv_blocks >= full);
+        if (keeps) {
+            *in = t;
+            *p = *alt;
+            break;
+        }
+    }
+    free(alt);
+}
+
 int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uint64_t budget, const char *budget_source,
                    uint64_t context_bytes, iris_plan *p, iris_err *err) {
     memset(p, 0, sizeof *p);
     iris_plan_settings s = *s_in;
+    int auto_batch = s.max_batch_tokens == 0;
+    if (auto_batch && s.max_num_seqs > IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS) s.max_batch_tokens = s.max_num_seqs;
     int rc = check_settings(m, &s, err);
     if (rc) return rc;
     if (budget == 0) return iris_err_set(err, IRIS_EINVAL, "the GPU memory budget is 0 bytes");
@@ -677,6 +704,7 @@ int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uin
         in.dense_bytes = 0;
         compute(&in, p);
     }
+    if (auto_batch && p->fits) auto_batch_tokens(&in, p);
     p->dense = in.dense_bytes != 0;
     p->text_only = s.text_only;
     p->vision_weight_bytes = lm.vision_weight_bytes;

@@ -57,6 +57,13 @@
 #define IRIS_PLAN_MIN_CONTEXT 4096           /* shortest context iris starts with */
 #define IRIS_PLAN_DEFAULT_MAX_NUM_SEQS 64
 #define IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS 2048
+/* max_batch_tokens 0 (the engine's default): the plan chooses the step's token budget.  It starts
+ * from the default (or max_num_seqs, when larger) and takes the largest of 8192 and 4096 whose
+ * plan keeps the context and gives up at most IRIS_PLAN_AUTO_BATCH_KV_PERCENT of the KV blocks (or
+ * still holds max_num_seqs sequences of that context): a card with room takes several images'
+ * prefill chunks and their encoder pass a step, an 8 GB card keeps its cache. */
+#define IRIS_PLAN_AUTO_BATCH_TOKENS_MAX 8192
+#define IRIS_PLAN_AUTO_BATCH_KV_PERCENT 2
 /* 1024x1024 = 1,024 image tokens: Qwen's processor allows 16,777,216 pixels
  * (16,384 tokens, ~1.4 GiB of encoder scratch), too much beside a 4B model
  * on an 8 GB card; ~1 MP is the usual Qwen-VL serving limit.  Larger images
@@ -114,7 +121,8 @@ typedef enum iris_plan_part {
 typedef struct iris_plan_settings {
     int64_t max_model_len;     /* 0: the largest that fits, up to max_position_embeddings */
     int max_num_seqs;          /* sequences decoded together (64) */
-    int max_batch_tokens;      /* tokens per step, the prefill chunk (2048); >= max_num_seqs */
+    int max_batch_tokens;      /* tokens per step, the prefill chunk (2048; iris_plan_make: 0 chooses, see
+                                  IRIS_PLAN_AUTO_BATCH_TOKENS_MAX); >= max_num_seqs */
     int64_t max_image_pixels;  /* smart_resize's max_pixels for every image (1,048,576) */
     int kv_cache_dtype;        /* iris_kv_dtype */
     int dense_weights;         /* iris_dense_mode */

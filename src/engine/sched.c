@@ -4,6 +4,12 @@
  * The budget of a step is spent decodes first (one token each, so running
  * requests keep streaming however long the prompts behind them are), then
  * on the next chunk of prompts already started, then on new admissions.
+ * Images reached by a step's chunks without embeddings yet are encoded
+ * before the step; their tokens count against an encoder budget of
+ * max_batch_tokens a step (vLLM's rule), so the encoder pass stays in
+ * proportion to the step and the decodes beside it keep their pace: a
+ * chunk that would reach an image over the rest of that budget ends before
+ * the image (an image larger than the whole budget goes alone).
  * Blocks are taken as chunks need them.  When none is left the newest
  * running sequence gives its blocks back (preemption by recomputation, as
  * vLLM: cheaper than swapping on a GPU that has no room to swap to, and
@@ -176,7 +182,32 @@ static int cover(iris_sched *s, iris_seq *seq, int n) {
     return 0;
 }
 
+/* Image tokens to encode for a chunk of n tokens from lo: the images it reaches without
+ * embeddings. */
+static int encoder_tokens(const iris_seq *seq, int lo, int n) {
+    int t = 0;
+    for (int i = 0; i < seq->n_images; i++) {
+        const iris_seq_image *im = &seq->images[i];
+        if (!im->ready && im->start < lo + n && im->start + im->n_tokens > lo) t += im->n_tokens;
+    }
+    return t;
+}
+
+/* The chunk of up to n tokens from lo that the step's encoder budget allows: it ends before the
+ * first image over the budget's rest (0: not this step), unless nothing is to be encoded yet. */
+static int encoder_cut(const iris_sched *s, const iris_sched_batch *b, const iris_seq *seq, int lo, int n) {
+    int used = b->n_encoder;
+    for (int i = 0; i < seq->n_images; i++) {
+        const iris_seq_image *im = &seq->images[i];
+        if (im->ready || im->start >= lo + n || im->start + im->n_tokens <= lo) continue;
+        if (used > 0 && used + im->n_tokens > s->o.max_batch_tokens) return im->start > lo ? im->start - lo : 0;
+        used += im->n_tokens;
+    }
+    return n;
+}
+
 static void schedule(iris_sched_batch *b, iris_seq *seq, int n_new) {
+    b->n_encoder += encoder_tokens(seq, seq->n_computed, n_new);
     seq->n_new = n_new;
     seq->want_logits = seq->n_computed + n_new == seq->n_tokens;
     b->seqs[b->n_seqs++] = seq;
@@ -217,6 +248,7 @@ static void admit(iris_sched *s, iris_sched_batch *b) {
         int want = seq->n_tokens - nm * BLK;
         if (want > budget) want = budget;
         if (want > avail * BLK) want = avail * BLK;
+        if (want > 0) want = encoder_cut(s, b, seq, nm * BLK, want);
         if (want <= 0) break;  /* FIFO: nothing behind it overtakes */
         if (grow((void **)&seq->blocks, &seq->cap_blocks, nm + 1, sizeof *seq->blocks)) break;
         for (int k = 0; k < nm; k++) {
@@ -240,7 +272,7 @@ static void admit(iris_sched *s, iris_sched_batch *b) {
 }
 
 int iris_sched_step(iris_sched *s, iris_sched_batch *b, iris_err *err) {
-    b->n_seqs = b->n_tokens = b->n_cancelled = 0;
+    b->n_seqs = b->n_tokens = b->n_cancelled = b->n_encoder = 0;
     int cap = s->n_running + s->n_waiting + 1;
     if (grow((void **)&b->seqs, &b->cap, cap, sizeof *b->seqs) ||
         !(b->cancelled = realloc(b->cancelled, (size_t)b->cap * sizeof *b->cancelled)) ||
@@ -278,7 +310,8 @@ int iris_sched_step(iris_sched *s, iris_sched_batch *b, iris_err *err) {
         int rest = seq->n_tokens - seq->n_computed;
         if (rest <= 1 || index_of(b->seqs, b->n_seqs, seq) >= 0) continue;
         int budget = s->o.max_batch_tokens - b->n_tokens;
-        if (run_chunk(s, b, seq, rest < budget ? rest : budget)) break;
+        int want = encoder_cut(s, b, seq, seq->n_computed, rest < budget ? rest : budget);
+        if (want > 0 && run_chunk(s, b, seq, want)) break;
     }
     /* 4. Admissions. */
     admit(s, b);

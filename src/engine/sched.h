@@ -103,6 +103,7 @@ typedef struct iris_sched {
 typedef struct iris_sched_batch {
     iris_seq **seqs;
     int n_seqs, n_tokens;
+    int n_encoder;           /* image tokens of the images the step's chunks reach first (to encode) */
     iris_seq **cancelled;
     int n_cancelled;
     int cap;

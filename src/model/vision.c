@@ -246,12 +246,48 @@ typedef struct scratch {
     size_t left;
 } scratch;
 
-static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const float *pixel_values, int64_t n_rows,
-                     const int *grid_thw, int n_images, iris_vision_out *out, float *trace, int bf16, iris_err *err);
+/* What an encode writes: one out for every image (each < n_out), or n_out 1: all in one. */
+static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const float *const *pixels,
+                     const int *grid_thw, int n_images, iris_vision_out *outs, int n_out, float *trace, int bf16,
+                     iris_err *err);
+
+/* Image k's rows in a pixel_values of every image's rows in order: pointers into it (caller frees). */
+static const float **split_pixels(const iris_vision *v, const float *pixel_values, int64_t n_rows,
+                                  const int *grid_thw, int n_images, iris_err *err) {
+    const float **px = malloc(sizeof *px * (size_t)(n_images > 0 ? n_images : 1));
+    if (!px) {
+        iris_err_set(err, IRIS_ENOMEM, "vision: out of memory");
+        return NULL;
+    }
+    int64_t row = 0;
+    for (int k = 0; k < n_images; k++) {
+        const int *g = grid_thw + 3 * k;
+        px[k] = row < n_rows ? pixel_values + row * v->patch_dim : NULL;
+        row += (int64_t)g[0] * g[1] * g[2];
+    }
+    if (row != n_rows) {
+        free(px);
+        iris_err_set(err, IRIS_EINVAL, "vision: pixel_values has %lld rows but the grids make %lld",
+                     (long long)n_rows, (long long)row);
+        return NULL;
+    }
+    return px;
+}
+
+static int encode_rows(const iris_vision *v, iris_backend *b, scratch *sc, const float *pixel_values, int64_t n_rows,
+                       const int *grid_thw, int n_images, iris_vision_out *out, float *trace, int bf16,
+                       iris_err *err) {
+    memset(out, 0, sizeof *out);
+    const float **px = split_pixels(v, pixel_values, n_rows, grid_thw, n_images, err);
+    if (!px) return err->code;
+    int rc = encode_on(v, b, sc, px, grid_thw, n_images, out, 1, trace, bf16, err);
+    free(px);
+    return rc;
+}
 
 int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pixel_values, int64_t n_rows,
                           const int *grid_thw, int n_images, iris_vision_out *out, float *trace, iris_err *err) {
-    return encode_on(v, b, NULL, pixel_values, n_rows, grid_thw, n_images, out, trace, 0, err);
+    return encode_rows(v, b, NULL, pixel_values, n_rows, grid_thw, n_images, out, trace, 0, err);
 }
 
 int iris_vision_encode_bf16(const iris_vision *v, iris_backend *b, void *scratch_mem, size_t scratch_bytes,
@@ -260,7 +296,26 @@ int iris_vision_encode_bf16(const iris_vision *v, iris_backend *b, void *scratch
     if (b->act != IRIS_DT_BF16)
         return iris_err_set(err, IRIS_EINVAL, "vision: bf16 rows asked of a %s backend", b->name);
     scratch sc = {scratch_mem, scratch_bytes};
-    return encode_on(v, b, scratch_mem ? &sc : NULL, pixel_values, n_rows, grid_thw, n_images, out, NULL, 1, err);
+    return encode_rows(v, b, scratch_mem ? &sc : NULL, pixel_values, n_rows, grid_thw, n_images, out, NULL, 1, err);
+}
+
+int iris_vision_encode_each(const iris_vision *v, iris_backend *b, void *scratch_mem, size_t scratch_bytes, int bf16,
+                            const float *const *pixels, const int *grid_thw, int n_images, iris_vision_out *outs,
+                            iris_err *err) {
+    for (int k = 0; k < n_images; k++) memset(&outs[k], 0, sizeof outs[k]);
+    if (n_images < 1) return iris_err_set(err, IRIS_EINVAL, "vision: no images to encode");
+    if (bf16 && (!b || b->act != IRIS_DT_BF16))
+        return iris_err_set(err, IRIS_EINVAL, "vision: bf16 rows asked of a %s backend", b ? b->name : "cpu");
+    iris_backend *own = NULL;
+    if (!b) {
+        int rc = iris_backend_cpu_open(&own, err);
+        if (rc) return rc;
+        b = own;
+    }
+    scratch sc = {scratch_mem, scratch_bytes};
+    int rc = encode_on(v, b, scratch_mem ? &sc : NULL, pixels, grid_thw, n_images, outs, n_images, NULL, bf16, err);
+    if (own) own->destroy(own);
+    return rc;
 }
 
 /* The device buffers of an encode of N patches into T tokens: x, y [N, H]; big [N, wide]; pixels
@@ -300,9 +355,52 @@ static int rows_out(iris_backend *b, int bf16, float *f, uint16_t *h, size_t off
     return bf16 ? b->download(b, h + off, d, n * sizeof(uint16_t)) : iris_backend_get_f32(b, f + off, d, n);
 }
 
-static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const float *pixel_values, int64_t n_rows,
-                     const int *grid_thw, int n_images, iris_vision_out *out, float *trace, int bf16, iris_err *err) {
-    memset(out, 0, sizeof *out);
+/* Host rows of an out of T tokens: fp32, or (bf16) page-locked where the backend has it (the
+ * rows go to the host here and back to the device at prefill), else plain memory. */
+static int out_alloc(iris_backend *b, int bf16, int64_t T, int64_t OH, int n_ds, iris_vision_out *o) {
+    size_t n_ds_rows = (size_t)((n_ds ? n_ds : 1) * T * OH);
+    o->n_tokens = (int)T;
+    o->out_hidden = (int)OH;
+    o->n_deepstack = n_ds;
+    if (!bf16) {
+        o->embeds = malloc(sizeof(float) * (size_t)(T * OH));
+        o->deepstack = malloc(sizeof(float) * n_ds_rows);
+        return o->embeds && o->deepstack ? 0 : -1;
+    }
+    if (b->host_alloc && b->host_free) {
+        o->embeds16 = b->host_alloc(b, sizeof(uint16_t) * (size_t)(T * OH));
+        o->deepstack16 = b->host_alloc(b, sizeof(uint16_t) * n_ds_rows);
+        if (o->embeds16 && o->deepstack16) {
+            o->host_free = b->host_free;
+            return 0;
+        }
+        b->host_free(o->embeds16), b->host_free(o->deepstack16);
+        o->embeds16 = o->deepstack16 = NULL;
+    }
+    o->embeds16 = malloc(sizeof(uint16_t) * (size_t)(T * OH));
+    o->deepstack16 = malloc(sizeof(uint16_t) * n_ds_rows);
+    return o->embeds16 && o->deepstack16 ? 0 : -1;
+}
+
+/* The merged rows d [T, OH] into the outs: DeepStack tap t (t < 0: the main merger's rows);
+ * out k holds the tokens from tok0[k]. */
+static int outs_put(iris_backend *b, int bf16, iris_vision_out *outs, int n_out, const int64_t *tok0, int t,
+                    const void *d, int64_t OH, size_t es) {
+    for (int k = 0; k < n_out; k++) {
+        iris_vision_out *o = &outs[k];
+        size_t off = t < 0 ? 0 : (size_t)t * o->n_tokens * OH, n = (size_t)o->n_tokens * OH;
+        const char *src = (const char *)d + (size_t)tok0[k] * OH * es;
+        int rc = t < 0 ? rows_out(b, bf16, o->embeds, o->embeds16, off, src, n)
+                       : rows_out(b, bf16, o->deepstack, o->deepstack16, off, src, n);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const float *const *pixels,
+                     const int *grid_thw, int n_images, iris_vision_out *outs, int n_out, float *trace, int bf16,
+                     iris_err *err) {
+    for (int k = 0; k < n_out; k++) memset(&outs[k], 0, sizeof outs[k]);
     const iris_vision_config *c = &v->cfg;
     int H = c->hidden_size, m = c->spatial_merge_size, nh = c->num_heads, hd = H / nh, S = v->grid_side;
     int64_t N = 0;
@@ -313,9 +411,9 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
                                 "multiples of spatial_merge_size %d", im, g[0], g[1], g[2], m);
         N += (int64_t)g[0] * g[1] * g[2];
     }
-    if (N != n_rows || N == 0)
-        return iris_err_set(err, IRIS_EINVAL, "vision: pixel_values has %lld rows but the grids make %lld",
-                            (long long)n_rows, (long long)N);
+    if (N == 0 || (n_out != 1 && n_out != n_images))
+        return iris_err_set(err, IRIS_EINVAL, "vision: %d images (%lld patches) into %d outputs", n_images,
+                            (long long)N, n_out);
     int64_t T = N / (m * m), OH = c->out_hidden_size;
     int64_t wide = c->intermediate_size > 3 * H ? c->intermediate_size : 3 * H;
     if (wide < (int64_t)H * m * m) wide = (int64_t)H * m * m;
@@ -329,38 +427,20 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
     int *cu = malloc(sizeof(int) * (size_t)(N + 1));
     float inv[512];
     int dim_of[512];
-    int n_seg = 0, rc = 0;
-    out->n_tokens = (int)T;
-    out->out_hidden = (int)OH;
-    out->n_deepstack = c->n_deepstack;
-    size_t n_ds_rows = (size_t)((c->n_deepstack ? c->n_deepstack : 1) * T * OH);
-    if (bf16) {
-        /* page-locked where the backend has it (the rows go to the host here and back to the device
-         * at prefill), else plain memory */
-        if (b->host_alloc && b->host_free) {
-            out->embeds16 = b->host_alloc(b, sizeof(uint16_t) * (size_t)(T * OH));
-            out->deepstack16 = b->host_alloc(b, sizeof(uint16_t) * n_ds_rows);
-            if (out->embeds16 && out->deepstack16) {
-                out->host_free = b->host_free;
-            } else {
-                b->host_free(out->embeds16), b->host_free(out->deepstack16);
-                out->embeds16 = out->deepstack16 = NULL;
-            }
-        }
-        if (!out->host_free) {
-            out->embeds16 = malloc(sizeof(uint16_t) * (size_t)(T * OH));
-            out->deepstack16 = malloc(sizeof(uint16_t) * n_ds_rows);
-        }
-    } else {
-        out->embeds = malloc(sizeof(float) * (size_t)(T * OH));
-        out->deepstack = malloc(sizeof(float) * n_ds_rows);
+    int n_seg = 0, rc = 0, out_ok = 1;
+    /* out k's first token among the T (one out: all of them) */
+    int64_t tok0_one = 0, *tok0 = n_out == 1 ? &tok0_one : malloc(sizeof(int64_t) * (size_t)n_out);
+    for (int k = 0, t0 = 0; tok0 && k < n_out; k++) {
+        const int *g = grid_thw + 3 * k;
+        int64_t Tk = n_out == 1 ? T : (int64_t)g[0] * g[1] * g[2] / (m * m);
+        tok0[k] = t0, t0 += (int)Tk;
+        out_ok &= out_alloc(b, bf16, Tk, OH, c->n_deepstack, &outs[k]) == 0;
     }
-    int out_ok = bf16 ? out->embeds16 && out->deepstack16 : out->embeds && out->deepstack;
     size_t sz[6];
     buffer_sizes(v, es, N, sz);
     void *d_x = buffer(b, sc, sz[0]), *d_y = buffer(b, sc, sz[1]), *d_big = buffer(b, sc, sz[2]);
     void *d_pv = buffer(b, sc, sz[3]), *d_tab = buffer(b, sc, sz[4]), *d_out = buffer(b, sc, sz[5]);
-    if (!h_idx || !h_w || !cu || !out_ok || !d_x || !d_y || !d_big || !d_pv || !d_tab ||
+    if (!h_idx || !h_w || !cu || !tok0 || !out_ok || !d_x || !d_y || !d_big || !d_pv || !d_tab ||
         !d_out || half > 512) {
         rc = iris_err_set(err, IRIS_ENOMEM, "vision: out of memory for %lld patches", (long long)N);
         goto done;
@@ -404,7 +484,13 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
     OP(b->upload(b, d_w, h_w, sizeof(float) * (size_t)N * 4));
     struct timespec t0, t1, t2;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    OP(iris_backend_put_f32(b, d_pv, pixel_values, (size_t)N * v->patch_dim));
+    for (int im = 0, row = 0; im < n_images; im++) {
+        const int *g = grid_thw + 3 * im;
+        int rows = g[0] * g[1] * g[2];
+        OP(iris_backend_put_f32(b, (char *)d_pv + (size_t)row * v->patch_dim * es, pixels[im],
+                                (size_t)rows * v->patch_dim));
+        row += rows;
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
 
     iris_dtype A = b->act;
@@ -440,7 +526,7 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
             if (c->deepstack_visual_indexes[t] == il) {
                 iris_tensor o = act(d_out, A, T, OH);
                 if ((rc = merge(b, &v->deepstack[t], 1, &x, d_y, d_big, &o, err))) goto done;
-                OP(rows_out(b, bf16, out->deepstack, out->deepstack16, (size_t)(t * T * OH), d_out, (size_t)(T * OH)));
+                OP(outs_put(b, bf16, outs, n_out, tok0, t, d_out, OH, es));
             }
     }
 
@@ -448,7 +534,7 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
     {
         iris_tensor o = act(d_out, A, T, OH);
         if ((rc = merge(b, &v->merger, 0, &x, d_y, d_big, &o, err))) goto done;
-        OP(rows_out(b, bf16, out->embeds, out->embeds16, 0, d_out, (size_t)(T * OH)));
+        OP(outs_put(b, bf16, outs, n_out, tok0, -1, d_out, OH, es));
         OP(b->sync(b));
         clock_gettime(CLOCK_MONOTONIC, &t2);
         iris_log(IRIS_LOG_DEBUG, "vision", "%lld patches on %s: pixel upload %.2f ms, encoder and rows out %.2f ms",
@@ -457,10 +543,11 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
     }
 done:
     free(h_idx), free(h_w), free(cu);
+    if (tok0 != &tok0_one) free(tok0);
     void *dev[] = {d_x, d_y, d_big, d_pv, d_tab, d_out};
     for (size_t i = 0; !sc && i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) b->free(b, dev[i]);
-    if (rc) iris_vision_out_free(out);
+    for (int k = 0; rc && k < n_out; k++) iris_vision_out_free(&outs[k]);
     return rc;
 }
 

@@ -99,6 +99,16 @@ int iris_vision_encode_on(const iris_vision *v, iris_backend *b, const float *pi
 int iris_vision_encode_bf16(const iris_vision *v, iris_backend *b, void *scratch, size_t scratch_bytes,
                             const float *pixel_values, int64_t n_rows, const int *grid_thw, int n_images,
                             iris_vision_out *out, iris_err *err);
+/* Several images, of several prompts, in one encoder pass (the engine's step): image k's pixel
+ * rows at pixels[k] (grid grid_thw[3k..3k+2]), its output rows into outs[k] alone (each freed
+ * with iris_vision_out_free).  The attention stays within each image (block-diagonal over the
+ * images' frames, no padding), so each image's rows are what encoding it alone gives, up to the
+ * backend's GEMMs over more rows.  b NULL: the CPU (fp32 rows, as iris_vision_encode); bf16 1: as
+ * iris_vision_encode_bf16 on b, in scratch when given (iris_vision_scratch_bytes of all the
+ * patches).  On failure every outs[k] is empty. */
+int iris_vision_encode_each(const iris_vision *v, iris_backend *b, void *scratch, size_t scratch_bytes, int bf16,
+                            const float *const *pixels, const int *grid_thw, int n_images, iris_vision_out *outs,
+                            iris_err *err);
 /* Device bytes an encode of up to max_patches patches needs in activations of dtype act. */
 size_t iris_vision_scratch_bytes(const iris_vision *v, iris_dtype act, int64_t max_patches);
 /* Copies the weights into backend b's memory; a no-op for the CPU backend. */

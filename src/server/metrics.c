@@ -4,6 +4,17 @@
  * dashboards need only the prefix changed.  Histogram buckets are the upper
  * bounds in seconds; counts are cumulative in the output, as Prometheus
  * requires ("le" buckets include everything below them).
+ *
+ * A cluster's router (the Gateway API Inference Extension's endpoint
+ * picker: llm-d, KServe) reads three gauges of its model-server protocol:
+ * requests queued, requests running, KV-cache utilization as a fraction in
+ * [0, 1].  They are written under iris's names and again under the vLLM
+ * names the picker reads by default (vllm:num_requests_waiting,
+ * vllm:num_requests_running, vllm:kv_cache_usage_perc, and
+ * vllm:gpu_cache_usage_perc, vLLM's name for the last before its V1), so an
+ * unchanged router config picks among iris servers as among vLLM ones.  KV
+ * usage is the blocks held by sequences over the pool; cached blocks that
+ * nothing holds are free for the taking and do not count.
  */
 #include "server/metrics.h"
 
@@ -141,6 +152,21 @@ static void put_gauge(buf *b, const char *name, const char *type, const char *he
     put(b, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", name, help, name, type, name, (long long)v);
 }
 
+static void put_frac(buf *b, const char *name, const char *help, double v) {
+    put(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.6f\n", name, help, name, name, v);
+}
+
+/* The router's gauges (see the opening comment) besides iris's own queue and running ones. */
+static void put_router_gauges(buf *b, const iris_metrics_engine *eng) {
+    put_gauge(b, "vllm:num_requests_waiting", "gauge", "Requests waiting to be scheduled.", eng->queue_depth);
+    put_gauge(b, "vllm:num_requests_running", "gauge", "Requests running in the engine.", eng->running);
+    if (eng->kv_blocks_used < 0 || eng->kv_blocks_total <= 0) return;
+    double usage = (double)eng->kv_blocks_used / (double)eng->kv_blocks_total;
+    put_frac(b, "iris:kv_cache_usage_perc", "KV-cache usage: blocks held by requests over the pool (1: full).", usage);
+    put_frac(b, "vllm:kv_cache_usage_perc", "KV-cache usage: blocks held by requests over the pool (1: full).", usage);
+    put_frac(b, "vllm:gpu_cache_usage_perc", "KV-cache usage (vLLM's name before its V1).", usage);
+}
+
 char *iris_metrics_render(iris_metrics *m, const iris_metrics_engine *eng, size_t *len) {
     buf b = {0};
     put(&b, "# HELP iris:http_requests_total HTTP requests by endpoint and status.\n"
@@ -170,6 +196,7 @@ char *iris_metrics_render(iris_metrics *m, const iris_metrics_engine *eng, size_
                   eng->image_cache_hits);
         put_gauge(&b, "iris:image_cache_queries_total", "counter", "Images looked up in the encoder cache.",
                   eng->image_cache_queries);
+        put_router_gauges(&b, eng);
     }
     if (len) *len = b.n;
     return b.p;

@@ -11,6 +11,7 @@
 
 #define FLASH_TILE 64
 #define FLASH_MIN_ROWS 8
+#define IRIS_FLASH_MAX_SEGS 32   /* segments one launch takes (more: several launches) */
 
 /* Called by every warp of a block (each evaluates it independently). */
 static __device__ __forceinline__ bool flash_tile_ok(const int32_t *row_seq, int n_rows, int r0, int tile) {
@@ -34,6 +35,11 @@ struct iris_flash_args {
     float scale_log2;   /* 1/sqrt(HD) · log2(e) */
     const int32_t *row_seq, *row_ctx, *block_tables;
     int max_blocks;
+    /* Segments in one launch (the mma kernel; the vision encoder's images): n_seg > 0: segment s is
+     * rows [seg_row[s], seg_row[s + 1]) of q, k, v and o (given at row 0), its keys its own rows;
+     * the launch fills seg_tile (its first CTA row tile) */
+    int n_seg;
+    int seg_row[IRIS_FLASH_MAX_SEGS + 1], seg_tile[IRIS_FLASH_MAX_SEGS + 1];
 };
 
 /* Key j's row in K and V: its cache slot through the sequence's block table (paged), or j itself

@@ -193,8 +193,43 @@ static int run(iris_backend *b, const flash_args &a, int hd, int n_heads, int pa
     }
 }
 
+/* The mma kernel: the segments up to IRIS_FLASH_MAX_SEGS a launch (empty ones left out). */
+static int segments_mma(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
+                        int n_seg, iris_tensor *o) {
+    int64_t ld = tld(qkv), w = (int64_t)n_heads * head_dim;
+    flash_args a;
+    memset(&a, 0, sizeof a);
+    const bf16 *base = (const bf16 *)qkv->data;
+    a.q = base, a.k = base + w, a.v = base + 2 * w;
+    a.ldq = a.ldk = ld;
+    a.o = (bf16 *)o->data;
+    a.ldo = tld(o);
+    a.g = 1;
+    a.scale_log2 = 1.4426950408889634f / sqrtf((float)head_dim);
+    for (int s = 0; s < n_seg;) {
+        a.n_seg = 0;
+        for (; s < n_seg && a.n_seg < IRIS_FLASH_MAX_SEGS; s++) {
+            if (cu_seqlens[s + 1] <= cu_seqlens[s]) continue;
+            a.seg_row[a.n_seg] = cu_seqlens[s];
+            a.seg_row[++a.n_seg] = cu_seqlens[s + 1];
+        }
+        if (!a.n_seg) continue;
+        flash_args one = a;   /* one segment: the plain launch, at the segment's rows */
+        if (a.n_seg == 1) {
+            int64_t r = a.seg_row[0];
+            one.q = a.q + r * ld, one.k = a.k + r * ld, one.v = a.v + r * ld, one.o = a.o + r * a.ldo;
+            one.n_rows = one.n_keys = a.seg_row[1] - a.seg_row[0];
+            one.n_seg = 0;
+        }
+        int rc = iris_cuda_flash_mma(b, &one, head_dim, n_heads, 0);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 int iris_cuda_flash_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
                              int n_seg, iris_tensor *o) {
+    if (cuda_of(b)->attn_impl == 0) return segments_mma(b, qkv, n_heads, head_dim, cu_seqlens, n_seg, o);
     int64_t ld = tld(qkv), w = (int64_t)n_heads * head_dim;
     for (int s = 0; s < n_seg; s++) {
         int a0 = cu_seqlens[s], len = cu_seqlens[s + 1] - a0;

@@ -16,6 +16,9 @@
  * (no shared-memory round trip) and accumulates O += P·V in registers (V's B
  * fragments by ldmatrix.trans from the row-major tile).  Compute-bound for
  * long segments.
+ * The vision encoder's images go in one launch (n_seg segments, each in
+ * whole 128-row tiles; a CTA finds its segment among the tile starts), so
+ * small images fill the GPU together rather than a launch each.
  * Row selection for the paged case is cuda_attn.cuh's flash_tile_ok.  An E4M3
  * cache (kv8) is widened to bf16 (exactly) as the tiles are staged. */
 #include "cuda_attn.cuh"
@@ -59,12 +62,12 @@ static constexpr size_t flash_smem_bytes() { return (size_t)2 * 2 * MK * (HD + 8
  * (the caller commits and waits); an E4M3 cache: loaded, widened and stored here. */
 template <int HD, int PAGED, int NT, typename KT>
 static __device__ __forceinline__ void stage_tile(const iris_flash_args &a, int seq, int kvh, int j0, int n_keys,
-                                                  bf16 *ks, bf16 *vs) {
+                                                  int kbase, bf16 *ks, bf16 *vs) {
     constexpr int LK = HD + 8;
     for (int i = threadIdx.x; i < MK * HD / 8; i += NT) {
         int j = i / (HD / 8), c = (i % (HD / 8)) * 8;
         bool in = j0 + j < n_keys;
-        int64_t row = in ? flash_key_row<PAGED>(a, seq, j0 + j) : 0;
+        int64_t row = in ? flash_key_row<PAGED>(a, seq, kbase + j0 + j) : 0;
         const KT *kp = (const KT *)(const void *)a.k + row * a.ldk + (int64_t)kvh * HD + c;
         const KT *vp = (const KT *)(const void *)a.v + row * a.ldk + (int64_t)kvh * HD + c;
         if (sizeof(KT) == 2) {
@@ -80,7 +83,9 @@ static __device__ __forceinline__ void stage_tile(const iris_flash_args &a, int 
 }
 
 /* MW warps a CTA, 16 query rows each (the paged case: 4, the 64-row tiles of flash_tile_ok). */
-template <int HD, int PAGED, typename KT, int MW>
+/* SEGS: several segments in the launch (a.n_seg); an instance of its own, so the one-segment
+ * kernel keeps its registers. */
+template <int HD, int PAGED, typename KT, int MW, int SEGS>
 /* HD <= 64: at most 128 registers, so 16 warps fit an SM (131 would leave one 8-warp CTA per SM). */
 __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(iris_flash_args a) {
     constexpr int LK = HD + 8, MQ = 16 * MW, NT = MW * 32;
@@ -90,14 +95,22 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int r0 = blockIdx.x * MQ, h = blockIdx.y, kvh = h / a.g;
     int rend = min(r0 + MQ, a.n_rows);
-    int seq = 0;
+    int seq = 0, seg_keys = a.n_keys;
+    int kbase = 0;       /* segments in one launch: this tile's segment starts at key row kbase */
     if (PAGED) {
         if (!flash_tile_ok(a.row_seq, a.n_rows, r0, MQ)) return;
         seq = a.row_seq[r0];
+    } else if (SEGS) {
+        int sg = 0;
+        while (sg + 1 < a.n_seg && (int)blockIdx.x >= a.seg_tile[sg + 1]) sg++;
+        r0 = a.seg_row[sg] + ((int)blockIdx.x - a.seg_tile[sg]) * MQ;
+        rend = min(r0 + MQ, a.seg_row[sg + 1]);
+        seg_keys = a.seg_row[sg + 1] - a.seg_row[sg];
+        kbase = a.seg_row[sg];
     }
     int row0 = r0 + warp * 16 + g, row1 = row0 + 8;
-    int lim0 = row0 < rend ? (PAGED ? a.row_ctx[row0] : a.n_keys) : 0;
-    int lim1 = row1 < rend ? (PAGED ? a.row_ctx[row1] : a.n_keys) : 0;
+    int lim0 = row0 < rend ? (PAGED ? a.row_ctx[row0] : seg_keys) : 0;
+    int lim1 = row1 < rend ? (PAGED ? a.row_ctx[row1] : seg_keys) : 0;
     int warp_lim = max(lim0, lim1);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) warp_lim = max(warp_lim, __shfl_xor_sync(0xffffffffu, warp_lim, o));
@@ -126,13 +139,13 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     int n_keys = kmax_s;
 
     /* Two stages: tile i + 1 is in flight while tile i is multiplied. */
-    if (n_keys > 0) stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, 0, n_keys, sm, sm + MK * LK);
+    if (n_keys > 0) stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, 0, n_keys, kbase, sm, sm + MK * LK);
     cp_async_commit();
     for (int j0 = 0, st = 0; j0 < n_keys; j0 += MK, st ^= 1) {
         bf16 *Ks = sm + (size_t)st * 2 * MK * LK, *Vs = Ks + MK * LK;
         if (j0 + MK < n_keys) {
             bf16 *nk = sm + (size_t)(st ^ 1) * 2 * MK * LK;
-            stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, j0 + MK, n_keys, nk, nk + MK * LK);
+            stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, j0 + MK, n_keys, kbase, nk, nk + MK * LK);
         }
         cp_async_commit();
         cp_async_wait1(); /* all but the newest group: this tile has landed */
@@ -223,18 +236,19 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     }
 }
 
-template <int HD, int PAGED, typename KT, int MW>
-static int launch_mw(iris_backend *b, const iris_flash_args &a, int n_heads) {
+/* tiles: CTA row tiles (grid x) */
+template <int HD, int PAGED, typename KT, int MW, int SEGS = 0>
+static int launch_mw(iris_backend *b, const iris_flash_args &a, int n_heads, int tiles) {
     constexpr size_t smem = flash_smem_bytes<HD>();
     static int attr_set; /* one engine thread owns the GPU (DESIGN.md) */
     if (!attr_set) {
-        if (cudaFuncSetAttribute(k_flash_mma<HD, PAGED, KT, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        if (cudaFuncSetAttribute(k_flash_mma<HD, PAGED, KT, MW, SEGS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem) != cudaSuccess)
             return iris_cuda_check(b, "attention (flash, mma): shared memory limit");
         attr_set = 1;
     }
-    dim3 grid((unsigned)((a.n_rows + 16 * MW - 1) / (16 * MW)), (unsigned)n_heads);
-    k_flash_mma<HD, PAGED, KT, MW><<<grid, MW * 32, smem, cuda_of(b)->stream>>>(a);
+    dim3 grid((unsigned)tiles, (unsigned)n_heads);
+    k_flash_mma<HD, PAGED, KT, MW, SEGS><<<grid, MW * 32, smem, cuda_of(b)->stream>>>(a);
     return iris_cuda_check(b, "attention (flash, mma)");
 }
 
@@ -244,10 +258,16 @@ static int launch_mw(iris_backend *b, const iris_flash_args &a, int n_heads) {
 template <int HD, int PAGED>
 static int launch(iris_backend *b, const iris_flash_args &a, int n_heads) {
     if (PAGED) {
-        if (a.kv8) return launch_mw<HD, 1, kv8, FLASH_TILE / 16>(b, a, n_heads);
-        return launch_mw<HD, 1, bf16, FLASH_TILE / 16>(b, a, n_heads);
+        int tiles = (a.n_rows + FLASH_TILE - 1) / FLASH_TILE;
+        if (a.kv8) return launch_mw<HD, 1, kv8, FLASH_TILE / 16>(b, a, n_heads, tiles);
+        return launch_mw<HD, 1, bf16, FLASH_TILE / 16>(b, a, n_heads, tiles);
     }
-    return launch_mw<HD, 0, bf16, 8>(b, a, n_heads);
+    if (a.n_seg <= 0) return launch_mw<HD, 0, bf16, 8>(b, a, n_heads, (a.n_rows + 127) / 128);
+    /* several segments, each in whole tiles of 128 rows (a tile never holds two of them) */
+    iris_flash_args s = a;
+    s.seg_tile[0] = 0;
+    for (int i = 0; i < s.n_seg; i++) s.seg_tile[i + 1] = s.seg_tile[i] + (s.seg_row[i + 1] - s.seg_row[i] + 127) / 128;
+    return launch_mw<HD, 0, bf16, 8, 1>(b, s, n_heads, s.seg_tile[s.n_seg]);
 }
 
 int iris_cuda_flash_mma(iris_backend *b, const iris_flash_args *a, int head_dim, int n_heads, int paged) {
