@@ -41,6 +41,11 @@ int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n)
 }
 
 int iris_backend_place(iris_backend *b, iris_tensor *w, iris_err *err) {
+    if (w->dtype == IRIS_DT_I4)
+        return iris_err_set(err, IRIS_EUNSUPPORTED,
+                            "4-bit (W4A16) weights run on the CPU backend only in this build; the %s backend has no "
+                            "4-bit kernels yet: run with --device cpu, or use the BF16 or FP8 checkpoint",
+                            b->name);
     size_t n = (size_t)(w->rows * iris_tensor_ld(w)) * iris_dtype_size(w->dtype);
     void *d = b->alloc(b, n);
     if (!d || b->upload(b, d, w->data, n))

@@ -80,21 +80,24 @@ const char *iris_plan_part_name(int part) {
 /* ---- weights ---- */
 
 static const char *const decoder_linears[7] = {
-    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-    "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",
 };
 
-/* "model.language_model.layers.<n>.<one of decoder_linears>": the linears a
- * block-FP8 checkpoint stores as F8_E4M3 (QWEN3VL.md §2). */
-static int is_decoder_linear(const char *name) {
+/* "model.language_model.layers.<n>.<one of decoder_linears>.<suffix>": the linears a
+ * block-FP8 checkpoint stores as F8_E4M3 (QWEN3VL.md §2, suffix "weight") and a 4-bit
+ * one packs (suffix "weight_packed"). */
+static int is_decoder_linear(const char *name, const char *suffix) {
     static const char pre[] = "model.language_model.layers.";
     if (strncmp(name, pre, sizeof pre - 1)) return 0;
     const char *p = name + sizeof pre - 1;
     if (!isdigit((unsigned char)*p)) return 0;
     while (isdigit((unsigned char)*p)) p++;
     if (*p++ != '.') return 0;
-    for (int i = 0; i < 7; i++)
-        if (!strcmp(p, decoder_linears[i])) return 1;
+    for (int i = 0; i < 7; i++) {
+        size_t n = strlen(decoder_linears[i]);
+        if (!strncmp(p, decoder_linears[i], n) && p[n] == '.' && !strcmp(p + n + 1, suffix)) return 1;
+    }
     return 0;
 }
 
@@ -120,7 +123,16 @@ int iris_plan_model_init(const iris_config *cfg, const iris_st *st, const char *
         m->weight_bytes += slot;
         m->dtype_bytes[t->dtype] += slot;
         m->n_tensors++;
-        if (is_decoder_linear(t->name) && t->n_dims == 2) {
+        if (is_decoder_linear(t->name, "weight_packed") && t->n_dims == 2) {
+            /* 4-bit: the packed words, scales and zero points are counted as stored (above and
+             * below); the FP8 estimate is not offered for a checkpoint already smaller. */
+            int64_t out = t->shape[0], in = t->shape[1] * 8;
+            m->n_decoder_linears++;
+            m->n_int4_linears++;
+            if (in > m->linear_max_in) m->linear_max_in = in;
+            if (out * in > m->linear_max_elems) m->linear_max_elems = out * in;
+            m->fp8_weight_bytes += slot;
+        } else if (is_decoder_linear(t->name, "weight") && t->n_dims == 2) {
             int64_t out = t->shape[0], in = t->shape[1];
             m->n_decoder_linears++;
             if (in > m->linear_max_in) m->linear_max_in = in;
@@ -628,7 +640,7 @@ static void suggest(const plan_in *in0, iris_plan *p) {
 
     /* Qwen's block-FP8 checkpoint of the same model (estimated from these
      * BF16 shapes), alone and with an FP8 KV cache. */
-    if (in.m->n_fp8_linears == 0 && in.m->n_decoder_linears > 0) {
+    if (in.m->n_fp8_linears == 0 && in.m->n_int4_linears == 0 && in.m->n_decoder_linears > 0) {
         in.weight_bytes = in.m->fp8_weight_bytes;
         in.fp8_linears = 1;
         compute(&in, alt);

@@ -130,6 +130,7 @@ typedef struct iris_plan_model {
     int tied_lm_head_skipped;            /* 1 when lm_head.weight is stored but tied */
     int n_decoder_linears;               /* the 7 linears of every decoder layer */
     int n_fp8_linears;                   /* of which FP8 (QWEN3VL.md §2 rule) */
+    int n_int4_linears;                  /* of which 4-bit (weight_packed: compressed-tensors W4A16) */
     uint64_t fp8_weight_bytes;           /* weights if every decoder linear were block-FP8 */
     uint64_t dense_bytes;                /* BF16 copies of the FP8 decoder linears (aligned slots) */
     int64_t linear_max_in;               /* largest in_features of a decoder linear */

@@ -46,6 +46,7 @@ typedef struct iris_text {
     const iris_tensor *(*dl_weights)[IRIS_DL_N]; /* [layers] each layer's weights in backend.h decode_layers'
                                                  order (into `layers`), malloc'd */
     int n_fp8;                                /* how many linears are FP8 */
+    int n_int4;                               /* how many linears are 4-bit (I4) */
     float inv_freq[512];                      /* rotary frequencies, head_dim/2 */
     int dim_of[512];                          /* frequency slot -> position component (t, h, w) */
     iris_backend *on;                         /* backend the weights were uploaded to; NULL: host views */
