@@ -676,6 +676,7 @@ int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uin
     snprintf(p->budget_source, sizeof p->budget_source, "%s", budget_source ? budget_source : "");
     memcpy(p->dtype_bytes, m->dtype_bytes, sizeof p->dtype_bytes);
     p->weights_fp8 = m->n_fp8_linears > 0;
+    p->weights_int4 = m->n_int4_linears > 0;
     p->context_measured = context_bytes != 0;
     if (p->fits) return 0;
     suggest(&in, p);

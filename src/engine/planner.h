@@ -169,6 +169,7 @@ typedef struct iris_plan {
     iris_plan_settings settings;     /* defaults filled; max_model_len as requested (0: auto) */
     char label[512];
     int weights_fp8;                 /* some decoder linears are FP8 */
+    int weights_int4;                /* some decoder linears are 4-bit (W4A16) */
     int dense;                       /* the plan holds BF16 copies of them (IRIS_PART_DENSE) */
     uint64_t budget_bytes;
     char budget_source[256];         /* how the budget was set, for the table */

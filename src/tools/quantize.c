@@ -214,8 +214,7 @@ static json_t *fp8_quant_config(void) {
     return q;
 }
 
-/* compressed-tensors' quantization_config, as llm-compressor writes it for a W4A16 recipe. */
-static json_t *int4_quant_config(int group, int symmetric) {
+json_t *iris_quantize_int4_config(int group, int symmetric) {
     json_t *w = json_pack("{s:n, s:n, s:b, s:i, s:i, s:s, s:o, s:s, s:b, s:s}", "actorder", "block_structure",
                           "dynamic", 0, "group_size", group, "num_bits", 4, "observer", "minmax", "observer_kwargs",
                           json_object(), "strategy", "group", "symmetric", symmetric, "type", "int");
@@ -246,7 +245,7 @@ static int read_config(const char *in_dir, const iris_quantize_opts *o, json_t *
     json_t *tc = json_object_get(cfg, "text_config");
     json_t *nl = json_object_get(json_is_object(tc) ? tc : cfg, "num_hidden_layers");
     *n_layers = json_is_integer(nl) ? (int)json_integer_value(nl) : -1;
-    json_t *qc = o->int4 ? int4_quant_config(o->group_size, !o->asymmetric) : fp8_quant_config();
+    json_t *qc = o->int4 ? iris_quantize_int4_config(o->group_size, !o->asymmetric) : fp8_quant_config();
     if (!qc) {
         json_decref(cfg);
         return iris_err_set(err, IRIS_ENOMEM, "quantize: out of memory");

@@ -44,6 +44,11 @@ typedef struct iris_quantize_opts {
     int asymmetric;             /* int4: zero points per group */
 } iris_quantize_opts;
 
+/* compressed-tensors' quantization_config for W4A16 groups, as llm-compressor writes it (a new
+ * jansson object the caller owns; NULL when out of memory). */
+typedef struct json_t json_t;
+json_t *iris_quantize_int4_config(int group, int symmetric);
+
 /* iris_quantize_dir with options (NULL: FP8). */
 int iris_quantize_dir_opts(const char *in_dir, const char *out_dir, const iris_quantize_opts *opts, iris_err *err);
 
