@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "model/weights.h"
 #include "tools/quantize.h"
 #include "ops_util.h"
 #include "test.h"
@@ -417,6 +418,20 @@ IRIS_TEST(gpu_ops_linear_w8a8) {
     check_w8a8(70, 2048, 2304, 0);
     check_w8a8(300, 6144, 2048, 1);
     check_w8a8(1029, 2048, 6144, 0);
+}
+
+/* 4-bit (W4A16) weights have no CUDA kernels yet: placing the tiny int4 model on the CUDA backend
+ * is refused with a message that names the way out, and nothing is left half placed. */
+IRIS_TEST(gpu_ops_linear_int4_refused) {
+    OPS_BACKENDS();
+    iris_model *m = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_model_open("tests/fixtures/tiny/tiny-int4-asym/model", NULL, &m, &err) == 0);
+    CHECK_EQ_INT(iris_model_place(m, ops_cuda, 0, &err), IRIS_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "4-bit");
+    CHECK_CONTAINS(err.msg, "--device cpu");
+    CHECK(m->on == NULL);
+    iris_model_close(m);
 }
 
 #endif
