@@ -21,6 +21,7 @@
 #include "npy.h"
 #include "test.h"
 #include "tiny_fixture.h"
+#include "tools/inspect.h"
 #include "tools/int4.h"
 #include "tools/quantize.h"
 #include "tools/synth.h"
@@ -415,4 +416,25 @@ IRIS_TEST(int4_synth_and_plan) {
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
+}
+
+/* `iris inspect` names the scheme and counts a packed word as 8 parameters (scales are bookkeeping):
+ * the int4 fixture has the parameters of the BF16 model it was quantized from. */
+IRIS_TEST(int4_inspect) {
+    json_t *q = NULL, *b = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_inspect(TINY_DIR "/tiny-int4-asym/model", &q, &err) == 0);
+    REQUIRE(iris_inspect(TINY_DIR "/tiny-gqa/model", &b, &err) == 0);
+    json_t *tq = json_object_get(q, "totals"), *tb = json_object_get(b, "totals");
+    CHECK(json_integer_value(json_object_get(tq, "params")) == json_integer_value(json_object_get(tb, "params")));
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(q, "int4"), "linears")), 21);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    iris_inspect_print(f, q, 0);
+    fclose(f);
+    CHECK_CONTAINS(buf, "int4 W4A16 (compressed-tensors pack-quantized), groups of 32, with zero points; 21 4-bit");
+    free(buf);
+    json_decref(q);
+    json_decref(b);
 }
