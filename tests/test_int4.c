@@ -299,7 +299,8 @@ IRIS_TEST(int4_quantize_roundtrip) {
 /* The int4 fixtures against transformers on the same weights dequantized by hand: `iris logits`
  * (the whole pipeline: template, tokenizer, image, vision, decoder) within 1e-3 at every position,
  * the same arg-max wherever the reference's top-2 margin is not a near-tie, and 24 greedy tokens
- * of the text conversation through the runner (decode steps over the paged cache). */
+ * of the text conversation through the runner (decode steps over the paged cache) and of the image
+ * one through the engine. */
 static void check_logits(const char *variant, const char *scen, const char *args) {
     const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
     char cmd[1024], out[256], ref_path[256];
@@ -376,11 +377,50 @@ static void check_greedy(const char *variant) {
     tiny_free(&ids), tiny_free(&pos), tiny_free(&greedy);
 }
 
+/* The image conversation's 24 greedy tokens through the engine on the CPU (the one path: prompt
+ * builder, vision, prefill, decode steps, sampler). */
+static void check_image_greedy(const char *variant) {
+    char dir[256], p[256];
+    snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, variant);
+    snprintf(p, sizeof p, "%s/image/greedy.npy", variant);
+    tiny_arr greedy;
+    REQUIRE(tiny_load(p, &greedy) == 0 && greedy.i64 && greedy.n == 24);
+    iris_engine_opts o;
+    iris_engine_opts_default(&o);
+    o.model = dir;
+    o.device = "cpu";
+    iris_engine *e = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_engine_open(&o, &e, &err) == 0);
+    const char *imgs[1] = {TINY_DIR "/images/a.png"};
+    iris_request_params rp;
+    iris_request_params_default(e, &rp);
+    rp.messages_json = "[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\","
+                       "\"text\":\"What is in this image?\"}]}]";
+    rp.image_paths = imgs;
+    rp.n_images = 1;
+    rp.sampling.do_sample = 0;
+    rp.sampling.max_tokens = 24;
+    rp.sampling.ignore_eos = 1;
+    iris_request *r = NULL;
+    int rc = iris_engine_submit(e, &rp, &r, &err), n = 0, same = 0;
+    CHECKF(rc == 0, "%s: %s", variant, err.msg);
+    iris_event ev;
+    while (!rc && iris_request_next(r, &ev, 60000) == IRIS_OK && ev.kind != IRIS_EVENT_DONE)
+        if (n < 24) same += ev.token == (int)greedy.i64[n], n++;
+    printf("  %s / image: %d of %d greedy tokens as transformers (engine, CPU)\n", variant, same, n);
+    CHECKF(n == 24 && same == 24, "%s: %d of %d greedy image tokens as transformers", variant, same, n);
+    iris_request_free(r);
+    iris_engine_close(e);
+    tiny_free(&greedy);
+}
+
 IRIS_TEST(int4_parity) {
     for (int vi = 0; vi < 3; vi++) {
         check_logits(variants[vi], "text", "--prompt 'Hello, who are you?'");
         check_logits(variants[vi], "image", "--image " TINY_DIR "/images/a.png --prompt 'What is in this image?'");
         check_greedy(variants[vi]);
+        check_image_greedy(variants[vi]);
     }
 }
 
