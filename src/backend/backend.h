@@ -115,7 +115,7 @@ struct iris_backend {
     int (*sync)(iris_backend *b);
 
     /* y[n, out] = x[n, in] · Wᵀ (+ bias[out]); W is F32/BF16/F16, FP8 block-scaled, dequantized as
-     * bf16(q · scale) (QWEN3VL.md §2), or I4 (CPU only), bf16((q - zero) · scale).  y may not alias x. */
+     * bf16(q · scale) (QWEN3VL.md §2), or I4, bf16((q - zero) · scale).  y may not alias x. */
     int (*linear)(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y);
     /* y[i] = table[ids[i]] for n ids (ids in backend memory). */
     int (*embed)(iris_backend *b, const iris_tensor *table, const int32_t *ids, int n, iris_tensor *y);
@@ -231,8 +231,8 @@ int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, i
 /* fp32 host values to and from the backend's activation dtype (BF16: round to nearest even). */
 int iris_backend_put_f32(iris_backend *b, void *dst, const float *src, size_t n);
 int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n);
-/* Copies weight w (and its FP8 scales) into b's memory and points w there.  I4 weights are
- * refused (IRIS_EUNSUPPORTED): only the CPU backend, which reads weights in place, runs them. */
+/* Copies weight w (and its FP8 scales; an I4 weight's scales and zero points) into b's memory and
+ * points w there. */
 int iris_backend_place(iris_backend *b, iris_tensor *w, iris_err *err);
 
 /* The fused ops above, or their plain sequence where b has none (backend/fused.c). */

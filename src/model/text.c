@@ -245,12 +245,6 @@ fail:
 
 int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err) {
     if (b->host_weights) return IRIS_OK; /* the backend reads the mmap'd views in place */
-    if (t->n_int4) /* refused before anything is placed (iris_backend_place says the same per weight) */
-        return iris_err_set(err, IRIS_EUNSUPPORTED,
-                            "%d decoder linears are 4-bit (W4A16), which only the CPU backend runs in this build; "
-                            "the %s backend has no 4-bit kernels yet: run with --device cpu, or use the BF16 or "
-                            "FP8 checkpoint",
-                            t->n_int4, b->name);
     int tied = t->lm_head.data == t->embed_tokens.data;
     int rc = iris_backend_place(b, &t->embed_tokens, err);
     if (!rc) rc = iris_backend_place(b, &t->norm, err);

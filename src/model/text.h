@@ -59,8 +59,8 @@ typedef struct iris_text {
  * iris_text_free. */
 int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris_err *err);
 /* Copies every weight into backend `b`'s memory (FP8 stays FP8 with its
- * scales); a no-op for the CPU backend.  4-bit linears are refused
- * (IRIS_EUNSUPPORTED) before anything is copied: only the CPU runs them. */
+ * scales, 4-bit with its group scales and zero points); a no-op for the CPU
+ * backend. */
 int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err);
 /* After iris_text_upload on b: BF16 copies of the FP8 decoder linears (backend densify) for
  * prefill and large batches; memory as the plan's "dense weights" part.  No-op without densify. */
