@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "model/weights.h"
+#include "tiny_fixture.h"
 #include "tools/quantize.h"
 #include "ops_util.h"
 #include "test.h"
@@ -472,8 +473,12 @@ IRIS_TEST(gpu_ops_linear_int4) {
     check_linear_i4(70, 2048, 300, 32, 1, 0);
 }
 
-/* The tiny int4 model is placed on the CUDA backend whole. */
-IRIS_TEST(gpu_ops_linear_int4_model_placed) {
+/* The tiny int4 model on the CUDA engine: placed whole, and the image conversation's greedy tokens
+ * are transformers' (fp32, on the weights dequantized by hand) up to the first reference step whose
+ * top-2 margin is within 0.08, twice the bf16-vs-fp32 logit difference of transformers' own runs of
+ * the same conversation on tiny-gqa (0.04, manifest.json); tiny-int4-sym's smallest margin there is
+ * 0.104, so all 24 are compared. */
+IRIS_TEST(gpu_ops_linear_int4_model) {
     OPS_BACKENDS();
     iris_model *m = NULL;
     iris_err err = {0};
@@ -482,6 +487,38 @@ IRIS_TEST(gpu_ops_linear_int4_model_placed) {
     CHECK(m->on == ops_cuda);
     CHECK(m->text.layers[0].q_proj.qzero != NULL && m->text.layers[0].q_proj.dtype == IRIS_DT_I4);
     iris_model_close(m);
+
+    tiny_arr greedy;
+    REQUIRE(tiny_load("tiny-int4-sym/image/greedy.npy", &greedy) == 0 && greedy.i64 && greedy.n == 24);
+    iris_engine_opts o;
+    iris_engine_opts_default(&o);
+    o.model = "tests/fixtures/tiny/tiny-int4-sym/model";
+    o.device = "cuda";
+    o.max_num_seqs = 4;
+    o.gpu_memory_limit = (uint64_t)2 << 30;
+    iris_engine *e = NULL;
+    REQUIRE(iris_engine_open(&o, &e, &err) == 0);
+    const char *imgs[1] = {"tests/fixtures/tiny/images/a.png"};
+    iris_request_params rp;
+    iris_request_params_default(e, &rp);
+    rp.messages_json = "[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\","
+                       "\"text\":\"What is in this image?\"}]}]";
+    rp.image_paths = imgs;
+    rp.n_images = 1;
+    rp.sampling.do_sample = 0;
+    rp.sampling.max_tokens = 24;
+    rp.sampling.ignore_eos = 1;
+    iris_request *r = NULL;
+    int rc = iris_engine_submit(e, &rp, &r, &err), n = 0, same = 0;
+    CHECKF(rc == 0, "%s", err.msg);
+    iris_event ev;
+    while (!rc && iris_request_next(r, &ev, 300000) == IRIS_OK && ev.kind != IRIS_EVENT_DONE)
+        if (n < 24) same += same == n && ev.token == (int)greedy.i64[n], n++;
+    printf("  tiny-int4-sym / image on CUDA: %d of %d greedy tokens as transformers\n", same, n);
+    CHECKF(n == 24 && same == 24, "%d of %d greedy tokens as transformers before the first difference", same, n);
+    iris_request_free(r);
+    iris_engine_close(e);
+    tiny_free(&greedy);
 }
 
 #endif
