@@ -40,7 +40,24 @@ int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n)
     return rc;
 }
 
+/* An I4 weight's words, scales and zero points into b's memory. */
+static int place_i4(iris_backend *b, iris_tensor *w, iris_err *err) {
+    int64_t ng = w->cols / w->group;
+    size_t nq = (size_t)(w->rows * w->cols / 2), ns = (size_t)(w->rows * ng) * iris_dtype_size(w->qscale_dtype),
+           nz = w->qzero ? (size_t)(((w->rows + 7) / 8) * ng) * 4 : 0;
+    void *q = b->alloc(b, nq), *s = q ? b->alloc(b, ns) : NULL, *z = s && nz ? b->alloc(b, nz) : NULL;
+    if (!q || !s || (nz && !z) || b->upload(b, q, w->data, nq) || b->upload(b, s, w->qscale, ns) ||
+        (nz && b->upload(b, z, w->qzero, nz)))
+        return iris_err_set(err, IRIS_ENOMEM, "%s: cannot place a %zu-byte 4-bit weight: %s", b->name, nq + ns + nz,
+                            b->err.msg);
+    w->data = q;
+    w->qscale = s;
+    w->qzero = z;
+    return IRIS_OK;
+}
+
 int iris_backend_place(iris_backend *b, iris_tensor *w, iris_err *err) {
+    if (w->dtype == IRIS_DT_I4) return place_i4(b, w, err);
     size_t n = (size_t)(w->rows * iris_tensor_ld(w)) * iris_dtype_size(w->dtype);
     void *d = b->alloc(b, n);
     if (!d || b->upload(b, d, w->data, n))

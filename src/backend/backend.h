@@ -8,8 +8,9 @@
  * Tensors are views: a pointer the backend understands (host memory for the
  * CPU, device memory for CUDA), a dtype and a row-major 2-D shape [rows,
  * cols] (contiguous rows; `ld` elements between rows, >= cols).  Weights may
- * be F32, BF16, F16 or block-scaled FP8 (F8_E4M3 with an fp32 scale per
- * block[0] x block[1] block, the multiplier of Qwen's `weight_scale_inv`).
+ * be F32, BF16, F16, block-scaled FP8 (F8_E4M3 with an fp32 scale per
+ * block[0] x block[1] block, the multiplier of Qwen's `weight_scale_inv`) or
+ * group-scaled 4-bit (I4: compressed-tensors pack-quantized W4A16, below).
  * Activations are in the backend's `act` dtype: F32 on the CPU, BF16 on CUDA
  * (fp32 accumulation inside every op).
  *
@@ -36,6 +37,14 @@ typedef struct iris_tensor {
     int block[2];
     void *dense;                /* FP8 only, optional (densify): the weight dequantized to BF16 [rows, cols],
                                    which products of many rows read instead of dequantizing each time */
+    /* I4 only (data: uint32 words [rows, cols / 8], ld 0; element c of a row is nibble c % 8, from the
+     * low bits, of word c / 8, stored as q + 8 for q in [-8, 7]; cols a multiple of `group`, group of 8):
+     * w = bf16((q - zero) · scale), the scale and zero of the row's group c / group. */
+    const void *qscale;         /* [rows, cols / group] in qscale_dtype (BF16, F16 or F32) */
+    const uint32_t *qzero;      /* [ceil(rows / 8), cols / group], zero points packed 8 a word along the
+                                   rows (row r: nibble r % 8 of word [r / 8][g], as q); NULL: symmetric */
+    iris_dtype qscale_dtype;
+    int group;                  /* columns a scale covers */
 } iris_tensor;
 
 /* Per-step sequence metadata for the paged-attention ops (device memory on CUDA). */
@@ -115,8 +124,8 @@ struct iris_backend {
     int (*download)(iris_backend *b, void *dst, const void *src, size_t bytes);
     int (*sync)(iris_backend *b);
 
-    /* y[n, out] = x[n, in] · Wᵀ (+ bias[out]); W is F32/BF16/F16 or FP8 block-scaled,
-     * dequantized as bf16(q · scale) (QWEN3VL.md §2).  y may not alias x. */
+    /* y[n, out] = x[n, in] · Wᵀ (+ bias[out]); W is F32/BF16/F16, FP8 block-scaled, dequantized as
+     * bf16(q · scale) (QWEN3VL.md §2), or I4, bf16((q - zero) · scale).  y may not alias x. */
     int (*linear)(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y);
     /* y[i] = table[ids[i]] for n ids (ids in backend memory). */
     int (*embed)(iris_backend *b, const iris_tensor *table, const int32_t *ids, int n, iris_tensor *y);
@@ -236,7 +245,8 @@ int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, i
 /* fp32 host values to and from the backend's activation dtype (BF16: round to nearest even). */
 int iris_backend_put_f32(iris_backend *b, void *dst, const float *src, size_t n);
 int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n);
-/* Copies weight w (and its FP8 scales) into b's memory and points w there. */
+/* Copies weight w (and its FP8 scales; an I4 weight's scales and zero points) into b's memory and
+ * points w there. */
 int iris_backend_place(iris_backend *b, iris_tensor *w, iris_err *err);
 
 /* The fused ops above, or their plain sequence where b has none (backend/fused.c). */

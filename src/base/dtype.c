@@ -18,7 +18,9 @@ static const struct {
 
 size_t iris_dtype_size(iris_dtype dt) { return (unsigned)dt < IRIS_DT_COUNT ? g_dtypes[dt].size : 0; }
 
-const char *iris_dtype_name(iris_dtype dt) { return (unsigned)dt < IRIS_DT_COUNT ? g_dtypes[dt].name : "?"; }
+const char *iris_dtype_name(iris_dtype dt) {
+    return (unsigned)dt < IRIS_DT_COUNT ? g_dtypes[dt].name : dt == IRIS_DT_I4 ? "I4" : "?";
+}
 
 int iris_dtype_from_name(const char *name) {
     for (int i = 0; name && i < IRIS_DT_COUNT; i++)

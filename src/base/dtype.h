@@ -11,7 +11,9 @@
 typedef enum iris_dtype {
     IRIS_DT_F64, IRIS_DT_F32, IRIS_DT_F16, IRIS_DT_BF16, IRIS_DT_F8_E4M3, IRIS_DT_F8_E5M2,
     IRIS_DT_I64, IRIS_DT_I32, IRIS_DT_I16, IRIS_DT_I8, IRIS_DT_U8, IRIS_DT_BOOL,
-    IRIS_DT_COUNT
+    IRIS_DT_COUNT,              /* the stored (safetensors) dtypes are those above */
+    IRIS_DT_I4 = IRIS_DT_COUNT  /* a weight view, never stored: 4-bit codes packed 8 to an int32 word
+                                   (compressed-tensors pack-quantized; backend.h); name "I4", size 0 */
 } iris_dtype;
 
 /* Size in bytes of one element (0 if unknown); the format's name ("BF16"; "?" if unknown);

@@ -1,4 +1,4 @@
-/* cmd_synth.c: `iris synth --like 2B|4B|8B|tiny --dtype bf16|fp8 DIR`: a
+/* cmd_synth.c: `iris synth --like 2B|4B|8B|tiny --dtype bf16|fp8|int4 DIR`: a
  * real-shape checkpoint with random weights for benchmarks (tools/synth.h). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +31,7 @@ int iris_cmd_synth(int argc, char **argv) {
         {"--like", 0, IRIS_OPT_CHOICE, &o.like, "2B|4B|8B|tiny|qwen3-0.6b|qwen3-tiny",
          "the shape: Qwen3-VL 2B, 4B, 8B, or tiny (3 layers, for tests); a plain\nQwen3 text model: qwen3-0.6b, "
          "qwen3-tiny", 0, 0, NULL, NULL, 0},
-        {"--dtype", 0, IRIS_OPT_CHOICE, &dtype, "bf16|fp8", "bf16 (default) or fp8", 0, 0, NULL, NULL, 0},
+        {"--dtype", 0, IRIS_OPT_CHOICE, &dtype, "bf16|fp8|int4", "bf16 (default), fp8 or int4 (W4A16, groups of 128)", 0, 0, NULL, NULL, 0},
         {"--seed", 0, IRIS_OPT_INT, &seed, "N", "PRNG seed (default 0); the same seed writes the same bytes", 0, 9.2e18,
          NULL, NULL, 0},
         {"--tokenizer", 0, IRIS_OPT_STR, &o.tokenizer, "PATH",
@@ -47,9 +47,10 @@ int iris_cmd_synth(int argc, char **argv) {
     };
     iris_cli_spec sp = {
         .cmd = "synth",
-        .usage = "--like SHAPE [--dtype bf16|fp8] DIR [options]\n--like SHAPE [--dtype bf16|fp8] --list",
+        .usage = "--like SHAPE [--dtype bf16|fp8|int4] DIR [options]\n--like SHAPE [--dtype bf16|fp8|int4] --list",
         .about = "Write a Qwen3-VL checkpoint with the real tensor names and shapes and random\n"
-                 "values (BF16 ~ N(0, 0.02), norms ~ 1; FP8 in Qwen's 128x128 block format),\n"
+                 "values (BF16 ~ N(0, 0.02), norms ~ 1; FP8 in Qwen's 128x128 block format;\n"
+                 "int4 as compressed-tensors' pack-quantized W4A16),\n"
                  "with config.json, generation_config.json and the preprocessor configs.\n"
                  "For speed and memory benchmarks: the answers are noise.",
         .max_pos = 1,
@@ -62,6 +63,7 @@ int iris_cmd_synth(int argc, char **argv) {
     if (!o.like) return iris_cli_usage_error("synth", "give --like 2B|4B|8B|tiny|qwen3-0.6b|qwen3-tiny");
     if (!dir && !list) return iris_cli_usage_error("synth", "give DIR (or --list)");
     o.fp8 = !strcmp(dtype, "fp8");
+    o.int4 = !strcmp(dtype, "int4");
     o.seed = (uint64_t)seed;
     if (seen_vocab) o.vocab_size = (int)vocab;
     if (seen_threads) o.n_threads = (int)threads;

@@ -80,13 +80,14 @@ const char *iris_plan_part_name(int part) {
 /* ---- weights ---- */
 
 static const char *const decoder_linears[7] = {
-    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-    "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",
 };
 
-/* "<text_prefix>layers.<n>.<one of decoder_linears>" (text_prefix "model.language_model." or
- * Qwen3ForCausalLM's "model."): the linears a block-FP8 checkpoint stores as F8_E4M3 (QWEN3VL.md §2). */
-static int is_decoder_linear(const char *name, const char *text_prefix) {
+/* "<text_prefix>layers.<n>.<one of decoder_linears>.<suffix>" (text_prefix "model.language_model."
+ * or Qwen3ForCausalLM's "model."): the linears a block-FP8 checkpoint stores as F8_E4M3
+ * (QWEN3VL.md §2, suffix "weight") and a 4-bit one packs (suffix "weight_packed"). */
+static int is_decoder_linear(const char *name, const char *text_prefix, const char *suffix) {
     char pre[64];
     snprintf(pre, sizeof pre, "%slayers.", text_prefix[0] ? text_prefix : "model.language_model.");
     size_t n = strlen(pre);
@@ -95,8 +96,10 @@ static int is_decoder_linear(const char *name, const char *text_prefix) {
     if (!isdigit((unsigned char)*p)) return 0;
     while (isdigit((unsigned char)*p)) p++;
     if (*p++ != '.') return 0;
-    for (int i = 0; i < 7; i++)
-        if (!strcmp(p, decoder_linears[i])) return 1;
+    for (int i = 0; i < 7; i++) {
+        size_t k = strlen(decoder_linears[i]);
+        if (!strncmp(p, decoder_linears[i], k) && p[k] == '.' && !strcmp(p + k + 1, suffix)) return 1;
+    }
     return 0;
 }
 
@@ -126,7 +129,16 @@ int iris_plan_model_init(const iris_config *cfg, const iris_st *st, const char *
             m->vision_weight_bytes += slot;
             m->vision_dtype_bytes[t->dtype] += slot;
         }
-        if (is_decoder_linear(t->name, cfg->text_prefix) && t->n_dims == 2) {
+        if (is_decoder_linear(t->name, cfg->text_prefix, "weight_packed") && t->n_dims == 2) {
+            /* 4-bit: the packed words, scales and zero points are counted as stored (above and
+             * below); the FP8 estimate is not offered for a checkpoint already smaller. */
+            int64_t out = t->shape[0], in = t->shape[1] * 8;
+            m->n_decoder_linears++;
+            m->n_int4_linears++;
+            if (in > m->linear_max_in) m->linear_max_in = in;
+            if (out * in > m->linear_max_elems) m->linear_max_elems = out * in;
+            m->fp8_weight_bytes += slot;
+        } else if (is_decoder_linear(t->name, cfg->text_prefix, "weight") && t->n_dims == 2) {
             int64_t out = t->shape[0], in = t->shape[1];
             m->n_decoder_linears++;
             if (in > m->linear_max_in) m->linear_max_in = in;
@@ -638,7 +650,7 @@ static void suggest(const plan_in *in0, iris_plan *p) {
 
     /* Qwen's block-FP8 checkpoint of the same model (estimated from these
      * BF16 shapes), alone and with an FP8 KV cache. */
-    if (in.m->n_fp8_linears == 0 && in.m->n_decoder_linears > 0) {
+    if (in.m->n_fp8_linears == 0 && in.m->n_int4_linears == 0 && in.m->n_decoder_linears > 0) {
         in.weight_bytes = in.m->fp8_weight_bytes;
         in.fp8_linears = 1;
         compute(&in, alt);
@@ -712,6 +724,7 @@ int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uin
     snprintf(p->budget_source, sizeof p->budget_source, "%s", budget_source ? budget_source : "");
     memcpy(p->dtype_bytes, m->dtype_bytes, sizeof p->dtype_bytes);
     p->weights_fp8 = m->n_fp8_linears > 0;
+    p->weights_int4 = m->n_int4_linears > 0;
     p->context_measured = context_bytes != 0;
     if (p->fits) return 0;
     suggest(&in, p);

@@ -140,6 +140,7 @@ typedef struct iris_plan_model {
     int tied_lm_head_skipped;            /* 1 when lm_head.weight is stored but tied */
     int n_decoder_linears;               /* the 7 linears of every decoder layer */
     int n_fp8_linears;                   /* of which FP8 (QWEN3VL.md §2 rule) */
+    int n_int4_linears;                  /* of which 4-bit (weight_packed: compressed-tensors W4A16) */
     uint64_t fp8_weight_bytes;           /* weights if every decoder linear were block-FP8 */
     uint64_t dense_bytes;                /* BF16 copies of the FP8 decoder linears (aligned slots) */
     int64_t linear_max_in;               /* largest in_features of a decoder linear */
@@ -180,6 +181,7 @@ typedef struct iris_plan {
     iris_plan_settings settings;     /* defaults filled; max_model_len as requested (0: auto) */
     char label[512];
     int weights_fp8;                 /* some decoder linears are FP8 */
+    int weights_int4;                /* some decoder linears are 4-bit (W4A16) */
     int dense;                       /* the plan holds BF16 copies of them (IRIS_PART_DENSE) */
     int text_only;                   /* no vision tower, no image buffers (settings or model) */
     uint64_t vision_weight_bytes;    /* what the vision tower would take (left off when text_only) */

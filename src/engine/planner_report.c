@@ -199,7 +199,7 @@ char *iris_plan_format(const iris_plan *p) {
         suggestions(p, &b);
         return done(&b);
     }
-    put(&b, "Memory plan for %s (%s weights)\n", p->label, p->weights_fp8 ? "FP8" : "BF16");
+    put(&b, "Memory plan for %s (%s weights)\n", p->label, p->weights_fp8 ? "FP8" : p->weights_int4 ? "4-bit" : "BF16");
     put(&b, "budget: %s (%s)\n", iris_plan_human(p->budget_bytes, a), p->budget_source);
     table(p, &b);
     put(&b, "context: %s tokens (%s; the model allows %s)\n", grouped((uint64_t)p->context, a),
@@ -276,6 +276,7 @@ char *iris_plan_json(const iris_plan *p) {
     json_object_set_new(o, "budget_source", json_string(p->budget_source));
     json_object_set_new(o, "settings", settings);
     json_object_set_new(o, "weights_fp8", json_boolean(p->weights_fp8));
+    json_object_set_new(o, "weights_int4", json_boolean(p->weights_int4));
     json_object_set_new(o, "dense_weights", json_boolean(p->dense));
     json_object_set_new(o, "weight_bytes_by_dtype", dts);
     json_object_set_new(o, "context", json_integer(p->context));

@@ -262,6 +262,100 @@ static int read_vision(const ctx *top, json_t *vc, iris_vision_config *v) {
     return get_num(&rc_ctx, rp, "rope_theta", &v->rope_theta);
 }
 
+/* One compressed-tensors scheme's "weights": 4-bit int per group, static, no activation order. */
+static int read_ct_weights(const ctx *c, const char *group, json_t *w, iris_quant_config *q) {
+    int bits = 0, gs = 0, sym = 1, dyn = 0, rc;
+    char type[16] = "", strategy[16] = "", actorder[16] = "";
+    json_t *ao = json_object_get(w, "actorder");
+    if (json_is_true(ao)) strcpy(actorder, "true");
+    if ((rc = get_int(c, w, "num_bits", &bits)) || (rc = get_int(c, w, "group_size", &gs)) ||
+        (rc = get_bool(c, w, "symmetric", &sym)) || (rc = get_bool(c, w, "dynamic", &dyn)) ||
+        (rc = get_str(c, w, "type", type, sizeof type)) || (rc = get_str(c, w, "strategy", strategy, sizeof strategy)) ||
+        (!json_is_boolean(ao) && (rc = get_str(c, w, "actorder", actorder, sizeof actorder))))
+        return rc;
+    const char *why = NULL;
+    char buf[96];
+    if (bits != 4 || strcmp(type, "int"))
+        snprintf(buf, sizeof buf, "%d-bit %s weights (iris reads 4-bit int)", bits, type[0] ? type : "?"), why = buf;
+    else if (strcmp(strategy, "group"))
+        snprintf(buf, sizeof buf, "strategy \"%s\" (iris reads \"group\")", strategy), why = buf;
+    else if (gs <= 0 || gs % 8)
+        snprintf(buf, sizeof buf, "group_size %d (iris reads a positive multiple of 8: 32, 64, 128)", gs), why = buf;
+    else if (actorder[0] && strcmp(actorder, "weight"))
+        snprintf(buf, sizeof buf, "activation order \"%s\" (GPTQ act-order with weight_g_idx)", actorder), why = buf;
+    else if (dyn)
+        why = "dynamic weight quantization";
+    if (why)
+        return iris_err_set(c->err, IRIS_EUNSUPPORTED,
+                            "%s: quantization_config.config_groups.%s.weights: %s is not supported; iris reads "
+                            "W4A16 pack-quantized checkpoints (4-bit int, strategy group, static, no act-order)",
+                            c->label, group, why);
+    if (q->group_size && (q->group_size != gs || q->symmetric != sym))
+        return iris_err_set(c->err, IRIS_EUNSUPPORTED,
+                            "%s: quantization_config.config_groups mix group sizes or symmetric and asymmetric "
+                            "weights (%d/%s and %d/%s); iris reads one weight scheme per checkpoint",
+                            c->label, q->group_size, q->symmetric ? "symmetric" : "asymmetric", gs,
+                            sym ? "symmetric" : "asymmetric");
+    q->group_size = gs;
+    q->symmetric = sym;
+    return 0;
+}
+
+/* quant_method "compressed-tensors" (llm-compressor): format "pack-quantized", W4A16 groups only. */
+static int read_compressed_tensors(const ctx *c, json_t *qc, iris_quant_config *q) {
+    char fmt[48] = "", status[32] = "";
+    int rc;
+    if ((rc = get_str(c, qc, "format", fmt, sizeof fmt)) || (rc = get_str(c, qc, "quantization_status", status,
+                                                                          sizeof status)))
+        return rc;
+    if (strcmp(fmt, "pack-quantized"))
+        return iris_err_set(c->err, IRIS_EUNSUPPORTED,
+                            "%s: quantization_config.format \"%s\" is not supported (iris reads compressed-tensors "
+                            "\"pack-quantized\" W4A16 checkpoints)",
+                            c->label, fmt);
+    if (status[0] && strcmp(status, "compressed"))
+        return iris_err_set(c->err, IRIS_EUNSUPPORTED,
+                            "%s: quantization_config.quantization_status \"%s\" is not supported (only "
+                            "\"compressed\": packed 4-bit weights)",
+                            c->label, status);
+    json_t *kv = json_object_get(qc, "kv_cache_scheme");
+    if (kv && !json_is_null(kv))
+        return iris_err_set(c->err, IRIS_EUNSUPPORTED,
+                            "%s: quantization_config.kv_cache_scheme is not supported (iris quantizes the KV cache "
+                            "itself: --kv-cache-dtype fp8)",
+                            c->label);
+    json_t *groups = get_obj(c, qc, "config_groups", &rc);
+    if (rc) return rc;
+    if (!groups || !json_object_size(groups))
+        return iris_err_set(c->err, IRIS_EFORMAT, "%s: quantization_config.config_groups is missing or empty", c->label);
+    const char *name;
+    json_t *g;
+    json_object_foreach(groups, name, g) {
+        char gfmt[48] = "";
+        ctx gc = *c;
+        gc.where = "quantization_config.config_groups.*.";
+        json_t *w = json_is_object(g) ? json_object_get(g, "weights") : NULL, *a;
+        if (!json_is_object(w))
+            return iris_err_set(c->err, IRIS_EFORMAT, "%s: quantization_config.config_groups.%s has no \"weights\" "
+                                "object", c->label, name);
+        if ((rc = get_str(&gc, g, "format", gfmt, sizeof gfmt))) return rc;
+        if (gfmt[0] && strcmp(gfmt, "pack-quantized"))
+            return iris_err_set(c->err, IRIS_EUNSUPPORTED,
+                                "%s: quantization_config.config_groups.%s.format \"%s\" is not supported (only "
+                                "\"pack-quantized\")",
+                                c->label, name, gfmt);
+        if ((a = json_object_get(g, "input_activations")) && !json_is_null(a))
+            return iris_err_set(c->err, IRIS_EUNSUPPORTED,
+                                "%s: quantization_config.config_groups.%s quantizes input activations; iris reads "
+                                "weight-only W4A16 checkpoints",
+                                c->label, name);
+        gc.where = "quantization_config.config_groups.*.weights.";
+        if ((rc = read_ct_weights(&gc, name, w, q))) return rc;
+    }
+    q->int4 = 1;
+    return 0;
+}
+
 static int read_quant(const ctx *top, json_t *qc, iris_quant_config *q) {
     ctx c = *top;
     c.where = "quantization_config.";
@@ -269,12 +363,14 @@ static int read_quant(const ctx *top, json_t *qc, iris_quant_config *q) {
     if (!qc) return 0;
     char method[32] = "", fmt[32] = "e4m3";
     int rc, n = 2;
-    if ((rc = get_str(&c, qc, "quant_method", method, sizeof method)) || (rc = get_str(&c, qc, "fmt", fmt, sizeof fmt)))
-        return rc;
+    if ((rc = get_str(&c, qc, "quant_method", method, sizeof method))) return rc;
+    if (!strcmp(method, "compressed-tensors")) return read_compressed_tensors(&c, qc, q);
+    if ((rc = get_str(&c, qc, "fmt", fmt, sizeof fmt))) return rc;
     if (strcmp(method, "fp8"))
         return iris_err_set(c.err, IRIS_EUNSUPPORTED,
-                            "%s: quantization_config.quant_method \"%s\" is not supported (iris reads BF16 checkpoints "
-                            "and Qwen's block-FP8 ones, quant_method \"fp8\")",
+                            "%s: quantization_config.quant_method \"%s\" is not supported (iris reads BF16 checkpoints, "
+                            "Qwen's block-FP8 ones, quant_method \"fp8\", and 4-bit W4A16 ones, quant_method "
+                            "\"compressed-tensors\" with format \"pack-quantized\")",
                             c.label, method);
     if (strcmp(fmt, "e4m3"))
         return iris_err_set(c.err, IRIS_EUNSUPPORTED,

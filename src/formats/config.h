@@ -56,6 +56,10 @@ typedef struct iris_vision_config {
 typedef struct iris_quant_config {
     int fp8;                    /* quantization_config.quant_method == "fp8" */
     int weight_block_size[2];   /* [128, 128] */
+    int int4;                   /* quant_method "compressed-tensors", format "pack-quantized", 4-bit int
+                                   weights per group (W4A16): linears stored as weight_packed */
+    int group_size;             /* int4: config_groups.*.weights.group_size (a multiple of 8) */
+    int symmetric;              /* int4: 1 without zero points; 0 with weight_zero_point */
 } iris_quant_config;
 
 typedef struct iris_config {

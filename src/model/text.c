@@ -56,10 +56,83 @@ static int bind(const iris_st *st, const char *name, int nd, int64_t d0, int64_t
     return IRIS_OK;
 }
 
-static int bind_linear(const iris_st *st, const char *prefix, int64_t out, int64_t in, const int block[2],
+/* `<prefix>.<suffix>` as a 2-D tensor of the given shape and one of the dtypes in `dts`
+ * ("I32", "BF16 or F16 or F32": its names in the message), or an error naming it. */
+static const iris_st_tensor *bind_part(const iris_st *st, const char *prefix, const char *suffix, unsigned dt_mask,
+                                       const char *dts, int64_t d0, int64_t d1, iris_err *err) {
+    char name[300];
+    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+    const iris_st_tensor *t = iris_st_find(st, name);
+    if (!t) {
+        iris_err_set(err, IRIS_ENOTFOUND, "tensor \"%s.weight_packed\" is 4-bit but \"%s\" is missing", prefix, name);
+        return NULL;
+    }
+    if (!(dt_mask >> t->dtype & 1) || t->n_dims != 2 || t->shape[0] != d0 || t->shape[1] != d1) {
+        char g[128];
+        shape_str(g, sizeof g, t->shape, t->n_dims);
+        iris_err_set(err, IRIS_EFORMAT, "tensor \"%s\" is %s [%s]; config.json implies %s [%lld, %lld]", name,
+                     iris_dtype_name(t->dtype), g, dts, (long long)d0, (long long)d1);
+        return NULL;
+    }
+    return t;
+}
+
+/* A compressed-tensors pack-quantized linear (backend.h, I4): weight_packed I32 [out, in / 8],
+ * weight_scale [out, in / group], weight_zero_point I32 [ceil(out / 8), in / group] when asymmetric,
+ * weight_shape [out, in]; every shape checked against config.json before anything is read. */
+static int bind_int4(const iris_st *st, const char *prefix, int64_t out, int64_t in, const iris_quant_config *q,
+                     iris_tensor *l, iris_err *err) {
+    char name[300];
+    if (!q->int4)
+        return iris_err_set(err, IRIS_EFORMAT,
+                            "tensor \"%s.weight_packed\" is 4-bit but config.json has no compressed-tensors "
+                            "quantization_config saying how (group size, zero points)",
+                            prefix);
+    int gs = q->group_size;
+    if (in % gs)
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "linear \"%s\": %lld input columns are not a multiple of "
+                            "group_size %d", prefix, (long long)in, gs);
+    snprintf(name, sizeof name, "%s.weight_g_idx", prefix);
+    if (iris_st_find(st, name))
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "tensor \"%s\": activation-ordered groups (GPTQ act-order) are "
+                            "not supported", name);
+    const unsigned scale_dts = 1u << IRIS_DT_BF16 | 1u << IRIS_DT_F16 | 1u << IRIS_DT_F32;
+    const iris_st_tensor *pk = bind_part(st, prefix, "weight_packed", 1u << IRIS_DT_I32, "I32", out, in / 8, err);
+    const iris_st_tensor *sc =
+        pk ? bind_part(st, prefix, "weight_scale", scale_dts, "BF16, F16 or F32", out, in / gs, err) : NULL;
+    if (!sc) return err ? err->code : IRIS_EFORMAT;
+    snprintf(name, sizeof name, "%s.weight_shape", prefix);
+    const iris_st_tensor *ws = iris_st_find(st, name);
+    if (ws) {
+        int64_t d[2] = {-1, -1};
+        if (ws->n_dims == 1 && ws->shape[0] == 2 && ws->dtype == IRIS_DT_I64) memcpy(d, ws->data, sizeof d);
+        if (ws->n_dims == 1 && ws->shape[0] == 2 && ws->dtype == IRIS_DT_I32)
+            d[0] = ((const int32_t *)ws->data)[0], d[1] = ((const int32_t *)ws->data)[1];
+        if (d[0] != out || d[1] != in)
+            return iris_err_set(err, IRIS_EFORMAT, "tensor \"%s\" says [%lld, %lld]; config.json implies [%lld, %lld]",
+                                name, (long long)d[0], (long long)d[1], (long long)out, (long long)in);
+    }
+    const iris_st_tensor *zp = NULL;
+    snprintf(name, sizeof name, "%s.weight_zero_point", prefix);
+    if (!q->symmetric || iris_st_find(st, name)) {
+        zp = bind_part(st, prefix, "weight_zero_point", 1u << IRIS_DT_I32, "I32", (out + 7) / 8, in / gs, err);
+        if (!zp) return err ? err->code : IRIS_EFORMAT;
+    }
+    *l = (iris_tensor){.data = (void *)pk->data, .dtype = IRIS_DT_I4, .rows = out, .cols = in,
+                       .qscale = sc->data, .qscale_dtype = sc->dtype, .qzero = zp ? zp->data : NULL, .group = gs};
+    return IRIS_OK;
+}
+
+static int bind_linear(const iris_st *st, const char *prefix, int64_t out, int64_t in, const iris_quant_config *q,
                        iris_tensor *l, iris_err *err) {
+    const int *block = q->weight_block_size;
     char name[300];
     snprintf(name, sizeof name, "%s.weight", prefix);
+    if (!iris_st_find(st, name)) {
+        snprintf(name, sizeof name, "%s.weight_packed", prefix);
+        if (iris_st_find(st, name)) return bind_int4(st, prefix, out, in, q, l, err);
+        snprintf(name, sizeof name, "%s.weight", prefix);
+    }
     int rc = bind(st, name, 2, out, in, l, err);
     if (rc || l->dtype != IRIS_DT_F8_E4M3) return rc;
     snprintf(name, sizeof name, "%s.weight_scale_inv", prefix);
@@ -104,7 +177,7 @@ int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris
         t->inv_freq[j] = (float)(1.0 / pow(c->rope_theta, (double)(2 * j) / (double)hd));
         t->dim_of[j] = mrope_dim(c, j);
     }
-    const int *blk = cfg->quantization_config.weight_block_size;
+    const iris_quant_config *blk = &cfg->quantization_config;
     const char *P = cfg->text_prefix[0] ? cfg->text_prefix : "model.language_model.";
     char name[300];
     int rc;
@@ -116,7 +189,7 @@ int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris
      * (the planner skips such a copy); untied (the 8B), lm_head.weight must be stored. */
     if (cfg->tie_word_embeddings) {
         t->lm_head = t->embed_tokens;
-    } else if (iris_st_find(st, "lm_head.weight")) {
+    } else if (iris_st_find(st, "lm_head.weight") || iris_st_find(st, "lm_head.weight_packed")) {
         if ((rc = bind_linear(st, "lm_head", V, H, blk, &t->lm_head, err))) return rc;
     } else {
         return iris_err_set(err, IRIS_ENOTFOUND,
@@ -135,7 +208,8 @@ int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris
 #define LIN(field, key, o, i)                                                  \
     snprintf(name, sizeof name, "%s" key, pre);                               \
     if ((rc = bind_linear(st, name, o, i, blk, &L->field, err))) goto fail;   \
-    t->n_fp8 += L->field.dtype == IRIS_DT_F8_E4M3;
+    t->n_fp8 += L->field.dtype == IRIS_DT_F8_E4M3;                              \
+    t->n_int4 += L->field.dtype == IRIS_DT_I4;
         VEC(input_layernorm, "input_layernorm.weight", H);
         VEC(post_attention_layernorm, "post_attention_layernorm.weight", H);
         VEC(q_norm, "self_attn.q_norm.weight", hd);

@@ -46,6 +46,7 @@ typedef struct iris_text {
     const iris_tensor *(*dl_weights)[IRIS_DL_N]; /* [layers] each layer's weights in backend.h decode_layers'
                                                  order (into `layers`), malloc'd */
     int n_fp8;                                /* how many linears are FP8 */
+    int n_int4;                               /* how many linears are 4-bit (I4) */
     float inv_freq[512];                      /* rotary frequencies, head_dim/2 */
     int dim_of[512];                          /* frequency slot -> position component (t, h, w) */
     iris_backend *on;                         /* backend the weights were uploaded to; NULL: host views */
@@ -58,7 +59,8 @@ typedef struct iris_text {
  * iris_text_free. */
 int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris_err *err);
 /* Copies every weight into backend `b`'s memory (FP8 stays FP8 with its
- * scales); a no-op for the CPU backend. */
+ * scales, 4-bit with its group scales and zero points); a no-op for the CPU
+ * backend. */
 int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err);
 /* After iris_text_upload on b: BF16 copies of the FP8 decoder linears (backend densify) for
  * prefill and large batches; memory as the plan's "dense weights" part.  No-op without densify. */

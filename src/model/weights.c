@@ -18,6 +18,15 @@
 #include "formats/chat.h"
 #include "log.h"
 
+/* A compressed-tensors config must quantize something: a checkpoint whose linears are all BF16 under
+ * such a config was not written the way the config says. */
+static int check_int4(const iris_model *m, iris_err *err) {
+    if (!m->cfg.quantization_config.int4 || m->text.n_int4) return IRIS_OK;
+    return iris_err_set(err, IRIS_EFORMAT,
+                        "config.json declares compressed-tensors 4-bit quantization but no decoder linear has a "
+                        "weight_packed; re-quantize with `iris quantize --int4` or drop quantization_config");
+}
+
 static int load(iris_model *m, const iris_model_opts *opts, iris_err *err) {
     iris_log(IRIS_LOG_DEBUG, "model", "opening checkpoint %s", m->dir);
     int rc = iris_config_load(m->dir, &m->cfg, err);
@@ -31,6 +40,7 @@ static int load(iris_model *m, const iris_model_opts *opts, iris_err *err) {
                               "config.json declares fp8 quantization but no decoder linear is F8_E4M3 with a "
                               "weight_scale_inv; re-quantize with `iris quantize` or drop quantization_config");
     }
+    if (!rc) rc = check_int4(m, err);
     if (!rc && !opts->text_only && m->cfg.has_vision) {
         rc = iris_vision_load(m->st, &m->cfg.vision_config, &m->vision, err);
         m->has_vision = rc == 0;
@@ -95,6 +105,6 @@ void iris_model_describe(const iris_model *m, char *buf, size_t n) {
     snprintf(buf, n, "%s: %d layers, hidden %d, %d/%d heads x %d, vocab %d; %s; %s; lm_head %s; %s chat; weights on %s",
              m->cfg.architecture[0] ? m->cfg.architecture : "Qwen3-VL", t->num_hidden_layers, t->hidden_size,
              t->num_attention_heads, t->num_key_value_heads, t->head_dim, t->vocab_size, vis,
-             m->n_fp8 ? "FP8 block-scaled linears" : "BF16", m->lm_head_tied ? "tied" : "untied",
-             iris_chat_style_name(m->chat_style), m->on ? m->on->name : "cpu");
+             m->n_fp8 ? "FP8 block-scaled linears" : m->text.n_int4 ? "4-bit W4A16 linears" : "BF16",
+             m->lm_head_tied ? "tied" : "untied", iris_chat_style_name(m->chat_style), m->on ? m->on->name : "cpu");
 }

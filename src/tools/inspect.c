@@ -77,10 +77,13 @@ static json_t *config_json(const iris_config *c) {
                                "num_position_embeddings", v->num_position_embeddings, "deepstack_visual_indexes",
                                int_array(v->deepstack_visual_indexes, v->n_deepstack), "rope_theta", v->rope_theta,
                                "hidden_act", v->hidden_act);
-    json_t *quant = c->quantization_config.fp8
-                        ? json_pack("{s:s, s:o}", "quant_method", "fp8", "weight_block_size",
-                                    int_array(c->quantization_config.weight_block_size, 2))
-                        : json_null();
+    const iris_quant_config *q = &c->quantization_config;
+    json_t *quant = q->fp8    ? json_pack("{s:s, s:o}", "quant_method", "fp8", "weight_block_size",
+                                          int_array(q->weight_block_size, 2))
+                    : q->int4 ? json_pack("{s:s, s:s, s:i, s:i, s:b}", "quant_method", "compressed-tensors", "format",
+                                          "pack-quantized", "num_bits", 4, "group_size", q->group_size, "symmetric",
+                                          q->symmetric)
+                              : json_null();
     return json_pack("{s:s, s:s, s:b, s:{s:i, s:i, s:i, s:i}, s:o, s:o, s:o}", "model_type", c->model_type,
                      "architecture", c->architecture, "tie_word_embeddings", c->tie_word_embeddings, "token_ids",
                      "image", c->image_token_id, "video", c->video_token_id, "vision_start", c->vision_start_token_id,
@@ -179,7 +182,7 @@ int iris_inspect(const char *path, json_t **out, iris_err *err) {
         check_against_config(st, &cfg, warnings, &lm_head);
     }
     for (int i = 0; i < iris_st_n_files(st); i++) json_array_append_new(files, json_string(iris_st_file_path(st, i)));
-    uint64_t params = 0, n_fp8 = 0;
+    uint64_t params = 0, n_fp8 = 0, n_int4 = 0;
     char prefix[IRIS_ST_MAX_NAME_BYTES + 1];
     /* Listed in name order, numbers compared as numbers (layers.2 before layers.10). */
     int n = iris_st_count(st);
@@ -195,8 +198,12 @@ int iris_inspect(const char *path, json_t **out, iris_err *err) {
     qsort(order, (size_t)n, sizeof *order, cmp_tensor_name);
     for (int i = 0; i < n; i++) {
         const iris_st_tensor *t = order[i];
-        int is_scale = ends_with(t->name, "_scale_inv");
-        uint64_t p = is_scale ? 0 : t->n_elems; /* FP8 scales are bookkeeping, not parameters */
+        /* FP8 and 4-bit scales, zero points and shapes are bookkeeping, not parameters; a 4-bit word is 8 */
+        int is_scale = ends_with(t->name, "_scale_inv") || ends_with(t->name, ".weight_scale") ||
+                       ends_with(t->name, ".weight_zero_point") || ends_with(t->name, ".weight_shape");
+        int packed = ends_with(t->name, ".weight_packed");
+        uint64_t p = is_scale ? 0 : packed ? 8 * t->n_elems : t->n_elems;
+        n_int4 += packed;
         json_t *shape = json_array();
         for (int d = 0; d < t->n_dims; d++) json_array_append_new(shape, json_integer(t->shape[d]));
         const char *part = iris_inspect_part(t->name);
@@ -229,6 +236,7 @@ int iris_inspect(const char *path, json_t **out, iris_err *err) {
                                   (json_int_t)params, "bytes", (json_int_t)iris_st_total_bytes(st), "by_dtype",
                                   by_dtype, "by_part", by_part));
     json_object_set_new(r, "fp8", json_pack("{s:I, s:o}", "linears", (json_int_t)n_fp8, "unscaled_f8_weights", unscaled));
+    json_object_set_new(r, "int4", json_pack("{s:I}", "linears", (json_int_t)n_int4));
     json_object_set_new(r, "lm_head", json_string(lm_head));
     json_object_set_new(r, "warnings", warnings);
     iris_st_close(st);
@@ -294,7 +302,12 @@ void iris_inspect_print(FILE *f, const json_t *r, int with_tensors) {
                 gi(v, "spatial_merge_size"), gi(v, "out_hidden_size"), gi(v, "num_position_embeddings"));
         print_ints(f, json_object_get(v, "deepstack_visual_indexes"));
         fputc('\n', f);
-        if (json_is_object(q)) {
+        if (json_is_object(q) && json_object_get(q, "group_size")) {
+            fprintf(f, "quantized   int4 W4A16 (compressed-tensors pack-quantized), groups of %lld, %s; %lld 4-bit "
+                       "linears in the checkpoint\n",
+                    gi(q, "group_size"), json_is_true(json_object_get(q, "symmetric")) ? "symmetric" : "with zero points",
+                    gi(json_object_get(r, "int4"), "linears"));
+        } else if (json_is_object(q)) {
             const json_t *b = json_object_get(q, "weight_block_size");
             fprintf(f, "quantized   fp8 e4m3, %lldx%lld blocks; %lld FP8 linears in the checkpoint\n",
                     (long long)json_integer_value(json_array_get(b, 0)), (long long)json_integer_value(json_array_get(b, 1)),

@@ -1,15 +1,19 @@
-/* quantize.c: `iris quantize`: BF16 checkpoint -> Qwen's block-FP8 format
- * (rules and numerics in quantize.h).
+/* quantize.c: `iris quantize`: BF16 checkpoint -> Qwen's block-FP8 format, or
+ * with --int4 compressed-tensors' pack-quantized W4A16 (rules and numerics in
+ * quantize.h and int4.h).
  *
  * Owns: the input checkpoint (mmap, through safetensors.h), the output writer
- * (st_write.h) and, for every quantized weight, its block scales (a few
- * hundred KB for a 4B model) computed once and used twice: the F32 scale
- * tensors come first in the output file (the writer orders by element size),
- * the F8 weights last.
- * Memory: one 128-row band of one weight in fp32 and its codes; the rest
+ * (st_write.h) and, for every quantized weight, its scales (FP8: per 128x128
+ * block; int4: bf16 per group, with zero points) computed once, on the first
+ * of its output tensors the writer asks for (it orders by element size: FP8's
+ * F32 scales before the F8 weights; int4's I64 weight_shape, then the I32
+ * packed words and zero points, then the BF16 scales).
+ * Memory: one 128-row band of one weight in fp32 and its codes, plus the
+ * scales of every target (int4: 1/group of the weights' bf16 bytes); the rest
  * streams from the input mmap to the output file.
  * Does not: quantize the vision tower, embeddings, norms or lm_head (as
- * Qwen's own FP8 checkpoints), or touch an already quantized checkpoint.
+ * Qwen's own FP8 checkpoints and llm-compressor's W4A16 recipes for
+ * Qwen3-VL), or touch an already quantized checkpoint.
  */
 #include "tools/quantize.h"
 
@@ -26,6 +30,7 @@
 #include "log.h"
 #include "formats/safetensors.h"
 #include "formats/st_write.h"
+#include "tools/int4.h"
 
 /* ---- e4m3fn ---- */
 
@@ -74,7 +79,7 @@ static void band_encode(const float *src, int nr, int64_t cols, const float *sca
 
 /* ---- the directory ---- */
 
-typedef enum { OUT_COPY, OUT_SCALE, OUT_WEIGHT } out_kind;
+typedef enum { OUT_COPY, OUT_SCALE, OUT_WEIGHT, OUT_I4_PACKED, OUT_I4_SCALE, OUT_I4_ZERO, OUT_I4_SHAPE } out_kind;
 
 typedef struct out_entry {
     out_kind kind;
@@ -84,7 +89,9 @@ typedef struct out_entry {
 
 typedef struct target {
     const iris_st_tensor *w;
-    float *scale;               /* [ceil(rows/128) * ceil(cols/128)]: 448 / amax */
+    float *scale;               /* FP8: [ceil(rows/128) * ceil(cols/128)]: 448 / amax */
+    uint16_t *gscale;           /* int4: bf16 [rows, cols / group] */
+    int8_t *gzero;              /* int4: [rows, cols / group] */
 } target;
 
 static void load_band_f32(const iris_st_tensor *t, int64_t r0, int nr, float *dst) {
@@ -118,6 +125,46 @@ static int compute_scales(target *tg, float *band, iris_err *err) {
         band_scales(band, nr, cols, tg->scale + b * cb);
     }
     return 0;
+}
+
+/* int4: the bf16 scale and zero point of every group, the codes dropped (they are computed again,
+ * band by band, when the packed words are due: the same function, the same result). */
+static int compute_groups(target *tg, int group, int symmetric, float *band, int8_t *codes, iris_err *err) {
+    const iris_st_tensor *t = tg->w;
+    int64_t rows = t->shape[0], cols = t->shape[1], ng = cols / group;
+    tg->gscale = malloc((size_t)(rows * ng) * sizeof *tg->gscale);
+    tg->gzero = malloc((size_t)(rows * ng));
+    if (!tg->gscale || !tg->gzero) return iris_err_set(err, IRIS_ENOMEM, "quantize: out of memory");
+    for (int64_t r = 0; r < rows; r++) {
+        load_band_f32(t, r, 1, band);
+        for (int64_t c = 0; c < cols; c++)
+            if (!isfinite(band[c]))
+                return iris_err_set(err, IRIS_EFORMAT, "tensor \"%s\": element [%lld, %lld] is %g; cannot quantize",
+                                    t->name, (long long)r, (long long)c, band[c]);
+        for (int64_t g = 0; g < ng; g++)
+            iris_int4_quantize_group(band + g * group, group, symmetric, &tg->gscale[r * ng + g],
+                                     &tg->gzero[r * ng + g], codes);
+    }
+    return 0;
+}
+
+/* int4: the packed words of one weight, band by band. */
+static int write_packed(iris_st_writer *w, const target *tg, int group, int symmetric, float *band, int8_t *codes,
+                        iris_err *err) {
+    int64_t rows = tg->w->shape[0], cols = tg->w->shape[1];
+    int rc = 0;
+    for (int64_t r0 = 0; r0 < rows && !rc; r0 += IRIS_FP8_BLOCK) {
+        int nr = (int)(rows - r0 < IRIS_FP8_BLOCK ? rows - r0 : IRIS_FP8_BLOCK);
+        load_band_f32(tg->w, r0, nr, band);
+        for (int64_t i = 0; i < (int64_t)nr * cols; i += group) {
+            uint16_t sc;
+            int8_t z;
+            iris_int4_quantize_group(band + i, group, symmetric, &sc, &z, codes + i);
+        }
+        iris_int4_pack(codes, (int64_t)nr * cols, (uint32_t *)band);   /* words fit where the floats were */
+        rc = iris_st_writer_write(w, band, (size_t)nr * (size_t)cols / 2, err);
+    }
+    return rc;
 }
 
 static int same_dir(const char *a, const char *b) {
@@ -167,8 +214,20 @@ static json_t *fp8_quant_config(void) {
     return q;
 }
 
+json_t *iris_quantize_int4_config(int group, int symmetric) {
+    json_t *w = json_pack("{s:n, s:n, s:b, s:i, s:i, s:s, s:o, s:s, s:b, s:s}", "actorder", "block_structure",
+                          "dynamic", 0, "group_size", group, "num_bits", 4, "observer", "minmax", "observer_kwargs",
+                          json_object(), "strategy", "group", "symmetric", symmetric, "type", "int");
+    json_t *g = json_pack("{s:s, s:n, s:n, s:[s], s:o}", "format", "pack-quantized", "input_activations",
+                          "output_activations", "targets", "Linear", "weights", w);
+    return json_pack("{s:{s:o}, s:s, s:n, s:[s, s], s:n, s:s, s:s, s:{}, s:{}, s:s}", "config_groups", "group_0", g,
+                     "format", "pack-quantized", "global_compression_ratio", "ignore", "lm_head", "re:.*visual.*",
+                     "kv_cache_scheme", "quant_method", "compressed-tensors", "quantization_status", "compressed",
+                     "sparsity_config", "transform_config", "version", "0.12.2");
+}
+
 /* config.json with quantization_config added; *n_layers from text_config. */
-static int read_config(const char *in_dir, json_t **out, int *n_layers, iris_err *err) {
+static int read_config(const char *in_dir, const iris_quantize_opts *o, json_t **out, int *n_layers, iris_err *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", in_dir);
     json_error_t je;
@@ -186,7 +245,12 @@ static int read_config(const char *in_dir, json_t **out, int *n_layers, iris_err
     json_t *tc = json_object_get(cfg, "text_config");
     json_t *nl = json_object_get(json_is_object(tc) ? tc : cfg, "num_hidden_layers");
     *n_layers = json_is_integer(nl) ? (int)json_integer_value(nl) : -1;
-    json_object_set_new(cfg, "quantization_config", fp8_quant_config());
+    json_t *qc = o->int4 ? iris_quantize_int4_config(o->group_size, !o->asymmetric) : fp8_quant_config();
+    if (!qc) {
+        json_decref(cfg);
+        return iris_err_set(err, IRIS_ENOMEM, "quantize: out of memory");
+    }
+    json_object_set_new(cfg, "quantization_config", qc);
     *out = cfg;
     return 0;
 }
@@ -200,7 +264,94 @@ static int make_dir(const char *dir, iris_err *err) {
     return iris_err_set(err, IRIS_EIO, "cannot create %s: %s", dir, strerror(errno));
 }
 
+/* Declares the output tensors of target number `ti` (its weight `t`). */
+static int declare_target(iris_st_writer *w, const iris_st_tensor *t, const iris_quantize_opts *o, int ti,
+                          out_entry *ent, iris_err *err) {
+    char name[1100];
+    int idx;
+#define ADD(kind, nm, dt, nd, shape)                                                  \
+    if ((idx = iris_st_writer_add(w, nm, dt, nd, shape, err)) < 0) return idx;      \
+    ent[idx] = (out_entry){kind, t, ti};
+    if (!o->int4) {
+        int64_t sshape[2] = {(t->shape[0] + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK,
+                             (t->shape[1] + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK};
+        snprintf(name, sizeof name, "%s_scale_inv", t->name);
+        ADD(OUT_WEIGHT, t->name, IRIS_DT_F8_E4M3, 2, t->shape);
+        ADD(OUT_SCALE, name, IRIS_DT_F32, 2, sshape);
+        return 0;
+    }
+    int64_t rows = t->shape[0], cols = t->shape[1], ng = cols / o->group_size;
+    if (cols % o->group_size)
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "tensor \"%s\": %lld columns are not a multiple of the group "
+                            "size %d; give --group-size that divides them", t->name, (long long)cols, o->group_size);
+    int pl = (int)strlen(t->name) - (int)strlen(".weight");
+    int64_t packed[2] = {rows, cols / 8}, scales[2] = {rows, ng}, zeros[2] = {(rows + 7) / 8, ng}, two = 2;
+    snprintf(name, sizeof name, "%.*s.weight_packed", pl, t->name);
+    ADD(OUT_I4_PACKED, name, IRIS_DT_I32, 2, packed);
+    snprintf(name, sizeof name, "%.*s.weight_scale", pl, t->name);
+    ADD(OUT_I4_SCALE, name, IRIS_DT_BF16, 2, scales);
+    snprintf(name, sizeof name, "%.*s.weight_shape", pl, t->name);
+    ADD(OUT_I4_SHAPE, name, IRIS_DT_I64, 1, &two);
+    if (o->asymmetric) {
+        snprintf(name, sizeof name, "%.*s.weight_zero_point", pl, t->name);
+        ADD(OUT_I4_ZERO, name, IRIS_DT_I32, 2, zeros);
+    }
+#undef ADD
+    return 0;
+}
+
+/* The bytes of one output tensor. */
+static int write_entry(iris_st_writer *w, const out_entry *e, target *t, const iris_quantize_opts *o, float *band,
+                       uint8_t *codes, iris_err *err) {
+    int rc = 0, sym = !o->asymmetric, gs = o->group_size;
+    if (e->kind == OUT_COPY) return iris_st_writer_write(w, e->src->data, (size_t)e->src->n_bytes, err);
+    int64_t rows = t->w->shape[0], cols = t->w->shape[1];
+    if (e->kind != OUT_SCALE && e->kind != OUT_WEIGHT && !t->gscale &&
+        (rc = compute_groups(t, gs, sym, band, (int8_t *)codes, err)))
+        return rc;
+    switch (e->kind) {
+    case OUT_SCALE: {
+        if ((rc = compute_scales(t, band, err))) return rc;
+        size_t nb = (size_t)((rows + 127) / 128 * ((cols + 127) / 128));
+        for (size_t k = 0; k < nb && !rc; k++) {
+            float inv = 1.0f / t->scale[k];
+            rc = iris_st_writer_write(w, &inv, 4, err);
+        }
+        return rc;
+    }
+    case OUT_WEIGHT: {
+        int64_t cb = (cols + 127) / 128;
+        for (int64_t r0 = 0; r0 < rows && !rc; r0 += IRIS_FP8_BLOCK) {
+            int nr = (int)(rows - r0 < IRIS_FP8_BLOCK ? rows - r0 : IRIS_FP8_BLOCK);
+            load_band_f32(t->w, r0, nr, band);
+            band_encode(band, nr, cols, t->scale + (r0 / IRIS_FP8_BLOCK) * cb, codes);
+            rc = iris_st_writer_write(w, codes, (size_t)nr * (size_t)cols, err);
+        }
+        return rc;
+    }
+    case OUT_I4_PACKED: return write_packed(w, t, gs, sym, band, (int8_t *)codes, err);
+    case OUT_I4_SCALE: return iris_st_writer_write(w, t->gscale, (size_t)(rows * (cols / gs)) * 2, err);
+    case OUT_I4_SHAPE: return iris_st_writer_write(w, t->w->shape, 2 * sizeof(int64_t), err);
+    case OUT_I4_ZERO: {
+        int64_t ng = cols / gs;
+        uint32_t *zw = malloc(sizeof *zw * (size_t)(((rows + 7) / 8) * ng));
+        if (!zw) return iris_err_set(err, IRIS_ENOMEM, "quantize: out of memory");
+        iris_int4_pack_zero(t->gzero, rows, ng, zw);
+        rc = iris_st_writer_write(w, zw, sizeof *zw * (size_t)(((rows + 7) / 8) * ng), err);
+        free(zw);
+        return rc;
+    }
+    default: return 0;
+    }
+}
+
 int iris_quantize_dir(const char *in_dir, const char *out_dir, iris_err *err) {
+    return iris_quantize_dir_opts(in_dir, out_dir, NULL, err);
+}
+
+int iris_quantize_dir_opts(const char *in_dir, const char *out_dir, const iris_quantize_opts *opts, iris_err *err) {
+    static const iris_quantize_opts fp8 = {0};
+    const iris_quantize_opts *o = opts ? opts : &fp8;
     int rc = 0, n_layers = -1, n_targets = 0;
     json_t *cfg = NULL;
     iris_st *st = NULL;
@@ -211,10 +362,13 @@ int iris_quantize_dir(const char *in_dir, const char *out_dir, iris_err *err) {
     uint8_t *codes = NULL;
     char path[4096];
 
+    if (o->int4 && (o->group_size <= 0 || o->group_size % 8))
+        return iris_err_set(err, IRIS_EINVAL, "--group-size %d: give a positive multiple of 8 (32, 64 or 128)",
+                            o->group_size);
     struct stat sb;
     if (stat(in_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return iris_err_set(err, IRIS_ENOTFOUND, "%s: not a directory (give a BF16 checkpoint directory)", in_dir);
-    if ((rc = read_config(in_dir, &cfg, &n_layers, err))) return rc;
+    if ((rc = read_config(in_dir, o, &cfg, &n_layers, err))) return rc;
     if ((rc = make_dir(out_dir, err))) goto done;
     if (same_dir(in_dir, out_dir)) {
         rc = iris_err_set(err, IRIS_EINVAL, "the output directory %s is the input directory: give another one",
@@ -224,7 +378,7 @@ int iris_quantize_dir(const char *in_dir, const char *out_dir, iris_err *err) {
     if ((rc = iris_st_open(in_dir, &st, err))) goto done;
 
     int n = iris_st_count(st);
-    ent = calloc((size_t)n * 2 + 1, sizeof *ent);
+    ent = calloc((size_t)n * 4 + 1, sizeof *ent);
     tg = calloc((size_t)n + 1, sizeof *tg);
     if (!ent || !tg) {
         rc = iris_err_set(err, IRIS_ENOMEM, "quantize: out of memory");
@@ -235,14 +389,15 @@ int iris_quantize_dir(const char *in_dir, const char *out_dir, iris_err *err) {
     int64_t max_cols = 0;
     for (int i = 0; i < n; i++) {
         const iris_st_tensor *t = iris_st_at(st, i);
-        if (t->dtype == IRIS_DT_F8_E4M3 || t->dtype == IRIS_DT_F8_E5M2 || ends_with(t->name, "_scale_inv")) {
+        if (t->dtype == IRIS_DT_F8_E4M3 || t->dtype == IRIS_DT_F8_E5M2 || ends_with(t->name, "_scale_inv") ||
+            ends_with(t->name, ".weight_packed")) {
             rc = iris_err_set(err, IRIS_EINVAL, "tensor \"%s\" is %s: %s is already quantized", t->name,
                               iris_dtype_name(t->dtype), in_dir);
             goto done;
         }
-        int idx;
         if (!iris_quantize_is_target(t->name)) {
-            if ((idx = iris_st_writer_add(w, t->name, t->dtype, t->n_dims, t->shape, err)) < 0) {
+            int idx = iris_st_writer_add(w, t->name, t->dtype, t->n_dims, t->shape, err);
+            if (idx < 0) {
                 rc = idx;
                 goto done;
             }
@@ -254,20 +409,7 @@ int iris_quantize_dir(const char *in_dir, const char *out_dir, iris_err *err) {
                               "a 2-D BF16 (or F32) matrix", t->name, iris_dtype_name(t->dtype), t->n_dims);
             goto done;
         }
-        int64_t sshape[2] = {(t->shape[0] + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK,
-                             (t->shape[1] + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK};
-        char sname[1100];
-        snprintf(sname, sizeof sname, "%.*s_scale_inv", (int)strlen(t->name), t->name);
-        if ((idx = iris_st_writer_add(w, t->name, IRIS_DT_F8_E4M3, 2, t->shape, err)) < 0) {
-            rc = idx;
-            goto done;
-        }
-        ent[idx] = (out_entry){OUT_WEIGHT, t, n_targets};
-        if ((idx = iris_st_writer_add(w, sname, IRIS_DT_F32, 2, sshape, err)) < 0) {
-            rc = idx;
-            goto done;
-        }
-        ent[idx] = (out_entry){OUT_SCALE, t, n_targets};
+        if ((rc = declare_target(w, t, o, n_targets, ent, err))) goto done;
         tg[n_targets++].w = t;
         if (t->shape[1] > max_cols) max_cols = t->shape[1];
     }
@@ -288,38 +430,14 @@ int iris_quantize_dir(const char *in_dir, const char *out_dir, iris_err *err) {
         goto done;
     }
     if ((rc = iris_st_writer_begin(w, err))) goto done;
-    iris_log(IRIS_LOG_INFO, "quantize", "%s: %d tensors, %d linears to FP8 -> %s (%.2f GB)", in_dir, n, n_targets,
-             path, (double)iris_st_writer_file_bytes(w) / 1e9);
+    iris_log(IRIS_LOG_INFO, "quantize", "%s: %d tensors, %d linears to %s -> %s (%.2f GB)", in_dir, n, n_targets,
+             o->int4 ? "int4" : "FP8", path, (double)iris_st_writer_file_bytes(w) / 1e9);
 
-    int done_w = 0;
-    for (int idx; (idx = iris_st_writer_next(w)) >= 0;) {
-        out_entry *e = &ent[idx];
-        if (e->kind == OUT_COPY) {
-            rc = iris_st_writer_write(w, e->src->data, (size_t)e->src->n_bytes, err);
-        } else if (e->kind == OUT_SCALE) {
-            target *t = &tg[e->target];
-            if ((rc = compute_scales(t, band, err))) break;
-            size_t nb = (size_t)((t->w->shape[0] + 127) / 128 * ((t->w->shape[1] + 127) / 128));
-            for (size_t k = 0; k < nb && !rc; k++) {
-                float inv = 1.0f / t->scale[k];
-                rc = iris_st_writer_write(w, &inv, 4, err);
-            }
-        } else {
-            target *t = &tg[e->target];
-            int64_t rows = t->w->shape[0], cols = t->w->shape[1], cb = (cols + 127) / 128;
-            for (int64_t r0 = 0; r0 < rows && !rc; r0 += IRIS_FP8_BLOCK) {
-                int nr = (int)(rows - r0 < IRIS_FP8_BLOCK ? rows - r0 : IRIS_FP8_BLOCK);
-                load_band_f32(t->w, r0, nr, band);
-                band_encode(band, nr, cols, t->scale + (r0 / IRIS_FP8_BLOCK) * cb, codes);
-                rc = iris_st_writer_write(w, codes, (size_t)nr * (size_t)cols, err);
-            }
-            if (++done_w % 7 == 0 || done_w == n_targets)
-                iris_log(IRIS_LOG_INFO, "quantize", "%d/%d linears quantized", done_w, n_targets);
-        }
-        if (rc) break;
-    }
+    for (int idx; !rc && (idx = iris_st_writer_next(w)) >= 0;)
+        rc = write_entry(w, &ent[idx], ent[idx].target >= 0 ? &tg[ent[idx].target] : NULL, o, band, codes, err);
     if (!rc) rc = iris_st_writer_finish(w, err);
     if (rc) goto done;
+    iris_log(IRIS_LOG_INFO, "quantize", "%d linears quantized", n_targets);
     /* config.json last but one: a directory with it is complete but for the side files. */
     snprintf(path, sizeof path, "%s/config.json", out_dir);
     char *text = json_dumps(cfg, JSON_INDENT(2));
@@ -340,7 +458,11 @@ int iris_quantize_dir(const char *in_dir, const char *out_dir, iris_err *err) {
 
 done:
     if (tg)
-        for (int i = 0; i < n_targets; i++) free(tg[i].scale);
+        for (int i = 0; i < n_targets; i++) {
+            free(tg[i].scale);
+            free(tg[i].gscale);
+            free(tg[i].gzero);
+        }
     free(tg);
     free(ent);
     free(band);

@@ -1,4 +1,5 @@
-/* quantize.h: Qwen's block-FP8 format (QWEN3VL.md §2) from a BF16 checkpoint.
+/* quantize.h: Qwen's block-FP8 format (QWEN3VL.md §2), or 4-bit W4A16
+ * (iris_quantize_opts below), from a BF16 checkpoint.
  *
  * The 7 linears of every decoder layer (q/k/v/o_proj, gate/up/down_proj)
  * become F8_E4M3 `weight` + F32 `weight_scale_inv` [ceil(out/128),
@@ -31,5 +32,24 @@ int iris_quantize_is_target(const char *name);
 /* IN_DIR (BF16 checkpoint) -> OUT_DIR (created if missing; must not be
  * IN_DIR).  Progress on stderr. */
 int iris_quantize_dir(const char *in_dir, const char *out_dir, iris_err *err);
+
+/* What to write: Qwen's block FP8 (all zero, the default), or compressed-tensors' pack-quantized
+ * W4A16 (int4.h): the same 7 linears become weight_packed I32 [out, in / 8], weight_scale BF16
+ * [out, in / group_size], weight_shape I64 [2] and, asymmetric, weight_zero_point I32
+ * [ceil(out / 8), in / group_size]; config.json gains compressed-tensors' quantization_config
+ * (lm_head and the vision tower ignored). */
+typedef struct iris_quantize_opts {
+    int int4;
+    int group_size;             /* int4: a multiple of 8 dividing every linear's in_features (128 usual) */
+    int asymmetric;             /* int4: zero points per group */
+} iris_quantize_opts;
+
+/* compressed-tensors' quantization_config for W4A16 groups, as llm-compressor writes it (a new
+ * jansson object the caller owns; NULL when out of memory). */
+typedef struct json_t json_t;
+json_t *iris_quantize_int4_config(int group, int symmetric);
+
+/* iris_quantize_dir with options (NULL: FP8). */
+int iris_quantize_dir_opts(const char *in_dir, const char *out_dir, const iris_quantize_opts *opts, iris_err *err);
 
 #endif

@@ -102,7 +102,11 @@ const char *iris_synth_known_name(int i) {
 
 /* ---- the tensor list ---- */
 
-typedef enum { K_WEIGHT, K_NORM, K_BIAS, K_F8, K_SCALE } kind;
+typedef enum { K_WEIGHT, K_NORM, K_BIAS, K_F8, K_SCALE, K_I4, K_I4_SCALE, K_I4_SHAPE } kind;
+
+/* Linears: BF16, Qwen's block FP8, or compressed-tensors' 4-bit groups of SYNTH_GROUP columns. */
+enum { LIN_BF16, LIN_FP8, LIN_INT4 };
+#define SYNTH_GROUP 128
 
 typedef struct emit_ctx {
     iris_synth_tensor_fn fn;
@@ -125,9 +129,16 @@ static void emit(emit_ctx *e, kind k, iris_dtype dt, int n_dims, const int64_t *
 #define S1(a) ((const int64_t[]){(a)})
 #define S2(a, b) ((const int64_t[]){(a), (b)})
 
-static void linear(emit_ctx *e, int fp8, int64_t out, int64_t in, const char *prefix) {
-    if (!fp8) {
+static void linear(emit_ctx *e, int mode, int64_t out, int64_t in, const char *prefix) {
+    if (mode == LIN_BF16) {
         emit(e, K_WEIGHT, IRIS_DT_BF16, 2, S2(out, in), "%s.weight", prefix);
+        return;
+    }
+    if (mode == LIN_INT4) {
+        emit(e, K_I4, IRIS_DT_I32, 2, S2(out, in / 8), "%s.weight_packed", prefix);
+        emit(e, K_I4_SCALE, IRIS_DT_BF16, 2, S2(out, in / SYNTH_GROUP), "%s.weight_scale", prefix);
+        /* shape [2]; the weight's dims ride behind it for the generator (collect) */
+        emit(e, K_I4_SHAPE, IRIS_DT_I64, 1, ((const int64_t[]){2, out, in}), "%s.weight_shape", prefix);
         return;
     }
     emit(e, K_F8, IRIS_DT_F8_E4M3, 2, S2(out, in), "%s.weight", prefix);
@@ -171,7 +182,7 @@ static void list_vision(const preset *p, emit_ctx *e) {
     }
 }
 
-static void list_tensors(const preset *p, int vocab, int fp8, emit_ctx *e) {
+static void list_tensors(const preset *p, int vocab, int fp8, emit_ctx *e) {  /* fp8: LIN_* */
     if (!p->text) list_vision(p, e);
     const char *lm = p->text ? "model." : "model.language_model.";
     int64_t h = p->hidden_size, im = p->intermediate_size, hd = p->head_dim;
@@ -197,11 +208,13 @@ static void list_tensors(const preset *p, int vocab, int fp8, emit_ctx *e) {
     if (!p->tie_word_embeddings) emit(e, K_WEIGHT, IRIS_DT_BF16, 2, S2(vocab, h), "lm_head.weight");
 }
 
+static int lin_mode(const iris_synth_opts *o) { return o->int4 ? LIN_INT4 : o->fp8 ? LIN_FP8 : LIN_BF16; }
+
 int iris_synth_list(const iris_synth_opts *o, iris_synth_tensor_fn fn, void *ctx, iris_err *err) {
     const preset *p = find_preset(o->like, err);
     if (!p) return IRIS_EINVAL;
     emit_ctx e = {fn, ctx, NULL};
-    list_tensors(p, o->vocab_size > 0 ? o->vocab_size : p->vocab_size, o->fp8, &e);
+    list_tensors(p, o->vocab_size > 0 ? o->vocab_size : p->vocab_size, lin_mode(o), &e);
     return 0;
 }
 
@@ -309,7 +322,9 @@ int iris_synth_config_json(const iris_synth_opts *o, char **out, iris_err *err) 
     json_object_set_new(c, "vision_config", v);
     json_object_set_new(c, "vision_end_token_id", json_integer(151653));
     json_object_set_new(c, "vision_start_token_id", json_integer(151652));
-    if (o->fp8)
+    if (o->int4)
+        json_object_set_new(c, "quantization_config", iris_quantize_int4_config(SYNTH_GROUP, 1));
+    else if (o->fp8)
         json_object_set_new(c, "quantization_config",
                             json_pack("{s:s, s:s, s:s, s:[i,i], s:[s,s]}", "quant_method", "fp8", "fmt", "e4m3",
                                       "activation_scheme", "dynamic", "weight_block_size", 128, 128,
@@ -388,6 +403,7 @@ typedef struct gtensor {
     int64_t shape[5];
     kind k;
     uint64_t hash, n_bytes;
+    int64_t aux[2];             /* K_I4_SHAPE: the weight's [out, in], its contents */
 } gtensor;
 
 /* Bytes [b0, b1) of tensor t, b0 a multiple of SUB_BYTES. */
@@ -398,7 +414,20 @@ static void gen_bytes(const gtensor *t, uint64_t seed, uint64_t b0, uint64_t b1,
         rng_seed(&r, seed, t->hash, c0 / SUB_BYTES);
         uint8_t *d = dst + (c0 - b0);
         size_t n = (size_t)(c1 - c0);
-        if (t->k == K_SCALE) {
+        if (t->k == K_I4_SHAPE) {
+            memcpy(d, t->aux, sizeof t->aux);
+        } else if (t->k == K_I4) {
+            for (size_t i = 0; i + 8 <= n; i += 8) {   /* uniform codes: every nibble of random bits */
+                uint64_t x = rng_next(&r);
+                memcpy(d + i, &x, 8);
+            }
+        } else if (t->k == K_I4_SCALE) {
+            uint16_t *h = (uint16_t *)d;
+            for (size_t i = 0; i < n / 2; i++) {
+                double u = (double)(rng_next(&r) >> 11) * 0x1.0p-53;
+                h[i] = to_bf16((float)(0.02 / 4.61 * (0.75 + 0.5 * u)));   /* codes -8..7 have sd 4.61 */
+            }
+        } else if (t->k == K_SCALE) {
             float *f = (float *)d;
             for (size_t i = 0; i < n / 4; i++) {
                 double u = (double)(rng_next(&r) >> 11) * 0x1.0p-53;
@@ -502,6 +531,7 @@ static void collect(void *ctx, const char *name, iris_dtype dt, int n_dims, cons
     uint64_t ne = 1;
     for (int d = 0; d < n_dims; d++) ne *= (uint64_t)(t->shape[d] = shape[d]);
     t->k = k;
+    if (k == K_I4_SHAPE) t->aux[0] = shape[1], t->aux[1] = shape[2];
     t->hash = fnv1a(name);
     t->n_bytes = ne * iris_dtype_size(dt);
 }
@@ -544,7 +574,7 @@ int iris_synth_write(const char *dir, const iris_synth_opts *o, iris_err *err) {
 
     glist l = {0};
     emit_ctx e = {NULL, &l, collect};
-    list_tensors(p, o->vocab_size > 0 ? o->vocab_size : p->vocab_size, o->fp8, &e);
+    list_tensors(p, o->vocab_size > 0 ? o->vocab_size : p->vocab_size, lin_mode(o), &e);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     iris_st_writer *w = NULL;
@@ -561,7 +591,7 @@ int iris_synth_write(const char *dir, const iris_synth_opts *o, iris_err *err) {
     if (!rc) rc = iris_st_writer_begin(w, err);
     if (!rc)
         iris_log(IRIS_LOG_INFO, "synth", "%s %s: %d tensors, %.2f GB -> %s (%d threads)", p->name,
-                 o->fp8 ? "fp8" : "bf16", l.n, (double)iris_st_writer_file_bytes(w) / 1e9, path, n_threads);
+                 o->int4 ? "int4" : o->fp8 ? "fp8" : "bf16", l.n, (double)iris_st_writer_file_bytes(w) / 1e9, path, n_threads);
     uint64_t total = rc ? 0 : iris_st_writer_file_bytes(w), written = 0, next_report = total / 10;
     for (int idx; !rc && (idx = iris_st_writer_next(w)) >= 0;) {
         const gtensor *t = &l.t[idx];
@@ -624,7 +654,7 @@ int iris_synth_write_headers(const char *dir, const iris_synth_opts *o, iris_err
     if (!p) return IRIS_EINVAL;
     header_ctx c = {json_pack("{s:{s:s}}", "__metadata__", "format", "pt"), 0};
     emit_ctx e = {add_header_entry, &c, NULL};
-    list_tensors(p, o->vocab_size > 0 ? o->vocab_size : p->vocab_size, o->fp8, &e);
+    list_tensors(p, o->vocab_size > 0 ? o->vocab_size : p->vocab_size, lin_mode(o), &e);
     json_t *h = c.h;
     uint64_t data = c.off;
     char *hdr = json_dumps(h, JSON_COMPACT), *cfg = NULL, path[4096];

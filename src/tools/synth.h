@@ -24,6 +24,8 @@
 typedef struct iris_synth_opts {
     const char *like;       /* "2B", "4B", "8B", "tiny" */
     int fp8;                /* 0: BF16 */
+    int int4;               /* 1: the decoder linears as compressed-tensors W4A16, symmetric groups of 128
+                               (uniform random codes, bf16 scales 0.02/4.61 * U(0.75, 1.25)); over fp8 */
     uint64_t seed;
     const char *tokenizer;  /* a tokenizer.json to copy (tokenizer_config.json and chat_template.* beside it too); NULL: none */
     int vocab_size;         /* 0: the preset's (151936) */

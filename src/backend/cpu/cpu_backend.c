@@ -1,7 +1,8 @@
 /* cpu_backend.c: the CPU backend — the numeric reference (backend.h).
  *
  * Activations are fp32; weights are widened to fp32 exactly (BF16, F16) or
- * dequantized as transformers does (FP8: bf16(q · scale)).  Memory is plain
+ * dequantized as transformers does (FP8: bf16(q · scale); I4: bf16((q - zero)
+ * · scale) per group, as compressed-tensors).  Memory is plain
  * malloc; ops run on the calling thread, fanning out over base/pool.h.
  * The matrix products live in cpu_linear.c, attention in cpu_attn.c. */
 #include <math.h>
@@ -38,9 +39,36 @@ float iris_f16_to_f32(uint16_t h) {
     return f;
 }
 
+/* Scale g of row r of an I4 weight as fp32. */
+static float i4_scale(const iris_tensor *w, int64_t r, int64_t g) {
+    int64_t i = r * (w->cols / w->group) + g;
+    switch (w->qscale_dtype) {
+    case IRIS_DT_BF16: return iris_bf16_to_f32(((const uint16_t *)w->qscale)[i]);
+    case IRIS_DT_F16: return iris_f16_to_f32(((const uint16_t *)w->qscale)[i]);
+    default: return ((const float *)w->qscale)[i];
+    }
+}
+
+/* Row r of an I4 weight: per group, bf16((q - zero) · scale) as compressed-tensors' dequantize in the
+ * scale's dtype ((q - zero) is exact there; the product is rounded once).  F16 scales round to bf16
+ * all the same, as the BF16 activations of the GPU path would. */
+static void i4_widen_row(const iris_tensor *w, int64_t r, float *dst) {
+    const uint32_t *q = (const uint32_t *)w->data + r * (w->cols / 8);
+    int64_t n_g = w->cols / w->group;
+    for (int64_t g = 0; g < n_g; g++) {
+        float s = i4_scale(w, r, g);
+        int z = w->qzero ? (int)((w->qzero[(r / 8) * n_g + g] >> (4 * (r % 8))) & 15) - 8 : 0;
+        for (int64_t c = g * w->group; c < (g + 1) * w->group; c++) {
+            int v = (int)((q[c / 8] >> (4 * (c % 8))) & 15) - 8;
+            dst[c] = iris_f32_round_bf16((float)(v - z) * s);
+        }
+    }
+}
+
 void iris_cpu_widen_row(const iris_tensor *w, int64_t r, float *dst) {
     int64_t n = w->cols, ld = iris_tensor_ld(w);
     switch (w->dtype) {
+    case IRIS_DT_I4: i4_widen_row(w, r, dst); break;
     case IRIS_DT_BF16: {
         const uint16_t *s = (const uint16_t *)w->data + r * ld;
         for (int64_t i = 0; i < n; i++) dst[i] = iris_bf16_to_f32(s[i]);

@@ -29,7 +29,8 @@ float iris_f16_to_f32(uint16_t h);
 extern float iris_fp8_e4m3_table[256];
 void iris_fp8_table_init(void);
 
-/* Row r of a weight view as fp32 into dst[cols] (FP8: bf16(q · scale) as transformers). */
+/* Row r of a weight view as fp32 into dst[cols] (FP8: bf16(q · scale) as transformers; I4:
+ * bf16((q - zero) · scale) as compressed-tensors). */
 void iris_cpu_widen_row(const iris_tensor *w, int64_t r, float *dst);
 
 /* The AVX2 decode kernel (cpu_dot_avx2.c): y[i·ldy] = x[i] · row r of w for n <= 8 rows
