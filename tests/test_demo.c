@@ -99,7 +99,7 @@ IRIS_TEST(demo_greedy_agrees_with_transformers) {
         rp.image_paths = (const char *const *)&paths[i];
         rp.n_images = 1;
         rp.sampling.do_sample = 0;
-        rp.sampling.max_tokens = 160;
+        rp.sampling.max_tokens = 320; /* grounding answers: up to ~200 tokens */
         CHECKF(iris_engine_submit(e, &rp, &req[i], &err) == 0, "item %zu: %s", i, err.msg);
         free(mj);
         json_decref(msgs);
@@ -108,10 +108,10 @@ IRIS_TEST(demo_greedy_agrees_with_transformers) {
     for (size_t i = 0; i < n; i++) {
         if (!req[i]) continue;
         json_t *want = json_object_get(json_array_get(items, i), "tokens");
-        int got[256], ng = 0, done_ok = 0;
+        int got[512], ng = 0, done_ok = 0;
         iris_event ev;
         while (iris_request_next(req[i], &ev, -1) == IRIS_OK) {
-            if (ev.kind == IRIS_EVENT_DELTA && ng < 256) got[ng++] = ev.token;
+            if (ev.kind == IRIS_EVENT_DELTA && ng < 512) got[ng++] = ev.token;
             if (ev.kind == IRIS_EVENT_DONE) {
                 done_ok = ev.finish_reason == IRIS_FINISH_REASON_STOP;
                 break;

@@ -8,11 +8,15 @@ sometimes with a short word drawn with a built-in 5x7 bitmap font (so rendering 
 the fonts or the Pillow version of the machine).  Image sides are 80-256 px, any aspect ratio in
 that range.  Everything is a pure function of the seed (numpy's PCG64).
 
-Three tasks (the prompts of the caption and describe tasks are the CLI's fixed prompts,
+Four tasks (the prompts of the caption and describe tasks are the CLI's fixed prompts,
 src/cli/cmd_run.c CAPTION_PROMPT / DESCRIBE_PROMPT):
   caption   "Two red circles and a blue square on a white background."
   vqa       short answers: counts (digits), colours, shapes, left-of (yes/no), where, the text
   analysis  a structured list of the objects with colour, size and position
+  grounding "Locate every red circle." answered as Qwen3-VL answers it (its cookbook's format):
+            ```json / [ / TAB{"bbox_2d": [x1, y1, x2, y2], "label": "red circle"}, ... / ] / ```
+            with the corners on a 0-1000 scale relative to the image as given (x * 1000 / width,
+            rounded), from the shapes' own geometry (the box of the drawn outline, in the image)
 
 Also the scorers used by the evaluation (transformers and iris alike).
 
@@ -22,6 +26,7 @@ Also the scorers used by the evaluation (transformers and iris alike).
 """
 import json
 import os
+import re
 import struct
 import sys
 import zlib
@@ -300,6 +305,81 @@ def analysis(scene):
     lines.append(f'Text: "{scene["text"]["word"]}".' if scene["text"] else "Text: none.")
     return "\n".join(lines)
 
+# ---------------------------------------------------------------------------------------------
+# grounding
+
+
+def _extent(shape):
+    """(u0, v0, u1, v1): the drawn shape's box in the unit frame of _inside (centre 0, radius 1)."""
+    if shape == "circle":
+        return -1.0, -1.0, 1.0, 1.0
+    if shape == "square":
+        return -0.82, -0.82, 0.82, 0.82
+    if shape == "diamond":
+        return -1.05, -1.05, 1.05, 1.05
+    p = _polygon(shape)
+    return float(p[:, 0].min()), float(p[:, 1].min()), float(p[:, 0].max()), float(p[:, 1].max())
+
+
+def pixel_box(scene, o):
+    """An object's box [x1, y1, x2, y2] in pixels (pixel i spans [i, i + 1)), clipped to the image."""
+    u0, v0, u1, v1 = _extent(o["shape"])
+    r, w, h = o["r"], scene["w"], scene["h"]
+    return [max(0.0, o["x"] + u0 * r), max(0.0, o["y"] + v0 * r), min(float(w), o["x"] + u1 * r),
+            min(float(h), o["y"] + v1 * r)]
+
+
+def box_1000(scene, o):
+    """The box on Qwen3-VL's 0-1000 scale relative to the image: round(x * 1000 / width)."""
+    x1, y1, x2, y2 = pixel_box(scene, o)
+    w, h = scene["w"], scene["h"]
+    return [int(round(x1 * 1000 / w)), int(round(y1 * 1000 / h)), int(round(x2 * 1000 / w)),
+            int(round(y2 * 1000 / h))]
+
+
+def grounding_answer(scene, objs):
+    """Qwen3-VL's grounding answer for objects (in reading order), each labelled "colour shape"."""
+    if not objs:
+        return "```json\n[]\n```"
+    rows = ",\n".join('\t{"bbox_2d": [%d, %d, %d, %d], "label": "%s %s"}' % (*box_1000(scene, o), o["colour"],
+                                                                               o["shape"]) for o in objs)
+    return "```json\n[\n" + rows + "\n]\n```"
+
+
+GROUND_ALL = "Locate every object."
+GROUND_TEMPLATES = ["Locate every {q}.", "Locate every {q} in the image, output bbox coordinates in JSON format.",
+                    "Locate every instance that belongs to the following categories: '{q}'. "
+                    "Report bbox coordinates in JSON format."]
+GROUND_ONE = ["Locate the {q}.", "Locate the {q}, output its bbox coordinates using JSON format."]
+
+
+def grounding(scene, rng):
+    """One grounding conversation (prompt, answer): every object, every object of a (colour, shape),
+    of a shape or of a colour, or of a (colour, shape) the scene does not have (an empty list)."""
+    objs = ordered_objects(scene)
+    k = rng.random()
+    groups = groups_of(scene)
+    if k < 0.4:
+        q, sel = "object", objs
+    elif k < 0.7:
+        s, c, n = groups[int(rng.integers(len(groups)))]
+        q, sel = f"{c} {s}", [o for o in objs if o["shape"] == s and o["colour"] == c]
+    elif k < 0.82:
+        s = objs[int(rng.integers(len(objs)))]["shape"]
+        q, sel = s, [o for o in objs if o["shape"] == s]
+    elif k < 0.9:
+        c = objs[int(rng.integers(len(objs)))]["colour"]
+        q, sel = f"{c} object", [o for o in objs if o["colour"] == c]
+    else:
+        have = {(s, c) for s, c, _ in groups}
+        s, c = SHAPES[int(rng.integers(len(SHAPES)))], COLOUR_NAMES[int(rng.integers(len(COLOUR_NAMES)))]
+        q, sel = f"{c} {s}", [] if (s, c) not in have else [o for o in objs if o["shape"] == s and o["colour"] == c]
+    if len(sel) == 1 and q != "object" and rng.random() < 0.4:
+        tpl = GROUND_ONE[int(rng.integers(len(GROUND_ONE)))]
+    else:
+        tpl = GROUND_TEMPLATES[int(rng.integers(len(GROUND_TEMPLATES)))]
+    return tpl.format(q=q), grounding_answer(scene, sel)
+
 
 def questions(scene, rng):
     """Every askable question: [(type, question, answer)].  Counts are digits."""
@@ -374,6 +454,28 @@ def eval_questions(scene):
     return [q for q in out if q is not None]
 
 
+def eval_grounding(scene):
+    """The evaluation's grounding items: [(type, prompt, truth objects)]: every object, and every
+    object of one (colour, shape) group of the scene."""
+    rng = np.random.default_rng([scene["seed"], 98])
+    objs = ordered_objects(scene)
+    s, c, _ = groups_of(scene)[int(rng.integers(len(groups_of(scene))))]
+    return [("all", GROUND_ALL, objs),
+            ("group", f"Locate every {c} {s}.", [o for o in objs if o["shape"] == s and o["colour"] == c])]
+
+
+def eval_items(scene, image, grounding_items=True):
+    """Every evaluation item of a scene, as train_demo.py's evaluations (transformers, iris) use them."""
+    items = [dict(image=image, task="caption", prompt=CAPTION_PROMPT, truth=caption(scene))]
+    for qt, q, a in eval_questions(scene):
+        items.append(dict(image=image, task="vqa", type=qt, prompt=q, truth=a))
+    items.append(dict(image=image, task="analysis", prompt=DESCRIBE_PROMPT, truth=analysis(scene)))
+    if grounding_items:
+        for gt, q, objs in eval_grounding(scene):
+            items.append(dict(image=image, task="grounding", type=gt, prompt=q, truth=grounding_answer(scene, objs)))
+    return items
+
+
 def examples(scene, rng, n_questions=2):
     """Training conversations for one scene: [(task, prompt, answer)]."""
     out = [("caption", CAPTION_PROMPT, caption(scene)), ("analysis", DESCRIBE_PROMPT, analysis(scene))]
@@ -421,8 +523,58 @@ def parse_analysis(text):
     return out
 
 
-def score(task, scene, truth, output):
-    """Per-output metrics (booleans) for one task."""
+def parse_boxes(text):
+    """[(x1, y1, x2, y2, label)] of every {"bbox_2d": [...], "label": "..."} in a grounding answer."""
+    out = []
+    for m in re.finditer(r'"bbox_2d"\s*:\s*\[([^\]]*)\]\s*(?:,\s*"label"\s*:\s*"([^"]*)")?', text):
+        try:
+            v = [float(x) for x in m.group(1).split(",")]
+        except ValueError:
+            continue
+        if len(v) == 4:
+            out.append((*v, m.group(2) or ""))
+    return out
+
+
+def iou(a, b):
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def match_boxes(scene, truth_objs, text):
+    """Each true object's matched box: one-to-one, greedily by IoU (largest first), boxes in pixels
+    (the answer's 0-1000 corners times width / 1000).  [(object, iou, label right)] in object order."""
+    w, h = scene["w"], scene["h"]
+    pred = [((x1 * w / 1000, y1 * h / 1000, x2 * w / 1000, y2 * h / 1000), lab)
+            for x1, y1, x2, y2, lab in parse_boxes(text)]
+    truth = [pixel_box(scene, o) for o in truth_objs]
+    pairs = sorted(((iou(t, p[0]), i, j) for i, t in enumerate(truth) for j, p in enumerate(pred)), reverse=True)
+    got, used = {}, set()
+    for v, i, j in pairs:
+        if i in got or j in used or v <= 0:
+            continue
+        got[i] = (v, j)
+        used.add(j)
+    out = []
+    for i, o in enumerate(truth_objs):
+        v, j = got.get(i, (0.0, None))
+        out.append((o, v, j is not None and pred[j][1] == f"{o['colour']} {o['shape']}"))
+    return out, len(pred)
+
+
+def truth_objects(scene, prompt):
+    """The objects a grounding prompt of eval_grounding asks for."""
+    for _, q, objs in eval_grounding(scene):
+        if q == prompt:
+            return objs
+    raise KeyError(prompt)
+
+
+def score(task, scene, truth, output, prompt=None):
+    """Per-output metrics (booleans) for one task; grounding also gives "ious" (one per true object)."""
     out = output.strip()
     m = {"exact": out == truth}
     if task == "caption":
@@ -435,21 +587,36 @@ def score(task, scene, truth, output):
         want = [(o["colour"], o["shape"], o["size"], o["position"]) for o in ordered_objects(scene)]
         m["lists_all"] = sorted(g[:2] for g in got) == sorted(w[:2] for w in want)
         m["full"] = sorted(got) == sorted(want)
+    elif task == "grounding":
+        matched, n_pred = match_boxes(scene, truth_objects(scene, prompt), out)
+        m["all_iou50"] = all(v >= 0.5 for _, v, _ in matched)
+        m["count"] = n_pred == len(matched)
+        m["ious"] = [round(v, 4) for _, v, _ in matched]
+        m["labels"] = [bool(lab) for _, _, lab in matched]
     return m
 
 
 def summarize(records):
     """records: [{task, metrics}] -> {task: {metric: rate, n}}."""
     agg = {}
+    objs = {}
     for r in records:
         a = agg.setdefault(r["task"], {"n": 0})
         a["n"] += 1
         for k, v in r["metrics"].items():
+            if isinstance(v, list):             # grounding: per object
+                o = objs.setdefault(r["task"], {"ious": [], "labels": []})
+                o[k].extend(v)
+                continue
             a[k] = a.get(k, 0) + int(bool(v))
     for a in agg.values():
         for k in list(a):
             if k != "n":
                 a[k] = round(a[k] / a["n"], 4)
+    for t, o in objs.items():                   # objects with a box at IoU >= 0.5, mean IoU, right labels
+        n = max(1, len(o["ious"]))
+        agg[t].update(objects=len(o["ious"]), object_iou50=round(sum(v >= 0.5 for v in o["ious"]) / n, 4),
+                      mean_iou=round(sum(o["ious"]) / n, 4), object_label=round(sum(o["labels"]) / n, 4))
     return agg
 
 
