@@ -23,6 +23,8 @@ Also the scorers used by the evaluation (transformers and iris alike).
   /usr/bin/python3 tools/demo_data.py show SEED          prints one scene's texts
   /usr/bin/python3 tools/demo_data.py png SEED OUT.png   writes one scene's image
   /usr/bin/python3 tools/demo_data.py examples DIR       writes the demo images for `make demo`
+  /usr/bin/python3 tools/demo_data.py grounding SEED DIR writes DIR/SEED.png and DIR/SEED.json (its objects'
+                                                          boxes in pixels and on 0-1000, the grounding answer)
 """
 import json
 import os
@@ -639,6 +641,17 @@ def main():
             print(f"[eval {t}] {q} -> {a}")
     elif len(sys.argv) >= 4 and sys.argv[1] == "png":
         write_png(sys.argv[3], render(make_scene(int(sys.argv[2]))))
+    elif len(sys.argv) >= 4 and sys.argv[1] == "grounding":
+        seed, d = int(sys.argv[2]), sys.argv[3]
+        sc = make_scene(seed)
+        os.makedirs(d, exist_ok=True)
+        write_png(os.path.join(d, f"{seed}.png"), render(sc))
+        objs = [dict(label=f"{o['colour']} {o['shape']}", box_1000=box_1000(sc, o),
+                     box=[round(v, 2) for v in pixel_box(sc, o)]) for o in ordered_objects(sc)]
+        with open(os.path.join(d, f"{seed}.json"), "w") as f:
+            json.dump(dict(seed=seed, image=f"{seed}.png", width=sc["w"], height=sc["h"], prompt=GROUND_ALL,
+                           answer=grounding_answer(sc, ordered_objects(sc)), objects=objs), f, indent=1)
+        print(f"{d}/{seed}.png, {d}/{seed}.json: {len(objs)} objects")
     elif len(sys.argv) >= 3 and sys.argv[1] == "examples":
         d = sys.argv[2]
         os.makedirs(d, exist_ok=True)
