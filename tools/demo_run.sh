@@ -21,7 +21,7 @@ rm -rf "$RUN" "$BASE"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader | tee "$OUT/train.log"
 
-timeout 540 python3 tools/train_demo.py train "$RUN" --init models/demo --seconds 380 --lr 1.5e-4 --warmup 50 \
+timeout 575 python3 tools/train_demo.py train "$RUN" --init models/demo --seconds 380 --lr 1.5e-4 --warmup 50 \
     --first-scene 21000000 --eval-seconds 90 --autocast 0 --batch-scenes 96 --pixels 131072 --grounding 1 \
     2>&1 | tee -a "$OUT/train.log"
 echo "train exit ${PIPESTATUS[0]} after $(( $(date +%s) - T0 )) s" | tee -a "$OUT/train.log"
