@@ -349,10 +349,32 @@ def grounding_answer(scene, objs):
 
 
 GROUND_ALL = "Locate every object."
-GROUND_TEMPLATES = ["Locate every {q}.", "Locate every {q} in the image, output bbox coordinates in JSON format.",
-                    "Locate every instance that belongs to the following categories: '{q}'. "
-                    "Report bbox coordinates in JSON format."]
+# "Locate every {q}..." with q singular; Qwen's category prompt (its ODinW evaluation's, single quotes;
+# `iris detect`'s and the page's, double quotes) with q singular, plural or "the" + plural
+GROUND_EVERY = ["Locate every {q}.", "Locate every {q} in the image, output bbox coordinates in JSON format.",
+                "Locate every {q} in the image. Report bbox coordinates in JSON format."]
+GROUND_CATEGORIES = ["Locate every instance that belongs to the following categories: '{q}'. "
+                     "Report bbox coordinates in JSON format.",
+                     'Locate every instance that belongs to the following categories: "{q}". '
+                     "Report bbox coordinates in JSON format."]
 GROUND_ONE = ["Locate the {q}.", "Locate the {q}, output its bbox coordinates using JSON format."]
+
+
+def ground_prompt(q, n, rng):
+    """A grounding prompt for query q (singular: "red circle", "circle", "red object", "object") that
+    n objects answer."""
+    k = rng.random()
+    if n == 1 and q != "object" and k < 0.2:
+        return GROUND_ONE[int(rng.integers(len(GROUND_ONE)))].format(q=q)
+    if k < 0.6:
+        return GROUND_EVERY[int(rng.integers(len(GROUND_EVERY)))].format(q=q)
+    form = [q, q + "s", "the " + q + "s"][int(rng.choice(3, p=[0.5, 0.25, 0.25]))]
+    return GROUND_CATEGORIES[int(rng.integers(len(GROUND_CATEGORIES)))].format(q=form)
+
+
+def detect_prompt(q):
+    """`iris detect IMAGE q`'s prompt (src/cli/cmd_detect.c), Qwen's category prompt."""
+    return GROUND_CATEGORIES[1].format(q=q)
 
 
 def grounding(scene, rng):
@@ -376,11 +398,7 @@ def grounding(scene, rng):
         have = {(s, c) for s, c, _ in groups}
         s, c = SHAPES[int(rng.integers(len(SHAPES)))], COLOUR_NAMES[int(rng.integers(len(COLOUR_NAMES)))]
         q, sel = f"{c} {s}", [] if (s, c) not in have else [o for o in objs if o["shape"] == s and o["colour"] == c]
-    if len(sel) == 1 and q != "object" and rng.random() < 0.4:
-        tpl = GROUND_ONE[int(rng.integers(len(GROUND_ONE)))]
-    else:
-        tpl = GROUND_TEMPLATES[int(rng.integers(len(GROUND_TEMPLATES)))]
-    return tpl.format(q=q), grounding_answer(scene, sel)
+    return ground_prompt(q, len(sel), rng), grounding_answer(scene, sel)
 
 
 def questions(scene, rng):
@@ -457,13 +475,13 @@ def eval_questions(scene):
 
 
 def eval_grounding(scene):
-    """The evaluation's grounding items: [(type, prompt, truth objects)]: every object, and every
-    object of one (colour, shape) group of the scene."""
+    """The evaluation's grounding items: [(type, prompt, truth objects)]: "Locate every object.", and
+    `iris detect`'s prompt for one (colour, shape) group of the scene."""
     rng = np.random.default_rng([scene["seed"], 98])
     objs = ordered_objects(scene)
     s, c, _ = groups_of(scene)[int(rng.integers(len(groups_of(scene))))]
     return [("all", GROUND_ALL, objs),
-            ("group", f"Locate every {c} {s}.", [o for o in objs if o["shape"] == s and o["colour"] == c])]
+            ("group", detect_prompt(f"{c} {s}"), [o for o in objs if o["shape"] == s and o["colour"] == c])]
 
 
 def eval_items(scene, image, grounding_items=True):
