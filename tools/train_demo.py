@@ -454,10 +454,17 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
     g_prompt, g_answer = D.grounding(D.make_scene(1), np.random.default_rng(0))
     g_ids = tok.encode(g_answer, add_special_tokens=False).ids
     log(f"grounding {g_prompt!r}: {len(g_ids)} answer ids {g_ids}; decodes back: {tok.decode(g_ids) == g_answer}")
+    keep_tok = None
     if init and os.path.exists(os.path.join(init, "tokenizer.json")):
-        same = json.load(open(os.path.join(init, "tokenizer.json")))["model"] == json.load(open(tok_path))["model"]
+        theirs = json.load(open(os.path.join(init, "tokenizer.json")))
+        same = theirs["model"] == json.load(open(tok_path))["model"]
         log(f"tokenizer equals {init}'s: {same}")
-        assert same, "the tokenizer built here differs from the one of --init"
+        if not same:             # the weights go with --init's tokenizer: keep it (same special ids: checked)
+            assert {t["content"]: t["id"] for t in theirs["added_tokens"]} == sp, "special ids differ from --init's"
+            with open(tok_path, "w") as f:
+                json.dump(theirs, f, ensure_ascii=False, indent=1)
+            tok, keep_tok = tokenizers.Tokenizer.from_file(tok_path), theirs
+            log(f"using {init}'s tokenizer.json")
     log(f"scenes {first_scene}-{first_scene + cap * batch_scenes - 1} at most ({cap} steps of {batch_scenes}), "
         f"allowed by tools/demo_seeds.py; grounding conversations: {grounding}")
 
@@ -698,6 +705,9 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
     model.generation_config.pad_token_id = PAD
     model.save_pretrained(mdir)
     write_tokenizer(mdir)            # overwrite generation_config.json with ours; same tokenizer files
+    if keep_tok is not None:
+        with open(tok_path, "w") as f:
+            json.dump(keep_tok, f, ensure_ascii=False, indent=1)
     log(f"saved {mdir}: {sorted(os.listdir(mdir))}, {train_time:.0f} s of training, {step} steps")
     del model, opt
     torch.cuda.empty_cache()
