@@ -9,7 +9,7 @@
   python3 tools/train_demo.py train OUT [--steps N] [--seed 0] [--seconds S] [--init MODEL_DIR]
                                    [--lr F] [--warmup N] [--first-scene I] [--eval-seconds S]
                                    [--autocast 1|0] [--batch-scenes N] [--pixels P] [--max-steps N]
-                                   [--grounding 1|0] [--dry-run]
+                                   [--grounding K] [--questions N] [--ground-tokens T] [--dry-run]
       (GPU machine: torch 2.11, transformers 5.17) builds the model with transformers
       (Qwen3VLForConditionalGeneration: vision tower with DeepStack, Qwen3 decoder with
       interleaved MRoPE), trains it with AdamW under bf16 autocast (--autocast 0: fp32/TF32), loss on the answer tokens only
@@ -24,8 +24,10 @@
       scenes are seeds --first-scene and up, and tools/demo_seeds.py must allow them: before numpy or
       torch is imported, a run whose scenes (--steps x --batch-scenes, or with --seconds at most
       --max-steps x --batch-scenes, by default the room left in the run's training range) would
-      leave its training range or enter any other range is refused (exit 2); --dry-run stops there.  --grounding 1 (the
-      default) adds a sixth conversation a scene, demo_data.grounding's.  The greedy evaluation
+      leave its training range or enter any other range is refused (exit 2); --dry-run stops there.
+      A scene gives a caption, an analysis, --questions N (3) questions and --grounding K (1) grounding
+      conversations (demo_data.grounding); --ground-tokens T weighs a grounding conversation by its
+      answer tokens / T (1 to GROUND_WEIGHT_MAX; 0, the default: 1 like the others).  The greedy evaluation
       (the first N_EVAL scenes of the evaluation range, demo_data.eval_items) stops after
       --eval-seconds with what it has; the count used is in OUT/eval/eval.json.
       Outputs: OUT/demo (model dir), OUT/eval (eval.json, images/), OUT/fixture (greedy.json, images/:
@@ -115,6 +117,7 @@ VISION = dict(depth=4, hidden_size=192, intermediate_size=768, num_heads=3, num_
               deepstack_visual_indexes=[1, 2])
 SEED = 0
 N_QUESTIONS = 3
+GROUND_WEIGHT_MAX = 2.0
 LR, WARMUP, WD = 2e-3, 150, 0.05
 TRAIN_SECONDS = 285             # wall-clock budget of the training loop when --steps is not given
 # the evaluation's and the fixture's scenes: tools/demo_seeds.py (outside every training range)
@@ -250,10 +253,18 @@ def mrope_positions(n_pre, gh, gw, n_after):
 class TrainSet:
     """Scene i (seed i) -> its image as uint8 patches and its conversations (token ids, 3-D positions)."""
 
-    def __init__(self, tok_path, sp, n, first=0, pixels=None, grounding=True):
+    def __init__(self, tok_path, sp, n, first=0, pixels=None, grounding=1, questions=N_QUESTIONS, ground_tokens=0):
         self.tok_path, self.sp, self.n, self.first, self.tok, self.ip = tok_path, sp, n, first, None, None
         self.pixels = MIN_PIXELS if pixels is None else pixels
-        self.grounding = grounding
+        self.grounding, self.questions, self.ground_tokens = int(grounding), questions, ground_tokens
+
+    def weight(self, task, n_answer):
+        """A conversation's loss weight: 1, but a grounding one's answer tokens / ground_tokens (1 to
+        GROUND_WEIGHT_MAX) when ground_tokens is set: its loss is a mean over ~35-200 tokens, mostly
+        format, so the digits of its corners would otherwise weigh a fraction of a caption's words."""
+        if task != "grounding" or not self.ground_tokens:
+            return 1.0
+        return float(min(GROUND_WEIGHT_MAX, max(1.0, n_answer / self.ground_tokens)))
 
     def __len__(self):
         return self.n
@@ -271,20 +282,22 @@ class TrainSet:
         n_pad = gh * gw // 4
         rng = np.random.default_rng([i, 5])
         seqs = []
-        convs = D.examples(sc, rng, N_QUESTIONS)
-        if self.grounding:
+        convs = D.examples(sc, rng, self.questions)
+        for _ in range(self.grounding):
             convs.append(("grounding",) + D.grounding(sc, rng))
-        for _, prompt, answer in convs:
+        for task, prompt, answer in convs:
             p = chat_ids(self.tok, self.sp, n_pad, prompt)
             a = self.tok.encode(answer, add_special_tokens=False).ids + [self.sp["<|im_end|>"]]
             n_pre = p.index(self.sp["<|image_pad|>"])
-            seqs.append((p, a, mrope_positions(n_pre, gh, gw, len(p) + len(a) - n_pre - n_pad)))
+            seqs.append((p, a, mrope_positions(n_pre, gh, gw, len(p) + len(a) - n_pre - n_pad),
+                         self.weight(task, len(a))))
         return u8, (gh, gw), seqs
 
 
 class Collate:
-    """Right-padded batch: uint8 patches per scene, conversations per scene, ids, mask, answer mask,
-    position ids [4, S, L] (row 0: text positions 0..L-1; rows 1-3: t, h, w; pads 1 as HF does)."""
+    """Right-padded batch: uint8 patches per scene, conversations per scene, ids, mask, answer mask
+    (each answer token holds its conversation's loss weight, 0 elsewhere), position ids [4, S, L]
+    (row 0: text positions 0..L-1; rows 1-3: t, h, w; pads 1 as HF does)."""
 
     def __init__(self, pad_id):
         self.pad_id = pad_id
@@ -296,20 +309,20 @@ class Collate:
             u8s.append(u8)
             grids.append(g)
             per.append(len(seqs))
-            for p, a, ps in seqs:
+            for p, a, ps, w in seqs:
                 ids.append(p + a)
-                lab.append([0] * len(p) + [1] * len(a))
+                lab.append([0.0] * len(p) + [w] * len(a))
                 pos.append(ps)
         S, L = len(ids), max(len(x) for x in ids)
         t_ids = torch.full((S, L), self.pad_id, dtype=torch.long)
         t_att = torch.zeros((S, L), dtype=torch.long)
-        t_lab = torch.zeros((S, L), dtype=torch.bool)
+        t_lab = torch.zeros((S, L), dtype=torch.float32)
         t_pos = torch.ones((4, S, L), dtype=torch.long)
         t_pos[0] = torch.arange(L)[None]
         for k, (x, y, ps) in enumerate(zip(ids, lab, pos)):
             t_ids[k, :len(x)] = torch.tensor(x)
             t_att[k, :len(x)] = 1
-            t_lab[k, :len(y)] = torch.tensor(y, dtype=torch.bool)
+            t_lab[k, :len(y)] = torch.tensor(y, dtype=torch.float32)
             t_pos[1:, k, :len(x)] = torch.from_numpy(ps)
         return torch.cat(u8s), torch.tensor(grids), torch.tensor(per), t_ids, t_att, t_lab, t_pos
 
@@ -427,7 +440,7 @@ class FastVision:
 
 def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=LR, warmup=WARMUP, first_scene=0,
               eval_seconds=110, autocast=True, batch_scenes=BATCH_SCENES, pixels=None, max_steps=MAX_STEPS,
-              grounding=True):
+              grounding=1, questions=N_QUESTIONS, ground_tokens=0):
     t0 = time.time()
     cap = steps or max_steps
     why = demo_seeds.guard(first_scene, cap * batch_scenes)      # main() asked already; callers from elsewhere too
@@ -466,7 +479,8 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
             tok, keep_tok = tokenizers.Tokenizer.from_file(tok_path), theirs
             log(f"using {init}'s tokenizer.json")
     log(f"scenes {first_scene}-{first_scene + cap * batch_scenes - 1} at most ({cap} steps of {batch_scenes}), "
-        f"allowed by tools/demo_seeds.py; grounding conversations: {grounding}")
+        f"allowed by tools/demo_seeds.py; a scene: caption, analysis, {questions} questions, {grounding} grounding "
+        + (f"(weight: answer tokens / {ground_tokens}, 1-{GROUND_WEIGHT_MAX})" if ground_tokens else "(weight 1)"))
 
     # --- check: the training preprocessing equals the HF processor's (kept and resized sizes)
     ip = hf_image_processor()
@@ -487,7 +501,8 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
     # --- data workers first (forked before CUDA is used)
     n_workers = max(2, min(14, (os.cpu_count() or 4) - 2))
     total_scenes = cap * batch_scenes                   # the dataset ends where the guard's range does
-    dl = torch.utils.data.DataLoader(TrainSet(tok_path, sp, total_scenes, first_scene, MIN_PIXELS, grounding),
+    dl = torch.utils.data.DataLoader(TrainSet(tok_path, sp, total_scenes, first_scene, MIN_PIXELS, grounding,
+                                              questions, ground_tokens),
                                      batch_size=batch_scenes, shuffle=False,
                                      num_workers=n_workers, collate_fn=Collate(PAD), prefetch_factor=6,
                                      persistent_workers=False, pin_memory=True)
@@ -567,10 +582,11 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
             logits = model(**inputs).logits
         lg = logits[:, :-1].float()
         tgt = inputs["input_ids"][:, 1:]
-        m = lab[:, 1:].float()
+        m = lab[:, 1:].float()                    # loss weights of the answer tokens, 0 elsewhere
         ce = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1),
                                                reduction="none").view_as(m)
-        return ((ce * m).sum(1) / m.sum(1).clamp(min=1)).mean(), logits     # every conversation weighs the same
+        # each conversation: the mean over its answer tokens, times its weight (1 but grounding's, TrainSet.weight)
+        return ((ce * m).sum(1) / (m > 0).sum(1).clamp(min=1)).mean(), logits
 
     # --- the speed-ups must not change what the model computes: one batch several ways, fp32, no grad,
     # compared on the real (not padded) tokens, whose logits are all that the loss reads
@@ -713,8 +729,9 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
     torch.cuda.empty_cache()
 
     info = dict(torch=torch.__version__, transformers=transformers.__version__, device=torch.cuda.get_device_name(),
-                seed=seed, steps=step, batch_scenes=batch_scenes, conversations_per_scene=2 + N_QUESTIONS + int(grounding),
-                grounding=grounding, max_steps=cap,
+                seed=seed, steps=step, batch_scenes=batch_scenes, conversations_per_scene=2 + questions + grounding,
+                grounding=grounding, questions=questions, ground_tokens=ground_tokens,
+                ground_weight_max=GROUND_WEIGHT_MAX, max_steps=cap,
                 autocast_bf16=autocast, skipped_steps=skipped,
                 train_seconds=round(train_time, 1), ms_per_step=round(train_time / max(1, step) * 1000, 1),
                 data_wait_ms_per_step=round(wait_all / max(1, step) * 1000, 1), lr=lr, warmup=warmup, init=init, first_scene=first_scene, weight_decay=WD, losses=losses,
@@ -948,7 +965,8 @@ def main():
                   eval_seconds=float(opt("--eval-seconds", 110)), autocast=opt("--autocast", "1") != "0",
                   batch_scenes=int(opt("--batch-scenes", BATCH_SCENES)),
                   pixels=int(opt("--pixels")) if opt("--pixels") else None, max_steps=seed_guard(a)[0],
-                  grounding=opt("--grounding", "1") != "0")
+                  grounding=int(opt("--grounding", 1)), questions=int(opt("--questions", N_QUESTIONS)),
+                  ground_tokens=float(opt("--ground-tokens", 0)))
     elif len(a) >= 3 and a[0] == "hf-eval":
         hf_eval(a[1], a[2], float(opt("--eval-seconds", 60)))
     elif len(a) >= 2 and a[0] == "make-eval":
