@@ -586,11 +586,13 @@ def match_boxes(scene, truth_objs, text):
 
 
 def truth_objects(scene, prompt):
-    """The objects a grounding prompt of eval_grounding asks for."""
-    for _, q, objs in eval_grounding(scene):
-        if q == prompt:
-            return objs
-    raise KeyError(prompt)
+    """The objects a grounding prompt asks for: those of the colour and the shape it names (singular or
+    plural), every object when it names neither."""
+    words = re.findall(r"[a-z]+", prompt.lower())
+    colour = next((w for w in words if w in COLOURS), None)
+    shape = next((w[:-1] if w[:-1] in SHAPES else w for w in words if w in SHAPES or w[:-1] in SHAPES), None)
+    return [o for o in ordered_objects(scene) if (colour is None or o["colour"] == colour) and
+            (shape is None or o["shape"] == shape)]
 
 
 def score(task, scene, truth, output, prompt=None):
