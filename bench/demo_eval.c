@@ -5,8 +5,9 @@
  *   make BUILD=build/x build/x/bench/demo_eval
  *   build/x/bench/demo_eval MODEL ITEMS.tsv [--max-tokens N] > out.jsonl
  *
- * ITEMS.tsv: one item a line, "IMAGE_PATH<TAB>PROMPT" (one user turn: the
- * image, then the prompt).  Output: one JSON line per item, in input order:
+ * ITEMS.tsv: one item a line, "IMAGE_PATH<TAB>PROMPT[<TAB>MAX_TOKENS]" (one
+ * user turn: the image, then the prompt; MAX_TOKENS, when given, replaces
+ * --max-tokens for that item: grounding answers are longer).  Output: one JSON line per item, in input order:
  * {"tokens": [...generated ids, end token excluded...], "text": "..."}.
  * Items run in waves of up to 64 concurrent requests (continuous batching);
  * greedy, so an item's answer does not depend on its neighbours.  Timing
@@ -23,6 +24,7 @@
 
 typedef struct item {
     char *image, *prompt;
+    int max_tokens; /* 0: --max-tokens */
 } item;
 
 static double now_s(void) {
@@ -57,6 +59,12 @@ static int read_items(const char *path, item **out, int *n) {
             item *g = realloc(it, sizeof *it * (size_t)room);
             if (!g) exit(1);
             it = g;
+        }
+        char *tab2 = strchr(tab + 1, '\t');
+        it[cnt].max_tokens = 0;
+        if (tab2) {
+            *tab2 = 0;
+            it[cnt].max_tokens = atoi(tab2 + 1);
         }
         it[cnt].image = strdup(line);
         it[cnt].prompt = strdup(tab + 1);
@@ -108,7 +116,7 @@ int main(int argc, char **argv) {
             rp.image_paths = (const char *const *)&it->image;
             rp.n_images = 1;
             rp.sampling.do_sample = 0;
-            rp.sampling.max_tokens = max_tokens;
+            rp.sampling.max_tokens = it->max_tokens > 0 ? it->max_tokens : max_tokens;
             if (iris_engine_submit(e, &rp, &req[k], &err)) {
                 fprintf(stderr, "demo_eval: item %d (%s): %s\n", w + k + 1, it->image, err.msg);
                 rc = 1;

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """demo_caption_errors.py: where the demo model's captions fail, from an evaluation's eval.json.
 
-  /usr/bin/python3 tools/demo_caption_errors.py EVAL_DIR/eval.json
+  /usr/bin/python3 tools/demo_caption_errors.py EVAL_DIR/eval.json        (transformers' outputs)
+  /usr/bin/python3 tools/demo_caption_errors.py EVAL_DIR/iris_eval.json   (iris's: train_demo.py iris-eval)
 
 For the captions that do not name every object (metric names_all), compares the multiset of
 (colour, shape) a caption names with the scene's: failures where only shapes differ (and which
 shape became which, paired by colour), where a colour differs, where the object count differs;
 then caption accuracy by the radius of the scene's smallest object and by its object count.
-Reads only the file train_demo.py's evaluation writes (items and scenes, in image order)."""
+Reads only the files train_demo.py's evaluations write (items and scenes, in image order)."""
 import collections
 import json
 import re
@@ -32,13 +33,16 @@ def named(caption):
 
 def main():
     d = json.load(open(sys.argv[1]))
+    if "scenes" not in d:              # iris_eval.json: the scenes are in eval.json beside it
+        d["scenes"] = json.load(open(sys.argv[1].replace("iris_eval.json", "eval.json")))["scenes"]
+    iris = "summary" in d
     scenes = d["scenes"]
     caps = [it for it in d["items"] if it["task"] == "caption"]
     kinds, swaps = collections.Counter(), collections.Counter()
     by_r, by_n = collections.defaultdict(lambda: [0, 0]), collections.defaultdict(lambda: [0, 0])
     for c in caps:
         sc = scenes[c["image"]]  # scenes are keyed by their image's file name
-        ok = c["metrics"]["names_all"]
+        ok = c["iris_metrics" if iris else "metrics"]["names_all"]
         r = int(min(o["r"] for o in sc["objects"]) // 5 * 5)
         by_r[r][0] += ok
         by_r[r][1] += 1
@@ -46,7 +50,7 @@ def main():
         by_n[len(sc["objects"])][1] += 1
         if ok:
             continue
-        truth, out = named(c["truth"]), named(c["output"])
+        truth, out = named(c["truth"]), named(c["iris" if iris else "output"])
         missing, extra = list((truth - out).elements()), list((out - truth).elements())
         for m in list(missing):
             for e in extra:

@@ -8,20 +8,27 @@ sometimes with a short word drawn with a built-in 5x7 bitmap font (so rendering 
 the fonts or the Pillow version of the machine).  Image sides are 80-256 px, any aspect ratio in
 that range.  Everything is a pure function of the seed (numpy's PCG64).
 
-Three tasks (the prompts of the caption and describe tasks are the CLI's fixed prompts,
+Four tasks (the prompts of the caption and describe tasks are the CLI's fixed prompts,
 src/cli/cmd_run.c CAPTION_PROMPT / DESCRIBE_PROMPT):
   caption   "Two red circles and a blue square on a white background."
   vqa       short answers: counts (digits), colours, shapes, left-of (yes/no), where, the text
   analysis  a structured list of the objects with colour, size and position
+  grounding "Locate every red circle." answered as Qwen3-VL answers it (its cookbook's format):
+            ```json / [ / TAB{"bbox_2d": [x1, y1, x2, y2], "label": "red circle"}, ... / ] / ```
+            with the corners on a 0-1000 scale relative to the image as given (x * 1000 / width,
+            rounded), from the shapes' own geometry (the box of the drawn outline, in the image)
 
 Also the scorers used by the evaluation (transformers and iris alike).
 
   /usr/bin/python3 tools/demo_data.py show SEED          prints one scene's texts
   /usr/bin/python3 tools/demo_data.py png SEED OUT.png   writes one scene's image
   /usr/bin/python3 tools/demo_data.py examples DIR       writes the demo images for `make demo`
+  /usr/bin/python3 tools/demo_data.py grounding SEED DIR writes DIR/SEED.png and DIR/SEED.json (its objects'
+                                                          boxes in pixels and on 0-1000, the grounding answer)
 """
 import json
 import os
+import re
 import struct
 import sys
 import zlib
@@ -300,6 +307,99 @@ def analysis(scene):
     lines.append(f'Text: "{scene["text"]["word"]}".' if scene["text"] else "Text: none.")
     return "\n".join(lines)
 
+# ---------------------------------------------------------------------------------------------
+# grounding
+
+
+def _extent(shape):
+    """(u0, v0, u1, v1): the drawn shape's box in the unit frame of _inside (centre 0, radius 1)."""
+    if shape == "circle":
+        return -1.0, -1.0, 1.0, 1.0
+    if shape == "square":
+        return -0.82, -0.82, 0.82, 0.82
+    if shape == "diamond":
+        return -1.05, -1.05, 1.05, 1.05
+    p = _polygon(shape)
+    return float(p[:, 0].min()), float(p[:, 1].min()), float(p[:, 0].max()), float(p[:, 1].max())
+
+
+def pixel_box(scene, o):
+    """An object's box [x1, y1, x2, y2] in pixels (pixel i spans [i, i + 1)), clipped to the image."""
+    u0, v0, u1, v1 = _extent(o["shape"])
+    r, w, h = o["r"], scene["w"], scene["h"]
+    return [max(0.0, o["x"] + u0 * r), max(0.0, o["y"] + v0 * r), min(float(w), o["x"] + u1 * r),
+            min(float(h), o["y"] + v1 * r)]
+
+
+def box_1000(scene, o):
+    """The box on Qwen3-VL's 0-1000 scale relative to the image: round(x * 1000 / width)."""
+    x1, y1, x2, y2 = pixel_box(scene, o)
+    w, h = scene["w"], scene["h"]
+    return [int(round(x1 * 1000 / w)), int(round(y1 * 1000 / h)), int(round(x2 * 1000 / w)),
+            int(round(y2 * 1000 / h))]
+
+
+def grounding_answer(scene, objs):
+    """Qwen3-VL's grounding answer for objects (in reading order), each labelled "colour shape"."""
+    if not objs:
+        return "```json\n[]\n```"
+    rows = ",\n".join('\t{"bbox_2d": [%d, %d, %d, %d], "label": "%s %s"}' % (*box_1000(scene, o), o["colour"],
+                                                                               o["shape"]) for o in objs)
+    return "```json\n[\n" + rows + "\n]\n```"
+
+
+GROUND_ALL = "Locate every object."
+# "Locate every {q}..." with q singular; Qwen's category prompt (its ODinW evaluation's, single quotes;
+# `iris detect`'s and the page's, double quotes) with q singular, plural or "the" + plural
+GROUND_EVERY = ["Locate every {q}.", "Locate every {q} in the image, output bbox coordinates in JSON format.",
+                "Locate every {q} in the image. Report bbox coordinates in JSON format."]
+GROUND_CATEGORIES = ["Locate every instance that belongs to the following categories: '{q}'. "
+                     "Report bbox coordinates in JSON format.",
+                     'Locate every instance that belongs to the following categories: "{q}". '
+                     "Report bbox coordinates in JSON format."]
+GROUND_ONE = ["Locate the {q}.", "Locate the {q}, output its bbox coordinates using JSON format."]
+
+
+def ground_prompt(q, n, rng):
+    """A grounding prompt for query q (singular: "red circle", "circle", "red object", "object") that
+    n objects answer."""
+    k = rng.random()
+    if n == 1 and q != "object" and k < 0.2:
+        return GROUND_ONE[int(rng.integers(len(GROUND_ONE)))].format(q=q)
+    if k < 0.6:
+        return GROUND_EVERY[int(rng.integers(len(GROUND_EVERY)))].format(q=q)
+    form = [q, q + "s", "the " + q + "s"][int(rng.choice(3, p=[0.5, 0.25, 0.25]))]
+    return GROUND_CATEGORIES[int(rng.integers(len(GROUND_CATEGORIES)))].format(q=form)
+
+
+def detect_prompt(q):
+    """`iris detect IMAGE q`'s prompt (src/cli/cmd_detect.c), Qwen's category prompt."""
+    return GROUND_CATEGORIES[1].format(q=q)
+
+
+def grounding(scene, rng):
+    """One grounding conversation (prompt, answer): every object, every object of a (colour, shape),
+    of a shape or of a colour, or of a (colour, shape) the scene does not have (an empty list)."""
+    objs = ordered_objects(scene)
+    k = rng.random()
+    groups = groups_of(scene)
+    if k < 0.4:
+        q, sel = "object", objs
+    elif k < 0.7:
+        s, c, n = groups[int(rng.integers(len(groups)))]
+        q, sel = f"{c} {s}", [o for o in objs if o["shape"] == s and o["colour"] == c]
+    elif k < 0.82:
+        s = objs[int(rng.integers(len(objs)))]["shape"]
+        q, sel = s, [o for o in objs if o["shape"] == s]
+    elif k < 0.9:
+        c = objs[int(rng.integers(len(objs)))]["colour"]
+        q, sel = f"{c} object", [o for o in objs if o["colour"] == c]
+    else:
+        have = {(s, c) for s, c, _ in groups}
+        s, c = SHAPES[int(rng.integers(len(SHAPES)))], COLOUR_NAMES[int(rng.integers(len(COLOUR_NAMES)))]
+        q, sel = f"{c} {s}", [] if (s, c) not in have else [o for o in objs if o["shape"] == s and o["colour"] == c]
+    return ground_prompt(q, len(sel), rng), grounding_answer(scene, sel)
+
 
 def questions(scene, rng):
     """Every askable question: [(type, question, answer)].  Counts are digits."""
@@ -374,6 +474,28 @@ def eval_questions(scene):
     return [q for q in out if q is not None]
 
 
+def eval_grounding(scene):
+    """The evaluation's grounding items: [(type, prompt, truth objects)]: "Locate every object.", and
+    `iris detect`'s prompt for one (colour, shape) group of the scene."""
+    rng = np.random.default_rng([scene["seed"], 98])
+    objs = ordered_objects(scene)
+    s, c, _ = groups_of(scene)[int(rng.integers(len(groups_of(scene))))]
+    return [("all", GROUND_ALL, objs),
+            ("group", detect_prompt(f"{c} {s}"), [o for o in objs if o["shape"] == s and o["colour"] == c])]
+
+
+def eval_items(scene, image, grounding_items=True):
+    """Every evaluation item of a scene, as train_demo.py's evaluations (transformers, iris) use them."""
+    items = [dict(image=image, task="caption", prompt=CAPTION_PROMPT, truth=caption(scene))]
+    for qt, q, a in eval_questions(scene):
+        items.append(dict(image=image, task="vqa", type=qt, prompt=q, truth=a))
+    items.append(dict(image=image, task="analysis", prompt=DESCRIBE_PROMPT, truth=analysis(scene)))
+    if grounding_items:
+        for gt, q, objs in eval_grounding(scene):
+            items.append(dict(image=image, task="grounding", type=gt, prompt=q, truth=grounding_answer(scene, objs)))
+    return items
+
+
 def examples(scene, rng, n_questions=2):
     """Training conversations for one scene: [(task, prompt, answer)]."""
     out = [("caption", CAPTION_PROMPT, caption(scene)), ("analysis", DESCRIBE_PROMPT, analysis(scene))]
@@ -421,8 +543,60 @@ def parse_analysis(text):
     return out
 
 
-def score(task, scene, truth, output):
-    """Per-output metrics (booleans) for one task."""
+def parse_boxes(text):
+    """[(x1, y1, x2, y2, label)] of every {"bbox_2d": [...], "label": "..."} in a grounding answer."""
+    out = []
+    for m in re.finditer(r'"bbox_2d"\s*:\s*\[([^\]]*)\]\s*(?:,\s*"label"\s*:\s*"([^"]*)")?', text):
+        try:
+            v = [float(x) for x in m.group(1).split(",")]
+        except ValueError:
+            continue
+        if len(v) == 4:
+            out.append((*v, m.group(2) or ""))
+    return out
+
+
+def iou(a, b):
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def match_boxes(scene, truth_objs, text):
+    """Each true object's matched box: one-to-one, greedily by IoU (largest first), boxes in pixels
+    (the answer's 0-1000 corners times width / 1000).  [(object, iou, label right)] in object order."""
+    w, h = scene["w"], scene["h"]
+    pred = [((x1 * w / 1000, y1 * h / 1000, x2 * w / 1000, y2 * h / 1000), lab)
+            for x1, y1, x2, y2, lab in parse_boxes(text)]
+    truth = [pixel_box(scene, o) for o in truth_objs]
+    pairs = sorted(((iou(t, p[0]), i, j) for i, t in enumerate(truth) for j, p in enumerate(pred)), reverse=True)
+    got, used = {}, set()
+    for v, i, j in pairs:
+        if i in got or j in used or v <= 0:
+            continue
+        got[i] = (v, j)
+        used.add(j)
+    out = []
+    for i, o in enumerate(truth_objs):
+        v, j = got.get(i, (0.0, None))
+        out.append((o, v, j is not None and pred[j][1] == f"{o['colour']} {o['shape']}"))
+    return out, len(pred)
+
+
+def truth_objects(scene, prompt):
+    """The objects a grounding prompt asks for: those of the colour and the shape it names (singular or
+    plural), every object when it names neither."""
+    words = re.findall(r"[a-z]+", prompt.lower())
+    colour = next((w for w in words if w in COLOURS), None)
+    shape = next((w[:-1] if w[:-1] in SHAPES else w for w in words if w in SHAPES or w[:-1] in SHAPES), None)
+    return [o for o in ordered_objects(scene) if (colour is None or o["colour"] == colour) and
+            (shape is None or o["shape"] == shape)]
+
+
+def score(task, scene, truth, output, prompt=None):
+    """Per-output metrics (booleans) for one task; grounding also gives "ious" (one per true object)."""
     out = output.strip()
     m = {"exact": out == truth}
     if task == "caption":
@@ -435,21 +609,36 @@ def score(task, scene, truth, output):
         want = [(o["colour"], o["shape"], o["size"], o["position"]) for o in ordered_objects(scene)]
         m["lists_all"] = sorted(g[:2] for g in got) == sorted(w[:2] for w in want)
         m["full"] = sorted(got) == sorted(want)
+    elif task == "grounding":
+        matched, n_pred = match_boxes(scene, truth_objects(scene, prompt), out)
+        m["all_iou50"] = all(v >= 0.5 for _, v, _ in matched)
+        m["count"] = n_pred == len(matched)
+        m["ious"] = [round(v, 4) for _, v, _ in matched]
+        m["labels"] = [bool(lab) for _, _, lab in matched]
     return m
 
 
 def summarize(records):
     """records: [{task, metrics}] -> {task: {metric: rate, n}}."""
     agg = {}
+    objs = {}
     for r in records:
         a = agg.setdefault(r["task"], {"n": 0})
         a["n"] += 1
         for k, v in r["metrics"].items():
+            if isinstance(v, list):             # grounding: per object
+                o = objs.setdefault(r["task"], {"ious": [], "labels": []})
+                o[k].extend(v)
+                continue
             a[k] = a.get(k, 0) + int(bool(v))
     for a in agg.values():
         for k in list(a):
             if k != "n":
                 a[k] = round(a[k] / a["n"], 4)
+    for t, o in objs.items():                   # objects with a box at IoU >= 0.5, mean IoU, right labels
+        n = max(1, len(o["ious"]))
+        agg[t].update(objects=len(o["ious"]), object_iou50=round(sum(v >= 0.5 for v in o["ious"]) / n, 4),
+                      mean_iou=round(sum(o["ious"]) / n, 4), object_label=round(sum(o["labels"]) / n, 4))
     return agg
 
 
@@ -472,6 +661,17 @@ def main():
             print(f"[eval {t}] {q} -> {a}")
     elif len(sys.argv) >= 4 and sys.argv[1] == "png":
         write_png(sys.argv[3], render(make_scene(int(sys.argv[2]))))
+    elif len(sys.argv) >= 4 and sys.argv[1] == "grounding":
+        seed, d = int(sys.argv[2]), sys.argv[3]
+        sc = make_scene(seed)
+        os.makedirs(d, exist_ok=True)
+        write_png(os.path.join(d, f"{seed}.png"), render(sc))
+        objs = [dict(label=f"{o['colour']} {o['shape']}", box_1000=box_1000(sc, o),
+                     box=[round(v, 2) for v in pixel_box(sc, o)]) for o in ordered_objects(sc)]
+        with open(os.path.join(d, f"{seed}.json"), "w") as f:
+            json.dump(dict(seed=seed, image=f"{seed}.png", width=sc["w"], height=sc["h"], prompt=GROUND_ALL,
+                           answer=grounding_answer(sc, ordered_objects(sc)), objects=objs), f, indent=1)
+        print(f"{d}/{seed}.png, {d}/{seed}.json: {len(objs)} objects")
     elif len(sys.argv) >= 3 and sys.argv[1] == "examples":
         d = sys.argv[2]
         os.makedirs(d, exist_ok=True)

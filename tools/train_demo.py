@@ -8,7 +8,8 @@
       preprocessor_config.json and generation_config.json (greedy).
   python3 tools/train_demo.py train OUT [--steps N] [--seed 0] [--seconds S] [--init MODEL_DIR]
                                    [--lr F] [--warmup N] [--first-scene I] [--eval-seconds S]
-                                   [--autocast 1|0] [--batch-scenes N] [--pixels P]
+                                   [--autocast 1|0] [--batch-scenes N] [--pixels P] [--max-steps N]
+                                   [--grounding K] [--questions N] [--ground-tokens T] [--dry-run]
       (GPU machine: torch 2.11, transformers 5.17) builds the model with transformers
       (Qwen3VLForConditionalGeneration: vision tower with DeepStack, Qwen3 decoder with
       interleaved MRoPE), trains it with AdamW under bf16 autocast (--autocast 0: fp32/TF32), loss on the answer tokens only
@@ -20,12 +21,26 @@
       --init goes on from a saved model (its weights only: the tokenizer and preprocessor files are
       written anew); --pixels P: smart_resize's min_pixels = max_pixels = P (default 65536), used by the
       training preprocessing, its check and the evaluation, and written into OUT/demo/preprocessor_config.json;
-      scenes are seeds --first-scene and up; the greedy evaluation
-      stops after --eval-seconds with what it has; the count used is in OUT/eval/eval.json.
-      Outputs: OUT/demo (model dir), OUT/eval (eval.json, images/), OUT/fixture (greedy.json, images/).
+      scenes are seeds --first-scene and up, and tools/demo_seeds.py must allow them: before numpy or
+      torch is imported, a run whose scenes (--steps x --batch-scenes, or with --seconds at most
+      --max-steps x --batch-scenes, by default the room left in the run's training range) would
+      leave its training range or enter any other range is refused (exit 2); --dry-run stops there.
+      A scene gives a caption, an analysis, --questions N (3) questions and --grounding K (1) grounding
+      conversations (demo_data.grounding); --ground-tokens T weighs a grounding conversation by its
+      answer tokens / T (1 to GROUND_WEIGHT_MAX; 0, the default: 1 like the others).  The greedy evaluation
+      (the first N_EVAL scenes of the evaluation range, demo_data.eval_items) stops after
+      --eval-seconds with what it has; the count used is in OUT/eval/eval.json.
+      Outputs: OUT/demo (model dir), OUT/eval (eval.json, images/), OUT/fixture (greedy.json, images/:
+      batch-1 answers on the first N_FIXTURE scenes of the fixture range).
+  python3 tools/train_demo.py hf-eval MODEL_DIR OUT [--eval-seconds S]
+      (GPU machine) train's evaluation alone, of a saved model (e.g. the shipped one): OUT/eval, OUT/fixture.
+  /usr/bin/python3 tools/train_demo.py make-eval EVAL_DIR [--n N] [--grounding 1|0]
+      (here, numpy only) eval.json and images/ of the first N scenes of the evaluation range, without
+      transformers' outputs, for iris-eval alone.
   /usr/bin/python3 tools/train_demo.py iris-eval EVAL_DIR MODEL [--limit N] [--bin build/demo/bench/demo_eval]
-      (here) the same held-out items through iris (bench/demo_eval.c, greedy on the CPU):
-      accuracy and agreement with transformers' outputs, written to EVAL_DIR/iris_eval.json.
+      (here) the same items through iris (bench/demo_eval.c, greedy on the CPU): accuracy (demo_data's
+      scoring) and, when eval.json holds transformers' outputs, agreement with them, written to
+      EVAL_DIR/iris_eval.json.
 
 The exact command of the shipped model is in models/demo/README.md.
 """
@@ -36,9 +51,43 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import demo_seeds  # noqa: E402  (standard library only)
+
+MAX_STEPS = 40000
+BATCH_SCENES = 48               # scenes per step; each gives 5 conversations (caption, analysis, 3 questions) + grounding
+
+
+def _opt(a, name, default=None):
+    return a[a.index(name) + 1] if name in a else default
+
+
+def seed_guard(a):
+    """For `train`: (steps cap, None) if tools/demo_seeds.py allows the run's scenes, else (0, reason).
+    With --steps the scenes are steps x batch; with --seconds the cap is --max-steps, by default the
+    room left in the training range of --first-scene, so that the run cannot leave it."""
+    first, batch = int(_opt(a, "--first-scene", 0)), int(_opt(a, "--batch-scenes", BATCH_SCENES))
+    if _opt(a, "--steps"):
+        cap = int(_opt(a, "--steps"))
+    else:
+        cap = int(_opt(a, "--max-steps", min(MAX_STEPS, demo_seeds.room(first) // batch)))
+    why = demo_seeds.guard(first, cap * batch)
+    return (0, why) if why else (cap, None)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["train"]:     # before numpy and torch: refuses anywhere
+    _cap, _why = seed_guard(sys.argv[1:])
+    if _why:
+        print(f"train_demo.py: refused by tools/demo_seeds.py: {_why}", file=sys.stderr)
+        sys.exit(2)
+    if "--dry-run" in sys.argv:
+        _a = sys.argv[1:]
+        _first, _batch = int(_opt(_a, "--first-scene", 0)), int(_opt(_a, "--batch-scenes", BATCH_SCENES))
+        print(f"train_demo.py: allowed: scenes {_first}-{_first + _cap * _batch - 1} at most ({_cap} steps)")
+        sys.exit(0)
+
+import numpy as np  # noqa: E402
+
 import demo_data as D  # noqa: E402
 import make_tiny_models as T  # noqa: E402
 
@@ -67,13 +116,14 @@ TEXT = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_att
 VISION = dict(depth=4, hidden_size=192, intermediate_size=768, num_heads=3, num_position_embeddings=256,
               deepstack_visual_indexes=[1, 2])
 SEED = 0
-BATCH_SCENES = 48               # scenes per step; each gives 5 conversations (caption, analysis, 3 questions)
 N_QUESTIONS = 3
+GROUND_WEIGHT_MAX = 2.0
 LR, WARMUP, WD = 2e-3, 150, 0.05
 TRAIN_SECONDS = 285             # wall-clock budget of the training loop when --steps is not given
-MAX_STEPS = 40000
-EVAL_SEED0, N_EVAL, N_FIXTURE = 10_000_000, 1000, 20
-MAX_NEW = {"caption": 64, "analysis": 128, "vqa": 16}
+# the evaluation's and the fixture's scenes: tools/demo_seeds.py (outside every training range)
+EVAL_SEED0, N_EVAL = demo_seeds.EVAL_FIRST, 500
+FIXTURE_SEED0, N_FIXTURE = demo_seeds.FIXTURE_FIRST, 12
+MAX_NEW = {"caption": 64, "analysis": 128, "vqa": 16, "grounding": 288}
 
 
 def corpus():
@@ -203,9 +253,18 @@ def mrope_positions(n_pre, gh, gw, n_after):
 class TrainSet:
     """Scene i (seed i) -> its image as uint8 patches and its conversations (token ids, 3-D positions)."""
 
-    def __init__(self, tok_path, sp, n, first=0, pixels=None):
+    def __init__(self, tok_path, sp, n, first=0, pixels=None, grounding=1, questions=N_QUESTIONS, ground_tokens=0):
         self.tok_path, self.sp, self.n, self.first, self.tok, self.ip = tok_path, sp, n, first, None, None
         self.pixels = MIN_PIXELS if pixels is None else pixels
+        self.grounding, self.questions, self.ground_tokens = int(grounding), questions, ground_tokens
+
+    def weight(self, task, n_answer):
+        """A conversation's loss weight: 1, but a grounding one's answer tokens / ground_tokens (1 to
+        GROUND_WEIGHT_MAX) when ground_tokens is set: its loss is a mean over ~35-200 tokens, mostly
+        format, so the digits of its corners would otherwise weigh a fraction of a caption's words."""
+        if task != "grounding" or not self.ground_tokens:
+            return 1.0
+        return float(min(GROUND_WEIGHT_MAX, max(1.0, n_answer / self.ground_tokens)))
 
     def __len__(self):
         return self.n
@@ -223,17 +282,22 @@ class TrainSet:
         n_pad = gh * gw // 4
         rng = np.random.default_rng([i, 5])
         seqs = []
-        for _, prompt, answer in D.examples(sc, rng, N_QUESTIONS):
+        convs = D.examples(sc, rng, self.questions)
+        for _ in range(self.grounding):
+            convs.append(("grounding",) + D.grounding(sc, rng))
+        for task, prompt, answer in convs:
             p = chat_ids(self.tok, self.sp, n_pad, prompt)
             a = self.tok.encode(answer, add_special_tokens=False).ids + [self.sp["<|im_end|>"]]
             n_pre = p.index(self.sp["<|image_pad|>"])
-            seqs.append((p, a, mrope_positions(n_pre, gh, gw, len(p) + len(a) - n_pre - n_pad)))
+            seqs.append((p, a, mrope_positions(n_pre, gh, gw, len(p) + len(a) - n_pre - n_pad),
+                         self.weight(task, len(a))))
         return u8, (gh, gw), seqs
 
 
 class Collate:
-    """Right-padded batch: uint8 patches per scene, conversations per scene, ids, mask, answer mask,
-    position ids [4, S, L] (row 0: text positions 0..L-1; rows 1-3: t, h, w; pads 1 as HF does)."""
+    """Right-padded batch: uint8 patches per scene, conversations per scene, ids, mask, answer mask
+    (each answer token holds its conversation's loss weight, 0 elsewhere), position ids [4, S, L]
+    (row 0: text positions 0..L-1; rows 1-3: t, h, w; pads 1 as HF does)."""
 
     def __init__(self, pad_id):
         self.pad_id = pad_id
@@ -245,20 +309,20 @@ class Collate:
             u8s.append(u8)
             grids.append(g)
             per.append(len(seqs))
-            for p, a, ps in seqs:
+            for p, a, ps, w in seqs:
                 ids.append(p + a)
-                lab.append([0] * len(p) + [1] * len(a))
+                lab.append([0.0] * len(p) + [w] * len(a))
                 pos.append(ps)
         S, L = len(ids), max(len(x) for x in ids)
         t_ids = torch.full((S, L), self.pad_id, dtype=torch.long)
         t_att = torch.zeros((S, L), dtype=torch.long)
-        t_lab = torch.zeros((S, L), dtype=torch.bool)
+        t_lab = torch.zeros((S, L), dtype=torch.float32)
         t_pos = torch.ones((4, S, L), dtype=torch.long)
         t_pos[0] = torch.arange(L)[None]
         for k, (x, y, ps) in enumerate(zip(ids, lab, pos)):
             t_ids[k, :len(x)] = torch.tensor(x)
             t_att[k, :len(x)] = 1
-            t_lab[k, :len(y)] = torch.tensor(y, dtype=torch.bool)
+            t_lab[k, :len(y)] = torch.tensor(y, dtype=torch.float32)
             t_pos[1:, k, :len(x)] = torch.from_numpy(ps)
         return torch.cat(u8s), torch.tensor(grids), torch.tensor(per), t_ids, t_att, t_lab, t_pos
 
@@ -374,8 +438,14 @@ class FastVision:
 # GPU run
 
 
-def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=LR, warmup=WARMUP, first_scene=0, eval_seconds=110, autocast=True, batch_scenes=BATCH_SCENES, pixels=None):
+def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=LR, warmup=WARMUP, first_scene=0,
+              eval_seconds=110, autocast=True, batch_scenes=BATCH_SCENES, pixels=None, max_steps=MAX_STEPS,
+              grounding=1, questions=N_QUESTIONS, ground_tokens=0):
     t0 = time.time()
+    cap = steps or max_steps
+    why = demo_seeds.guard(first_scene, cap * batch_scenes)      # main() asked already; callers from elsewhere too
+    if why:
+        raise SystemExit(f"train_demo.py: refused by tools/demo_seeds.py: {why}")
     if pixels is not None:
         set_pixels(pixels)
     import torch
@@ -394,6 +464,23 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
     PAD, IMG, IM_END = sp["<|endoftext|>"], sp["<|image_pad|>"], sp["<|im_end|>"]
     log("tokenizer:", tok.get_vocab_size(), "tokens; caption ids",
         tok.encode(D.caption(D.make_scene(1)), add_special_tokens=False).ids)
+    g_prompt, g_answer = D.grounding(D.make_scene(1), np.random.default_rng(0))
+    g_ids = tok.encode(g_answer, add_special_tokens=False).ids
+    log(f"grounding {g_prompt!r}: {len(g_ids)} answer ids {g_ids}; decodes back: {tok.decode(g_ids) == g_answer}")
+    keep_tok = None
+    if init and os.path.exists(os.path.join(init, "tokenizer.json")):
+        theirs = json.load(open(os.path.join(init, "tokenizer.json")))
+        same = theirs["model"] == json.load(open(tok_path))["model"]
+        log(f"tokenizer equals {init}'s: {same}")
+        if not same:             # the weights go with --init's tokenizer: keep it (same special ids: checked)
+            assert {t["content"]: t["id"] for t in theirs["added_tokens"]} == sp, "special ids differ from --init's"
+            with open(tok_path, "w") as f:
+                json.dump(theirs, f, ensure_ascii=False, indent=1)
+            tok, keep_tok = tokenizers.Tokenizer.from_file(tok_path), theirs
+            log(f"using {init}'s tokenizer.json")
+    log(f"scenes {first_scene}-{first_scene + cap * batch_scenes - 1} at most ({cap} steps of {batch_scenes}), "
+        f"allowed by tools/demo_seeds.py; a scene: caption, analysis, {questions} questions, {grounding} grounding "
+        + (f"(weight: answer tokens / {ground_tokens}, 1-{GROUND_WEIGHT_MAX})" if ground_tokens else "(weight 1)"))
 
     # --- check: the training preprocessing equals the HF processor's (kept and resized sizes)
     ip = hf_image_processor()
@@ -413,8 +500,10 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
 
     # --- data workers first (forked before CUDA is used)
     n_workers = max(2, min(14, (os.cpu_count() or 4) - 2))
-    total_scenes = (steps or MAX_STEPS) * batch_scenes
-    dl = torch.utils.data.DataLoader(TrainSet(tok_path, sp, total_scenes, first_scene, MIN_PIXELS), batch_size=batch_scenes, shuffle=False,
+    total_scenes = cap * batch_scenes                   # the dataset ends where the guard's range does
+    dl = torch.utils.data.DataLoader(TrainSet(tok_path, sp, total_scenes, first_scene, MIN_PIXELS, grounding,
+                                              questions, ground_tokens),
+                                     batch_size=batch_scenes, shuffle=False,
                                      num_workers=n_workers, collate_fn=Collate(PAD), prefetch_factor=6,
                                      persistent_workers=False, pin_memory=True)
     it = iter(dl)
@@ -493,10 +582,11 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
             logits = model(**inputs).logits
         lg = logits[:, :-1].float()
         tgt = inputs["input_ids"][:, 1:]
-        m = lab[:, 1:].float()
+        m = lab[:, 1:].float()                    # loss weights of the answer tokens, 0 elsewhere
         ce = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1),
                                                reduction="none").view_as(m)
-        return ((ce * m).sum(1) / m.sum(1).clamp(min=1)).mean(), logits     # every conversation weighs the same
+        # each conversation: the mean over its answer tokens, times its weight (1 but grounding's, TrainSet.weight)
+        return ((ce * m).sum(1) / (m > 0).sum(1).clamp(min=1)).mean(), logits
 
     # --- the speed-ups must not change what the model computes: one batch several ways, fp32, no grad,
     # compared on the real (not padded) tokens, whose logits are all that the loss reads
@@ -568,7 +658,7 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
         q = min(1.0, (step - warmup) / max(1, total - warmup))
         return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * q)))
 
-    total = steps or MAX_STEPS
+    total = cap
     losses, step, t_train0, t_mark = [], 0, time.time(), None
     run_loss, run_n = 0.0, 0
     wait_data, skipped, wait_all, t_win, w_win = 0.0, 0, 0.0, time.time(), 0.0
@@ -603,7 +693,7 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
         if step == 40 and steps is None:
             per_step = (time.time() - t_mark) / 20
             left = seconds - (time.time() - t_train0)
-            total = int(min(MAX_STEPS, step + left / per_step))
+            total = int(min(cap, step + left / per_step))
             log(f"{per_step * 1000:.1f} ms/step (waiting for data {wait_data / 20 * 1000:.1f} ms) -> {total} steps in {seconds} s")
         if step % 50 == 0 or step == total:
             losses.append([step, round(run_loss / max(1, run_n), 4), round(time.time() - t_train0, 1)])
@@ -631,12 +721,17 @@ def run_train(out, steps=None, seed=SEED, init=None, seconds=TRAIN_SECONDS, lr=L
     model.generation_config.pad_token_id = PAD
     model.save_pretrained(mdir)
     write_tokenizer(mdir)            # overwrite generation_config.json with ours; same tokenizer files
+    if keep_tok is not None:
+        with open(tok_path, "w") as f:
+            json.dump(keep_tok, f, ensure_ascii=False, indent=1)
     log(f"saved {mdir}: {sorted(os.listdir(mdir))}, {train_time:.0f} s of training, {step} steps")
     del model, opt
     torch.cuda.empty_cache()
 
     info = dict(torch=torch.__version__, transformers=transformers.__version__, device=torch.cuda.get_device_name(),
-                seed=seed, steps=step, batch_scenes=batch_scenes, conversations_per_scene=2 + N_QUESTIONS,
+                seed=seed, steps=step, batch_scenes=batch_scenes, conversations_per_scene=2 + questions + grounding,
+                grounding=grounding, questions=questions, ground_tokens=ground_tokens,
+                ground_weight_max=GROUND_WEIGHT_MAX, max_steps=cap,
                 autocast_bf16=autocast, skipped_steps=skipped,
                 train_seconds=round(train_time, 1), ms_per_step=round(train_time / max(1, step) * 1000, 1),
                 data_wait_ms_per_step=round(wait_all / max(1, step) * 1000, 1), lr=lr, warmup=warmup, init=init, first_scene=first_scene, weight_decay=WD, losses=losses,
@@ -658,23 +753,17 @@ def evaluate(out, mdir, tok, sp, ip, info, t0, log, deadline):
     # transformers' fp32 model on the saved bf16 weights (what iris computes on the CPU)
     model = Qwen3VLForConditionalGeneration.from_pretrained(mdir, dtype=torch.float32).to(dev).eval()
     edir = os.path.join(out, "eval")
-    os.makedirs(os.path.join(edir, "images"), exist_ok=True)
-    items, scenes = [], {}
-    for i in range(N_EVAL):
-        sc = D.make_scene(EVAL_SEED0 + i)
-        name = f"{i:04d}.png"
-        D.write_png(os.path.join(edir, "images", name), D.render(sc))
-        scenes[name] = sc
-        items.append(dict(image=name, task="caption", prompt=D.CAPTION_PROMPT, truth=D.caption(sc)))
-        for qt, q, a in D.eval_questions(sc):
-            items.append(dict(image=name, task="vqa", type=qt, prompt=q, truth=a))
-        items.append(dict(image=name, task="analysis", prompt=D.DESCRIBE_PROMPT, truth=D.analysis(sc)))
-    log(f"eval: {N_EVAL} scenes, {len(items)} items")
+    scenes, items = eval_set(edir, EVAL_SEED0, N_EVAL, info.get("grounding", True))
+    fdir = os.path.join(out, "fixture")
+    f_scenes, f_items = eval_set(fdir, FIXTURE_SEED0, N_FIXTURE, info.get("grounding", True))
+    log(f"eval: {N_EVAL} scenes from {EVAL_SEED0}, {len(items)} items; fixture: {N_FIXTURE} scenes from "
+        f"{FIXTURE_SEED0}")
     pix = {}
+    where = {**{k: edir for k in scenes}, **{k: fdir for k in f_scenes}}
 
     def pixels(name):
         if name not in pix:
-            o = ip(images=[decode_image(os.path.join(edir, "images", name), mode=ImageReadMode.RGB)],
+            o = ip(images=[decode_image(os.path.join(where[name], "images", name), mode=ImageReadMode.RGB)],
                    return_tensors="pt")
             pix[name] = (o["pixel_values"], o["image_grid_thw"][0])
         return pix[name]
@@ -713,19 +802,16 @@ def evaluate(out, mdir, tok, sp, ip, info, t0, log, deadline):
     def write_eval(done_items):
         recs = []
         for it_ in done_items:
-            it_["metrics"] = D.score(it_["task"], scenes[it_["image"]], it_["truth"], it_["output"])
-            recs.append(dict(task=it_["task"] if it_["task"] != "vqa" else "vqa:" + it_["type"],
-                             metrics=it_["metrics"]))
-            if it_["task"] == "vqa":
-                recs.append(dict(task="vqa", metrics=it_["metrics"]))
+            it_["metrics"] = D.score(it_["task"], scenes[it_["image"]], it_["truth"], it_["output"], it_["prompt"])
+            recs += records_of(it_, it_["metrics"])
         info["accuracy_transformers"] = D.summarize(recs)
         info["n_eval_scenes"] = len({x["image"] for x in done_items})
         with open(os.path.join(edir, "eval.json"), "w") as f:
             json.dump(dict(info=info, scenes=scenes, items=done_items), f, indent=1)
 
-    # --- 1,000 scenes, batched (left padding), grouped by task
+    # --- the evaluation's scenes, batched (left padding), grouped by task
     done = []
-    for task in ("vqa", "caption", "analysis"):
+    for task in ("vqa", "caption", "analysis", "grounding"):
         group = [x for x in items if x["task"] == task]
         bs = 250
         for s in range(0, len(group), bs):
@@ -747,34 +833,78 @@ def evaluate(out, mdir, tok, sp, ip, info, t0, log, deadline):
         log(f"eval {task}: {json.dumps(info['accuracy_transformers'])}")
     info["eval_batched"] = True
 
-    # --- the fixture: 20 scenes, batch 1 (no padding), caption + first question + analysis
-    fdir = os.path.join(out, "fixture")
-    os.makedirs(os.path.join(fdir, "images"), exist_ok=True)
-    fx, agree = [], 0
+    # --- the fixture: its own scenes (tools/demo_seeds.py), batch 1 (no padding): caption, first
+    # question, analysis and the "every object" grounding item of each
+    fx = []
     by_img = {}
-    for x in done:
+    for x in f_items:
         by_img.setdefault(x["image"], []).append(x)
-    for i in range(N_FIXTURE):
-        name = f"{i:04d}.png"
-        if name not in by_img or time.time() > deadline + 8:
+    for name in sorted(by_img):
+        if time.time() > deadline + 25:
+            log("fixture: out of time, stopping here")
             break
-        with open(os.path.join(edir, "images", name), "rb") as fsrc, \
-                open(os.path.join(fdir, "images", name), "wb") as fdst:
-            fdst.write(fsrc.read())
-        vqa = [y for y in by_img[name] if y["task"] == "vqa"][:1]
-        for x in [y for y in by_img[name] if y["task"] != "vqa"] + vqa:
+        mine = by_img[name]
+        pick = [y for y in mine if y["task"] in ("caption", "analysis")] + [y for y in mine if y["task"] == "vqa"][:1]
+        pick += [y for y in mine if y["task"] == "grounding"][:1]
+        for x in pick:
             toks, text = generate([x], MAX_NEW[x["task"]])[0]
-            agree += int(toks == x["tokens"])
-            fx.append(dict(image=name, task=x["task"], prompt=x["prompt"], truth=x["truth"], tokens=toks, text=text))
-    info["fixture_batch1_vs_batched_agree"] = [agree, len(fx)]
+            fx.append(dict(image=name, seed=f_scenes[name]["seed"], task=x["task"], prompt=x["prompt"],
+                           truth=x["truth"], tokens=toks, text=text))
+    info["fixture_items"] = len(fx)
     with open(os.path.join(fdir, "greedy.json"), "w") as f:
         json.dump(dict(model="models/demo", transformers=info["transformers"], torch=info["torch"],
                        precision="fp32 on the bf16 weights, TF32 off, batch 1, greedy", items=fx), f, indent=1)
     write_eval(done)
-    log(f"fixture: {len(fx)} items, batch-1 equals batched on {agree}; done")
+    log(f"fixture: {len(fx)} items; done")
 
 # ---------------------------------------------------------------------------------------------
-# iris on the held-out scenes (here)
+# the evaluation's scenes and items (transformers there, iris here)
+
+
+def eval_set(d, first, n, grounding=True):
+    """Scenes first .. first + n - 1 (tools/demo_seeds.py: outside every training range) rendered
+    into d/images/SEED.png; returns ({image: scene}, [items]) of demo_data.eval_items."""
+    os.makedirs(os.path.join(d, "images"), exist_ok=True)
+    scenes, items = {}, []
+    for seed in range(first, first + n):
+        sc = D.make_scene(seed)
+        name = f"{seed}.png"
+        D.write_png(os.path.join(d, "images", name), D.render(sc))
+        scenes[name] = sc
+        items += D.eval_items(sc, name, grounding)
+    return scenes, items
+
+
+def records_of(item, metrics):
+    """Summary records of one scored item: its task (vqa and grounding by kind too)."""
+    if item["task"] in ("vqa", "grounding"):
+        return [dict(task=item["task"] + ":" + item["type"], metrics=metrics), dict(task=item["task"], metrics=metrics)]
+    return [dict(task=item["task"], metrics=metrics)]
+
+
+def hf_eval(mdir, out, eval_seconds):
+    """(GPU machine) transformers' greedy evaluation of a saved model, as train's, e.g. the shipped one."""
+    import torch
+    import tokenizers
+    import transformers
+    t0 = time.time()
+    log = lambda *a: print(f"[{time.time() - t0:7.1f}s]", *a, flush=True)  # noqa: E731
+    pp = json.load(open(os.path.join(mdir, "preprocessor_config.json")))["size"]
+    set_pixels(pp["shortest_edge"])
+    tj = json.load(open(os.path.join(mdir, "tokenizer.json")))
+    sp = {t["content"]: t["id"] for t in tj["added_tokens"]}
+    tok = tokenizers.Tokenizer.from_file(os.path.join(mdir, "tokenizer.json"))
+    info = dict(torch=torch.__version__, transformers=transformers.__version__, device=torch.cuda.get_device_name(),
+                model=mdir, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS, grounding=True)
+    log(f"hf-eval {mdir} at {MIN_PIXELS} px")
+    evaluate(out, mdir, tok, sp, hf_image_processor(), info, t0, log, time.time() + eval_seconds)
+
+
+def make_eval(edir, n, grounding=True):
+    scenes, items = eval_set(edir, EVAL_SEED0, n, grounding)
+    with open(os.path.join(edir, "eval.json"), "w") as f:
+        json.dump(dict(info=dict(first_seed=EVAL_SEED0, n_eval_scenes=n), scenes=scenes, items=items), f, indent=1)
+    print(f"{edir}: {n} scenes from seed {EVAL_SEED0}, {len(items)} items")
 
 
 def iris_eval(edir, model, limit=None, binary="build/demo/bench/demo_eval"):
@@ -787,7 +917,8 @@ def iris_eval(edir, model, limit=None, binary="build/demo/bench/demo_eval"):
     tsv = os.path.join(edir, "iris_items.tsv")
     with open(tsv, "w") as f:
         for x in items:
-            f.write(os.path.join(edir, "images", x["image"]) + "\t" + x["prompt"] + "\n")
+            f.write(os.path.join(edir, "images", x["image"]) + "\t" + x["prompt"] + "\t" +
+                    str(MAX_NEW[x["task"]]) + "\n")
     t = time.time()
     out = subprocess.run([binary, model, tsv], check=True, capture_output=True, text=True).stdout
     secs = time.time() - t
@@ -795,25 +926,27 @@ def iris_eval(edir, model, limit=None, binary="build/demo/bench/demo_eval"):
     assert len(res) == len(items), (len(res), len(items))
     gc = json.load(open(os.path.join(model, "generation_config.json")))
     eos = set(gc["eos_token_id"] if isinstance(gc["eos_token_id"], list) else [gc["eos_token_id"]])
-    recs, agree = [], 0
+    recs, agree, n_hf = [], 0, 0
     for x, r in zip(items, res):
         while r["tokens"] and r["tokens"][-1] in eos:
             r["tokens"].pop()
-        m = D.score(x["task"], scenes[x["image"]], x["truth"], r["text"])
-        recs.append(dict(task=x["task"] if x["task"] != "vqa" else "vqa:" + x["type"], metrics=m))
-        if x["task"] == "vqa":
-            recs.append(dict(task="vqa", metrics=m))
-        x["iris"] = r["text"]
-        agree += int(r["tokens"] == x["tokens"])
+        m = D.score(x["task"], scenes[x["image"]], x["truth"], r["text"], x["prompt"])
+        recs += records_of(x, m)
+        x["iris"], x["iris_metrics"] = r["text"], m
+        if "tokens" in x:
+            n_hf += 1
+            agree += int(r["tokens"] == x["tokens"])
     summary = dict(n_scenes=len({x["image"] for x in items}), n_items=len(items), seconds=round(secs, 1),
-                   accuracy_iris=D.summarize(recs), agreement_with_transformers=round(agree / len(items), 4),
-                   agree=agree)
+                   seeds=[min(scenes[x["image"]]["seed"] for x in items), max(scenes[x["image"]]["seed"] for x in items)],
+                   accuracy_iris=D.summarize(recs),
+                   agreement_with_transformers=round(agree / n_hf, 4) if n_hf else None, agree=agree,
+                   compared=n_hf)
     with open(os.path.join(edir, "iris_eval.json"), "w") as f:
         json.dump(dict(summary=summary, items=items), f, indent=1)
     print(json.dumps(summary, indent=1))
     print("disagreements:")
     for x in items:
-        if x.get("iris") is not None and x["iris"] != x["output"]:
+        if x.get("iris") is not None and "output" in x and x["iris"] != x["output"]:
             print(f"  {x['image']} {x['prompt'][:40]!r}: hf={x['output']!r} iris={x['iris']!r}")
 
 
@@ -831,7 +964,13 @@ def main():
                   warmup=int(opt("--warmup", WARMUP)), first_scene=int(opt("--first-scene", 0)),
                   eval_seconds=float(opt("--eval-seconds", 110)), autocast=opt("--autocast", "1") != "0",
                   batch_scenes=int(opt("--batch-scenes", BATCH_SCENES)),
-                  pixels=int(opt("--pixels")) if opt("--pixels") else None)
+                  pixels=int(opt("--pixels")) if opt("--pixels") else None, max_steps=seed_guard(a)[0],
+                  grounding=int(opt("--grounding", 1)), questions=int(opt("--questions", N_QUESTIONS)),
+                  ground_tokens=float(opt("--ground-tokens", 0)))
+    elif len(a) >= 3 and a[0] == "hf-eval":
+        hf_eval(a[1], a[2], float(opt("--eval-seconds", 60)))
+    elif len(a) >= 2 and a[0] == "make-eval":
+        make_eval(a[1], int(opt("--n", N_EVAL)), opt("--grounding", "1") != "0")
     elif len(a) >= 3 and a[0] == "iris-eval":
         lim = opt("--limit")
         iris_eval(a[1], a[2], int(lim) if lim else None, opt("--bin", "build/demo/bench/demo_eval"))
