@@ -186,7 +186,7 @@ IRIS_TEST(video_engine_budget) {
     iris_engine_close(e);
 }
 
-/* `iris plan` says what video it admits, in the table and in JSON. */
+/* `iris plan` says what video it admits, in the table and in JSON; --help gives the sampling. */
 IRIS_TEST(video_plan_cli) {
     const char *bin = getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris";
     char cmd[1024], buf[16384];
@@ -218,4 +218,15 @@ IRIS_TEST(video_plan_cli) {
     buf[n] = 0;
     CHECKF(pclose(p) != 0, "--max-video-pixels 100 accepted: %s", buf);
     CHECK_CONTAINS(buf, "--max-video-pixels");
+    /* the sampling defaults, one line in the help of every command that takes videos */
+    static const char *cmds[] = {"ask", "caption", "run", "serve"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "%s %s --help 2>&1", bin, cmds[i]);
+        p = popen(cmd, "r");
+        REQUIRE(p);
+        n = fread(buf, 1, sizeof buf - 1, p);
+        buf[n] = 0;
+        CHECK_EQ_INT(pclose(p), 0);
+        CHECK_CONTAINS(buf, IRIS_VIDEO_HELP_LINE);
+    }
 }
