@@ -1,9 +1,10 @@
 /* test_video_server.c: video_url parts through `iris serve` (the tiny model):
- * data: and file:// videos answered, mm_processor_kwargs honoured and checked,
- * bad videos a 400 naming the part with the server unharmed, and the official
+ * data:, file:// and http:// videos answered (the same prompt; an http 404 a 400),
+ * mm_processor_kwargs honoured and checked, bad videos a 400 naming the part with the server unharmed, and the official
  * openai npm client sending a video_url part (tests/node/openai_video.mjs). */
 #include <curl/curl.h>
 #include <jansson.h>
+#include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,19 @@ static char *data_url_of(const char *mime, const void *data, size_t n) {
     return s;
 }
 
+/* A local origin: /clip.mkv is the clip, anything else a 404. */
+static enum MHD_Result origin_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                      const char *version, const char *up, size_t *up_n, void **ptr) {
+    size_t n = 0;
+    char *clip = strcmp(url, "/clip.mkv") ? NULL : ts_slurp(CLIP, &n);
+    struct MHD_Response *r = clip ? MHD_create_response_from_buffer(n, clip, MHD_RESPMEM_MUST_FREE)
+                                  : MHD_create_response_from_buffer(9, "not found", MHD_RESPMEM_PERSISTENT);
+    if (clip) MHD_add_response_header(r, "Content-Type", "video/x-matroska");
+    enum MHD_Result ret = MHD_queue_response(c, clip ? 200 : 404, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static long long prompt_tokens(const char *out) {
     json_t *j = ts_json(out);
     long long n = ts_jint(j, "usage.prompt_tokens");
@@ -53,7 +67,8 @@ IRIS_TEST(video_server) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     char cwd[1024], extra[1200];
     REQUIRE(getcwd(cwd, sizeof cwd));
-    snprintf(extra, sizeof extra, "--allowed-local-media-path %s/tests/fixtures/video", cwd);
+    snprintf(extra, sizeof extra, "--allowed-local-media-path %s/tests/fixtures/video --allowed-media-networks 127.0.0.1/32",
+             cwd);
     ts_server s;
     REQUIRE(ts_server_start(&s, extra) == 0);
     size_t n = 0;
@@ -77,6 +92,26 @@ IRIS_TEST(video_server) {
     CHECKF(st == 200 && prompt_tokens(out) == pt, "file:// video: %ld %s", st, out);
     free(out);
     free(body);
+    /* over http from a local origin: the same prompt; a missing one a 400 naming the part */
+    struct MHD_Daemon *origin = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, origin_handler, NULL,
+                                                 MHD_OPTION_END);
+    REQUIRE(origin);
+    int oport = MHD_get_daemon_info(origin, MHD_DAEMON_INFO_BIND_PORT)->port;
+    char hurl[128];
+    snprintf(hurl, sizeof hurl, "http://127.0.0.1:%d/clip.mkv", oport);
+    body = video_body(hurl, NULL);
+    st = ts_post(s.port, "/v1/chat/completions", body, &out);
+    CHECKF(st == 200 && prompt_tokens(out) == pt, "http video: %ld %s", st, out);
+    free(out);
+    free(body);
+    snprintf(hurl, sizeof hurl, "http://127.0.0.1:%d/missing.mkv", oport);
+    body = video_body(hurl, NULL);
+    st = ts_post(s.port, "/v1/chat/completions", body, &out);
+    ts_check_error(st, out, 400, "messages[0].content[0].video_url", "http video 404");
+    CHECK_CONTAINS(out, "could not fetch");
+    free(out);
+    free(body);
+    MHD_stop_daemon(origin);
     /* fps 4: 10 frames, 5 temporal patches: more tokens */
     body = video_body(url, "\"mm_processor_kwargs\":{\"fps\":4}");
     st = ts_post(s.port, "/v1/chat/completions", body, &out);

@@ -94,7 +94,8 @@ static int find_shapes(const char *model, char *dir, size_t n, char tmp[64], iri
 
 int iris_cmd_plan(int argc, char **argv) {
     const char *model = NULL;
-    int as_json = 0, vram_given = 0, reserved_given = 0;
+    int as_json = 0, vram_given = 0, reserved_given = 0, video_given = 0;
+    long long max_video_pixels = 0;
     uint64_t vram = 8ull * IRIS_GIB, reserved = 0;
     iris_cli_engine ce;
     memset(&ce, 0, sizeof ce);
@@ -103,6 +104,9 @@ int iris_cmd_plan(int argc, char **argv) {
         {"--vram", 0, IRIS_OPT_SIZE, &vram, "SIZE", "its memory (default 8GiB)", 1, 0, NULL, &vram_given, 0},
         {"--reserved", 0, IRIS_OPT_SIZE, &reserved, "SIZE", "held by others, e.g. the desktop (default 0)", 0, 0, NULL,
          &reserved_given, 0},
+        {"--max-video-pixels", 0, IRIS_OPT_INT, &max_video_pixels, "N",
+         "a video's sampled frames together after resizing (default 25,165,824,\nQwen3-VL's; lowered to what the "
+         "context admits)", 4096, 1e12, NULL, &video_given, 0},
         {"--plan-json", 0, IRIS_OPT_FLAG, &as_json, NULL, "print the plan as JSON (exact bytes)", 0, 0, NULL, NULL, 0},
         IRIS_OPT_TABLE_END,
     };
@@ -134,6 +138,7 @@ int iris_cmd_plan(int argc, char **argv) {
     iris_plan_settings_default(&s);
     s.max_batch_tokens = 0;  /* as the engine on a GPU: the plan chooses unless given */
     iris_cli_engine_plan(&ce, &s, &bo);
+    if (video_given) s.max_video_pixels = max_video_pixels;
 
     iris_err err = {0};
     char dir[4096], how[200], source[256], a[32], b[32];

@@ -44,6 +44,7 @@
 #include "default_model.h"
 #include "engine/engine.h"
 #include "engine_flags.h"
+#include "formats/video.h"
 #include "err.h"
 #include "opts.h"
 #include "pool.h"
@@ -128,9 +129,8 @@ static const iris_opt *own_table(run_args *a) {
                    &a->n_videos);
         t[n++].max = MAX_VIDEOS;
     }
-    t[n++] = OPT("--fps", 0, IRIS_OPT_NUM, &a->fps, "F",
-                 "video: frames sampled a second (default 2, Qwen3-VL's; frames sized\nwith qwen-vl-utils' per-frame "
-                 "cap, transformers' default from 5.22)", 1e-3, 1000, "a number in [0.001, 1000]", NULL);
+    t[n++] = OPT("--fps", 0, IRIS_OPT_NUM, &a->fps, "F", "video: frames sampled a second (default 2, Qwen3-VL's)",
+                 1e-3, 1000, "a number in [0.001, 1000]", NULL);
     t[n++] = OPT("--max-frames", 0, IRIS_OPT_INT, &a->max_frames, "N", "video: frames sampled at most (default 768)",
                  2, 100000, NULL, NULL);
     t[n++] = OPT("--max-video-pixels", 0, IRIS_OPT_INT, &a->max_video_pixels, "N",
@@ -228,7 +228,7 @@ static void spec_of(run_args *a, iris_cli_spec *sp, int max_pos) {
     sp->footer = "MODEL is a model directory (Hugging Face layout) or a repo id, downloaded into the\n"
                  "Hugging Face cache on first use (unless --offline).  Without it the demo model\n"
                  "answers: a 7.8M-parameter toy trained on synthetic shapes (models/demo).\n"
-                 "SIZE is bytes or a number with a unit (512MiB, 8GiB).";
+                 "SIZE is bytes or a number with a unit (512MiB, 8GiB).\n" IRIS_VIDEO_HELP_LINE;
 }
 
 /* The sampling flags given, written over the model's defaults in p. */

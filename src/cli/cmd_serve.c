@@ -34,6 +34,7 @@
 #include "cli.h"
 #include "default_model.h"
 #include "engine_flags.h"
+#include "formats/video.h"
 #include "err.h"
 #include "log.h"
 #include "opts.h"
@@ -162,9 +163,9 @@ static int parse(int argc, char **argv, serve_args *s) {
         .usage = "[MODEL] [options]",
         .about = "An OpenAI-compatible API for MODEL (a directory or Org/Name[@revision], downloaded into\n"
                  "the Hugging Face cache on first use unless --offline; default: the demo model):\n"
-                 "POST /v1/chat/completions (text and image_url parts, streaming), POST /v1/completions,\n"
+                 "POST /v1/chat/completions (text, image_url and video_url parts, streaming), POST /v1/completions,\n"
                  "GET /v1/models, GET /health (503 until loaded), GET /metrics.",
-        .footer = "SIZE is bytes or a number with a unit (512MiB, 1GiB, 20MB).",
+        .footer = "SIZE is bytes or a number with a unit (512MiB, 1GiB, 20MB).\n" IRIS_VIDEO_HELP_LINE,
         .max_pos = 1,
     };
     sp.tables[0] = server_table(s);

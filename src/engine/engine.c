@@ -659,6 +659,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     ps.dense_weights = o->dense_weights ? iris_plan_dense_parse(o->dense_weights) : IRIS_DENSE_AUTO;
     ps.text_only = !e->model->has_vision;
     if (o->max_image_pixels > 0) ps.max_image_pixels = o->max_image_pixels;
+    ps.max_video_pixels = e->vopts.max_pixels;
     int64_t max_pos = e->model->cfg.text_config.max_position_embeddings;
     int64_t min_ctx = max_pos < IRIS_PLAN_MIN_CONTEXT ? max_pos : IRIS_PLAN_MIN_CONTEXT;
     if (o->max_model_len > 0) ps.max_model_len = o->max_model_len < min_ctx ? min_ctx
@@ -782,6 +783,9 @@ static int load(iris_engine *e, iris_err *err) {
         rc = load_cpu(e, err);
     }
     if (rc) return rc;
+    /* Videos within what the context admits (planner.h): larger ones are resized down. */
+    e->vopts.max_pixels = iris_plan_video_pixels(&e->model->cfg.vision_config, e->vopts.max_pixels, e->max_model_len);
+    if (e->vopts.min_pixels > e->vopts.max_pixels) e->vopts.min_pixels = e->vopts.max_pixels;
     iris_dtype kv_dt = e->kv.layers[0].dtype;
     size_t block_bytes = kv_block_bytes(tc, kv_dt);
     rc = iris_kv_pool_init(&e->pool, e->n_blocks, o->prefix_caching, err);

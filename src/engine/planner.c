@@ -60,6 +60,22 @@ int64_t iris_plan_image_tokens(const iris_vision_config *v, int64_t max_image_pi
     return max_image_pixels / (factor * factor);
 }
 
+int64_t iris_plan_video_tokens(const iris_vision_config *v, int64_t video_pixels) {
+    int64_t factor = (int64_t)v->patch_size * v->spatial_merge_size;
+    int64_t tf = v->temporal_patch_size > 0 ? v->temporal_patch_size : 2;
+    if (factor <= 0 || video_pixels <= 0) return 0;
+    return video_pixels / (factor * factor * tf);
+}
+
+int64_t iris_plan_video_pixels(const iris_vision_config *v, int64_t max_video_pixels, int64_t context) {
+    int64_t factor = (int64_t)v->patch_size * v->spatial_merge_size;
+    int64_t tf = v->temporal_patch_size > 0 ? v->temporal_patch_size : 2;
+    int64_t px = max_video_pixels > 0 ? max_video_pixels : IRIS_PLAN_DEFAULT_MAX_VIDEO_PIXELS;
+    int64_t room = context - (context < 4 * IRIS_PLAN_VIDEO_ROOM_TOKENS ? context / 4 : IRIS_PLAN_VIDEO_ROOM_TOKENS);
+    if (factor > 0 && room < px / (factor * factor * tf)) px = room * factor * factor * tf;
+    return px < IRIS_PLAN_MIN_VIDEO_PIXELS ? IRIS_PLAN_MIN_VIDEO_PIXELS : px;
+}
+
 int iris_plan_graph_buckets(int max_num_seqs, int out[IRIS_PLAN_MAX_GRAPHS]) {
     int n = 0;
     for (int b = 1; b <= 8 && b <= max_num_seqs; b *= 2) out[n++] = b;
@@ -185,6 +201,7 @@ void iris_plan_settings_default(iris_plan_settings *s) {
     s->max_num_seqs = IRIS_PLAN_DEFAULT_MAX_NUM_SEQS;
     s->max_batch_tokens = IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS;
     s->max_image_pixels = IRIS_PLAN_DEFAULT_MAX_IMAGE_PIXELS;
+    s->max_video_pixels = IRIS_PLAN_DEFAULT_MAX_VIDEO_PIXELS;
     s->kv_cache_dtype = IRIS_KV_BF16;
 }
 
@@ -559,6 +576,10 @@ static int check_settings(const iris_plan_model *m, iris_plan_settings *s, iris_
     if (!s->max_num_seqs) s->max_num_seqs = IRIS_PLAN_DEFAULT_MAX_NUM_SEQS;
     if (!s->max_batch_tokens) s->max_batch_tokens = IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS;
     if (!s->max_image_pixels) s->max_image_pixels = IRIS_PLAN_DEFAULT_MAX_IMAGE_PIXELS;
+    if (!s->max_video_pixels) s->max_video_pixels = IRIS_PLAN_DEFAULT_MAX_VIDEO_PIXELS;
+    if (s->max_video_pixels < IRIS_PLAN_MIN_VIDEO_PIXELS || s->max_video_pixels > (1ll << 40))
+        return iris_err_set(err, IRIS_EINVAL, "--max-video-pixels %lld: give %lld to %lld",
+                            (long long)s->max_video_pixels, (long long)IRIS_PLAN_MIN_VIDEO_PIXELS, 1ll << 40);
     if (s->max_num_seqs < 1 || s->max_num_seqs > 4096)
         return iris_err_set(err, IRIS_EINVAL, "--max-num-seqs %d: give 1 to 4096", s->max_num_seqs);
     if (s->max_batch_tokens < s->max_num_seqs || s->max_batch_tokens > (1 << 20))
@@ -726,6 +747,10 @@ int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uin
     p->weights_fp8 = m->n_fp8_linears > 0;
     p->weights_int4 = m->n_int4_linears > 0;
     p->context_measured = context_bytes != 0;
+    if (!s.text_only) {
+        p->video_pixels = iris_plan_video_pixels(&m->cfg.vision_config, s.max_video_pixels, p->context);
+        p->video_tokens = iris_plan_video_tokens(&m->cfg.vision_config, p->video_pixels);
+    }
     if (p->fits) return 0;
     suggest(&in, p);
     char a[32], b[32];

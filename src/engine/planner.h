@@ -72,6 +72,17 @@
 /* Below 512x512, smart_resize's own minimum-size rules (min_pixels 65,536,
  * at least one 32-pixel row) could produce images larger than the limit. */
 #define IRIS_PLAN_MIN_IMAGE_PIXELS (512ll * 512)
+/* Videos: a video's sampled frames, resized together, hold at most max_video_pixels pixels
+ * (Qwen3-VL's video size.longest_edge, 25,165,824: 12,288 tokens), and each temporal patch (two
+ * frames, one vision item) at most the largest image, so the encoder scratch and the embedding
+ * rows of an image cover it: a video costs context, not memory.  The plan admits the largest video
+ * whose pads leave IRIS_PLAN_VIDEO_ROOM_TOKENS of the context (a quarter of a shorter one) to the
+ * text, the timestamps and the answer (video_pixels: max_video_pixels lowered to that); the
+ * engine resizes every video within it, and refuses a prompt that still does not fit with the
+ * --max-frames / --fps that would. */
+#define IRIS_PLAN_DEFAULT_MAX_VIDEO_PIXELS 25165824LL
+#define IRIS_PLAN_MIN_VIDEO_PIXELS (4LL * 32 * 32)   /* min_frames of one 32x32 patch row */
+#define IRIS_PLAN_VIDEO_ROOM_TOKENS 1024
 #define IRIS_PLAN_DEFAULT_MARGIN (512ull * IRIS_MIB)
 /* Estimates used until the CUDA backend measures them (and by `iris plan`):
  * the context with IRIS_CUDA_STACK_LIMIT plus the cuBLASLt handle, 328.8 + 2
@@ -124,6 +135,7 @@ typedef struct iris_plan_settings {
     int max_batch_tokens;      /* tokens per step, the prefill chunk (2048; iris_plan_make: 0 chooses, see
                                   IRIS_PLAN_AUTO_BATCH_TOKENS_MAX); >= max_num_seqs */
     int64_t max_image_pixels;  /* smart_resize's max_pixels for every image (1,048,576) */
+    int64_t max_video_pixels;  /* a video's frames together after resizing (25,165,824; see above) */
     int kv_cache_dtype;        /* iris_kv_dtype */
     int dense_weights;         /* iris_dense_mode */
     int text_only;             /* --text-only: no vision tower on the card, no image buffers (vLLM's
@@ -198,6 +210,7 @@ typedef struct iris_plan {
     uint64_t kv_bytes_per_token, kv_block_bytes;
     int64_t kv_blocks;               /* blocks in the pool (when !fits: blocks needed) */
     int64_t image_tokens, image_patches, image_room_tokens;
+    int64_t video_pixels, video_tokens;  /* the largest video admitted (<= max_video_pixels) */
     uint64_t vision_bytes, lm_step_bytes;  /* the two users of the activations part */
     int n_graphs;
     int graph_batch[IRIS_PLAN_MAX_GRAPHS]; /* decode batch-size buckets captured */
@@ -234,6 +247,14 @@ uint64_t iris_plan_kv_block_bytes(const iris_text_config *t, int kv_dtype);
  * their product is <= max_pixels (true for max_pixels >= IRIS_PLAN_MIN_IMAGE_PIXELS),
  * so tokens <= floor(max_pixels / factor^2).  Patches = tokens * merge^2. */
 int64_t iris_plan_image_tokens(const iris_vision_config *v, int64_t max_image_pixels);
+/* Pad tokens of a video whose resized frames hold video_pixels pixels together: each temporal patch
+ * of temporal_patch_size frames gives h*w / factor^2 tokens, so tokens <= video_pixels / (factor^2 *
+ * temporal_patch_size). */
+int64_t iris_plan_video_tokens(const iris_vision_config *v, int64_t video_pixels);
+/* The video budget admitted in a context of `context` tokens: max_video_pixels lowered so that
+ * iris_plan_video_tokens leaves IRIS_PLAN_VIDEO_ROOM_TOKENS, or a quarter of a context shorter than
+ * four times that (at least IRIS_PLAN_MIN_VIDEO_PIXELS). */
+int64_t iris_plan_video_pixels(const iris_vision_config *v, int64_t max_video_pixels, int64_t context);
 /* The decode batch-size buckets captured as graphs: 1, 2, 4, 8, then every
  * multiple of 8 up to max_num_seqs, and max_num_seqs itself.  Returns the count. */
 int iris_plan_graph_buckets(int max_num_seqs, int out[IRIS_PLAN_MAX_GRAPHS]);

@@ -217,6 +217,17 @@ char *iris_plan_format(const iris_plan *p) {
         put(&b, "largest image: %s pixels = %s tokens (--max-image-pixels); prefill chunk: %d tokens (--max-batch-tokens)\n",
             grouped((uint64_t)p->settings.max_image_pixels, c), grouped((uint64_t)p->image_tokens, a),
             p->settings.max_batch_tokens);
+    if (!p->text_only && p->video_pixels > 0) {
+        char d[32];
+        put(&b, "largest video: %s pixels over its frames = %s tokens (", grouped((uint64_t)p->video_pixels, c),
+            grouped((uint64_t)p->video_tokens, a));
+        if (p->video_pixels < p->settings.max_video_pixels)
+            put(&b, "--max-video-pixels %s lowered to leave %s tokens of the context",
+                grouped((uint64_t)p->settings.max_video_pixels, d), grouped(IRIS_PLAN_VIDEO_ROOM_TOKENS, c));
+        else
+            put(&b, "--max-video-pixels");
+        put(&b, "); each frame pair within the largest image; larger videos are resized down\n");
+    }
     if (p->image_tokens > p->context)
         put(&b, "note: the largest image (%lld tokens) is longer than the context; lower --max-image-pixels\n",
             (long long)p->image_tokens);
@@ -287,6 +298,9 @@ char *iris_plan_json(const iris_plan *p) {
     json_object_set_new(o, "kv_block_bytes", json_integer((json_int_t)p->kv_block_bytes));
     json_object_set_new(o, "kv_blocks", json_integer(p->kv_blocks));
     json_object_set_new(o, "image_tokens", json_integer(p->image_tokens));
+    json_object_set_new(o, "max_video_pixels", json_integer(p->settings.max_video_pixels));
+    json_object_set_new(o, "video_pixels", json_integer(p->video_pixels));
+    json_object_set_new(o, "video_tokens", json_integer(p->video_tokens));
     json_object_set_new(o, "text_only", json_boolean(p->text_only));
     json_object_set_new(o, "vision_weight_bytes", json_integer((json_int_t)p->vision_weight_bytes));
     json_object_set_new(o, "image_patches", json_integer(p->image_patches));

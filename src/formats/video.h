@@ -48,6 +48,10 @@
 #define IRIS_VIDEO_MAX_FRAME_PIXELS_DEFAULT (4096LL * 2304)
 #define IRIS_VIDEO_MAX_TOTAL_FRAMES_DEFAULT 1000000LL
 
+/* The sampling defaults in one line, for --help (ask, caption, run, serve). */
+#define IRIS_VIDEO_HELP_LINE                                                                        \
+    "Video: 2 frames a second (4 to 768), each at most 786,432 pixels (Qwen's reference per-frame cap)."
+
 typedef struct iris_video_opts {
     double fps;                       /* frames sampled a second: 2 */
     int min_frames, max_frames;       /* 4, 768 */
