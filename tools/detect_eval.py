@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """detect_eval.py: `iris detect` on held-out demo scenes, scored against the generator's geometry.
 
-For each held-out scene (seed 10,000,000 + i, as tools/demo_data.py's evaluation), each group of
+For each evaluation scene (seed EVAL_FIRST + i of tools/demo_seeds.py: outside every training
+range), each group of
 identical objects (shape, colour) is asked for with `iris detect IMAGE "COLOUR SHAPE"` (the CLI's
 grounding prompt, Qwen's cookbook form); the boxes printed (pixels of the scene) are matched one to
 one, greedily by IoU, with the objects' true boxes: the tight box of each shape's own outline
@@ -25,8 +26,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_data as dd  # noqa: E402
+import demo_seeds  # noqa: E402
 
-HELD_OUT = 10_000_000
+HELD_OUT = demo_seeds.EVAL_FIRST
 
 
 def true_box(o, w, h):
