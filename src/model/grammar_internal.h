@@ -59,6 +59,10 @@ void gseq_ref(gseq *q, int rule);
 void gseq_lit(iris_grammar *g, gseq *q, const char *s, size_t n);
 int gb_alt(iris_grammar *g, int rule, gseq *q);  /* adds q (then empties it); -1 on failure */
 
+/* Memo rows a matcher keeps between masks (past them its memo is dropped and its stacks
+ * rebuilt); tests lower it to 0 to run that reset after every mask. */
+void gm_keep_rows(iris_grammar_matcher *m, int rows);
+
 /* A `pattern` (grammar_regex.c says which regex subset) as a rule writing the JSON string text
  * (without the quotes) of the strings it matches; any_text is the rule of any string text, put
  * on an unanchored side.  -1 with a message in msg when refused or past the grammar's limit. */
