@@ -175,7 +175,7 @@ struct iris_grammar_matcher {
     uint32_t cur_stamp;
     int32_t *ht;              /* node id + 1, 0 empty; linear probing */
     uint32_t ht_mask;
-    int ht_grown;             /* the table was rehashed during a mask walk */
+    int ht_grown;             /* the table was rehashed since the last rollback */
     int32_t *cur;             /* the current stack set, sorted */
     int n_cur, cap_cur;
     int32_t *buf;             /* the memo's sets [0, buf_base), then scratch */
@@ -501,7 +501,6 @@ static int cmp_i32(const void *a, const void *b) {
 /* Rebuild the arena with only the current set's stacks: each stack's elements are read out
  * (top first), then interned again from the bottom.  Ids change, so the mask cache goes. */
 static int compact(iris_grammar_matcher *m) {
-
     size_t total = 0;
     for (int i = 0; i < m->n_cur; i++)
         for (int32_t s = m->cur[i]; s > 0; s = m->nodes[s].parent) total++;
