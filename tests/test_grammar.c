@@ -8,7 +8,7 @@
 #include <pcre2.h>
 #include <stdlib.h>
 
-#include "model/grammar.h"
+#include "model/grammar_internal.h"
 #include "test.h"
 
 /* The tiny fixture's vocabulary (byte matching needs any one), loaded once. */
@@ -316,6 +316,48 @@ IRIS_TEST(grammar_mask_qwen) {
     }
     free(mask);
     iris_grammar_matcher_free(m);
+    iris_grammar_free(g);
+    qwen_close(&q);
+}
+
+/* The matcher keeps its memo and stacks across masks until a budget drops them and rebuilds
+ * the current stacks (ids change, the mask cache goes).  With no budget (a reset after every
+ * mask) and with the default one, along an enum and a bounded string, masks match the bytes
+ * token by token, states met again included. */
+IRIS_TEST(grammar_mask_reset_qwen) {
+    qwen q;
+    int rc = qwen_open(&q);
+    if (rc == -1) IRIS_TEST_SKIP("no qwen3 tokenizer asset (IRIS_ASSETS)");
+    REQUIRE(rc == 0);
+    static const char *syl[] = {"ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po"};
+    size_t cap = 64 * 1024, n = 0;
+    char *schema = malloc(cap);
+    n += (size_t)snprintf(schema + n, cap - n, "{\"type\":\"object\",\"properties\":{\"w\":{\"enum\":[");
+    for (int i = 0; i < 600; i++)
+        n += (size_t)snprintf(schema + n, cap - n, "%s\"%s%s%s %d\"", i ? "," : "", syl[i % 10], syl[i / 10 % 10],
+                              syl[i / 100], i);
+    snprintf(schema + n, cap - n, "]},\"s\":{\"type\":\"string\",\"maxLength\":5}},\"required\":[\"w\",\"s\"],"
+                                  "\"additionalProperties\":false}");
+    iris_grammar *g = NULL;
+    iris_grammar_matcher *m = NULL;
+    iris_err err = {0};
+    REQUIRE(!iris_grammar_from_schema(schema, &g, &err));
+    uint32_t *mask = malloc(151936 / 8);
+    const char *steps[] = {"{\"w\":\"", "", "ka", "lo", "ka 1", "0\",\"s\":\"ab", "", "c"};
+    for (int keep = 0; keep < 2; keep++) {
+        REQUIRE(!iris_grammar_matcher_init(&m, g, q.v, &err));
+        if (!keep) gm_keep_rows(m, 0);
+        for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+            CHECKF(!iris_grammar_matcher_accept_bytes(m, steps[i], strlen(steps[i]), &err), "keep %d step %zu: %s",
+                   keep, i, err.msg);
+            int n_allowed = 0;
+            CHECKF(mask_vs_bytes(m, &q, mask, &n_allowed) == 0, "keep %d step %zu", keep, i);
+            CHECKF(n_allowed > 0, "keep %d step %zu: nothing allowed", keep, i);
+        }
+        iris_grammar_matcher_free(m);
+    }
+    free(mask);
+    free(schema);
     iris_grammar_free(g);
     qwen_close(&q);
 }

@@ -1,5 +1,5 @@
-/* grammar.c: the grammar builder, the vocabulary trie and the matcher (grammar.h says what
- * each is; grammar_schema.c writes grammars from JSON Schemas).
+/* grammar.c: the grammar builder and the matcher (grammar.h says what each is;
+ * grammar_schema.c writes grammars from JSON Schemas, grammar_vocab.c builds the trie).
  *
  * The matcher's state is a set of parse stacks.  A stack is a persistent list of element
  * positions (the top is the next byte set to match, below it where to return when that
@@ -15,11 +15,15 @@
  * character boundary, a subtree whose every token continues with string text (UTF-8 without
  * quotes, backslashes or control bytes) of at most k code points is allowed whole, without
  * being walked, when the set surely accepts any such text of k code points (every character
- * leads to one same set, and so on k deep: what a string's stacks do).  Bytes that the same
+ * leads to one same set, and so on k deep: what a string's stacks do).  When instead the set
+ * accepts any text of up to d < k code points and none longer (the last d characters under a
+ * maxLength), the subtree's tokens of at most d code points are allowed from the vocabulary's
+ * per-node list of them sorted by code points, again without a walk.  Bytes that the same
  * stacks' tops allow lead to the same set, so one step fills its byte class of the memo.
- * Nodes the walk creates are rolled back after it (linear-probing inserts undone in reverse
- * order), so the arena grows only with accepted bytes.  The last few masks are cached by their
- * stack set.
+ * The sets, the memo and the stacks they made are kept across masks (the next step's states
+ * were mostly met by the last walk), until they pass a budget: then they are dropped and the
+ * arena is rebuilt with the current stacks alone (ids change, the mask cache goes), which also
+ * bounds the arena over a long output.  The last few masks are cached by their stack set.
  *
  * Invariants: every stack in a set has a GE_CHARS element on top or is node 0; sets carry no
  * duplicates.  A set past MAX_SET stacks or an arena past MAX_STACK_NODES is IRIS_ELIMIT (a
@@ -126,131 +130,6 @@ void iris_grammar_free(iris_grammar *g) {
 
 int iris_grammar_n_rules(const iris_grammar *g) { return g->n_rules; }
 
-/* ---- vocabulary trie -------------------------------------------------------------------- */
-
-/* Nodes in preorder: a node's subtree is nodes (self, end); its first child is self + 1 and
- * each child's sibling starts where the child's subtree ends, so a walk reads memory in order. */
-typedef struct vnode {
-    int32_t end;              /* one past the last node of the subtree */
-    int32_t tok0;             /* tokens ending here: ids[tok0 .. tok0+n_tok) */
-    uint16_t n_tok;
-    uint8_t byte;
-    int8_t text_cp;           /* at a character boundary, every token below continues with string text
-                               * (text_step): its most code points; else -1 */
-} vnode;
-
-/* Bytes that stand for themselves inside a JSON string. */
-#define PLAIN_BYTE(b) ((b) >= 0x20 && (b) < 0x7F && (b) != '"' && (b) != '\\')
-
-struct iris_vocab {
-    int n_vocab;
-    vnode *nodes;
-    int n_nodes, cap_nodes;
-    int32_t *ids;             /* token ids sorted by their bytes; a subtree's tokens are contiguous */
-    int n_ids;
-    const char **str;         /* [n_vocab] bytes of each token (the tokenizer's), NULL if none */
-    size_t *len;
-};
-
-static int cmp_tok(const void *a, const void *b, void *arg) {
-    const iris_vocab *v = arg;
-    int x = *(const int32_t *)a, y = *(const int32_t *)b;
-    size_t n = v->len[x] < v->len[y] ? v->len[x] : v->len[y];
-    int c = memcmp(v->str[x], v->str[y], n);
-    if (c) return c;
-    return v->len[x] < v->len[y] ? -1 : v->len[x] > v->len[y];
-}
-
-/* UTF-8 inside a JSON string: the state after byte b in state st, or -1 when b cannot stand for
- * itself there (a quote, a backslash, a control byte, invalid UTF-8).  st 0 is a character
- * boundary, else (bytes still to come) << 16 | the next byte's range lo << 8 | hi.  *cp: 1 when b
- * starts a character. */
-static int text_step(int st, int b, int *cp) {
-    *cp = st == 0;
-    if (st > 0) {
-        if (b < ((st >> 8) & 0xFF) || b > (st & 0xFF)) return -1;
-        return (st >> 16) == 1 ? 0 : ((st >> 16) - 1) << 16 | 0x80BF;
-    }
-    if (b < 0x80) return PLAIN_BYTE(b) ? 0 : -1;
-    if (b >= 0xC2 && b <= 0xDF) return 1 << 16 | 0x80BF;
-    if (b == 0xE0) return 2 << 16 | 0xA0BF;
-    if (b == 0xED) return 2 << 16 | 0x809F;
-    if (b >= 0xE1 && b <= 0xEF) return 2 << 16 | 0x80BF;
-    if (b == 0xF0) return 3 << 16 | 0x90BF;
-    if (b >= 0xF1 && b <= 0xF3) return 3 << 16 | 0x80BF;
-    if (b == 0xF4) return 3 << 16 | 0x808F;
-    return -1;
-}
-
-/* Append the node reached by `byte` covering ids[lo..hi) (all sharing their first d bytes)
- * and its subtree, in preorder; st is the UTF-8 state after the node's path (-1: not text).
- * Returns the most code points of string text below it, -1 when some token below is not
- * text, -2 when out of memory. */
-static int trie_fill(iris_vocab *v, int byte, int lo, int hi, size_t d, int st) {
-    if (grow((void **)&v->nodes, &v->cap_nodes, v->n_nodes + 1, sizeof *v->nodes)) return -2;
-    int at = v->n_nodes++;
-    int i = lo;
-    while (i < hi && v->len[v->ids[i]] == d) i++;
-    v->nodes[at] = (vnode){.tok0 = lo, .n_tok = (uint16_t)(i - lo), .byte = (uint8_t)byte};
-    int below = st < 0 ? -1 : 0;
-    for (int j = i; j < hi;) {
-        unsigned char b = (unsigned char)v->str[v->ids[j]][d];
-        int j0 = j, cp = 0;
-        while (j < hi && (unsigned char)v->str[v->ids[j]][d] == b) j++;
-        int st2 = st < 0 ? -1 : text_step(st, b, &cp);
-        int k = trie_fill(v, b, j0, j, d + 1, st2);
-        if (k == -2) return -2;
-        if (k < 0 || st2 < 0) below = -1;
-        else if (below >= 0 && k + cp > below) below = k + cp;
-    }
-    v->nodes[at].end = v->n_nodes;
-    if (below > 126) below = -1;
-    v->nodes[at].text_cp = (int8_t)(st == 0 ? below : -1);
-    return below;
-}
-
-int iris_vocab_build(const iris_tok *tok, int n_vocab, iris_vocab **out, iris_err *err) {
-    *out = NULL;
-    iris_vocab *v = calloc(1, sizeof *v);
-    if (!v) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    v->n_vocab = n_vocab;
-    v->str = calloc((size_t)n_vocab, sizeof *v->str);
-    v->len = calloc((size_t)n_vocab, sizeof *v->len);
-    v->ids = malloc((size_t)n_vocab * sizeof *v->ids);
-    int n = 0, rc = (!v->str || !v->len || !v->ids);
-    for (int t = 0; !rc && t < n_vocab; t++) {
-        size_t len = 0;
-        const char *s = iris_tok_token(tok, t, &len);
-        if (!s || !len || iris_tok_is_special(tok, t)) continue;
-        v->str[t] = s;
-        v->len[t] = len;
-        v->ids[n++] = t;
-    }
-    if (!rc) {
-        qsort_r(v->ids, (size_t)n, sizeof *v->ids, cmp_tok, v);
-        v->n_ids = n;
-        rc = trie_fill(v, 0, 0, n, 0, 0) == -2;  /* the root (its byte unused) */
-    }
-    if (rc) {
-        iris_vocab_free(v);
-        return iris_err_set(err, IRIS_ENOMEM, "out of memory building the vocabulary trie");
-    }
-    *out = v;
-    return IRIS_OK;
-}
-
-void iris_vocab_free(iris_vocab *v) {
-    if (!v) return;
-    free(v->nodes);
-    free(v->ids);
-    free(v->str);
-    free(v->len);
-    free(v);
-}
-
-int iris_vocab_n(const iris_vocab *v) { return v->n_vocab; }
-int iris_vocab_n_nodes(const iris_vocab *v) { return v->n_nodes; }
-
 /* ---- matcher ---------------------------------------------------------------------------- */
 
 #define N_CACHE 8
@@ -270,11 +149,14 @@ typedef struct mask_entry {
 
 #define MAX_MEMO_ROWS 4096  /* 256 ints each: 4 MiB at most during a walk */
 #define KEEP_MEMO_ROWS 1024 /* kept between masks: 1.25 MiB with their classes */
+#define KEEP_SET_INTS (1 << 18)  /* the kept sets' stacks, at most (1 MiB) */
+#define KEEP_NODES (1 << 18)     /* stacks made since the last reset, at most (3 MiB) */
 
 typedef struct wset {
     int32_t off, n, row;
     int32_t text_lo, text_fail; /* every string text of text_lo code points is accepted; not of text_fail */
     int32_t text_next;        /* the one set every text character leads to (-1 none, -3 unknown) */
+    int32_t text_max;         /* text_exact's answer (-3 unknown) */
     uint32_t hash;
     uint32_t allow[8];        /* bytes some top allows */
 } wset;
@@ -293,18 +175,21 @@ struct iris_grammar_matcher {
     uint32_t cur_stamp;
     int32_t *ht;              /* node id + 1, 0 empty; linear probing */
     uint32_t ht_mask;
-    int ht_grown;             /* the table was rehashed during a mask walk */
+    int ht_grown;             /* the table was rehashed since the last rollback */
     int32_t *cur;             /* the current stack set, sorted */
     int n_cur, cap_cur;
-    int32_t *buf;             /* sets of the walk, stacked */
-    int n_buf, cap_buf;
+    int32_t *buf;             /* the memo's sets [0, buf_base), then scratch */
+    int n_buf, cap_buf, buf_base;
+    int arena_base;           /* nodes in the arena after the last memo_reset */
+    int keep_rows;            /* memo rows kept between masks (KEEP_MEMO_ROWS; tests lower it) */
     int oom;
     uint32_t *mask;           /* the walk's output */
     mask_entry cache[N_CACHE];
     int cache_next;
     uint64_t cache_hits;
-    /* The walk's sets, interned for one mask: set i is buf[ws[i].off ..+ ws[i].n); memo rows map
-     * a set and a byte to the next set (-2 unknown, -1 empty). */
+    /* The walks' sets, interned and kept across masks until memo_reset: set i is
+     * buf[ws[i].off ..+ ws[i].n); memo rows map a set and a byte to the next set (-2 unknown,
+     * -1 empty). */
     wset *ws;
     int n_ws, cap_ws;
     wslot *wht;               /* set hash table; entries of other walks are stale by gen */
@@ -456,7 +341,7 @@ static int intern_set(iris_grammar_matcher *m, int off, int n) {
     if (grow((void **)&m->ws, &m->cap_ws, m->n_ws + 1, sizeof *m->ws)) return m->oom = 1, -1;
     int id = m->n_ws++;
     wset *w = &m->ws[id];
-    *w = (wset){.off = off, .n = n, .row = -1, .text_lo = 0, .text_fail = 128, .text_next = -3, .hash = h};
+    *w = (wset){.off = off, .n = n, .row = -1, .text_lo = 0, .text_fail = 128, .text_next = -3, .text_max = -3, .hash = h};
     allowed_bytes(m, off, n, w->allow);
     m->wht[s] = (wslot){m->gen, id};
     if ((uint32_t)m->n_ws * 2 > m->wht_mask) {  /* grow: re-insert this walk's sets */
@@ -566,6 +451,23 @@ static int text_ok(iris_grammar_matcher *m, int sid, int k) {
     return ok;
 }
 
+/* d when set sid accepts every string text of up to d code points (d <= lim) and no text of
+ * d + 1: a chain of d text_next sets ending in one whose tops allow no byte that starts text
+ * (a string's last characters under maxLength); else -1. */
+static int text_exact(iris_grammar_matcher *m, int sid, int lim) {
+    if (m->ws[sid].text_max != -3) return m->ws[sid].text_max <= lim ? m->ws[sid].text_max : -1;
+    static const uint32_t lead[8] = {0, 0xFFFFFFFBu, 0xEFFFFFFFu, 0x7FFFFFFFu, 0, 0, 0xFFFFFFFCu, 0x001FFFFFu};
+    int d = 0;
+    for (int k = 0; k < 8 && !d; k++) d = (m->ws[sid].allow[k] & lead[k]) != 0;
+    if (d) {
+        int t = lim > 0 ? text_next(m, sid) : -1;
+        d = t < 0 || t == sid ? -1 : text_exact(m, t, lim - 1);
+        if (d >= 0) d++;
+    }
+    if (d >= 0 || lim >= 127) m->ws[sid].text_max = d;  /* a -1 under a smaller lim may be a cut */
+    return d;
+}
+
 static void walk(iris_grammar_matcher *m, int t, int sid) {
     const iris_vocab *v = m->v;
     for (int ci = t + 1, end = v->nodes[t].end; ci < end && !m->oom; ci = v->nodes[ci].end) {
@@ -574,19 +476,76 @@ static void walk(iris_grammar_matcher *m, int t, int sid) {
         int nid = step_set(m, sid, c->byte);
         if (nid < 0) continue;
         int last = c->tok0 + c->n_tok;
-        int whole = c->end > ci + 1 && c->text_cp >= 0 && text_ok(m, nid, c->text_cp);
-        if (whole) last = c->end < v->n_nodes ? v->nodes[c->end].tok0 : v->n_ids;  /* the subtree's tokens */
+        int text = c->end > ci + 1 && c->text_cp >= 0;
+        int whole = text && text_ok(m, nid, c->text_cp);
+        if (whole) last = sub_end(v, ci);
         for (int i = c->tok0; i < last; i++) {
             int id = v->ids[i];
             m->mask[id >> 5] |= 1u << (id & 31);
         }
-        if (c->end > ci + 1 && !whole) walk(m, ci, nid);
+        int d = text && !whole ? text_exact(m, nid, c->text_cp) : -1;
+        if (d >= 0) {  /* the subtree's tokens of at most d code points, by the node's list */
+            const int32_t *ids = v->by_cp + v->cp_off[ci];
+            const uint8_t *cps = v->cp_in + v->cp_off[ci];
+            for (int i = 0, n = sub_end(v, ci) - c->tok0; i < n && cps[i] <= d; i++)
+                m->mask[ids[i] >> 5] |= 1u << (ids[i] & 31);
+        } else if (c->end > ci + 1 && !whole) walk(m, ci, nid);
     }
 }
 
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
+}
+
+/* Rebuild the arena with only the current set's stacks: each stack's elements are read out
+ * (top first), then interned again from the bottom.  Ids change, so the mask cache goes. */
+static int compact(iris_grammar_matcher *m) {
+    size_t total = 0;
+    for (int i = 0; i < m->n_cur; i++)
+        for (int32_t s = m->cur[i]; s > 0; s = m->nodes[s].parent) total++;
+    int32_t *els = malloc((total + 1) * sizeof *els), *len = malloc(((size_t)m->n_cur + 1) * sizeof *len);
+    if (!els || !len) {
+        free(els);
+        free(len);
+        return -1;
+    }
+    size_t k = 0;
+    for (int i = 0; i < m->n_cur; i++) {
+        len[i] = 0;
+        for (int32_t s = m->cur[i]; s > 0; s = m->nodes[s].parent) els[k++] = m->nodes[s].el, len[i]++;
+    }
+    m->n_nodes = 1;
+    memset(m->ht, 0, ((size_t)m->ht_mask + 1) * sizeof *m->ht);
+    m->ht_grown = 0;
+    k = 0;
+    for (int i = 0; i < m->n_cur; i++) {
+        int32_t p = 0;
+        for (int d = len[i] - 1; d >= 0 && p >= 0; d--) p = intern(m, els[k + (size_t)d], p);
+        k += (size_t)len[i];
+        m->cur[i] = p;
+    }
+    free(els);
+    free(len);
+    qsort(m->cur, (size_t)m->n_cur, sizeof *m->cur, cmp_i32);
+    for (int i = 0; i < N_CACHE; i++) m->cache[i].valid = 0;
+    return m->oom ? -1 : 0;
+}
+
+/* Forget the walks' sets and memo (and, with `arena`, every stack but the current ones). */
+static void memo_reset(iris_grammar_matcher *m, int arena) {
+    m->gen++;
+    m->n_ws = m->n_rows = 0;
+    m->n_buf = m->buf_base = 0;
+    if (m->cap_rows > KEEP_MEMO_ROWS * 256) {  /* a rare wide walk (a long enum) gives it back */
+        free(m->memo);
+        free(m->cls);
+        m->memo = NULL;
+        m->cls = NULL;
+        m->cap_rows = m->cap_cls = 0;
+    }
+    if (arena && compact(m)) m->oom = 1;
+    m->arena_base = m->n_nodes;
 }
 
 /* Replace the current set by buf[off .. off+n), sorted. */
@@ -619,6 +578,8 @@ int iris_grammar_matcher_init(iris_grammar_matcher **out, const iris_grammar *g,
     if (!rc) {
         m->wht = calloc(1024, sizeof *m->wht);
         m->wht_mask = 1023;
+        m->gen = 1;  /* slots of gen 0 are empty */
+        m->keep_rows = KEEP_MEMO_ROWS;
         rc = !m->wht;
     }
     /* The start: the root rule as if referenced from an alternative of its own. */
@@ -631,6 +592,7 @@ int iris_grammar_matcher_init(iris_grammar_matcher **out, const iris_grammar *g,
         root = m->n_buf;
         rc = m->oom || set_cur(m, 0, root);
         m->n_buf = 0;
+        m->arena_base = m->n_nodes;
     }
     if (rc) {
         iris_grammar_matcher_free(m);
@@ -658,6 +620,8 @@ void iris_grammar_matcher_free(iris_grammar_matcher *m) {
     free(m->cls);
     free(m);
 }
+
+void gm_keep_rows(iris_grammar_matcher *m, int rows) { m->keep_rows = rows; }
 
 uint64_t iris_grammar_matcher_cache_hits(const iris_grammar_matcher *m) { return m->cache_hits; }
 
@@ -694,22 +658,17 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
         return IRIS_OK;
     }
     memset(m->mask, 0, words * sizeof *m->mask);
-    int mark = m->n_nodes;
-    m->n_buf = 0;
+    m->n_buf = m->buf_base;
     for (int i = 0; i < m->n_cur; i++) push_buf(m, m->cur[i]);
-    m->gen++;
-    m->n_ws = m->n_rows = 0;
-    int root = m->oom ? -1 : intern_set(m, 0, m->n_cur);
+    int root = m->oom ? -1 : intern_set(m, m->buf_base, m->n_cur);
     if (root >= 0) walk(m, 0, root);
-    rollback(m, mark);
-    m->n_buf = 0;
-    if (m->cap_rows > KEEP_MEMO_ROWS * 256) {  /* a rare wide walk (a long enum) gives it back */
-        free(m->memo);
-        free(m->cls);
-        m->memo = NULL;
-        m->cls = NULL;
-        m->cap_rows = m->cap_cls = 0;
+    m->buf_base = m->n_buf;
+    if (m->oom) {
+        memo_reset(m, 0);
+        return limit_err(m, err, "computing a grammar mask");
     }
+    if (m->n_rows > m->keep_rows || m->n_buf > KEEP_SET_INTS || m->n_nodes - m->arena_base > KEEP_NODES)
+        memo_reset(m, 1);
     if (m->oom) return limit_err(m, err, "computing a grammar mask");
     memcpy(mask, m->mask, words * sizeof *mask);
     c = &m->cache[m->cache_next];
@@ -725,21 +684,23 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
 }
 
 int iris_grammar_matcher_accept_bytes(iris_grammar_matcher *m, const char *s, size_t n, iris_err *err) {
-    m->n_buf = 0;
+    int base = m->buf_base;
+    m->n_buf = base;
     for (int i = 0; i < m->n_cur; i++) push_buf(m, m->cur[i]);
-    int off = 0, cnt = m->n_cur;
+    int cnt = m->n_cur;
     for (size_t i = 0; i < n && cnt && !m->oom; i++) {
         int off2 = m->n_buf;
-        cnt = advance(m, off, cnt, (unsigned char)s[i]);
-        memmove(m->buf, m->buf + off2, (size_t)cnt * sizeof *m->buf);  /* keep buf small */
-        m->n_buf = cnt;
-        off = 0;
+        cnt = advance(m, base, cnt, (unsigned char)s[i]);
+        memmove(m->buf + base, m->buf + off2, (size_t)cnt * sizeof *m->buf);  /* keep buf small */
+        m->n_buf = base + cnt;
     }
     int rc = IRIS_OK;
-    if (m->oom) rc = limit_err(m, err, "advancing the grammar");
-    else if (!cnt) rc = iris_err_set(err, IRIS_EINVAL, "the output does not follow the grammar here");
-    else if (set_cur(m, 0, cnt)) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    m->n_buf = 0;
+    if (m->oom) {
+        memo_reset(m, 0);
+        rc = limit_err(m, err, "advancing the grammar");
+    } else if (!cnt) rc = iris_err_set(err, IRIS_EINVAL, "the output does not follow the grammar here");
+    else if (set_cur(m, base, cnt)) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    m->n_buf = m->buf_base;
     return rc;
 }
 
@@ -751,16 +712,16 @@ int iris_grammar_matcher_accept_token(iris_grammar_matcher *m, int token, iris_e
 
 int iris_grammar_matcher_allows(iris_grammar_matcher *m, const char *s, size_t n) {
     int mark = m->n_nodes;
-    m->n_buf = 0;
+    m->n_buf = m->buf_base;
     for (int i = 0; i < m->n_cur; i++) push_buf(m, m->cur[i]);
-    int off = 0, cnt = m->n_cur;
+    int off = m->buf_base, cnt = m->n_cur;
     for (size_t i = 0; i < n && cnt && !m->oom; i++) {
         int off2 = m->n_buf;
         cnt = advance(m, off, cnt, (unsigned char)s[i]);
         off = off2;
     }
     rollback(m, mark);
-    m->n_buf = 0;
+    m->n_buf = m->buf_base;
     int ok = cnt > 0 && !m->oom;
     m->oom = 0;
     return ok;

@@ -1,4 +1,5 @@
-/* grammar_internal.h: the compiled grammar's layout and the builder grammar_schema.c uses.
+/* grammar_internal.h: the compiled grammar's layout and the builder grammar_schema.c uses;
+ * the vocabulary trie's layout (grammar_vocab.c builds it, grammar.c's matcher walks it).
  *
  * A grammar is rules; a rule is alternatives; an alternative is a run of elements in `el`
  * ending with a GE_END element.  An element is a byte set (GE_CHARS, index into `sets`) or a
@@ -59,11 +60,73 @@ void gseq_ref(gseq *q, int rule);
 void gseq_lit(iris_grammar *g, gseq *q, const char *s, size_t n);
 int gb_alt(iris_grammar *g, int rule, gseq *q);  /* adds q (then empties it); -1 on failure */
 
+/* Memo rows a matcher keeps between masks (past them its memo is dropped and its stacks
+ * rebuilt); tests lower it to 0 to run that reset after every mask. */
+void gm_keep_rows(iris_grammar_matcher *m, int rows);
+
 /* A `pattern` (grammar_regex.c says which regex subset) as a rule writing the JSON string text
  * (without the quotes) of the strings it matches; any_text is the rule of any string text, put
  * on an unanchored side.  -1 with a message in msg when refused or past the grammar's limit. */
 int gb_regex(iris_grammar *g, const char *pattern, int any_text, char *msg, size_t cap);
 /* The pattern iris writes for a `format` (date, time, date-time, uuid, email), or NULL. */
 const char *gb_format_pattern(const char *format);
+
+/* ---- the vocabulary trie (grammar_vocab.c builds it; the matcher walks it) ---- */
+
+/* Nodes in preorder: a node's subtree is nodes (self, end); its first child is self + 1 and
+ * each child's sibling starts where the child's subtree ends, so a walk reads memory in order. */
+typedef struct vnode {
+    int32_t end;              /* one past the last node of the subtree */
+    int32_t tok0;             /* tokens ending here: ids[tok0 .. tok0+n_tok) */
+    uint16_t n_tok;
+    uint8_t byte;
+    int8_t text_cp;           /* at a character boundary, every token below continues with string text
+                               * (text_step): its most code points; else -1 */
+} vnode;
+
+/* Bytes that stand for themselves inside a JSON string. */
+#define PLAIN_BYTE(b) ((b) >= 0x20 && (b) < 0x7F && (b) != '"' && (b) != '\\')
+
+struct iris_vocab {
+    int n_vocab;
+    vnode *nodes;
+    int n_nodes, cap_nodes;
+    int32_t *ids;             /* token ids sorted by their bytes; a subtree's tokens are contiguous */
+    int n_ids;
+    const char **str;         /* [n_vocab] bytes of each token (the tokenizer's), NULL if none */
+    size_t *len;
+    /* At each node whose subtree is string text (text_cp >= 0, with children): the subtree's
+     * tokens by code points below the node, by_cp[cp_off[node] ..+ subtree size), their counts
+     * in cp_in (cp_off -1 elsewhere).  cp_of: code points of ids[k], during the build. */
+    int32_t *cp_off, *by_cp;
+    uint8_t *cp_in, *cp_of;
+};
+
+/* UTF-8 inside a JSON string: the state after byte b in state st, or -1 when b cannot stand for
+ * itself there (a quote, a backslash, a control byte, invalid UTF-8).  st 0 is a character
+ * boundary, else (bytes still to come) << 16 | the next byte's range lo << 8 | hi.  *cp: 1 when b
+ * starts a character. */
+static inline int text_step(int st, int b, int *cp) {
+    *cp = st == 0;
+    if (st > 0) {
+        if (b < ((st >> 8) & 0xFF) || b > (st & 0xFF)) return -1;
+        return (st >> 16) == 1 ? 0 : ((st >> 16) - 1) << 16 | 0x80BF;
+    }
+    if (b < 0x80) return PLAIN_BYTE(b) ? 0 : -1;
+    if (b >= 0xC2 && b <= 0xDF) return 1 << 16 | 0x80BF;
+    if (b == 0xE0) return 2 << 16 | 0xA0BF;
+    if (b == 0xED) return 2 << 16 | 0x809F;
+    if (b >= 0xE1 && b <= 0xEF) return 2 << 16 | 0x80BF;
+    if (b == 0xF0) return 3 << 16 | 0x90BF;
+    if (b >= 0xF1 && b <= 0xF3) return 3 << 16 | 0x80BF;
+    if (b == 0xF4) return 3 << 16 | 0x808F;
+    return -1;
+}
+
+/* The tokens of node i's subtree: ids[tok0 .. sub_end). */
+static inline int sub_end(const iris_vocab *v, int i) {
+    int e = v->nodes[i].end;
+    return e < v->n_nodes ? v->nodes[e].tok0 : v->n_ids;
+}
 
 #endif
