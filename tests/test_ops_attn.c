@@ -429,13 +429,17 @@ IRIS_TEST(gpu_ops_attn_segments) {
         check_segments(c, 2, 16, 64);
         check_segments(d, 2, 4, 32);
         check_segments(d, 2, 2, 16);
+        check_segments(a, 3, 3, 72); /* Qwen3-VL-8B's vision heads (1152 / 16): the mma kernel for either impl */
+        check_segments(b, 1, 2, 72);
+        check_segments(c, 2, 16, 72);
     }
     g_impl = 0;
     iris_cuda_set_attn_impl(ops_cuda, 0);
 }
 
 /* Several images of different sizes in one launch (the vision encoder's step of many requests):
- * segments of patch counts as images give them (1,024, 576 and 256 rows, 16 heads of 64), one of a
+ * segments of patch counts as images give them (1,024, 576 and 256 rows, 16 heads of 64 and of 72,
+ * the 8B's vision heads; for 72 also a 1024 x 1024 image's 4,096 rows beside 256), one of a
  * single row, empty ones, and more segments than one launch takes (IRIS_FLASH_MAX_SEGS: several
  * launches), each row's attention within its own segment as the CPU computes it. */
 IRIS_TEST(gpu_ops_attn_segments_many) {
@@ -452,9 +456,14 @@ IRIS_TEST(gpu_ops_attn_segments_many) {
         check_segments(many, 40, 2, 64);
         check_segments(many, 40, 2, 128);
         check_segments(many, 40, 4, 32);
+        check_segments(img, 3, 16, 72);
+        check_segments(odd, 7, 4, 72);
+        check_segments(many, 40, 2, 72);
     }
     g_impl = 0;
     iris_cuda_set_attn_impl(ops_cuda, 0);
+    int big[] = {0, 4096, 4352}; /* a 1024 x 1024 image (64 x 64 patches) and a 256 x 256 one in one launch */
+    check_segments(big, 2, 16, 72);
 }
 
 #endif

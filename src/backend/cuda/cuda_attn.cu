@@ -499,8 +499,9 @@ int iris_cuda_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads
                             int n_seg, iris_tensor *o) {
     if (qkv->dtype != IRIS_DT_BF16 || o->dtype != IRIS_DT_BF16)
         return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_segments: qkv and o must be BF16");
-    if (!flash_head_dim_ok(head_dim))
-        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_segments: head_dim %d (16, 32, 64 or 128)", head_dim);
+    if (!flash_head_dim_ok(head_dim) && head_dim != 72)
+        return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attn_segments: head_dim %d (16, 32, 64, 72 or 128)",
+                              head_dim);
     int64_t w = (int64_t)n_heads * head_dim;
     if (qkv->cols < 3 * w || o->cols < w || o->rows != qkv->rows || tld(qkv) % 8 || !is_aligned16(qkv->data))
         return iris_cuda_fail(b, IRIS_EINVAL, "cuda attn_segments: qkv [%lld,%lld], o [%lld,%lld] for %d heads of %d",

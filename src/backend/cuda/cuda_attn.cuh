@@ -50,7 +50,8 @@ static __device__ __forceinline__ int64_t flash_key_row(const iris_flash_args &a
     return (int64_t)a.block_tables[(int64_t)seq * a.max_blocks + j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
 }
 
-/* The register-resident kernel (cuda_attn_mma.cu); head_dim 16, 32, 64 or 128. */
+/* The register-resident kernel (cuda_attn_mma.cu); head_dim 16, 32, 64 or 128, and 72 for segments
+ * (paged 0). */
 int iris_cuda_flash_mma(iris_backend *b, const iris_flash_args *a, int head_dim, int n_heads, int paged);
 
 static inline int flash_head_dim_ok(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128; }

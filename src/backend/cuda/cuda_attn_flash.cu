@@ -229,7 +229,8 @@ static int segments_mma(iris_backend *b, const iris_tensor *qkv, int n_heads, in
 
 int iris_cuda_flash_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
                              int n_seg, iris_tensor *o) {
-    if (cuda_of(b)->attn_impl == 0) return segments_mma(b, qkv, n_heads, head_dim, cu_seqlens, n_seg, o);
+    /* head_dim 72 (Qwen3-VL-8B's vision) has only the mma kernel's instance */
+    if (cuda_of(b)->attn_impl == 0 || head_dim == 72) return segments_mma(b, qkv, n_heads, head_dim, cu_seqlens, n_seg, o);
     int64_t ld = tld(qkv), w = (int64_t)n_heads * head_dim;
     for (int s = 0; s < n_seg; s++) {
         int a0 = cu_seqlens[s], len = cu_seqlens[s + 1] - a0;

@@ -20,10 +20,17 @@
  * whole 128-row tiles; a CTA finds its segment among the tile starts), so
  * small images fill the GPU together rather than a launch each.
  * Row selection for the paged case is cuda_attn.cuh's flash_tile_ok.  An E4M3
- * cache (kv8) is widened to bf16 (exactly) as the tiles are staged. */
+ * cache (kv8) is widened to bf16 (exactly) as the tiles are staged.
+ * A head size that is not a multiple of 16 (72: Qwen3-VL-8B's vision heads;
+ * segments only) is computed at HP = HD rounded up to 16: the staged K and V
+ * columns [HD, HP) and Q's are zeros, so scores are exact, and the output's
+ * padded columns are not written; the scale stays 1/sqrt(HD). */
 #include "cuda_attn.cuh"
 
 #define MK 64
+
+/* The head size the mma tiles compute at: HD rounded up to 16 (HD itself for 16, 32, 64, 128). */
+static __host__ __device__ constexpr int flash_hp(int hd) { return (hd + 15) / 16 * 16; }
 
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -52,10 +59,10 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src, in
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-/* Shared memory of one CTA: two stages of K and V tiles, [MK][HD + 8] each (8 columns of padding
+/* Shared memory of one CTA: two stages of K and V tiles, [MK][HP + 8] each (8 columns of padding
  * put the 8 rows an ldmatrix reads in distinct banks). */
 template <int HD>
-static constexpr size_t flash_smem_bytes() { return (size_t)2 * 2 * MK * (HD + 8) * sizeof(bf16); }
+static constexpr size_t flash_smem_bytes() { return (size_t)2 * 2 * MK * (flash_hp(HD) + 8) * sizeof(bf16); }
 
 /* Keys [j0, j0 + MK) of the kv head into stage (ks, vs); rows past n_keys are zeros (their scores
  * are masked, and zero V rows keep 0 · V finite).  BF16: cp.async, completing in the background
@@ -63,7 +70,7 @@ static constexpr size_t flash_smem_bytes() { return (size_t)2 * 2 * MK * (HD + 8
 template <int HD, int PAGED, int NT, typename KT>
 static __device__ __forceinline__ void stage_tile(const iris_flash_args &a, int seq, int kvh, int j0, int n_keys,
                                                   int kbase, bf16 *ks, bf16 *vs) {
-    constexpr int LK = HD + 8;
+    constexpr int LK = flash_hp(HD) + 8;
     for (int i = threadIdx.x; i < MK * HD / 8; i += NT) {
         int j = i / (HD / 8), c = (i % (HD / 8)) * 8;
         bool in = j0 + j < n_keys;
@@ -88,7 +95,8 @@ static __device__ __forceinline__ void stage_tile(const iris_flash_args &a, int 
 template <int HD, int PAGED, typename KT, int MW, int SEGS>
 /* HD <= 64: at most 128 registers, so 16 warps fit an SM (131 would leave one 8-warp CTA per SM). */
 __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(iris_flash_args a) {
-    constexpr int LK = HD + 8, MQ = 16 * MW, NT = MW * 32;
+    constexpr int HP = flash_hp(HD), LK = HP + 8, MQ = 16 * MW, NT = MW * 32;
+    static_assert(HD % 8 == 0, "the head is staged in 16-byte pieces; HP - HD is 0 or 8");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sm = (bf16 *)smem_raw;
     __shared__ int kmax_s;
@@ -117,23 +125,26 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     if (threadIdx.x == 0) kmax_s = 0;
     __syncthreads();
     if (lane == 0) atomicMax(&kmax_s, warp_lim);
+    if (HP != HD) /* the padded columns of every stage's K and V (cp.async never writes them) */
+        for (int i = threadIdx.x; i < 4 * MK; i += NT) *(uint4 *)(sm + i * LK + HD) = make_uint4(0, 0, 0, 0);
 
-    /* Q as A fragments: qa[kc] covers columns [16 kc, 16 kc + 16). */
-    uint32_t qa[HD / 16][4];
+    /* Q as A fragments: qa[kc] covers columns [16 kc, 16 kc + 16); zeros past HD. */
+    uint32_t qa[HP / 16][4];
     {
         const bf16 *q0 = a.q + (int64_t)row0 * a.ldq + (int64_t)h * HD, *q1 = a.q + (int64_t)row1 * a.ldq + (int64_t)h * HD;
 #pragma unroll
-        for (int kc = 0; kc < HD / 16; kc++) {
+        for (int kc = 0; kc < HP / 16; kc++) {
             int c = kc * 16 + 2 * t;
+            bool hi = kc * 16 + 8 < HD; /* columns c + 8, c + 9 within the head (HP - HD is 0 or 8) */
             qa[kc][0] = row0 < rend ? *(const uint32_t *)(q0 + c) : 0;
             qa[kc][1] = row1 < rend ? *(const uint32_t *)(q1 + c) : 0;
-            qa[kc][2] = row0 < rend ? *(const uint32_t *)(q0 + c + 8) : 0;
-            qa[kc][3] = row1 < rend ? *(const uint32_t *)(q1 + c + 8) : 0;
+            qa[kc][2] = hi && row0 < rend ? *(const uint32_t *)(q0 + c + 8) : 0;
+            qa[kc][3] = hi && row1 < rend ? *(const uint32_t *)(q1 + c + 8) : 0;
         }
     }
-    float o[HD / 8][4];
+    float o[HP / 8][4];
 #pragma unroll
-    for (int nd = 0; nd < HD / 8; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0;
+    for (int nd = 0; nd < HP / 8; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
     __syncthreads();
     int n_keys = kmax_s;
@@ -155,7 +166,7 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
 #pragma unroll
             for (int nt = 0; nt < MK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
 #pragma unroll
-            for (int kc = 0; kc < HD / 16; kc++)
+            for (int kc = 0; kc < HP / 16; kc++)
 #pragma unroll
                 for (int nt = 0; nt < MK / 8; nt += 2) {
                     /* matrices: keys (nt | nt + 1) x dims (16 kc | 16 kc + 8) */
@@ -204,14 +215,14 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
             l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
             m0 = mn0, m1 = mn1;
 #pragma unroll
-            for (int nd = 0; nd < HD / 8; nd++) o[nd][0] *= c0, o[nd][1] *= c0, o[nd][2] *= c1, o[nd][3] *= c1;
+            for (int nd = 0; nd < HP / 8; nd++) o[nd][0] *= c0, o[nd][1] *= c0, o[nd][2] *= c1, o[nd][3] *= c1;
 #pragma unroll
             for (int kc = 0; kc < MK / 16; kc++) {
                 uint32_t pa[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
                                   pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
                                   pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
 #pragma unroll
-                for (int nd = 0; nd < HD / 8; nd += 2) {
+                for (int nd = 0; nd < HP / 8; nd += 2) {
                     /* matrices: keys (16 kc | 16 kc + 8) x dims (nd | nd + 1), transposed on the way */
                     uint32_t vb[4];
                     ldsm_x4<1>(vb, Vs + (kc * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LK + (nd + (lane >> 4)) * 8);
@@ -229,7 +240,7 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     float i0 = l0 > 0 ? 1.0f / l0 : 0.0f, i1 = l1 > 0 ? 1.0f / l1 : 0.0f;
     bf16 *d0 = a.o + (int64_t)row0 * a.ldo + (int64_t)h * HD, *d1 = a.o + (int64_t)row1 * a.ldo + (int64_t)h * HD;
 #pragma unroll
-    for (int nd = 0; nd < HD / 8; nd++) {
+    for (int nd = 0; nd < HD / 8; nd++) { /* the padded columns' o[nd] are not written */
         int c = nd * 8 + 2 * t;
         if (row0 < rend) *(__nv_bfloat162 *)(d0 + c) = __floats2bfloat162_rn(o[nd][0] * i0, o[nd][1] * i0);
         if (row1 < rend) *(__nv_bfloat162 *)(d1 + c) = __floats2bfloat162_rn(o[nd][2] * i1, o[nd][3] * i1);
@@ -257,7 +268,7 @@ static int launch_mw(iris_backend *b, const iris_flash_args &a, int n_heads, int
  * rows (half the L2 traffic of 64). */
 template <int HD, int PAGED>
 static int launch(iris_backend *b, const iris_flash_args &a, int n_heads) {
-    if (PAGED) {
+    if constexpr (PAGED) {
         int tiles = (a.n_rows + FLASH_TILE - 1) / FLASH_TILE;
         if (a.kv8) return launch_mw<HD, 1, kv8, FLASH_TILE / 16>(b, a, n_heads, tiles);
         return launch_mw<HD, 1, bf16, FLASH_TILE / 16>(b, a, n_heads, tiles);
@@ -278,6 +289,9 @@ int iris_cuda_flash_mma(iris_backend *b, const iris_flash_args *a, int head_dim,
         CASE(32);
         CASE(64);
         CASE(128);
+    case 72: /* Qwen3-VL-8B's vision heads: segments only, no paged instance */
+        if (!paged) return launch<72, 0>(b, *a, n_heads);
+        /* fall through */
     default: return iris_cuda_fail(b, IRIS_EUNSUPPORTED, "cuda attention: head_dim %d for the flash kernel", head_dim);
     }
 #undef CASE
