@@ -32,6 +32,7 @@
 #include "formats/chat.h"
 #include "log.h"
 #include "model/positions.h"
+#include "sbuf.h"
 
 json_t *iris_prompt_one_turn(const char *system, int n_images, const char *text) {
     return iris_prompt_one_turn_av(system, n_images, 0, text);
@@ -227,29 +228,6 @@ void iris_prompt_video_opts(const iris_prompt_ctx *ctx, const iris_prompt_video 
     if (o->min_frames > o->max_frames) o->min_frames = o->max_frames;
 }
 
-/* A growing string. */
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = (b->n + n + 1) * 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->s = p, b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
 /* One vision item in prompt order: an image (k < 0) or temporal patch k of a video. */
 typedef struct media_item {
     int src, k;
@@ -298,43 +276,43 @@ static int prepare_videos(const iris_prompt_ctx *ctx, const iris_prompt_video *v
 static int expand_text(const char *text, const iris_video_prep *vp, const iris_video_opts *vo, int n_images,
                        int n_videos, media_item *items, int n_items, char **out, iris_err *err) {
     static const char IPAD[] = "<|image_pad|>", VPAD[] = "<|video_pad|>";
-    sbuf b = {0};
+    iris_sbuf b = {0};
     int ni = 0, nv = 0, it = 0;
     const char *p = text;
     for (;;) {
         const char *a = strstr(p, IPAD), *v = strstr(p, VPAD);
         if (!a && !v) break;
         if (a && (!v || a < v)) {
-            sb_put(&b, p, (size_t)(a - p) + sizeof IPAD - 1);
+            iris_sbuf_put(&b, p, (size_t)(a - p) + sizeof IPAD - 1);
             p = a + sizeof IPAD - 1;
             if (ni >= n_images || it >= n_items) break;
             items[it++] = (media_item){ni++, -1};
             continue;
         }
-        sb_put(&b, p, (size_t)(v - p));
+        iris_sbuf_put(&b, p, (size_t)(v - p));
         p = v + sizeof VPAD - 1;
         if (nv >= n_videos) break;
         for (int k = 0; k < vp[nv].grid_t && it < n_items; k++) {
             char ts[64];
             int m = snprintf(ts, sizeof ts, "<%.1f seconds><|vision_start|>", iris_video_timestamp(&vp[nv], &vo[nv], k));
-            sb_put(&b, ts, (size_t)m);
-            sb_put(&b, VPAD, sizeof VPAD - 1);
-            sb_put(&b, "<|vision_end|>", 14);
+            iris_sbuf_put(&b, ts, (size_t)m);
+            iris_sbuf_put(&b, VPAD, sizeof VPAD - 1);
+            iris_sbuf_put(&b, "<|vision_end|>", 14);
             items[it++] = (media_item){nv, k};
         }
         nv++;
     }
-    sb_put(&b, p, strlen(p));
+    iris_sbuf_put(&b, p, strlen(p));
     if (b.oom) {
-        free(b.s);
+        free(b.p);
         return iris_err_set(err, IRIS_ENOMEM, "out of memory");
     }
     if (ni != n_images || nv != n_videos || it != n_items) {
-        free(b.s);
+        free(b.p);
         return iris_err_set(err, IRIS_EINVAL, "the prompt's image and video pads (%d, %d) do not match the %d "
                             "image(s) and %d video(s) given", ni, nv, n_images, n_videos);
     }
-    *out = b.s;
+    *out = b.p;
     return IRIS_OK;
 }
 

@@ -36,32 +36,7 @@
 #include <string.h>
 
 #include "err.h"
-
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
+#include "sbuf.h"
 
 /* Jinja truthiness of a JSON value (missing = Undefined = false). */
 static int truthy(const json_t *v) {
@@ -76,34 +51,34 @@ static int truthy(const json_t *v) {
 
 /* ---- tojson: Python's json.dumps(x, ensure_ascii=False) ----------------- */
 
-static void dump_string(sbuf *b, const char *s, size_t n) {
-    put(b, "\"", 1);
+static void dump_string(iris_sbuf *b, const char *s, size_t n) {
+    iris_sbuf_put(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         char esc[8];
         switch (c) {
-        case '"': puts_(b, "\\\""); break;
-        case '\\': puts_(b, "\\\\"); break;
-        case '\n': puts_(b, "\\n"); break;
-        case '\r': puts_(b, "\\r"); break;
-        case '\t': puts_(b, "\\t"); break;
-        case '\b': puts_(b, "\\b"); break;
-        case '\f': puts_(b, "\\f"); break;
+        case '"': iris_sbuf_puts(b, "\\\""); break;
+        case '\\': iris_sbuf_puts(b, "\\\\"); break;
+        case '\n': iris_sbuf_puts(b, "\\n"); break;
+        case '\r': iris_sbuf_puts(b, "\\r"); break;
+        case '\t': iris_sbuf_puts(b, "\\t"); break;
+        case '\b': iris_sbuf_puts(b, "\\b"); break;
+        case '\f': iris_sbuf_puts(b, "\\f"); break;
         default:
             if (c < 0x20) {
                 snprintf(esc, sizeof esc, "\\u%04x", c);
-                puts_(b, esc);
+                iris_sbuf_puts(b, esc);
             } else {
-                put(b, (const char *)&s[i], 1);
+                iris_sbuf_put(b, (const char *)&s[i], 1);
             }
         }
     }
-    put(b, "\"", 1);
+    iris_sbuf_put(b, "\"", 1);
 }
 
 /* Python's float repr: the shortest digits that round-trip, positional for
  * exponents -4..15, else d.ddde+XX. */
-static void dump_real(sbuf *b, double v) {
+static void dump_real(iris_sbuf *b, double v) {
     char digits[40], out[64];
     int p;
     for (p = 1; p <= 17; p++) {
@@ -145,53 +120,53 @@ static void dump_real(sbuf *b, double v) {
         }
         snprintf(out + o, sizeof out - o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
     }
-    puts_(b, out);
+    iris_sbuf_puts(b, out);
 }
 
-static void dump_json(sbuf *b, const json_t *v) {
+static void dump_json(iris_sbuf *b, const json_t *v) {
     char num[32];
     if (json_is_object(v)) {
         const char *k;
         json_t *x;
         int first = 1;
-        put(b, "{", 1);
+        iris_sbuf_put(b, "{", 1);
         json_object_foreach((json_t *)v, k, x) {
-            if (!first) puts_(b, ", ");
+            if (!first) iris_sbuf_puts(b, ", ");
             first = 0;
             dump_string(b, k, strlen(k));
-            puts_(b, ": ");
+            iris_sbuf_puts(b, ": ");
             dump_json(b, x);
         }
-        put(b, "}", 1);
+        iris_sbuf_put(b, "}", 1);
     } else if (json_is_array(v)) {
         size_t i;
         json_t *x;
-        put(b, "[", 1);
+        iris_sbuf_put(b, "[", 1);
         json_array_foreach((json_t *)v, i, x) {
-            if (i) puts_(b, ", ");
+            if (i) iris_sbuf_puts(b, ", ");
             dump_json(b, x);
         }
-        put(b, "]", 1);
+        iris_sbuf_put(b, "]", 1);
     } else if (json_is_string(v)) {
         dump_string(b, json_string_value(v), json_string_length(v));
     } else if (json_is_integer(v)) {
         snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
-        puts_(b, num);
+        iris_sbuf_puts(b, num);
     } else if (json_is_real(v)) {
         dump_real(b, json_real_value(v));
     } else if (json_is_true(v)) {
-        puts_(b, "true");
+        iris_sbuf_puts(b, "true");
     } else if (json_is_false(v)) {
-        puts_(b, "false");
+        iris_sbuf_puts(b, "false");
     } else {
-        puts_(b, "null");
+        iris_sbuf_puts(b, "null");
     }
 }
 
 /* ---- the template ------------------------------------------------------- */
 
 typedef struct render {
-    sbuf out;
+    iris_sbuf out;
     const iris_chat_opts *opts;
     int n_images, n_videos;
 } render;
@@ -200,7 +175,7 @@ typedef struct render {
 static int put_text(render *r, const json_t *text, size_t mi, size_t pi, iris_err *err) {
     if (!json_is_string(text))
         return iris_err_set(err, IRIS_EINVAL, "message %zu, content part %zu: \"text\" must be a string", mi, pi);
-    put(&r->out, json_string_value(text), json_string_length(text));
+    iris_sbuf_put(&r->out, json_string_value(text), json_string_length(text));
     return 0;
 }
 
@@ -224,7 +199,7 @@ static int put_content(render *r, const json_t *content, size_t mi, int text_onl
     if (json_is_null(content)) /* None: `for x in None` raises */
         return iris_err_set(err, IRIS_EINVAL, "message %zu: \"content\" is null; leave it out or give a string", mi);
     if (json_is_string(content)) {
-        put(&r->out, json_string_value(content), json_string_length(content));
+        iris_sbuf_put(&r->out, json_string_value(content), json_string_length(content));
         return 0;
     }
     if (!json_is_array(content))
@@ -239,16 +214,16 @@ static int put_content(render *r, const json_t *content, size_t mi, int text_onl
             r->n_images++;
             if (r->opts->add_vision_id) {
                 snprintf(label, sizeof label, "Picture %d: ", r->n_images);
-                puts_(&r->out, label);
+                iris_sbuf_puts(&r->out, label);
             }
-            puts_(&r->out, "<|vision_start|><|image_pad|><|vision_end|>");
+            iris_sbuf_puts(&r->out, "<|vision_start|><|image_pad|><|vision_end|>");
         } else if (!text_only && is_video_part(p)) {
             r->n_videos++;
             if (r->opts->add_vision_id) {
                 snprintf(label, sizeof label, "Video %d: ", r->n_videos);
-                puts_(&r->out, label);
+                iris_sbuf_puts(&r->out, label);
             }
-            puts_(&r->out, "<|vision_start|><|video_pad|><|vision_end|>");
+            iris_sbuf_puts(&r->out, "<|vision_start|><|video_pad|><|vision_end|>");
         } else if (json_object_get(p, "text")) {
             int rc = put_text(r, json_object_get(p, "text"), mi, pi, err);
             if (rc) return rc;
@@ -267,7 +242,7 @@ static int put_tool_calls(render *r, const json_t *m, size_t mi, iris_err *err) 
     json_array_foreach((json_t *)calls, ci, call) {
         if (!json_is_object(call))
             return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu is not an object", mi, ci);
-        if ((ci == 0 && truthy(json_object_get(m, "content"))) || ci > 0) puts_(&r->out, "\n");
+        if ((ci == 0 && truthy(json_object_get(m, "content"))) || ci > 0) iris_sbuf_puts(&r->out, "\n");
         const json_t *fn = json_object_get(call, "function");
         if (truthy(fn)) call = (json_t *)fn;
         if (!json_is_object(call))
@@ -277,12 +252,12 @@ static int put_tool_calls(render *r, const json_t *m, size_t mi, iris_err *err) 
             return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu: \"name\" must be a string", mi, ci);
         if (!args)
             return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu has no \"arguments\"", mi, ci);
-        puts_(&r->out, "<tool_call>\n{\"name\": \"");
-        if (name) put(&r->out, json_string_value(name), json_string_length(name));
-        puts_(&r->out, "\", \"arguments\": ");
-        if (json_is_string(args)) put(&r->out, json_string_value(args), json_string_length(args));
+        iris_sbuf_puts(&r->out, "<tool_call>\n{\"name\": \"");
+        if (name) iris_sbuf_put(&r->out, json_string_value(name), json_string_length(name));
+        iris_sbuf_puts(&r->out, "\", \"arguments\": ");
+        if (json_is_string(args)) iris_sbuf_put(&r->out, json_string_value(args), json_string_length(args));
         else dump_json(&r->out, args);
-        puts_(&r->out, "}\n</tool_call>");
+        iris_sbuf_puts(&r->out, "}\n</tool_call>");
     }
     return 0;
 }
@@ -292,22 +267,22 @@ static const char *role_of(const json_t *m) { return json_string_value(json_obje
 /* {%- if tools %}: the system turn that lists the tools, messages[0]'s text first when it is a
  * system message, each tool as `tool | tojson` on its own line. */
 static int put_tools(render *r, const json_t *tools, const json_t *first, iris_err *err) {
-    puts_(&r->out, "<|im_start|>system\n");
+    iris_sbuf_puts(&r->out, "<|im_start|>system\n");
     const char *role0 = role_of(first);
     if (role0 && !strcmp(role0, "system")) {
         int rc = put_content(r, json_object_get(first, "content"), 0, 1, err);
         if (rc) return rc;
-        puts_(&r->out, "\n\n");
+        iris_sbuf_puts(&r->out, "\n\n");
     }
-    puts_(&r->out, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
+    iris_sbuf_puts(&r->out, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
                    "with function signatures within <tools></tools> XML tags:\n<tools>");
     size_t i;
     json_t *t;
     json_array_foreach((json_t *)tools, i, t) {
-        puts_(&r->out, "\n");
+        iris_sbuf_puts(&r->out, "\n");
         dump_json(&r->out, t);
     }
-    puts_(&r->out, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    iris_sbuf_puts(&r->out, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
                    "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
                    "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
     return 0;
@@ -339,9 +314,9 @@ int iris_chat_render(const json_t *messages, const json_t *tools, const iris_cha
     if (tools) {
         rc = put_tools(&r, tools, first, err);
     } else if (role0 && !strcmp(role0, "system")) {
-        puts_(&r.out, "<|im_start|>system\n");
+        iris_sbuf_puts(&r.out, "<|im_start|>system\n");
         rc = put_content(&r, json_object_get(first, "content"), 0, 1, err);
-        puts_(&r.out, "<|im_end|>\n");
+        iris_sbuf_puts(&r.out, "<|im_end|>\n");
     }
     for (mi = 0; mi < n && !rc; mi++) {
         m = json_array_get(messages, mi);
@@ -349,30 +324,30 @@ int iris_chat_render(const json_t *messages, const json_t *tools, const iris_cha
         const json_t *content = json_object_get(m, "content");
         if (!role) continue;
         if (!strcmp(role, "user")) {
-            puts_(&r.out, "<|im_start|>user\n");
+            iris_sbuf_puts(&r.out, "<|im_start|>user\n");
             rc = put_content(&r, content, mi, 0, err);
-            puts_(&r.out, "<|im_end|>\n");
+            iris_sbuf_puts(&r.out, "<|im_end|>\n");
         } else if (!strcmp(role, "assistant")) {
             /* Assistant content: text parts only. */
-            puts_(&r.out, "<|im_start|>assistant\n");
+            iris_sbuf_puts(&r.out, "<|im_start|>assistant\n");
             rc = put_content(&r, content, mi, 1, err);
             if (!rc) rc = put_tool_calls(&r, m, mi, err);
-            puts_(&r.out, "<|im_end|>\n");
+            iris_sbuf_puts(&r.out, "<|im_end|>\n");
         } else if (!strcmp(role, "tool")) {
             /* Consecutive tool turns share one user turn. */
             const char *prev = mi > 0 ? role_of(json_array_get(messages, mi - 1)) : NULL;
             const char *next = mi + 1 < n ? role_of(json_array_get(messages, mi + 1)) : NULL;
-            if (mi == 0 || !prev || strcmp(prev, "tool")) puts_(&r.out, "<|im_start|>user");
-            puts_(&r.out, "\n<tool_response>\n");
+            if (mi == 0 || !prev || strcmp(prev, "tool")) iris_sbuf_puts(&r.out, "<|im_start|>user");
+            iris_sbuf_puts(&r.out, "\n<tool_response>\n");
             rc = put_content(&r, content, mi, 0, err);
-            puts_(&r.out, "\n</tool_response>");
-            if (mi + 1 == n || !next || strcmp(next, "tool")) puts_(&r.out, "<|im_end|>\n");
+            iris_sbuf_puts(&r.out, "\n</tool_response>");
+            if (mi + 1 == n || !next || strcmp(next, "tool")) iris_sbuf_puts(&r.out, "<|im_end|>\n");
         }
         /* system (handled above when first) and other roles render nothing. */
     }
-    if (!rc && opts->add_generation_prompt) puts_(&r.out, "<|im_start|>assistant\n");
+    if (!rc && opts->add_generation_prompt) iris_sbuf_puts(&r.out, "<|im_start|>assistant\n");
     if (!rc && r.out.oom) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory rendering the chat");
-    if (!rc && !r.out.p) puts_(&r.out, "");
+    if (!rc && !r.out.p) iris_sbuf_puts(&r.out, "");
     if (rc) {
         free(r.out.p);
         return rc;
@@ -418,7 +393,7 @@ int iris_chat_tokenize(const iris_tok *tok, const char *prompt, size_t len, cons
 }
 
 char *iris_chat_tojson(const json_t *v) {
-    sbuf b = {0};
+    iris_sbuf b = {0};
     dump_json(&b, v);
     if (b.oom) {
         free(b.p);

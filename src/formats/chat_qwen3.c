@@ -30,35 +30,10 @@
 #include <string.h>
 
 #include "err.h"
-
-typedef struct buf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} buf;
-
-static void put(buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
+#include "sbuf.h"
 
 typedef struct render {
-    buf out;
+    iris_sbuf out;
     const iris_chat_opts *opts;
     int vl;                        /* the Thinking VL template's render_content */
     int image_count, video_count;  /* the template's counters (labels) */
@@ -67,7 +42,7 @@ typedef struct render {
 
 /* A rendered piece of content with the pads it holds. */
 typedef struct piece {
-    buf b;
+    iris_sbuf b;
     int n_images, n_videos;
 } piece;
 
@@ -85,13 +60,13 @@ static int is_video_part(const json_t *p) {
  * VL template; `content if content is string else ''` for plain Qwen3. */
 static int content_of(render *r, const json_t *content, int count, size_t mi, piece *out, iris_err *err) {
     memset(out, 0, sizeof *out);
-    put(&out->b, "", 0);
+    iris_sbuf_put(&out->b, "", 0);
     if (r->vl && json_is_null(content)) /* render_content iterates it: Jinja's TypeError */
         return iris_err_set(err, IRIS_EINVAL, "message %zu: \"content\" is null; this model's template needs a "
                             "string or a list of parts (send \"\" for none)", mi);
     if (!content || json_is_null(content)) return 0;
     if (json_is_string(content)) {
-        put(&out->b, json_string_value(content), json_string_length(content));
+        iris_sbuf_put(&out->b, json_string_value(content), json_string_length(content));
         return 0;
     }
     if (!r->vl) return 0;
@@ -107,31 +82,31 @@ static int content_of(render *r, const json_t *content, int count, size_t mi, pi
             if (count) r->image_count++;
             if (r->opts->add_vision_id) {
                 snprintf(label, sizeof label, "Picture %d: ", r->image_count);
-                puts_(&out->b, label);
+                iris_sbuf_puts(&out->b, label);
             }
-            puts_(&out->b, "<|vision_start|><|image_pad|><|vision_end|>");
+            iris_sbuf_puts(&out->b, "<|vision_start|><|image_pad|><|vision_end|>");
             out->n_images++;
         } else if (is_video_part(p)) {
             if (count) r->video_count++;
             if (r->opts->add_vision_id) {
                 snprintf(label, sizeof label, "Video %d: ", r->video_count);
-                puts_(&out->b, label);
+                iris_sbuf_puts(&out->b, label);
             }
-            puts_(&out->b, "<|vision_start|><|video_pad|><|vision_end|>");
+            iris_sbuf_puts(&out->b, "<|vision_start|><|video_pad|><|vision_end|>");
             out->n_videos++;
         } else if (json_object_get(p, "text")) {
             const json_t *t = json_object_get(p, "text");
             if (!json_is_string(t))
                 return iris_err_set(err, IRIS_EINVAL, "message %zu, content part %zu: \"text\" must be a string", mi,
                                     pi);
-            put(&out->b, json_string_value(t), json_string_length(t));
+            iris_sbuf_put(&out->b, json_string_value(t), json_string_length(t));
         }
     }
     return 0;
 }
 
 static void emit(render *r, const piece *pc) {
-    put(&r->out, pc->b.p, pc->b.n);
+    iris_sbuf_put(&r->out, pc->b.p, pc->b.n);
     r->n_images += pc->n_images;
     r->n_videos += pc->n_videos;
 }
@@ -202,25 +177,25 @@ static int put_tool_calls(render *r, const json_t *m, size_t mi, int has_content
     json_array_foreach((json_t *)calls, ci, call) {
         if (!json_is_object(call))
             return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu is not an object", mi, ci);
-        if ((ci == 0 && has_content) || ci > 0) puts_(&r->out, "\n");
+        if ((ci == 0 && has_content) || ci > 0) iris_sbuf_puts(&r->out, "\n");
         const json_t *fn = json_object_get(call, "function");
         if (json_is_object(fn) && json_object_size(fn) > 0) call = (json_t *)fn;
         const json_t *name = json_object_get(call, "name"), *args = json_object_get(call, "arguments");
         if (name && !json_is_string(name))
             return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu: \"name\" must be a string", mi, ci);
         if (!args) return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu has no \"arguments\"", mi, ci);
-        puts_(&r->out, "<tool_call>\n{\"name\": \"");
-        if (name) put(&r->out, json_string_value(name), json_string_length(name));
-        puts_(&r->out, "\", \"arguments\": ");
+        iris_sbuf_puts(&r->out, "<tool_call>\n{\"name\": \"");
+        if (name) iris_sbuf_put(&r->out, json_string_value(name), json_string_length(name));
+        iris_sbuf_puts(&r->out, "\", \"arguments\": ");
         if (json_is_string(args)) {
-            put(&r->out, json_string_value(args), json_string_length(args));
+            iris_sbuf_put(&r->out, json_string_value(args), json_string_length(args));
         } else {
             char *j = iris_chat_tojson(args);
             if (!j) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-            puts_(&r->out, j);
+            iris_sbuf_puts(&r->out, j);
             free(j);
         }
-        puts_(&r->out, "}\n</tool_call>");
+        iris_sbuf_puts(&r->out, "}\n</tool_call>");
     }
     return 0;
 }
@@ -252,22 +227,22 @@ static int put_assistant(render *r, const json_t *m, size_t mi, size_t n, size_t
         c = last, cn = pc.b.n - (size_t)(last - pc.b.p);
         trim_nl(&c, &cn, 1, 0);
     }
-    puts_(&r->out, "<|im_start|>assistant\n");
+    iris_sbuf_puts(&r->out, "<|im_start|>assistant\n");
     if (mi > lqi && (mi + 1 == n || rn > 0)) {
         const char *rs = reason;
         size_t rsn = rn;
         trim_nl(&rs, &rsn, 1, 1);
-        puts_(&r->out, "<think>\n");
-        put(&r->out, rs, rsn);
-        puts_(&r->out, "\n</think>\n\n");
+        iris_sbuf_puts(&r->out, "<think>\n");
+        iris_sbuf_put(&r->out, rs, rsn);
+        iris_sbuf_puts(&r->out, "\n</think>\n\n");
         trim_nl(&c, &cn, 1, 0);
     }
-    put(&r->out, c, cn);
+    iris_sbuf_put(&r->out, c, cn);
     r->n_images += pc.n_images;
     r->n_videos += pc.n_videos;
     rc = put_tool_calls(r, m, mi, cn > 0, err);
     free(pc.b.p);
-    if (!rc) puts_(&r->out, "<|im_end|>\n");
+    if (!rc) iris_sbuf_puts(&r->out, "<|im_end|>\n");
     return rc;
 }
 
@@ -278,19 +253,19 @@ static int put_message(render *r, const json_t *messages, size_t mi, size_t n, s
     piece pc;
     int rc = content_of(r, json_object_get(m, "content"), 1, mi, &pc, err);
     if (!rc && role && (!strcmp(role, "user") || (!strcmp(role, "system") && mi > 0))) {
-        puts_(&r->out, "<|im_start|>");
-        puts_(&r->out, role);
-        puts_(&r->out, "\n");
+        iris_sbuf_puts(&r->out, "<|im_start|>");
+        iris_sbuf_puts(&r->out, role);
+        iris_sbuf_puts(&r->out, "\n");
         emit(r, &pc);
-        puts_(&r->out, "<|im_end|>\n");
+        iris_sbuf_puts(&r->out, "<|im_end|>\n");
     } else if (!rc && role && !strcmp(role, "tool")) {
         const char *prev = mi > 0 ? role_of(json_array_get(messages, mi - 1)) : NULL;
         const char *next = mi + 1 < n ? role_of(json_array_get(messages, mi + 1)) : NULL;
-        if (mi == 0 || !prev || strcmp(prev, "tool")) puts_(&r->out, "<|im_start|>user");
-        puts_(&r->out, "\n<tool_response>\n");
+        if (mi == 0 || !prev || strcmp(prev, "tool")) iris_sbuf_puts(&r->out, "<|im_start|>user");
+        iris_sbuf_puts(&r->out, "\n<tool_response>\n");
         emit(r, &pc);
-        puts_(&r->out, "\n</tool_response>");
-        if (mi + 1 == n || !next || strcmp(next, "tool")) puts_(&r->out, "<|im_end|>\n");
+        iris_sbuf_puts(&r->out, "\n</tool_response>");
+        if (mi + 1 == n || !next || strcmp(next, "tool")) iris_sbuf_puts(&r->out, "<|im_end|>\n");
     }
     free(pc.b.p);
     return rc;
@@ -319,9 +294,9 @@ int iris_chat_render_qwen3(const json_t *messages, const json_t *tools, const ir
         } else {
             piece pc;
             rc = content_of(&r, c, 0, 0, &pc, err);
-            puts_(&r.out, "<|im_start|>system\n");
+            iris_sbuf_puts(&r.out, "<|im_start|>system\n");
             if (!rc) emit(&r, &pc);
-            puts_(&r.out, "<|im_end|>\n");
+            iris_sbuf_puts(&r.out, "<|im_end|>\n");
             free(pc.b.p);
         }
     }
@@ -329,16 +304,16 @@ int iris_chat_render_qwen3(const json_t *messages, const json_t *tools, const ir
     if (!rc) rc = last_query_index(&r, messages, n, &lqi, err);
     for (mi = 0; mi < n && !rc; mi++) rc = put_message(&r, messages, mi, n, lqi, err);
     if (!rc && opts->add_generation_prompt) {
-        puts_(&r.out, "<|im_start|>assistant\n");
-        if (opts->style != IRIS_CHAT_QWEN3) puts_(&r.out, "<think>\n");
-        else if (opts->no_thinking) puts_(&r.out, "<think>\n\n</think>\n\n");
+        iris_sbuf_puts(&r.out, "<|im_start|>assistant\n");
+        if (opts->style != IRIS_CHAT_QWEN3) iris_sbuf_puts(&r.out, "<think>\n");
+        else if (opts->no_thinking) iris_sbuf_puts(&r.out, "<think>\n\n</think>\n\n");
     }
     if (!rc && r.out.oom) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory rendering the chat");
     if (rc) {
         free(r.out.p);
         return rc;
     }
-    if (!r.out.p) puts_(&r.out, "");
+    if (!r.out.p) iris_sbuf_puts(&r.out, "");
     *out = r.out.p;
     if (out_len) *out_len = r.out.n;
     if (info) {
@@ -445,15 +420,15 @@ json_t *iris_chat_flatten_text(const json_t *messages, int *n_media) {
     json_array_foreach(out, mi, m) {
         json_t *c = json_object_get(m, "content");
         if (!json_is_array(c)) continue;
-        buf b = {0};
-        put(&b, "", 0);
+        iris_sbuf b = {0};
+        iris_sbuf_put(&b, "", 0);
         int first = 1;
         json_array_foreach(c, pi, p) {
             if (json_is_object(p) && (is_image_part(p) || is_video_part(p))) {
                 (*n_media)++;
             } else if (json_is_object(p) && json_is_string(json_object_get(p, "text"))) {
-                if (!first) put(&b, "\n", 1);
-                put(&b, json_string_value(json_object_get(p, "text")), json_string_length(json_object_get(p, "text")));
+                if (!first) iris_sbuf_put(&b, "\n", 1);
+                iris_sbuf_put(&b, json_string_value(json_object_get(p, "text")), json_string_length(json_object_get(p, "text")));
                 first = 0;
             }
         }
