@@ -102,23 +102,30 @@ static void free_images(srv_image *im, int n) {
 }
 
 /* Fetch every image_url; on failure fill e (400 naming the part). */
-static int fetch_images(iris_server *s, const iris_oai_request *q, srv_image *im, int *bad, iris_oai_err *e) {
-    for (int i = 0; i < q->n_images; i++) {
+/* Fetch the n URLs of one kind ("image" or "video") into im; on a failure, *bad is the index and
+ * what was fetched is freed. */
+static int fetch_media(const char *const *urls, int n, const iris_media_opts *mo, const char *kind, srv_image *im,
+                       int *bad, iris_oai_err *e) {
+    for (int i = 0; i < n; i++) {
         *bad = i;
         iris_err err = {0};
-        snprintf(im[i].label, sizeof im[i].label, "image %d", i + 1);
-        int rc = iris_media_fetch(q->image_urls[i], &s->media, &im[i].data, &im[i].n, &err);
-        if (rc) {
+        snprintf(im[i].label, sizeof im[i].label, "%s %d", kind, i + 1);
+        if (iris_media_fetch(urls[i], mo, &im[i].data, &im[i].n, &err)) {
             free_images(im, i);
-            return iris_oai_fail(e, 400, "invalid_request_error", NULL, "invalid_image", "image %d: %s", i + 1,
-                                 err.msg);
+            return iris_oai_fail(e, 400, "invalid_request_error", NULL, !strcmp(kind, "video") ? "invalid_video"
+                                 : "invalid_image", "%s %d: %s", kind, i + 1, err.msg);
         }
     }
     return 0;
 }
 
-/* The OpenAI param of image i: "messages[m].content[p].image_url". */
-static void image_param(const json_t *messages, int idx, char *out, size_t cap) {
+static int fetch_images(iris_server *s, const iris_oai_request *q, srv_image *im, int *bad, iris_oai_err *e) {
+    return fetch_media((const char *const *)q->image_urls, q->n_images, &s->media, "image", im, bad, e);
+}
+
+/* The OpenAI param of the idx-th part of type `type` ("image_url", "video_url"):
+ * "messages[m].content[p].<type>". */
+static void part_param(const json_t *messages, const char *type, int idx, char *out, size_t cap) {
     size_t mi, pi;
     json_t *m, *p;
     int k = 0;
@@ -128,8 +135,8 @@ static void image_param(const json_t *messages, int idx, char *out, size_t cap) 
         if (!json_is_array(c)) continue;
         json_array_foreach(c, pi, p) {
             const char *t = json_string_value(json_object_get(p, "type"));
-            if (t && !strcmp(t, "image_url") && k++ == idx) {
-                snprintf(out, cap, "messages[%zu].content[%zu].image_url", mi, pi);
+            if (t && !strcmp(t, type) && k++ == idx) {
+                snprintf(out, cap, "messages[%zu].content[%zu].%s", mi, pi, type);
                 return;
             }
         }
@@ -143,36 +150,7 @@ static void image_param(const json_t *messages, int idx, char *out, size_t cap) 
 static int fetch_videos(iris_server *s, const iris_oai_request *q, srv_image *vid, int *bad, iris_oai_err *e) {
     iris_media_opts mo = s->media;
     if (mo.max_bytes < SRV_VIDEO_MAX_BYTES) mo.max_bytes = SRV_VIDEO_MAX_BYTES;
-    for (int i = 0; i < q->n_videos; i++) {
-        *bad = i;
-        iris_err err = {0};
-        snprintf(vid[i].label, sizeof vid[i].label, "video %d", i + 1);
-        if (iris_media_fetch(q->video_urls[i], &mo, &vid[i].data, &vid[i].n, &err)) {
-            free_images(vid, i);
-            return iris_oai_fail(e, 400, "invalid_request_error", NULL, "invalid_video", "video %d: %s", i + 1,
-                                 err.msg);
-        }
-    }
-    return 0;
-}
-
-/* The OpenAI param of video i: "messages[m].content[p].video_url". */
-static void video_param(const json_t *messages, int idx, char *out, size_t cap) {
-    size_t mi, pi;
-    json_t *m, *p;
-    int k = 0;
-    snprintf(out, cap, "messages");
-    json_array_foreach(messages, mi, m) {
-        json_t *c = json_object_get(m, "content");
-        if (!json_is_array(c)) continue;
-        json_array_foreach(c, pi, p) {
-            const char *t = json_string_value(json_object_get(p, "type"));
-            if (t && !strcmp(t, "video_url") && k++ == idx) {
-                snprintf(out, cap, "messages[%zu].content[%zu].video_url", mi, pi);
-                return;
-            }
-        }
-    }
+    return fetch_media((const char *const *)q->video_urls, q->n_videos, &mo, "video", vid, bad, e);
 }
 
 /* ---- logprobs ---- */
@@ -488,12 +466,12 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
                              "text, or start the server without --text-only", q->n_images,
                              iris_engine_model(eng)->cfg.has_vision ? "--text-only" : "it has no vision tower");
     if (fetch_images(s, q, im, &bad, e)) {
-        image_param(q->messages, bad, e->param, sizeof e->param);
+        part_param(q->messages, "image_url", bad, e->param, sizeof e->param);
         return -1;
     }
     if (fetch_videos(s, q, vid, &bad, e)) {
         free_images(im, q->n_images);
-        video_param(q->messages, bad, e->param, sizeof e->param);
+        part_param(q->messages, "video_url", bad, e->param, sizeof e->param);
         return -1;
     }
     for (int i = 0; i < q->n_videos; i++)
@@ -527,10 +505,10 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
     if (bad >= q->n_images) {
         iris_oai_fail(e, rc == IRIS_ENOMEM ? 500 : 400, rc == IRIS_ENOMEM ? "server_error" : "invalid_request_error",
                       NULL, "invalid_video", "%s", err.msg);
-        video_param(q->messages, bad - q->n_images, e->param, sizeof e->param);
+        part_param(q->messages, "video_url", bad - q->n_images, e->param, sizeof e->param);
     } else if (bad >= 0) {
         iris_oai_fail(e, 400, "invalid_request_error", NULL, "invalid_image", "%s", err.msg);
-        image_param(q->messages, bad, e->param, sizeof e->param);
+        part_param(q->messages, "image_url", bad, e->param, sizeof e->param);
     } else {
         iris_oai_fail(e, rc == IRIS_ENOMEM ? 500 : 400, rc == IRIS_ENOMEM ? "server_error" : "invalid_request_error",
                       "messages", NULL, "%s", err.msg);
