@@ -341,3 +341,26 @@ void ts_check_alive(int port, const char *after) {
     CHECKF(st == 200, "server not healthy after %s (status %ld)", after, st);
     free(out);
 }
+
+int ts_node_ready(const char *pkg, char *why, size_t cap) {
+    if (system("node --version > /dev/null 2>&1") != 0) {
+        snprintf(why, cap, "node is not installed: run scripts/setup (it installs nodejs and npm)");
+        return -1;
+    }
+    char path[256];
+    snprintf(path, sizeof path, ".cache/node/node_modules/%s/package.json", pkg);
+    if (access(path, R_OK) != 0) {
+        snprintf(why, cap, "the %s npm package is missing: run scripts/setup", pkg);
+        return -1;
+    }
+    return 0;
+}
+
+char *ts_node_run(const char *script, int port, int timeout_s, int *rc) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "timeout %d node tests/node/%s %d tiny 2>&1", timeout_s, script, port);
+    int st = -1;
+    char *out = iris_test_popen(cmd, &st);
+    *rc = st;
+    return out;
+}

@@ -52,6 +52,13 @@ int ts_server_start_model(ts_server *s, const char *model, const char *extra);
 /* SIGTERM and wait (SIGKILL after 30 s); the exit status, -1 on a signal or
  * a timeout.  Removes the log. */
 int ts_server_stop(ts_server *s);
+
+/* The node tests (tests/node/): 0 when node and the npm package .cache/node/node_modules/<pkg> are
+ * installed, else -1 with the reason (naming scripts/setup) in why. */
+int ts_node_ready(const char *pkg, char *why, size_t cap);
+/* `timeout T node tests/node/SCRIPT PORT tiny 2>&1`: its output (caller frees; NULL if it could
+ * not start) and, in *rc, 0 when it exited 0. */
+char *ts_node_run(const char *script, int port, int timeout_s, int *rc);
 /* Wait for the process to end (up to timeout_s); the exit status, -1 on a
  * signal, -2 when it is still running. */
 int ts_wait_exit(pid_t pid, double timeout_s);

@@ -614,24 +614,18 @@ IRIS_TEST(server_sigterm_drains) {
 /* ---- the official openai npm client ---- */
 
 IRIS_TEST(server_openai_node_client) {
-    int have_node = system("node --version > /dev/null 2>&1") == 0;
-    CHECKF(have_node, "node is not installed: run scripts/setup (it installs nodejs and npm)");
-    if (!have_node) return;
-    FILE *f = fopen(".cache/node/node_modules/openai/package.json", "r");
-    CHECKF(f != NULL, "the openai npm package is missing: run scripts/setup (npm install --prefix .cache/node openai)");
-    if (!f) return;
-    fclose(f);
+    char why[160];
+    int ready = ts_node_ready("openai", why, sizeof why) == 0;
+    CHECKF(ready, "%s", why);
+    if (!ready) return;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     ts_server s;
     REQUIRE(ts_server_start(&s, NULL) == 0);
-    char cmd[256], buf[8192] = {0};
-    snprintf(cmd, sizeof cmd, "node tests/node/openai_client.mjs %d tiny 2>&1", s.port);
-    FILE *p = popen(cmd, "r");
-    REQUIRE(p);
-    size_t n = fread(buf, 1, sizeof buf - 1, p);
-    buf[n] = 0;
-    int rc = pclose(p);
-    CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "openai client failed:\n%s", buf);
+    int rc = 0;
+    char *buf = ts_node_run("openai_client.mjs", s.port, 300, &rc);
+    CHECKF(rc == 0, "openai_client.mjs failed:\n%s", buf ? buf : "");
+    if (getenv("IRIS_TEST_VERBOSE")) fprintf(stderr, "%s", buf ? buf : "");
     CHECK_CONTAINS(buf, "PASS");
+    free(buf);
     CHECK_EQ_INT(ts_server_stop(&s), 0);
 }

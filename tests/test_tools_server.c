@@ -234,20 +234,15 @@ IRIS_TEST(tools_parser_plain_text) {
 }
 
 IRIS_TEST(tools_server_node_client) {
-    int have_node = system("node --version > /dev/null 2>&1") == 0;
-    CHECKF(have_node, "node is not installed: run scripts/setup (it installs nodejs and npm)");
-    if (!have_node) return;
-    FILE *f = fopen(".cache/node/node_modules/ajv/package.json", "r");
-    CHECKF(f != NULL, "the ajv npm package is missing: run scripts/setup");
-    if (!f) return;
-    fclose(f);
+    char why[160];
+    int ready = ts_node_ready("ajv", why, sizeof why) == 0;
+    CHECKF(ready, "%s", why);
+    if (!ready) return;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     ts_server s;
     REQUIRE(ts_server_start(&s, NULL) == 0);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "timeout 300 node tests/node/tool_calls.mjs %d tiny 2>&1", s.port);
     int rc = 0;
-    char *buf = iris_test_popen(cmd, &rc);
+    char *buf = ts_node_run("tool_calls.mjs", s.port, 300, &rc);
     CHECKF(rc == 0, "tool_calls.mjs failed:\n%s", buf ? buf : "");
     if (getenv("IRIS_TEST_VERBOSE")) fprintf(stderr, "%s", buf ? buf : "");
     CHECK_CONTAINS(buf, "PASS");

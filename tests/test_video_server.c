@@ -144,18 +144,15 @@ IRIS_TEST(video_server) {
     free(body);
     ts_check_alive(s.port, "bad videos");
     /* the official client */
-    if (system("node --version > /dev/null 2>&1") == 0 && access(".cache/node/node_modules/openai/package.json", R_OK) == 0) {
-        char cmd[256], buf[8192] = {0};
-        snprintf(cmd, sizeof cmd, "node tests/node/openai_video.mjs %d tiny 2>&1", s.port);
-        FILE *p = popen(cmd, "r");
-        REQUIRE(p);
-        size_t k = fread(buf, 1, sizeof buf - 1, p);
-        buf[k] = 0;
-        int rc = pclose(p);
-        CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "openai client with a video:\n%s", buf);
+    char why[160];
+    if (ts_node_ready("openai", why, sizeof why) == 0) {
+        int rc = 0;
+        char *buf = ts_node_run("openai_video.mjs", s.port, 300, &rc);
+        CHECKF(rc == 0, "openai client with a video:\n%s", buf ? buf : "");
         CHECK_CONTAINS(buf, "PASS");
+        free(buf);
     } else {
-        CHECKF(0, "node or the openai npm package is missing: run scripts/setup");
+        CHECKF(0, "%s", why);
     }
     CHECK_EQ_INT(ts_server_stop(&s), 0);
     free(trunc);
