@@ -107,5 +107,8 @@ double iris_engine_now(void);
 void iris_req_emit(iris_request *r, const iris_event *ev);
 /* Drop one reference; frees the request at zero. */
 void iris_req_unref(iris_request *r);
+/* Encode the images step b's chunks reach that have no embeddings yet (engine_vision.c; engine
+ * thread). */
+int iris_engine_encode_images(iris_engine *e, const iris_sched_batch *b, iris_err *err);
 
 #endif
