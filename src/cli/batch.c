@@ -20,6 +20,7 @@
  * line with "error"; the run goes on.  One lock and one condition guard the
  * shared state (indices, states, the done queue). */
 #include "batch.h"
+#include "clock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -68,12 +69,6 @@ struct iris_batch {
     int n_failed;
     double t0, last_bar;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- the list ------------------------------------------------------------------------------ */
 
@@ -276,10 +271,10 @@ static void *worker(void *arg) {
         item *t = &b->it[b->next_build++];
         pthread_mutex_unlock(&b->mu);
         iris_err e = {0};
-        double t0 = now_s();
+        double t0 = iris_now_s();
         int rc = b->ops->build(b->ops->ud, t->path, &t->prompt, &e);
         pthread_mutex_lock(&b->mu);
-        t->t_build = now_s() - t0;
+        t->t_build = iris_now_s() - t0;
         if (rc) t->err = strdup(e.msg[0] ? e.msg : iris_strerror(rc));
         t->state = S_BUILT;
         pthread_cond_broadcast(&b->cv);
@@ -308,7 +303,7 @@ static void on_event(void *ud, const iris_event *ev) {
     iris_batch *b = t->b;
     pthread_mutex_lock(&b->mu);
     t->tokens = ev->usage.completion_tokens;
-    t->ms = (t->t_build + now_s() - t->t_start) * 1e3;
+    t->ms = (t->t_build + iris_now_s() - t->t_start) * 1e3;
     if (ev->finish_reason == IRIS_FINISH_REASON_ERROR)
         t->err = strdup(ev->err.msg[0] ? ev->err.msg : iris_strerror(ev->err.code));
     else if (t->oom)
@@ -332,7 +327,7 @@ static void submit_ready(iris_batch *b) {
         pthread_mutex_unlock(&b->mu);
         iris_err e = {0};
         iris_request *r = NULL;
-        t->t_start = now_s();
+        t->t_start = iris_now_s();
         int rc = b->ops->submit(b->ops->ud, &t->prompt, on_event, t, &r, &e);
         iris_prompt_free(&t->prompt);
         pthread_mutex_lock(&b->mu);
@@ -365,7 +360,7 @@ static int write_line(iris_batch *b, item *t) {
 /* The bar on stderr, when it is a terminal that the lines do not go to. */
 static void progress(iris_batch *b, int last) {
     if (b->o.quiet || !isatty(2) || (b->out == stdout && isatty(1))) return;
-    double t = now_s();
+    double t = iris_now_s();
     if (!last && t - b->last_bar < 0.1) return;
     b->last_bar = t;
     double el = t - b->t0, rate = el > 0 ? b->n_emitted / el : 0;
@@ -401,7 +396,7 @@ int iris_batch_run(iris_batch *b, const iris_batch_ops *ops, iris_err *err) {
     }
     if (nw > b->n) nw = b->n;
     b->lookahead = b->o.max_in_flight / 2 + 2 * nw;
-    b->t0 = now_s();
+    b->t0 = iris_now_s();
     pthread_t th[16];
     int started = 0;
     for (int i = 0; i < nw && i < 16; i++)
@@ -428,7 +423,7 @@ int iris_batch_run(iris_batch *b, const iris_batch_ops *ops, iris_err *err) {
     while (b->in_flight) pthread_cond_wait(&b->cv, &b->mu);
     pthread_mutex_unlock(&b->mu);
     progress(b, 1);
-    double el = now_s() - b->t0;
+    double el = iris_now_s() - b->t0;
     if (!b->o.quiet)
         fprintf(stderr, "iris: %d images in %.1f s (%.2f images/s), %d failed%s", b->n_emitted, el,
                 el > 0 ? b->n_emitted / el : 0.0, b->n_failed, b->n_skipped ? "" : "\n");

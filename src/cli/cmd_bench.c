@@ -33,6 +33,7 @@
 #include <jpeglib.h>
 
 #include "backend/backend.h"
+#include "clock.h"
 #include "cli.h"
 #include "engine_flags.h"
 #include "opts.h"
@@ -55,12 +56,6 @@
 #endif
 
 #define MAX_BATCHES 16
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int parse_batches(const char *s, int *out, int *n) {
     *n = 0;
@@ -123,11 +118,11 @@ static int bench_image(iris_engine *e, const char *image, iris_err *err) {
     int rc = msgs ? IRIS_OK : iris_err_set(err, IRIS_ENOMEM, "out of memory");
     for (int i = 0; i < 5 && !rc; i++) {
         iris_prompt_free(&p);
-        double a = now();
+        double a = iris_now_s();
         iris_prompt_ctx pctx;
         iris_engine_prompt_ctx(e, &pctx);
         rc = iris_prompt_build(&pctx, msgs, &pim, 1, &p, NULL, err);
-        pre[i] = (now() - a) * 1e3;
+        pre[i] = (iris_now_s() - a) * 1e3;
     }
     int n_prompt = (int)p.ids.n, g[3] = {0, 0, 0};
     if (!rc) memcpy(g, p.grid_thw, sizeof g);
@@ -207,9 +202,9 @@ static int schema_restart(schema_run *sr, int i, iris_err *err) {
 /* iris_runner_sampling.mask, timed (rows run on the thread pool: one slot each). */
 static int schema_mask(void *ud, int row, uint32_t *words, iris_err *err) {
     schema_run *sr = ud;
-    double a = now();
+    double a = iris_now_s();
     int rc = iris_sampler_mask(sr->smp[row], words, err);
-    sr->mask_s[row] += now() - a;
+    sr->mask_s[row] += iris_now_s() - a;
     return rc;
 }
 
@@ -265,9 +260,9 @@ static int decode_runs(bench *x, schema_run *sr, const int *batches, int n, int 
             sr->ends = sr->whole = 0, sr->wall_s = 0;
             for (int s = 0; s < B; s++) sr->mask_s[s] = 0;
         }
-        double a = now();
+        double a = iris_now_s();
         for (int g = 0; g < x->G && !rc; g++) rc = decode_step(x, B, past0 + g, err);
-        double dt = now() - a, tps = (double)B * x->G / dt;
+        double dt = iris_now_s() - a, tps = (double)B * x->G / dt;
         if (rc) break;
         printf("%s{\"batch\":%d,\"step_ms\":%.3f,\"tok_per_s\":%.0f", bi ? "," : "", B, dt / x->G * 1e3, tps);
         if (!sr) free_tps[bi] = tps;
@@ -409,9 +404,9 @@ int iris_cmd_bench(int argc, char **argv) {
     o.prefix_caching = 0;
     o.max_image_pixels = pixels;
     iris_engine *e = NULL;
-    double t0 = now();
+    double t0 = iris_now_s();
     int rc = iris_engine_open(&o, &e, &err);
-    double t_load = now() - t0;
+    double t_load = iris_now_s() - t0;
     if (rc) {
         if (tmp[0]) unlink(tmp);
         return iris_cli_fail(&err);
@@ -461,9 +456,9 @@ int iris_cmd_bench(int argc, char **argv) {
         iris_text_seq q = {.n_new = past0, .tokens = x.tok, .pos = x.pos, .pos_stride = past0, .block_table = x.bt,
                            .logits_from = past0 - 1};
         iris_runner_out out;
-        double a = now();
+        double a = iris_now_s();
         rc = iris_runner_step(x.run, &q, 1, NULL, &out, &err);
-        t_pre = now() - a;
+        t_pre = iris_now_s() - a;
     }
     if (rc) goto done;
     printf(",\"prefill\":{\"tokens\":%d,\"ms\":%.2f,\"tok_per_s\":%.0f}", past0, t_pre * 1e3, past0 / t_pre);

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "clock.h"
 #include "batch.h"
 #include "cli.h"
 #include "engine/engine.h"
@@ -58,12 +59,6 @@ typedef struct relay {
     iris_event_fn fn;
     void *ud;
 } relay;
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Picture i: gradients and a checkerboard, red and green offset by i's two low bytes, so
  * pictures 0..65535 all differ, after resizing too. */
@@ -267,9 +262,9 @@ static int run(bench_images *x, iris_err *err) {
     iris_cli_engine_apply(&x->ce, &o);
     o.model = x->model;
     o.max_image_pixels = (long long)x->w * x->h;
-    double t0 = now_s();
+    double t0 = iris_now_s();
     int rc = iris_engine_open(&o, &x->e, err);
-    double t_load = now_s() - t0;
+    double t_load = iris_now_s() - t0;
     if (rc) return rc;
     x->msgs = iris_prompt_one_turn(NULL, 1, BENCH_QUESTION);
     x->lat = calloc((size_t)x->n, sizeof *x->lat);
@@ -297,9 +292,9 @@ static int run(bench_images *x, iris_err *err) {
     if (!rc) {
         iris_engine_get_stats(x->e, &s0);
         iris_batch_ops ops = {.ud = x, .build = build, .submit = submit};
-        double a = now_s();
+        double a = iris_now_s();
         int st = iris_batch_run(b, &ops, err);
-        wall = now_s() - a;
+        wall = iris_now_s() - a;
         iris_engine_get_stats(x->e, &s1);
         if (st < 0) rc = st;
     }

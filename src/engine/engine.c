@@ -137,7 +137,7 @@ static void finish_at(iris_engine *e, iris_request *r, int reason, const iris_er
         if (emit && n_emit) ev.text = emit, ev.text_len = n_emit;
     }
     if (why) ev.err = *why;
-    double now = iris_engine_now();
+    double now = iris_now_s();
     ev.usage.prompt_tokens = r->seq.n_prompt;
     ev.usage.completion_tokens = iris_sampler_n_generated(r->sampler);
     ev.usage.cached_tokens = r->seq.n_cached;
@@ -286,7 +286,7 @@ static void emit_token(iris_engine *e, iris_request *r, const float *logits, con
         fail(e, r, &err);
         return;
     }
-    if (r->t_first == 0) r->t_first = iris_engine_now();
+    if (r->t_first == 0) r->t_first = iris_now_s();
     e->generated_tokens++;
     iris_finish fr = iris_sampler_accept(r->sampler, tok);
     iris_event ev = {.kind = IRIS_EVENT_DELTA, .token = tok, .text = ""};
@@ -353,9 +353,9 @@ static void step(iris_engine *e) {
     int n = b->n_seqs, rc = IRIS_OK, n_rows = 0, prompt_rows = 0;
     iris_text_seq *ts = e->step_seqs;
     size_t img_at = 0;
-    double t0 = iris_engine_now();
+    double t0 = iris_now_s();
     rc = iris_engine_encode_images(e, b, &err);
-    double t_vis = iris_engine_now() - t0;
+    double t_vis = iris_now_s() - t0;
     e->vision_s += t_vis;
     for (int i = 0; !rc && i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
@@ -363,12 +363,12 @@ static void step(iris_engine *e) {
         n_rows += r->seq.n_new;
         prompt_rows += r->seq.n_computed < r->seq.n_prompt;
     }
-    double t1 = iris_engine_now();
+    double t1 = iris_now_s();
     iris_runner_sampling smp;
     iris_runner_out out;
     sampling_needs(e, b, &smp);
     if (!rc) rc = iris_runner_step(e->runner, ts, n, &smp, &out, &err);
-    double t2 = iris_engine_now();
+    double t2 = iris_now_s();
     if (rc) {
         iris_log(IRIS_LOG_ERROR, "engine", "step of %d sequences failed: %s", n, err.msg);
         /* The K/V of this step may be half written: fail its sequences (their blocks are unkeyed). */
@@ -386,10 +386,10 @@ static void step(iris_engine *e) {
             emit_token(e, r, out.logits + (size_t)row * V, NULL, NULL, 0);
         row++;
     }
-    *(prompt_rows ? &e->prefill_s : &e->decode_s) += iris_engine_now() - t1;
+    *(prompt_rows ? &e->prefill_s : &e->decode_s) += iris_now_s() - t1;
     iris_log(IRIS_LOG_DEBUG, "engine", "step: %d seqs, %d rows: vision %.2f ms, inputs %.2f ms, decoder %.2f ms, "
              "sampling %.2f ms (%s, %d masked)", n, n_rows, t_vis * 1e3, (t1 - t0 - t_vis) * 1e3, (t2 - t1) * 1e3,
-             (iris_engine_now() - t2) * 1e3, k > 0 ? "top-k rows" : "whole rows", out.n_masked);
+             (iris_now_s() - t2) * 1e3, k > 0 ? "top-k rows" : "whole rows", out.n_masked);
     /* Drop the embeddings of images whose tokens are all in the cache. */
     for (int i = 0; i < n; i++) {
         iris_request *r = b->seqs[i]->ud;

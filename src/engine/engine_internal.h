@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 
 #include "backend/backend.h"
+#include "clock.h"
 #include "engine/engine.h"
 #include "engine/kv_pool.h"
 #include "engine/runner.h"
@@ -102,7 +103,6 @@ struct iris_engine {
     double vision_s, prefill_s, decode_s;
 };
 
-double iris_engine_now(void);
 /* Deliver an event (callback or queue).  text may be NULL. */
 void iris_req_emit(iris_request *r, const iris_event *ev);
 /* Drop one reference; frees the request at zero. */

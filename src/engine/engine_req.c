@@ -18,14 +18,9 @@
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include "clock.h"
 #include "err.h"
 #include "sha256.h"
-
-double iris_engine_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 const char *iris_finish_reason_name(int reason) {
     switch (reason) {
@@ -315,7 +310,7 @@ int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_reques
     pthread_cond_init(&r->cv, NULL);
     atomic_init(&r->refs, 1);
     atomic_init(&r->cancel, 0);
-    r->t_submit = iris_engine_now();
+    r->t_submit = iris_now_s();
     r->on_event = p->on_event;
     r->ud = p->ud;
     const iris_sampling *sp = &p->sampling;

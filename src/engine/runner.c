@@ -40,6 +40,7 @@
  * caller's sampler reports the failure; a whole row (logprobs, ties past the candidates) comes
  * back unmasked and the host sampler applies the mask it already has. */
 #include "engine/runner.h"
+#include "clock.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -340,12 +341,6 @@ static int put_images(iris_runner *r, const iris_text_seq *seqs, int n_seqs, con
 
 /* ---- constrained rows' masks ------------------------------------------------------------------ */
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 typedef struct mask_job {
     iris_runner *r;
     const iris_runner_sampling *smp;
@@ -512,9 +507,9 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
     double mask_s = 0;
     if (!trace && smp && smp->masked && smp->mask && sh.n_logits > 0) {
         if (!r->h_mask) return iris_err_set(err, IRIS_EINVAL, "runner: constrained rows, but opened without masks");
-        double a = now_s();
+        double a = iris_now_s();
         n_regions = masks_of(r, smp, sh.n_logits, &n_masked);
-        mask_s = n_regions ? now_s() - a : 0;
+        mask_s = n_regions ? iris_now_s() - a : 0;
     }
     if (sh.n_logits > 0 && logits_out(r, sh.n_logits, smp, k, k > 0 && n_masked ? n_regions : 0))
         return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);

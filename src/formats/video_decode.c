@@ -23,6 +23,7 @@
  * Without libav at build time (IRIS_VIDEO undefined) every entry point fails
  * with "built without video support". */
 #include "video_internal.h"
+#include "clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,12 +42,6 @@
 #include <time.h>
 
 int iris_video_supported(void) { return 1; }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct memsrc {
     const uint8_t *data;
@@ -97,7 +92,7 @@ typedef struct vsrc {
 
 static int interrupted(void *opaque) {
     const vsrc *s = opaque;
-    return s->deadline > 0 && now_s() > s->deadline;
+    return s->deadline > 0 && iris_now_s() > s->deadline;
 }
 
 static void src_close(vsrc *s) {
@@ -169,7 +164,7 @@ static int src_open(vsrc *s, const char *path, const void *data, size_t n, const
     if ((path != NULL) == (data != NULL))
         return iris_err_set(err, IRIS_EINVAL, "%s: give exactly one of a path and bytes", s->label);
     if (data && n == 0) return iris_err_set(err, IRIS_EFORMAT, "%s: the video is empty (0 bytes)", s->label);
-    if (o->max_decode_seconds > 0) s->deadline = now_s() + o->max_decode_seconds;
+    if (o->max_decode_seconds > 0) s->deadline = iris_now_s() + o->max_decode_seconds;
     av_log_set_level(AV_LOG_QUIET);
     if (!(s->fmt = avformat_alloc_context()) || !(s->pkt = av_packet_alloc()) || !(s->frame = av_frame_alloc()))
         return iris_err_set(err, IRIS_ENOMEM, "out of memory");
@@ -243,7 +238,7 @@ static int src_open(vsrc *s, const char *path, const void *data, size_t n, const
 /* The next decoded frame into s->frame: 1, or 0 at the end of the stream. */
 static int next_frame(vsrc *s, iris_err *err) {
     for (;;) {
-        if (s->deadline > 0 && now_s() > s->deadline) return av_fail(s, IRIS_ELIMIT, AVERROR_EXIT, "", err);
+        if (s->deadline > 0 && iris_now_s() > s->deadline) return av_fail(s, IRIS_ELIMIT, AVERROR_EXIT, "", err);
         int rc = avcodec_receive_frame(s->dec, s->frame);
         if (rc >= 0) return 1;
         if (rc == AVERROR_EOF) return 0;

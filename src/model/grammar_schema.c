@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "err.h"
+#include "clock.h"
 #include "model/grammar_internal.h"
 
 #define INT_DIGITS 16
@@ -58,12 +59,6 @@ typedef struct sc {
     char path[256];  /* the JSON pointer of the schema part being compiled */
     double t_end;    /* the compile's deadline (CLOCK_MONOTONIC seconds) */
 } sc;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static int fail(sc *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(sc *s, const char *fmt, ...) {
@@ -112,7 +107,7 @@ static void alt(sc *s, int r, const char *fmt, ...) {
 static int rule(sc *s) {
     int r = gb_rule(s->g);
     if (r < 0) oom(s);
-    if (r > 0 && (r & 1023) == 0 && now_s() > s->t_end) return over_limit(s, "takes longer than", COMPILE_MAX_MS);
+    if (r > 0 && (r & 1023) == 0 && iris_now_s() > s->t_end) return over_limit(s, "takes longer than", COMPILE_MAX_MS);
     return r;
 }
 
@@ -767,7 +762,7 @@ int iris_grammar_from_schema(const char *schema_json, iris_grammar **out, iris_e
     }
     gb_init(s.g);
     s.g->max_el = COMPILE_MAX_ELEMS;
-    s.t_end = now_s() + COMPILE_MAX_MS / 1e3;
+    s.t_end = iris_now_s() + COMPILE_MAX_MS / 1e3;
     shared_rules(&s);
     int r = s.rc ? -1 : compile(&s, root);
     if (!s.rc) check_left_recursion(&s);
