@@ -31,12 +31,15 @@ PAST_RUNS = [(1, 0, 43_824), (2, 1 * M, 228_000), (3, 2 * M, 85_152), (4, 3 * M,
 
 # (name, kind, start, end): kind "train" may be trained on, every other kind may not.
 RANGES = [("run%d" % r, "train", a, a + n) for r, a, n in PAST_RUNS] + [
-    # runs 22-24 (each from the previous run's weights, with grounding): a million each
+    # runs 22-27 (each from the previous run's weights, with grounding): a million each
     ("run22", "train", 21 * M, 22 * M),
     ("run23", "train", 22 * M, 23 * M),
     ("run24", "train", 23 * M, 24 * M),
+    ("run25", "train", 24 * M, 25 * M),
+    ("run26", "train", 25 * M, 26 * M),
+    ("run27", "train", 26 * M, 27 * M),
     # later runs: give each its own range out of this one before training
-    ("train-later", "train", 24 * M, 40 * M),
+    ("train-later", "train", 27 * M, 40 * M),
     # the evaluation: scenes 40,000,000 + i (the card's figures; issue 29 measured the first 500)
     ("eval", "eval", 40 * M, 40 * M + 100_000),
     # test fixtures: tests/fixtures/demo (greedy.json's scenes, the grounding scene of make test)
