@@ -10,6 +10,10 @@ one, greedily by IoU, with the objects' true boxes: the tight box of each shape'
 object counts as found when its match has IoU >= 0.5.
 
   /usr/bin/python3 tools/detect_eval.py [--n 100] [--iris build/iris] [--model models/demo] [--out FILE]
+                                        [--every]
+
+--every asks once per scene for every object (`iris detect IMAGE objects`, the page's "find objects"
+in the category form) and matches its boxes with all of the scene's objects.
 
 Prints one line per scene with --verbose, and at the end the figures as JSON: objects, found
 (IoU >= 0.5) and the fraction, boxes returned, precision, mean IoU of the matches, the number of
@@ -82,6 +86,7 @@ def main():
     ap.add_argument("--model", default="models/demo")
     ap.add_argument("--out", help="also write the figures (JSON) to this file")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--every", action="store_true", help="one query a scene for every object")
     args = ap.parse_args()
     objects = found = returned = none = errors = 0
     ious = []
@@ -91,31 +96,34 @@ def main():
             sc = dd.make_scene(seed)
             png = os.path.join(tmp, f"{seed}.png")
             dd.write_png(png, dd.render(sc))
-            for shape, colour, _k in dd.groups_of(sc):
+            queries = [(None, None, "objects")] if args.every else \
+                [(shape, colour, f"{colour} {shape}") for shape, colour, _k in dd.groups_of(sc)]
+            for shape, colour, query in queries:
                 truth = [true_box(o, sc["w"], sc["h"]) for o in sc["objects"]
-                         if o["shape"] == shape and o["colour"] == colour]
+                         if shape is None or (o["shape"] == shape and o["colour"] == colour)]
                 try:
-                    pred, status = detect(args, png, f"{colour} {shape}")
+                    pred, status = detect(args, png, query)
                 except Exception as e:  # one failure must not lose the rest
                     pred, status = [], f"error: {e}"
                 none += status == "none"
                 if status.startswith("error"):
                     errors += 1
-                    print(f"seed {seed} {colour} {shape}: {status}", file=sys.stderr)
+                    print(f"seed {seed} {query}: {status}", file=sys.stderr)
                 best = match(truth, pred)
                 objects += len(truth)
                 returned += len(pred)
                 found += sum(v >= 0.5 for v in best)
                 ious += [v for v in best if v > 0]
                 if args.verbose:
-                    print(f"seed {seed} {colour} {shape}: truth {[[round(v) for v in t] for t in truth]} "
+                    print(f"seed {seed} {query}: truth {[[round(v) for v in t] for t in truth]} "
                           f"pred {pred} iou {[round(v, 2) for v in best]}")
     good = sum(v >= 0.5 for v in ious)
     res = {"scenes": args.n, "objects": objects, "found_iou50": found,
            "found_fraction": round(found / objects, 4) if objects else 0.0,
            "boxes_returned": returned, "precision_iou50": round(good / returned, 4) if returned else 0.0,
            "mean_iou_matched": round(float(np.mean(ious)), 4) if ious else 0.0,
-           "queries_without_boxes": none, "queries_failed": errors, "model": args.model}
+           "queries_without_boxes": none, "queries_failed": errors, "model": args.model,
+           "query": "every object, one query a scene" if args.every else "each (colour, shape) group"}
     print(json.dumps(res))
     if args.out:
         with open(args.out, "w") as f:
