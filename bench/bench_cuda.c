@@ -491,9 +491,9 @@ static void bench_int4(void) {
         {"down_proj", 1, 0, 12288, {4096}, 128, 1},       {"gate_up", 2, 1, 4096, {12288, 12288}, 32, 1},
         {"down_proj", 1, 0, 12288, {4096}, 32, 0},
     };
-    void *xb = dev_random((size_t)16 * 12288, IRIS_DT_BF16, 1.0f);
-    void *yb[3] = {B->alloc(B, (size_t)16 * 151936 * 2), B->alloc(B, (size_t)16 * 12288 * 2), B->alloc(B, (size_t)16 * 1024 * 2)};
-    void *ub = B->alloc(B, (size_t)16 * 12288 * 2);
+    void *xb = dev_random((size_t)64 * 12288, IRIS_DT_BF16, 1.0f);
+    void *yb[3] = {B->alloc(B, (size_t)64 * 151936 * 2), B->alloc(B, (size_t)64 * 12288 * 2), B->alloc(B, (size_t)64 * 1024 * 2)};
+    void *ub = B->alloc(B, (size_t)64 * 12288 * 2);
     if (!yb[0] || !yb[1] || !yb[2] || !ub) die("arena exhausted");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         i4_args a;
@@ -532,6 +532,18 @@ static void bench_int4(void) {
                        cases[c].op, cases[c].group, cases[c].asym, rows[r], kw, t * 1e3, bytes / (t * 1e-3) / 1e9, ms[0] * 1e3);
             }
             iris_cuda_set_i4_warps(B, 0);
+        }
+        /* more rows: the GEMV in launches of 16 tokens against dequantization + cuBLASLt */
+        int more[] = {24, 32, 48, 64};
+        for (int r = 0; r < 4 && c < 4; r++) {
+            a.x.rows = a.u.rows = more[r];
+            for (int i = 0; i < 3; i++) a.y[i].rows = more[r];
+            iris_cuda_set_i4_rows(B, 64);
+            double g = time_ms_n(run_i4, &a, 11, 10);
+            iris_cuda_set_i4_rows(B, 0);
+            double d = time_ms_n(run_i4, &a, 11, 10);
+            printf("{\"bench\":\"int4_switch\",\"op\":\"%s\",\"rows\":%d,\"gemv_us\":%.2f,\"dequant_cublaslt_us\":%.2f}\n",
+                   cases[c].op, more[r], g * 1e3, d * 1e3);
         }
         for (int i = 0; i < a.m; i++) {
             B->free(B, a.w[i].data), B->free(B, (void *)a.w[i].qscale);

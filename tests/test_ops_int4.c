@@ -138,6 +138,12 @@ IRIS_TEST(gpu_ops_linear_int4) {
     check_i4(12, 384, 50, 128, 0, IRIS_DT_BF16, 0, 0, 1, 0);
     check_i4(4, 96, 40, 16, 1, IRIS_DT_BF16, 1, 0, 0, 0);  /* group 16: per-row GEMV */
     check_i4(2, 64, 24, 8, 0, IRIS_DT_F32, 0, 1, 0, 0);
+    check_i4(20, 96, 40, 16, 1, IRIS_DT_BF16, 0, 1, 0, 0); /* group 16, 20 rows: the per-word dequantization */
+    /* more rows through the GEMV where allowed: launches of 16 tokens */
+    iris_cuda_set_i4_rows(ops_cuda, 64);
+    check_i4(40, 448, 70, 64, 1, IRIS_DT_BF16, 1, 0, 0, 3);
+    check_i4(33, 416, 33, 32, 0, IRIS_DT_F16, 0, 1, 0, 3);
+    iris_cuda_set_i4_rows(ops_cuda, 0);
     /* larger batches: dequantized tiles through cuBLASLt */
     check_i4(9, 384, 200, 128, 0, IRIS_DT_BF16, 1, 0, 1, 0);
     check_i4(70, 2048, 300, 32, 1, IRIS_DT_BF16, 0, 0, 0, 0);

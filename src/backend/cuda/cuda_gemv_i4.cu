@@ -297,7 +297,8 @@ int iris_cuda_gemv_i4(iris_backend *b, const iris_tensor *x, int m, const iris_t
     cuda_ctx *cx = cuda_of(b);
     const int64_t n = x->rows, in = x->cols;
     if (cx->i4_ref || !cx->gemv_mma || m < 1 || m > 3 || (swiglu && m != 2) || (bias && m != 1) || n < 1 ||
-        n > I4_GEMV_ROWS || x->dtype != IRIS_DT_BF16 || tld(x) % 8 || !is_aligned16(x->data))
+        n > (cx->i4_rows > 0 ? cx->i4_rows : I4_GEMV_ROWS) || x->dtype != IRIS_DT_BF16 || tld(x) % 8 ||
+        !is_aligned16(x->data))
         return 1;
     const int group = ws[0]->group, sdt = (int)ws[0]->qscale_dtype;
     if (sdt != IRIS_DT_BF16 && sdt != IRIS_DT_F16 && sdt != IRIS_DT_F32) return 1;
@@ -316,11 +317,17 @@ int iris_cuda_gemv_i4(iris_backend *b, const iris_tensor *x, int m, const iris_t
     }
     if (swiglu && ws[1]->rows != ws[0]->rows) return 1;
     if (bias) p.bias[0] = bias->data, p.bdt[0] = bias->dtype;
-    const bf16 *xd = (const bf16 *)x->data;
-    if (sdt == IRIS_DT_BF16) launch4_n<0>(cx, p, xd, tld(x), (int)n, swiglu);
-    else if (sdt == IRIS_DT_F16) launch4_n<1>(cx, p, xd, tld(x), (int)n, swiglu);
-    else launch4_n<2>(cx, p, xd, tld(x), (int)n, swiglu);
-    cx->i4_runs++;
+    /* 16 tokens a launch (more only where iris_cuda_set_i4_rows allows them) */
+    gemv4_set pc = p;
+    for (int64_t t0 = 0; t0 < n; t0 += 16) {
+        const int nc = (int)(n - t0 < 16 ? n - t0 : 16);
+        const bf16 *xd = (const bf16 *)x->data + t0 * tld(x);
+        for (int i = 0; i < m; i++) pc.y[i] = p.y[i] + t0 * p.ldy[i];
+        if (sdt == IRIS_DT_BF16) launch4_n<0>(cx, pc, xd, tld(x), nc, swiglu);
+        else if (sdt == IRIS_DT_F16) launch4_n<1>(cx, pc, xd, tld(x), nc, swiglu);
+        else launch4_n<2>(cx, pc, xd, tld(x), nc, swiglu);
+        cx->i4_runs++;
+    }
     return iris_cuda_check(b, swiglu ? "linear_swiglu (4-bit gemv)" : m > 1 ? "linear_n (4-bit gemv)" : "linear (4-bit gemv)");
 }
 
@@ -436,3 +443,4 @@ void iris_cuda_dequant_i4(const cuda_ctx *cx, const iris_tensor *w, int64_t r0, 
 extern "C" void iris_cuda_set_i4_ref(iris_backend *b, int on) { cuda_of(b)->i4_ref = on; }
 extern "C" int iris_cuda_i4_gemv_runs(iris_backend *b) { return cuda_of(b)->i4_runs; }
 extern "C" void iris_cuda_set_i4_warps(iris_backend *b, int kw) { cuda_of(b)->i4_kw = kw; }
+extern "C" void iris_cuda_set_i4_rows(iris_backend *b, int rows) { cuda_of(b)->i4_rows = rows; }

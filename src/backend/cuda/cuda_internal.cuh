@@ -103,6 +103,7 @@ struct cuda_ctx {
     int i4_ref;             /* 4-bit decode linears through the per-row reference GEMV (tests, benchmarks) */
     int i4_runs;            /* launches of the 4-bit tensor-core GEMV (cuda_gemv_i4.cu), for the tests */
     int i4_kw;              /* its warps a CTA forced (benchmarks; 1-8), or 0: its rule */
+    int i4_rows;            /* the rows it takes (in launches of 16; benchmarks), or 0: I4_GEMV_ROWS */
     uint16_t *pinned;       /* page-locked host staging for get_f32 (host memory, grown as needed) */
     size_t pinned_bytes;
     cudaEvent_t ev0, ev1;   /* iris_cuda_mark / iris_cuda_elapsed_ms */

@@ -29,6 +29,8 @@ void iris_cuda_set_i4_ref(iris_backend *b, int on);
 int iris_cuda_i4_gemv_runs(iris_backend *b);
 /* Its warps a CTA (1-8, each splitting the columns), or 0: the rule of cuda_gemv_i4.cu launch4. */
 void iris_cuda_set_i4_warps(iris_backend *b, int kw);
+/* The rows a product may have to take it (in launches of 16 tokens), or 0: the default, 16. */
+void iris_cuda_set_i4_rows(iris_backend *b, int rows);
 
 /* Flash attention kernel: 0 register-resident mma.sync (default), 1 WMMA with
  * the output tile in shared memory (kept as the check and the baseline). */
