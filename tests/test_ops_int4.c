@@ -139,6 +139,13 @@ IRIS_TEST(gpu_ops_linear_int4) {
     check_i4(4, 96, 40, 16, 1, IRIS_DT_BF16, 1, 0, 0, 0);  /* group 16: per-row GEMV */
     check_i4(2, 64, 24, 8, 0, IRIS_DT_F32, 0, 1, 0, 0);
     check_i4(20, 96, 40, 16, 1, IRIS_DT_BF16, 0, 1, 0, 0); /* group 16, 20 rows: the per-word dequantization */
+    /* every split of the columns (warps a CTA, normally the launch's rule) */
+    for (int kw = 1; kw <= 8; kw *= 2) {
+        iris_cuda_set_i4_warps(ops_cuda, kw);
+        check_i4(kw + 2, 1440, 50, 32, 1, IRIS_DT_BF16, 1, 0, 0, 1);
+        check_i4(9, 1184, 30, 32, kw & 1, IRIS_DT_F16, 0, 1, 0, 1);
+    }
+    iris_cuda_set_i4_warps(ops_cuda, 0);
     /* more rows through the GEMV where allowed: launches of 16 tokens */
     iris_cuda_set_i4_rows(ops_cuda, 64);
     check_i4(40, 448, 70, 64, 1, IRIS_DT_BF16, 1, 0, 0, 3);

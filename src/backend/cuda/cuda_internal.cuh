@@ -80,7 +80,8 @@ struct cuda_ctx {
     /* The choices below are set at open from the defaults and the developers' switches (cuda_mem.cu
      * read_switches, docs/env.md); tests and benchmarks change some of them (cuda_testing.h). */
     int w8_max_rows;
-    int gemv_mma;           /* FP8 decode linears on the tensor cores (cuda_gemv_mma.cu); IRIS_CUDA_GEMV_MMA=0: off */
+    int gemv_mma;           /* FP8 and 4-bit decode linears on the tensor cores (cuda_gemv_mma.cu, cuda_gemv_i4.cu);
+                               IRIS_CUDA_GEMV_MMA=0: off */
     int mma_max_rows;       /* linear: rows up to this take that kernel where it applies (else w8_max_rows) */
     int bf16_max_rows;      /* linear: BF16 weights take k_gemv_n up to this many rows (else cuBLASLt) */
     int gemv_smem;          /* its weight tiles through shared memory where they fit one wave (tests: off) */
