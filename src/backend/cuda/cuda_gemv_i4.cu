@@ -4,8 +4,9 @@
  *
  * The tensor-core GEMV (k_gemv4_mma): the shape of cuda_gemv_mma.cu's FP8 kernel.  A CTA owns 16
  * output rows (one m16 tile; rows past `out` are clamped on load and not stored) and KW warps
- * split its columns in 128-column super-steps (warp w takes w, w + KW, ...; I4_UNR of them in
- * flight, the first round issued before pdl_wait).  In a super-step lane (g = lane/4, t = lane%4)
+ * (launch4's rule: all CTAs in one wave where that can be) split its columns in 128-column
+ * super-steps (warp w takes w, w + KW, ...; 4 KB of weights in flight a warp, the first round issued
+ * before pdl_wait).  In a super-step lane (g = lane/4, t = lane%4)
  * loads 16 bytes (4 words, 32 weights) of row g and of row g + 8 at columns [128 s + 32 t, +32),
  * the scale (and packed zero point) of each row's group there (a group is a multiple of 32
  * columns, so one per load), and token g's x at those columns.  Word i's nibbles k and k + 4 land
