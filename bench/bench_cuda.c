@@ -4,6 +4,7 @@
  * model part once text.c runs on the op table).
  *
  *   build/cuda/bench/bench_cuda [2B|4B] [fp8|bf16] [ctx=512]
+ *   build/cuda/bench/bench_cuda int4        (the 4-bit GEMV alone, 8B's shapes)
  *
  * Prints JSON lines: the device-to-device copy bandwidth (the ceiling of
  * every memory-bound op), the W8A16/W16A16 kernels' achieved bandwidth on the
@@ -452,6 +453,107 @@ static void bench_linear_shapes(int fp8, shape s) {
     B->free(B, a.w.data), B->free(B, (void *)a.w.scale), B->free(B, xb), B->free(B, yb), B->free(B, xb2);
 }
 
+/* ---- the 4-bit GEMV (bench_cuda int4) ----------------------------------------------------------
+ * Qwen3-VL-8B's decode linears as W4A16 (group 128 symmetric, as `iris synth --dtype int4` writes
+ * them; also zero points, and group 32): the tensor-core GEMV (cuda_gemv_i4.cu) and the per-row
+ * reference kernel it replaced (iris_cuda_set_i4_ref; past 8 rows it dequantizes for cuBLASLt), by
+ * rows, with the bytes read (words, scales, zero points) over the time. */
+typedef struct {
+    iris_tensor x, w[3], y[3], u;
+    int m, swiglu;
+} i4_args;
+static void run_i4(void *p) {
+    i4_args *a = p;
+    const iris_tensor *ws[3] = {&a->w[0], &a->w[1], &a->w[2]};
+    iris_tensor *ys[3] = {&a->y[0], &a->y[1], &a->y[2]};
+    if (a->swiglu) OK(iris_backend_linear_swiglu(B, &a->x, &a->w[0], &a->w[1], &a->y[0], &a->u));
+    else if (a->m > 1) OK(iris_backend_linear_n(B, &a->x, a->m, ws, ys));
+    else OK(B->linear(B, &a->x, &a->w[0], NULL, &a->y[0]));
+}
+
+static iris_tensor weight_i4(int64_t out, int64_t in, int group, int asym) {
+    iris_tensor w = tview(dev_random((size_t)(out * in / 4), IRIS_DT_BF16, 0.05f), IRIS_DT_I4, out, in);
+    w.qscale = dev_random((size_t)(out * (in / group)), IRIS_DT_BF16, 0.05f);
+    w.qscale_dtype = IRIS_DT_BF16, w.group = group;
+    if (asym) w.qzero = dev_random((size_t)((out + 7) / 8 * (in / group) * 2), IRIS_DT_BF16, 0.05f);
+    return w;
+}
+static size_t wbytes_i4(const iris_tensor *w) {
+    int64_t ng = w->cols / w->group;
+    return (size_t)(w->rows * w->cols / 2 + w->rows * ng * 2 + (w->qzero ? (w->rows + 7) / 8 * ng * 4 : 0));
+}
+
+static void bench_int4(void) {
+    struct { const char *op; int m, swiglu; int64_t in, out[3]; int group, asym; } cases[] = {
+        {"qkv", 3, 0, 4096, {4096, 1024, 1024}, 128, 0},  {"o_proj", 1, 0, 4096, {4096}, 128, 0},
+        {"gate_up", 2, 1, 4096, {12288, 12288}, 128, 0},  {"down_proj", 1, 0, 12288, {4096}, 128, 0},
+        {"lm_head", 1, 0, 4096, {151936}, 128, 0},        {"gate_up", 2, 1, 4096, {12288, 12288}, 128, 1},
+        {"down_proj", 1, 0, 12288, {4096}, 128, 1},       {"gate_up", 2, 1, 4096, {12288, 12288}, 32, 1},
+        {"down_proj", 1, 0, 12288, {4096}, 32, 0},
+    };
+    void *xb = dev_random((size_t)64 * 12288, IRIS_DT_BF16, 1.0f);
+    void *yb[3] = {B->alloc(B, (size_t)64 * 151936 * 2), B->alloc(B, (size_t)64 * 12288 * 2), B->alloc(B, (size_t)64 * 1024 * 2)};
+    void *ub = B->alloc(B, (size_t)64 * 12288 * 2);
+    if (!yb[0] || !yb[1] || !yb[2] || !ub) die("arena exhausted");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        i4_args a;
+        memset(&a, 0, sizeof a);
+        a.m = cases[c].m, a.swiglu = cases[c].swiglu;
+        size_t bytes = 0;
+        for (int i = 0; i < a.m; i++) {
+            a.w[i] = weight_i4(cases[c].out[i], cases[c].in, cases[c].group, cases[c].asym);
+            a.y[i] = tview(yb[i], IRIS_DT_BF16, 1, cases[c].out[a.swiglu ? 0 : i]);
+            bytes += wbytes_i4(&a.w[i]);
+        }
+        a.u = tview(ub, IRIS_DT_BF16, 1, cases[c].out[0]);
+        a.x = tview(xb, IRIS_DT_BF16, 1, cases[c].in);
+        int rows[] = {1, 2, 4, 8, 16};
+        for (int r = 0; r < 5; r++) {
+            a.x.rows = a.u.rows = rows[r];
+            for (int i = 0; i < 3; i++) a.y[i].rows = rows[r];
+            double ms[2];
+            for (int ref = 0; ref < 2; ref++) {
+                iris_cuda_set_i4_ref(B, ref);
+                ms[ref] = time_ms_n(run_i4, &a, 15, 20);
+            }
+            iris_cuda_set_i4_ref(B, 0);
+            printf("{\"bench\":\"gemv_int4\",\"op\":\"%s\",\"group\":%d,\"asym\":%d,\"rows\":%d,\"in\":%lld,\"out\":%lld,"
+                   "\"MB\":%.1f,\"us\":%.2f,\"GBps\":%.0f,\"old_us\":%.2f,\"old_GBps\":%.0f}\n",
+                   cases[c].op, cases[c].group, cases[c].asym, rows[r], (long long)cases[c].in,
+                   (long long)(cases[c].out[0] + (a.m == 3 ? cases[c].out[1] + cases[c].out[2] : 0)), bytes / 1e6,
+                   ms[0] * 1e3, bytes / (ms[0] * 1e-3) / 1e9, ms[1] * 1e3, bytes / (ms[1] * 1e-3) / 1e9);
+            fflush(stdout);
+            /* the split rule's alternatives: each warps-a-CTA forced */
+            for (int kw = 1; kw <= 8 && (rows[r] == 1 || rows[r] == 8); kw *= 2) {
+                iris_cuda_set_i4_warps(B, kw);
+                double t = time_ms_n(run_i4, &a, 15, 20);
+                printf("{\"bench\":\"gemv_int4_warps\",\"op\":\"%s\",\"group\":%d,\"asym\":%d,\"rows\":%d,\"warps\":%d,"
+                       "\"us\":%.2f,\"GBps\":%.0f,\"rule_us\":%.2f}\n",
+                       cases[c].op, cases[c].group, cases[c].asym, rows[r], kw, t * 1e3, bytes / (t * 1e-3) / 1e9, ms[0] * 1e3);
+            }
+            iris_cuda_set_i4_warps(B, 0);
+        }
+        /* more rows: the GEMV in launches of 16 tokens against dequantization + cuBLASLt */
+        int more[] = {24, 32, 48, 64};
+        for (int r = 0; r < 4 && c < 4; r++) {
+            a.x.rows = a.u.rows = more[r];
+            for (int i = 0; i < 3; i++) a.y[i].rows = more[r];
+            iris_cuda_set_i4_rows(B, 64);
+            double g = time_ms_n(run_i4, &a, 11, 10);
+            iris_cuda_set_i4_rows(B, 0);
+            double d = time_ms_n(run_i4, &a, 11, 10);
+            printf("{\"bench\":\"int4_switch\",\"op\":\"%s\",\"rows\":%d,\"gemv_us\":%.2f,\"dequant_cublaslt_us\":%.2f}\n",
+                   cases[c].op, more[r], g * 1e3, d * 1e3);
+        }
+        for (int i = 0; i < a.m; i++) {
+            B->free(B, a.w[i].data), B->free(B, (void *)a.w[i].qscale);
+            if (a.w[i].qzero) B->free(B, (void *)a.w[i].qzero);
+        }
+    }
+    B->free(B, xb), B->free(B, ub);
+    for (int i = 0; i < 3; i++) B->free(B, yb[i]);
+}
+
 typedef struct {
     iris_tensor qkv, o;
     int cu[2];
@@ -566,6 +668,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("{\"bench\":\"open\",\"arena_GiB\":%.1f,\"ms\":%.1f}\n", arena / 1073741824.0, (now() - t0) * 1e3);
+    if (strcmp(like, "int4") == 0) { /* the 4-bit GEMV alone */
+        bench_int4();
+        B->destroy(B);
+        return 0;
+    }
 
     bench_linear_shapes(fp8, s);
     bench_vision();

@@ -1,6 +1,6 @@
 /* test_ops_linear.c: the CUDA linears (GEMV kernels, tensor-core GEMV, shared-memory tiles,
- * cuBLASLt, the fused q/k/v and gate/up launches, W8A8, the BF16 copies of FP8 weights, 4-bit) checked
- * against the CPU backend (the numeric reference) on random inputs of odd sizes, with the
+ * cuBLASLt, the fused q/k/v and gate/up launches, W8A8, the BF16 copies of FP8 weights; the tiny
+ * 4-bit model end to end, its ops in test_ops_int4.c) checked against the CPU backend (the numeric reference) on random inputs of odd sizes, with the
  * helpers of ops_util.h; part of build/iris-test-gpu (not of `make test`: CI has no GPU), run by
  * scripts/gpu-check.  Without a CUDA device every test is skipped. */
 #include <math.h>
@@ -421,57 +421,7 @@ IRIS_TEST(gpu_ops_linear_w8a8) {
     check_w8a8(1029, 2048, 6144, 0);
 }
 
-/* 4-bit (I4) weights: random words, bf16 scales and (asym) zero points, placed by
- * iris_backend_place; the GEMV (n <= 8) and the dequantized cuBLASLt path against the CPU. */
-static void check_linear_i4(int64_t n, int64_t in, int64_t out, int group, int asym, int with_bias) {
-    int64_t ng = in / group, zr = (out + 7) / 8;
-    uint32_t *q = malloc(sizeof(uint32_t) * (size_t)(out * in / 8)), *z = asym ? malloc(sizeof(uint32_t) * (size_t)(zr * ng)) : NULL;
-    uint16_t *sc = malloc(sizeof(uint16_t) * (size_t)(out * ng));
-    for (int64_t i = 0; i < out * in / 8; i++) q[i] = ops_rnd_u32();
-    for (int64_t i = 0; asym && i < zr * ng; i++) z[i] = ops_rnd_u32();
-    for (int64_t i = 0; i < out * ng; i++) {
-        float f = ops_round_bf(ops_rnd_uniform(0.002f, 0.02f));
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        sc[i] = (uint16_t)(u >> 16);
-    }
-    float *x = ops_rnd_vec(n * in, -1, 1), *bias = with_bias ? ops_rnd_vec(out, -0.5f, 0.5f) : NULL;
-    iris_tensor w = {.data = q, .dtype = IRIS_DT_I4, .rows = out, .cols = in, .qscale = sc, .qzero = z,
-                     .qscale_dtype = IRIS_DT_BF16, .group = group};
-    iris_tensor cx = ops_view(x, IRIS_DT_F32, n, in, 0), cb = ops_view(bias, IRIS_DT_F32, 1, out, 0), cy;
-    float *cyd = malloc(sizeof(float) * (size_t)(n * out));
-    cy = ops_view(cyd, IRIS_DT_F32, n, out, 0);
-    REQUIRE(ops_cpu->linear(ops_cpu, &cx, &w, bias ? &cb : NULL, &cy) == 0);
-    iris_tensor gw = w;
-    iris_err err = {0};
-    REQUIRE(iris_backend_place(ops_cuda, &gw, &err) == 0);
-    void *db = bias ? ops_dev_bf16(bias, out) : NULL, *dx = ops_dev_bf16(x, n * in), *dy = ops_dev_poison(n * out);
-    iris_tensor gb = ops_view(db, IRIS_DT_BF16, 1, out, 0), gx = ops_view(dx, IRIS_DT_BF16, n, in, 0),
-                gy = ops_view(dy, IRIS_DT_BF16, n, out, 0);
-    int rc = ops_cuda->linear(ops_cuda, &gx, &gw, bias ? &gb : NULL, &gy);
-    CHECKF(rc == 0, "cuda linear (4-bit): %s", ops_cuda->err.msg);
-    float *got = ops_dev_read_bf16(dy, n * out);
-    char what[128];
-    snprintf(what, sizeof what, "linear n=%lld %lldx%lld I4 group %d%s%s", (long long)n, (long long)out, (long long)in,
-             group, asym ? " asym" : "", bias ? " +bias" : "");
-    ops_compare(what, got, out, cyd, out, n, out, 4e-3f, 2e-3f);
-    ops_cuda->free(ops_cuda, gw.data);
-    ops_cuda->free(ops_cuda, (void *)gw.qscale);
-    ops_cuda->free(ops_cuda, (void *)gw.qzero);
-    ops_cuda->free(ops_cuda, db);
-    ops_cuda->free(ops_cuda, dx);
-    ops_cuda->free(ops_cuda, dy);
-    free(q), free(z), free(sc), free(x), free(bias), free(cyd), free(got);
-}
-
-IRIS_TEST(gpu_ops_linear_int4) {
-    OPS_BACKENDS();
-    check_linear_i4(1, 256, 77, 32, 0, 0);     /* GEMV, odd rows (zero points padded) */
-    check_linear_i4(3, 512, 130, 64, 1, 1);
-    check_linear_i4(8, 4096, 96, 128, 1, 0);
-    check_linear_i4(9, 384, 200, 128, 0, 1);   /* dequantized tiles through cuBLASLt */
-    check_linear_i4(70, 2048, 300, 32, 1, 0);
-}
+/* 4-bit weights: test_ops_int4.c (the ops), and the tiny int4 model below. */
 
 /* The tiny int4 model on the CUDA engine: placed whole, and the image conversation's greedy tokens
  * are transformers' (fp32, on the weights dequantized by hand) up to the first reference step whose

@@ -80,7 +80,8 @@ struct cuda_ctx {
     /* The choices below are set at open from the defaults and the developers' switches (cuda_mem.cu
      * read_switches, docs/env.md); tests and benchmarks change some of them (cuda_testing.h). */
     int w8_max_rows;
-    int gemv_mma;           /* FP8 decode linears on the tensor cores (cuda_gemv_mma.cu); IRIS_CUDA_GEMV_MMA=0: off */
+    int gemv_mma;           /* FP8 and 4-bit decode linears on the tensor cores (cuda_gemv_mma.cu, cuda_gemv_i4.cu);
+                               IRIS_CUDA_GEMV_MMA=0: off */
     int mma_max_rows;       /* linear: rows up to this take that kernel where it applies (else w8_max_rows) */
     int bf16_max_rows;      /* linear: BF16 weights take k_gemv_n up to this many rows (else cuBLASLt) */
     int gemv_smem;          /* its weight tiles through shared memory where they fit one wave (tests: off) */
@@ -100,6 +101,10 @@ struct cuda_ctx {
     int fp8_mma_noted;      /* said once that cuBLASLt had no block-scaled FP8 algorithm */
     int fp8_mma;            /* FP8 linears of larger batches on FP8 tensor cores (W8A8), iris_cuda_set_fp8_mma */
     int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu) */
+    int i4_ref;             /* 4-bit decode linears through the per-row reference GEMV (tests, benchmarks) */
+    int i4_runs;            /* launches of the 4-bit tensor-core GEMV (cuda_gemv_i4.cu), for the tests */
+    int i4_kw;              /* its warps a CTA forced (benchmarks; 1-8), or 0: its rule */
+    int i4_rows;            /* the rows it takes (in launches of 16; benchmarks), or 0: I4_GEMV_ROWS */
     uint16_t *pinned;       /* page-locked host staging for get_f32 (host memory, grown as needed) */
     size_t pinned_bytes;
     cudaEvent_t ev0, ev1;   /* iris_cuda_mark / iris_cuda_elapsed_ms */
@@ -166,6 +171,18 @@ struct gemv_set {
  * (swiglu: p.W[0] gate, p.W[1] up, into p.y[0]). */
 void gemv8_mma_launch(const cuda_ctx *cx, const gemv_set &p, const __nv_bfloat16 *x, int64_t ldx, int n, int64_t in,
                       int swiglu);
+
+/* 4-bit (I4) weights (cuda_gemv_i4.cu).  iris_cuda_gemv_i4: x (n <= I4_GEMV_ROWS tokens) through
+ * m <= 3 weights of one group and scale dtype on the tensor cores (m = 1 with an optional bias; swiglu:
+ * ws[0] gate, ws[1] up into ys[0]); 0, an error, or 1 when it does not take them (nothing launched).
+ * iris_cuda_gemv_i4_ref: the per-row reference kernel, n <= 8 (else 1).  iris_cuda_dequant_i4: rows
+ * [r0, r0 + nr) of w as BF16 into dst [nr, w->cols]. */
+#define I4_GEMV_ROWS 16
+int iris_cuda_gemv_i4(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws, const iris_tensor *bias,
+                      iris_tensor *const *ys, int swiglu);
+int iris_cuda_gemv_i4_ref(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const void *bias, int bdt,
+                          iris_tensor *y);
+void iris_cuda_dequant_i4(const cuda_ctx *cx, const iris_tensor *w, int64_t r0, int64_t nr, __nv_bfloat16 *dst);
 
 /* Flash attention (cuda_attn_flash.cu), used by attn_segments and by the
  * prefill side of attn_paged. */

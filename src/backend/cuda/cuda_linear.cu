@@ -1,7 +1,9 @@
 /* cuda_linear.cu: y[n, out] = x[n, in] · Wᵀ (+ bias) for BF16 activations and
- * BF16, F16, F32, block-scaled FP8 or group-scaled 4-bit (I4) weights.  I4 (W4A16) takes
- * k_gemv_i4 for n <= 8 and dequantized row chunks through cuBLASLt otherwise, each weight
- * bf16((q - zero) · scale) as on the CPU; the paths below are the other dtypes'.
+ * BF16, F16, F32, block-scaled FP8 or group-scaled 4-bit (I4) weights.  I4 (W4A16) takes the
+ * tensor-core GEMV of cuda_gemv_i4.cu for up to I4_GEMV_ROWS rows (also the q, k, v projections
+ * in one launch and gate, up and SiLU·mul in one) and dequantized row chunks through cuBLASLt
+ * otherwise, each weight bf16((q - zero) · scale) as on the CPU; the paths below are the other
+ * dtypes'.
  *
  * Four paths, chosen per call:
  *  - small batches (n <= ctx->mma_max_rows; <= ctx->w8_max_rows for a weight with a BF16 copy) with
@@ -37,14 +39,6 @@
 
 #define GEMV_WARPS 4
 
-/* An I4 weight's pointers and shape, passed by value to its kernels (backend.h). */
-struct iris_tensor_i4 {
-    const uint32_t *q;          /* [rows, cols / 8] words */
-    const void *scale;          /* [rows, cols / group] in scale_dt */
-    const uint32_t *zero;       /* [ceil(rows / 8), cols / group] packed zero points; NULL: symmetric */
-    int scale_dt, group;
-    int64_t rows, cols;
-};
 #ifndef GEMV_UNROLL
 /* 16-byte loads in flight a lane.  H100, 2B/4B-FP8 decode: 4 gave 472/264 tok/s at batch 1, 8 gave
  * 468/253 and 12 455/225 (the dequantizing inner loop, not the loads in flight, is what limits). */
@@ -199,64 +193,6 @@ __global__ void k_dequant_fp8_vec(const uint8_t *W, int64_t ldw, const float *sc
         uint4 *d = (uint4 *)(dst + (r - r0) * in + c);
         d[0] = o[0];
         d[1] = o[1];
-    }
-}
-
-/* ---- 4-bit (I4, backend.h) ---------------------------------------------------------------- */
-
-/* Word wi (8 weights, one group: the group is a multiple of 8) of row r of an I4 weight as fp32,
- * each bf16((q - zero) · scale) as the CPU backend and compressed-tensors compute it. */
-static __device__ __forceinline__ void i4_word(const iris_tensor_i4 &w, int64_t r, int64_t wi, float *f) {
-    uint32_t q = __ldg(w.q + r * (w.cols / 8) + wi);
-    int64_t ng = w.cols / w.group, g = wi * 8 / w.group;
-    float s = load_vec(w.scale, w.scale_dt, r * ng + g);
-    int z = w.zero ? (int)((__ldg(w.zero + (r / 8) * ng + g) >> (4 * (r % 8))) & 15u) - 8 : 0;
-#pragma unroll
-    for (int k = 0; k < 8; k++) f[k] = round_bf16((float)((int)((q >> (4 * k)) & 15u) - 8 - z) * s);
-}
-
-/* Rows [r0, r0 + nr) of an I4 weight as BF16 into dst [nr, in]: one thread per word (8 weights),
- * memory-bound (n/2 bytes in, 2n out). */
-__global__ void k_dequant_i4(iris_tensor_i4 w, int64_t r0, int64_t nr, bf16 *dst) {
-    int64_t words = w.cols / 8, total = nr * words;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = r0 + i / words, wi = i % words;
-        float f[8];
-        i4_word(w, r, wi, f);
-        bf16 *d = dst + (r - r0) * w.cols + wi * 8;
-#pragma unroll
-        for (int k = 0; k < 8; k++) d[k] = f2bf(f[k]);
-    }
-}
-
-/* y[t, row] = x[t] · W[row] for t < n <= 8 (decode): one warp per output row, lanes stride over
- * its words; fp32 accumulators, a warp reduction, the bias added before the one rounding.
- * Memory-bound on the words (a 4-bit weight is read once); not yet tuned (one 4-byte load a lane). */
-template <int NT>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-k_gemv_i4(iris_tensor_i4 w, const bf16 *__restrict__ x, int64_t ldx, int n, bf16 *y, int64_t ldy, const void *bias,
-          int bdt) {
-    int lane = threadIdx.x & 31;
-    int64_t row = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (row >= w.rows) return;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    for (int64_t wi = lane; wi < w.cols / 8; wi += 32) {
-        float f[8];
-        i4_word(w, row, wi, f);
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (t < n) {
-                const bf16 *xr = x + (int64_t)t * ldx + wi * 8;
-#pragma unroll
-                for (int k = 0; k < 8; k++) acc[t] += bf2f(xr[k]) * f[k];
-            }
-    }
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float v = warp_sum(acc[t]);
-        if (lane == 0 && t < n) y[(int64_t)t * ldy + row] = f2bf(v + (bias ? load_vec(bias, bdt, row) : 0.0f));
     }
 }
 
@@ -638,6 +574,10 @@ static int launch_set(iris_backend *b, gemv_set p, const iris_tensor *x, int fp8
 static int cu_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws,
                        iris_tensor *const *ys) {
     cuda_ctx *cx = cuda_of(b);
+    if (m >= 1 && ws[0]->dtype == IRIS_DT_I4) {
+        int rc = iris_cuda_gemv_i4(b, x, m, ws, NULL, ys, 0);
+        if (rc != 1) return rc;
+    }
     int fused = m >= 1 && m <= 3;
     for (int i = 0; i < m && fused; i++)
         fused = gemv_ok(cx, x, ws[i], ys[i]) && ws[i]->dtype == ws[0]->dtype;
@@ -656,6 +596,11 @@ static int cu_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_
 static int cu_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,
                             iris_tensor *g, iris_tensor *u) {
     cuda_ctx *cx = cuda_of(b);
+    if (wg->dtype == IRIS_DT_I4 && wu->dtype == IRIS_DT_I4) {
+        const iris_tensor *ws[2] = {wg, wu};
+        int rc = iris_cuda_gemv_i4(b, x, 2, ws, NULL, &g, 1);
+        if (rc != 1) return rc;
+    }
     if (!(gemv_ok(cx, x, wg, g) && gemv_ok(cx, x, wu, g) && wg->dtype == wu->dtype)) {
         int rc = iris_cuda_linear(b, x, wg, NULL, g);
         if (!rc) rc = iris_cuda_linear(b, x, wu, NULL, u);
@@ -674,29 +619,26 @@ void iris_cuda_linear_fused_init(iris_backend *b) {
     b->linear_swiglu = cu_linear_swiglu;
 }
 
-/* I4 weights: the GEMV for decode-sized n, else dequantized row chunks through cuBLASLt (as FP8). */
-static int linear_i4(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const void *bp, int bdt,
+/* I4 weights: the tensor-core GEMV for decode-sized n (the per-row one where it does not take the
+ * weight, or under iris_cuda_set_i4_ref), else dequantized row chunks through cuBLASLt (as FP8). */
+static int linear_i4(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias,
                      iris_tensor *y) {
     cuda_ctx *cx = cuda_of(b);
     int64_t n = x->rows, in = w->cols, out = w->rows;
-    iris_tensor_i4 q = {(const uint32_t *)w->data, w->qscale, w->qzero, (int)w->qscale_dtype, w->group, w->rows, w->cols};
-    if (n <= 8) {
-        unsigned grid = (unsigned)((out + GEMV_WARPS - 1) / GEMV_WARPS);
-        const bf16 *xd = (const bf16 *)x->data;
-        bf16 *yd = (bf16 *)y->data;
-        if (n <= 1) k_gemv_i4<1><<<grid, GEMV_WARPS * 32, 0, cx->stream>>>(q, xd, tld(x), (int)n, yd, tld(y), bp, bdt);
-        else if (n <= 4) k_gemv_i4<4><<<grid, GEMV_WARPS * 32, 0, cx->stream>>>(q, xd, tld(x), (int)n, yd, tld(y), bp, bdt);
-        else k_gemv_i4<8><<<grid, GEMV_WARPS * 32, 0, cx->stream>>>(q, xd, tld(x), (int)n, yd, tld(y), bp, bdt);
-        return iris_cuda_check(b, "linear (4-bit GEMV)");
-    }
+    const void *bp = bias ? bias->data : NULL;
+    int bdt = bias ? bias->dtype : -1;
+    int rc = iris_cuda_gemv_i4(b, x, 1, &w, bias, &y, 0);
+    if (rc != 1) return rc;
+    rc = iris_cuda_gemv_i4_ref(b, x, w, bp, bdt, y);
+    if (rc != 1) return rc;
     int64_t chunk = (int64_t)cx->dq_elems / in;
     if (chunk < 1)
         return iris_cuda_fail(b, IRIS_ELIMIT, "cuda linear: rows of %lld do not fit the %zu-element dequantization scratch",
                               (long long)in, cx->dq_elems);
     for (int64_t r0 = 0; r0 < out; r0 += chunk) {
-        int64_t nr = out - r0 < chunk ? out - r0 : chunk, blocks = (nr * in / 8 + 255) / 256;
-        k_dequant_i4<<<(unsigned)(blocks > 65536 ? 65536 : blocks), 256, 0, cx->stream>>>(q, r0, nr, cx->dq);
-        int rc = iris_cuda_check(b, "linear (4-bit dequantize)");
+        int64_t nr = out - r0 < chunk ? out - r0 : chunk;
+        iris_cuda_dequant_i4(cx, w, r0, nr, cx->dq);
+        rc = iris_cuda_check(b, "linear (4-bit dequantize)");
         if (rc) return rc;
         const void *bc = bp ? (const char *)bp + r0 * (bdt == IRIS_DT_F32 ? 4 : 2) : NULL;
         rc = lt_matmul(b, cx->dq, in, (const bf16 *)x->data, tld(x), (bf16 *)y->data + r0, tld(y), nr, n, in, bc, bdt);
@@ -731,7 +673,7 @@ int iris_cuda_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w
     if (n <= 0 || out <= 0) return 0;
     const void *bp = bias ? bias->data : NULL;
     int bdt = bias ? bias->dtype : -1;
-    if (w->dtype == IRIS_DT_I4) return linear_i4(b, x, w, bp, bdt, y);
+    if (w->dtype == IRIS_DT_I4) return linear_i4(b, x, w, bias, y);
 
     if (gemv_ok(cx, x, w, y)) {
         gemv_set p;

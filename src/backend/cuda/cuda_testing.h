@@ -21,6 +21,17 @@ void iris_cuda_set_gemv_rows(iris_backend *b, int rows);
  * $IRIS_CUDA_FP8_MMA at open.  Returns 1 where the device has it (sm_90), else 0 (and it stays off). */
 int iris_cuda_set_fp8_mma(iris_backend *b, int on);
 
+/* 4-bit weights, decode-sized products: 1 through the per-row reference GEMV (up to 8 rows; more
+ * dequantize to BF16 for cuBLASLt), 0 (the default) the tensor-core GEMV (cuda_gemv_i4.cu, up to
+ * 16 rows, the fused q/k/v and SwiGLU launches included). */
+void iris_cuda_set_i4_ref(iris_backend *b, int on);
+/* Launches of that tensor-core GEMV so far (graph captures included; replays not), for the tests. */
+int iris_cuda_i4_gemv_runs(iris_backend *b);
+/* Its warps a CTA (1-8, each splitting the columns), or 0: the rule of cuda_gemv_i4.cu launch4. */
+void iris_cuda_set_i4_warps(iris_backend *b, int kw);
+/* The rows a product may have to take it (in launches of 16 tokens), or 0: the default, 16. */
+void iris_cuda_set_i4_rows(iris_backend *b, int rows);
+
 /* Flash attention kernel: 0 register-resident mma.sync (default), 1 WMMA with
  * the output tile in shared memory (kept as the check and the baseline). */
 void iris_cuda_set_attn_impl(iris_backend *b, int impl);
