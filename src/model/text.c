@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "tools/quantize.h"
 
 /* ---- loading ------------------------------------------------------------------------------ */
 
@@ -249,10 +250,15 @@ fail:
 
 int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err) {
     if (b->host_weights) return IRIS_OK; /* the backend reads the mmap'd views in place */
-    int tied = t->lm_head.data == t->embed_tokens.data;
-    int rc = iris_backend_place(b, &t->embed_tokens, err);
+    /* Tied and on the device: the logits read the table; a host table leaves the lm_head its own copy. */
+    int tied = t->lm_head.data == t->embed_tokens.data && !t->embed_host;
+    int rc = t->embed_host ? 0 : iris_backend_place(b, &t->embed_tokens, err);
     if (!rc) rc = iris_backend_place(b, &t->norm, err);
     if (!rc) rc = tied ? (t->lm_head = t->embed_tokens, 0) : iris_backend_place(b, &t->lm_head, err);
+    if (!rc && t->lm_head_q) {
+        free(t->lm_head_q), free(t->lm_head_s); /* the device holds the copy now */
+        t->lm_head_q = NULL, t->lm_head_s = NULL;
+    }
     for (int il = 0; !rc && il < t->cfg.num_hidden_layers; il++) {
         iris_text_layer *L = &t->layers[il];
         iris_tensor *all[] = {&L->input_layernorm, &L->post_attention_layernorm, &L->q_norm, &L->k_norm, &L->q_proj,
@@ -275,8 +281,68 @@ int iris_text_densify(iris_text *t, iris_backend *b, iris_err *err) {
     return IRIS_OK;
 }
 
+int iris_text_embed_host(iris_text *t, iris_err *err) {
+    if (t->on) return iris_err_set(err, IRIS_EINVAL, "the embeddings must stay on the host before the weights are placed");
+    if (t->embed_tokens.dtype != IRIS_DT_BF16 && t->embed_tokens.dtype != IRIS_DT_F32)
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "embeddings in host memory: the table is %s (BF16 or F32 are read)",
+                            iris_dtype_name(t->embed_tokens.dtype));
+    t->embed_host = 1;
+    return IRIS_OK;
+}
+
+int iris_text_lm_head_fp8(iris_text *t, iris_err *err) {
+    iris_tensor *w = &t->lm_head;
+    if (t->on) return iris_err_set(err, IRIS_EINVAL, "--lm-head-dtype fp8: the weights are already placed");
+    if (w->dtype == IRIS_DT_F8_E4M3) return IRIS_OK;  /* stored so already */
+    if (w->dtype != IRIS_DT_BF16 && w->dtype != IRIS_DT_F32)
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "--lm-head-dtype fp8: the lm_head is stored as %s; a BF16 or F32 "
+                            "one is quantized (give --lm-head-dtype stored)", iris_dtype_name(w->dtype));
+    int64_t rows = w->rows, cols = w->cols, B = IRIS_FP8_BLOCK;
+    size_t n_s = (size_t)((rows + B - 1) / B * ((cols + B - 1) / B));
+    t->lm_head_q = malloc((size_t)(rows * cols));
+    t->lm_head_s = malloc(n_s * sizeof(float));
+    if (!t->lm_head_q || !t->lm_head_s) {
+        free(t->lm_head_q), free(t->lm_head_s);
+        t->lm_head_q = NULL, t->lm_head_s = NULL;
+        return iris_err_set(err, IRIS_ENOMEM, "--lm-head-dtype fp8: out of host memory for %lld x %lld codes",
+                            (long long)rows, (long long)cols);
+    }
+    int rc = iris_quantize_fp8_matrix("lm_head.weight", w->data, w->dtype, rows, cols, t->lm_head_q, t->lm_head_s, err);
+    if (rc) return rc;
+    *w = (iris_tensor){.data = t->lm_head_q, .dtype = IRIS_DT_F8_E4M3, .rows = rows, .cols = cols,
+                       .scale = t->lm_head_s, .block = {(int)B, (int)B}};
+    t->lm_head_fp8 = 1;
+    return IRIS_OK;
+}
+
+int iris_text_embed_rows(const iris_text *t, const int32_t *tokens, int n, iris_dtype act, void *dst, iris_err *err) {
+    const iris_tensor *e = &t->embed_tokens;
+    const int64_t H = e->cols, V = e->rows;
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return iris_err_set(err, IRIS_EINVAL, "token id %d is outside the vocabulary (%lld)", tokens[i], (long long)V);
+        const char *src = (const char *)e->data + (size_t)tokens[i] * (size_t)iris_tensor_ld(e) * iris_dtype_size(e->dtype);
+        if (act == e->dtype) {
+            memcpy((char *)dst + (size_t)i * (size_t)H * iris_dtype_size(act), src, (size_t)H * iris_dtype_size(act));
+        } else if (act == IRIS_DT_F32 && e->dtype == IRIS_DT_BF16) {
+            float *d = (float *)dst + (size_t)i * (size_t)H;
+            const uint16_t *s16 = (const uint16_t *)src;
+            for (int64_t c = 0; c < H; c++) {
+                uint32_t u = (uint32_t)s16[c] << 16;
+                memcpy(&d[c], &u, sizeof u);
+            }
+        } else {
+            return iris_err_set(err, IRIS_EUNSUPPORTED, "embeddings in host memory: %s rows for %s activations",
+                                iris_dtype_name(e->dtype), iris_dtype_name(act));
+        }
+    }
+    return IRIS_OK;
+}
+
 void iris_text_free(iris_text *t) {
     if (!t) return;
+    free(t->lm_head_q), free(t->lm_head_s);
+    t->lm_head_q = NULL, t->lm_head_s = NULL;
     free(t->layers);
     t->layers = NULL;
     free(t->dl_weights);
@@ -363,7 +429,9 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
     iris_tensor img = act(x->img, A, n_img, H);                                       /* [n_img, H] */
 
     /* Embeddings; image-token rows take the vision tower's rows. */
-    OP(b->embed(b, &t->embed_tokens, x->tokens, R, &h));
+    if (t->embed_host && !x->h_embedded)
+        return iris_err_set(err, IRIS_EINVAL, "text step: the embeddings are in host memory and the batch brings no rows");
+    if (!x->h_embedded) OP(b->embed(b, &t->embed_tokens, x->tokens, R, &h));
     if (n_img) OP(b->set_rows(b, &h, x->img_rows, &img));
 
     /* A decode-only step may take every layer in one backend call (decode_layers; it declines the
