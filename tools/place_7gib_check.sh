@@ -1,0 +1,46 @@
+#!/bin/sh
+# place_7gib_check.sh OUTDIR: Qwen3-VL-8B with 4-bit linears (iris synth --like 8B --dtype int4,
+# random weights) under --gpu-memory-limit 7GiB with an 8,192-token context, measured whole
+# process by nvidia-smi: the plan (placement lines), one `iris run` with an image and a ~5,000
+# token prompt, then `iris serve` with two requests (text + image, then the same again).
+# Writes plan.txt, run.log, serve.log, reply*.json, smi.csv and summary.txt into OUTDIR.
+# Run from the repository root after `make all` on the GPU machine.
+set -u
+OUT=${1:?usage: tools/place_7gib_check.sh OUTDIR}
+mkdir -p "$OUT"
+M=${IRIS_PLACE_MODEL:-/tmp/s8-int4}
+IMG=examples/images/scene1.png
+CAP="--gpu-memory-limit 7GiB --max-model-len 8192"
+[ -f "$M/model.safetensors" ] || timeout 300 build/iris synth --like 8B --dtype int4 \
+    --tokenizer models/demo/tokenizer.json "$M" >"$OUT/synth.log" 2>&1 || { echo "synth failed"; exit 1; }
+build/iris plan "$M" $CAP >"$OUT/plan.txt" 2>&1
+echo "plan exit $?" >>"$OUT/plan.txt"
+# a long prompt: ~5,000 tokens with the demo tokenizer (the run log prints the count)
+i=0; : >"$OUT/prompt.txt"
+while [ $i -lt 400 ]; do echo "The quick brown fox jumps over the lazy dog near the river bank." >>"$OUT/prompt.txt"; i=$((i+1)); done
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 100 >"$OUT/smi.csv" 2>&1 &
+SMI=$!
+timeout 240 build/iris run "$M" $CAP --image "$IMG" --prompt-file "$OUT/prompt.txt" --max-tokens 64 --temperature 0 -v \
+    >"$OUT/run.out" 2>"$OUT/run.log"
+echo "run exit $?" >>"$OUT/run.log"
+timeout 200 build/iris serve "$M" $CAP --port 18931 >"$OUT/serve.log" 2>&1 &
+SRV=$!
+n=0; until curl -sf http://127.0.0.1:18931/health >/dev/null 2>&1 || [ $n -ge 120 ]; do sleep 1; n=$((n+1)); done
+B64=$(base64 -w0 "$IMG")
+P=$(head -c 6000 "$OUT/prompt.txt" | tr '\n' ' ')
+printf '{"model":"m","max_tokens":64,"temperature":0,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}},{"type":"text","text":"%s"}]}]}' \
+    "$B64" "$P" >"$OUT/req.json"
+for k in 1 2; do
+  curl -s -m 120 http://127.0.0.1:18931/v1/chat/completions -H 'Content-Type: application/json' \
+      --data-binary @"$OUT/req.json" >"$OUT/reply$k.json"
+done
+kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null
+kill "$SMI" 2>/dev/null
+{
+  echo "plan: $(grep -E 'total|context:' "$OUT/plan.txt" | head -2 | tr -s ' ')"
+  grep -E 'token embeddings:|lm_head:' "$OUT/plan.txt"
+  echo "run: $(tail -1 "$OUT/run.log")"; grep -iE 'tok/s|prompt' "$OUT/run.log" | tail -2
+  echo "replies: $(grep -c '"choices"' "$OUT"/reply*.json | tr '\n' ' ')"
+  echo "peak MiB per process (nvidia-smi): $(awk -F', ' '$2+0>m{m=$2+0} END{print m+0}' "$OUT/smi.csv") (7 GiB = 7168 MiB)"
+} >"$OUT/summary.txt"
+cat "$OUT/summary.txt"
