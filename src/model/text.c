@@ -153,6 +153,21 @@ static int bind_linear(const iris_st *st, const char *prefix, int64_t out, int64
     return IRIS_OK;
 }
 
+/* A 4-bit checkpoint's ignore list (config.h): a linear it names must be stored unquantized (it
+ * loads in its stored dtype; *n counts them); one it does not name may be either (a recipe's
+ * targets can leave it out). */
+static int check_ignored(const iris_quant_config *q, const char *name, int il, int k, const iris_tensor *w, int *n,
+                         iris_err *err) {
+    if (!q->int4 || !iris_quant_ignores(q, il, k)) return IRIS_OK;
+    if (w->dtype == IRIS_DT_I4)
+        return iris_err_set(err, IRIS_EFORMAT,
+                            "tensor \"%s.weight_packed\": quantization_config.ignore names \"%s\", but it is stored "
+                            "4-bit; the checkpoint and its config disagree",
+                            name, name);
+    (*n)++;
+    return IRIS_OK;
+}
+
 /* Which position component (0 t, 1 h, 2 w) frequency slot j uses (§6.4). */
 static int mrope_dim(const iris_text_config *c, int j) {
     const int *s = c->mrope_section;
@@ -192,6 +207,9 @@ int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris
         t->lm_head = t->embed_tokens;
     } else if (iris_st_find(st, "lm_head.weight") || iris_st_find(st, "lm_head.weight_packed")) {
         if ((rc = bind_linear(st, "lm_head", V, H, blk, &t->lm_head, err))) return rc;
+        if (blk->int4 && blk->lm_head_ignored && t->lm_head.dtype == IRIS_DT_I4)
+            return iris_err_set(err, IRIS_EFORMAT, "tensor \"lm_head.weight_packed\": quantization_config.ignore "
+                                "names \"lm_head\", but it is stored 4-bit; the checkpoint and its config disagree");
     } else {
         return iris_err_set(err, IRIS_ENOTFOUND,
                             "tensor \"lm_head.weight\" is missing and config.json does not tie it to the embeddings "
@@ -206,22 +224,23 @@ int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris
 #define VEC(field, key, n)                                                     \
     snprintf(name, sizeof name, "%s" key, pre);                               \
     if ((rc = bind(st, name, 1, n, 0, &L->field, err))) goto fail;
-#define LIN(field, key, o, i)                                                  \
+#define LIN(field, key, o, i, k)                                               \
     snprintf(name, sizeof name, "%s" key, pre);                               \
     if ((rc = bind_linear(st, name, o, i, blk, &L->field, err))) goto fail;   \
+    if ((rc = check_ignored(blk, name, il, k, &L->field, &t->n_ignored, err))) goto fail; \
     t->n_fp8 += L->field.dtype == IRIS_DT_F8_E4M3;                              \
     t->n_int4 += L->field.dtype == IRIS_DT_I4;
         VEC(input_layernorm, "input_layernorm.weight", H);
         VEC(post_attention_layernorm, "post_attention_layernorm.weight", H);
         VEC(q_norm, "self_attn.q_norm.weight", hd);
         VEC(k_norm, "self_attn.k_norm.weight", hd);
-        LIN(q_proj, "self_attn.q_proj", nq * hd, H);
-        LIN(k_proj, "self_attn.k_proj", nkv * hd, H);
-        LIN(v_proj, "self_attn.v_proj", nkv * hd, H);
-        LIN(o_proj, "self_attn.o_proj", H, nq * hd);
-        LIN(gate_proj, "mlp.gate_proj", FF, H);
-        LIN(up_proj, "mlp.up_proj", FF, H);
-        LIN(down_proj, "mlp.down_proj", H, FF);
+        LIN(q_proj, "self_attn.q_proj", nq * hd, H, 0);
+        LIN(k_proj, "self_attn.k_proj", nkv * hd, H, 1);
+        LIN(v_proj, "self_attn.v_proj", nkv * hd, H, 2);
+        LIN(o_proj, "self_attn.o_proj", H, nq * hd, 3);
+        LIN(gate_proj, "mlp.gate_proj", FF, H, 4);
+        LIN(up_proj, "mlp.up_proj", FF, H, 5);
+        LIN(down_proj, "mlp.down_proj", H, FF, 6);
 #undef VEC
 #undef LIN
     }

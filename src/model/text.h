@@ -47,6 +47,8 @@ typedef struct iris_text {
                                                  order (into `layers`), malloc'd */
     int n_fp8;                                /* how many linears are FP8 */
     int n_int4;                               /* how many linears are 4-bit (I4) */
+    int n_ignored;                            /* of a 4-bit checkpoint's, how many its quantization_config.ignore
+                                                 keeps unquantized (loaded in their stored dtype) */
     int embed_host;                           /* the table stays a host view (iris_text_embed_host): each step's
                                                  rows are gathered on the host (iris_text_embed_rows) */
     int lm_head_fp8;                          /* lm_head quantized to block FP8 at load (iris_text_lm_head_fp8) */

@@ -35,6 +35,7 @@ static int load(iris_model *m, const iris_model_opts *opts, iris_err *err) {
     if (!rc) rc = iris_text_load(m->st, &m->cfg, &m->text, err);
     if (!rc) {
         m->n_fp8 = m->text.n_fp8;
+        m->n_ignored = m->text.n_ignored;
         m->lm_head_tied = m->text.lm_head.data == m->text.embed_tokens.data;
         if (m->cfg.quantization_config.fp8 && m->n_fp8 == 0)
             rc = iris_err_set(err, IRIS_EFORMAT,
