@@ -238,6 +238,7 @@ typedef struct iris_plan {
     uint64_t embed_row_bytes;        /* one token's row as the step uploads it (BF16) */
     uint64_t lm_head_bytes;          /* the lm_head on the card as planned (tied on the card: 0, the table) */
     uint64_t lm_head_stored_bytes;   /* what it takes as stored (tied: the table's bytes) */
+    uint64_t lm_head_fp8_bytes;      /* what an FP8 copy takes */
     int64_t place_target;            /* the context auto placement aims for */
     int n_place_tries;
     iris_plan_place_try place_tries[IRIS_PLAN_MAX_PLACE_TRIES];

@@ -102,6 +102,7 @@ void iris_plan_place_fill(const plan_in *in, const plan_place *pl, iris_plan *p)
     p->embed_bytes = m->embed_bytes;
     p->embed_row_bytes = (uint64_t)m->cfg.text_config.hidden_size * 2;
     p->lm_head_stored_bytes = tied ? m->embed_bytes : m->lm_head_bytes;
+    p->lm_head_fp8_bytes = m->lm_head_fp8_bytes;
     p->lm_head_bytes = q ? m->lm_head_fp8_bytes : tied ? (pl->embed_host ? m->embed_bytes : 0) : m->lm_head_bytes;
     p->place_target = pl->target;
     p->n_place_tries = pl->n_tries;

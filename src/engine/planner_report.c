@@ -174,7 +174,10 @@ static void placement(const iris_plan *p, sbuf *b) {
         put(b, "  token embeddings: on the card, %s%s", iris_plan_human(p->embed_bytes, a),
             p->lm_head_tied && !p->lm_head_fp8 ? " (the tied lm_head reads them too)" : "");
         if (!p->embed_auto) put(b, "; --embeddings device\n");
-        else put(b, "; auto: the context reaches %s with them\n", target);
+        else if (!p->fits) put(b, "; auto: no placement fits (the settings below assume the table in host memory)\n");
+        else if (p->context >= p->place_target) put(b, "; auto: the context reaches %s with them\n", target);
+        else if (p->lm_head_tied) put(b, "; auto: the tied lm_head reads the table, so on the host it saves nothing alone\n");
+        else put(b, "; auto\n");
     }
     if (p->lm_head_fp8) {
         put(b, "  lm_head: FP8 quantized at load, %s on the card (stored %s %s)", iris_plan_human(p->lm_head_bytes, a),
@@ -187,9 +190,11 @@ static void placement(const iris_plan *p, sbuf *b) {
             iris_plan_human(p->lm_head_tied && !p->embed_host ? p->embed_bytes : p->lm_head_bytes, a),
             p->lm_head_tied && !p->embed_host ? " (the embedding table, tied)" : "");
         if (!p->lm_head_auto) put(b, "; --lm-head-dtype stored\n");
+        else if (!p->fits) put(b, "; auto: no placement fits\n");
         else if (p->lm_head_stored_dtype == IRIS_DT_BF16 || p->lm_head_stored_dtype == IRIS_DT_F32)
-            put(b, "; auto: FP8 only when nothing else fits (--lm-head-dtype fp8 frees about %s more)\n",
-                iris_plan_human(p->lm_head_stored_bytes / 2, c));
+            put(b, "; auto: FP8 only when nothing else fits (--lm-head-dtype fp8%s frees %s)\n",
+                p->lm_head_tied && !p->embed_host ? " --embeddings host" : "",
+                iris_plan_human(p->lm_head_stored_bytes - p->lm_head_fp8_bytes, c));
         else put(b, "; auto\n");
     }
 }
