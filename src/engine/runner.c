@@ -5,7 +5,9 @@
  * rows), none in the step:
  *   host: meta ints [7T + S·B + T + L] (packed per step as below), fp32 logits [L, V], top-k
  *         candidates [L, 64] ids and values, need/whole flags [L], trace rows [T, H] (trace only),
- *         masks [L + L·W] (W = ceil(V / 32); pinned where the backend has it);
+ *         masks [L + L·W] (W = ceil(V / 32); pinned where the backend has it), and with the
+ *         embedding table in host memory (text.h embed_host) the step's rows [T, H] in the
+ *         backend's dtype (pinned where it can), uploaded into h before the forward;
  *   device, one allocation: meta ints as the host's; logits [L, V]; masks as the host's (within
  *         the plan's sampling part, which counts fp32 logits and more); then the activations region
  *         shared with the vision encoder's scratch: image rows [(1 + taps)·T, H], h, x [T, H],

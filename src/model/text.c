@@ -11,7 +11,11 @@
  *
  * The forward reads a batch already laid out in backend memory (one flat
  * batch of rows, attention metadata, scratch: engine/runner.c prepares it);
- * it allocates nothing and never waits on the device unless tracing. */
+ * it allocates nothing and never waits on the device unless tracing.  With
+ * the table in host memory (embed_host) the batch brings the rows in h and
+ * the lookup is skipped; an FP8 lm_head (lm_head_fp8) is quantized at load,
+ * before the upload, and the logits take the backend's FP8 linear.  A 4-bit
+ * checkpoint's ignore list is checked against what each linear stores. */
 #include "text.h"
 
 #include <math.h>
