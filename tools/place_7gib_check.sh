@@ -8,11 +8,27 @@
 set -u
 OUT=${1:?usage: tools/place_7gib_check.sh OUTDIR}
 mkdir -p "$OUT"
-M=${IRIS_PLACE_MODEL:-/tmp/s8-int4}
+M=${IRIS_PLACE_MODEL:-/tmp/s8-int4-place}
 IMG=examples/images/scene1.png
 CAP="--gpu-memory-limit 7GiB --max-model-len 8192"
-[ -f "$M/model.safetensors" ] || timeout 300 build/iris synth --like 8B --dtype int4 \
-    --tokenizer models/demo/tokenizer.json "$M" >"$OUT/synth.log" 2>&1 || { echo "synth failed"; exit 1; }
+# Qwen's tokenizer when the checkout has it (its ids match synth's config); else the demo's, with
+# the config's special-token ids set to the demo tokenizer's
+TOK=.cache/assets/qwen3/tokenizer.json
+[ -f "$TOK" ] || TOK=models/demo/tokenizer.json
+if [ ! -f "$M/model.safetensors" ]; then
+  timeout 400 build/iris synth --like 8B --dtype int4 --tokenizer "$TOK" "$M" >"$OUT/synth.log" 2>&1 ||
+    { echo "synth failed"; tail -3 "$OUT/synth.log"; exit 1; }
+  if [ "$TOK" = models/demo/tokenizer.json ]; then
+    python3 - "$M/config.json" models/demo/config.json <<'PY'
+import json, sys
+c, d = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"):
+    if k in d: c[k] = d[k]
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+PY
+    cp models/demo/generation_config.json "$M/" 2>/dev/null
+  fi
+fi
 build/iris plan "$M" $CAP >"$OUT/plan.txt" 2>&1
 echo "plan exit $?" >>"$OUT/plan.txt"
 # a long prompt: ~5,000 tokens with the demo tokenizer (the run log prints the count)
@@ -25,14 +41,25 @@ timeout 240 build/iris run "$M" $CAP --image "$IMG" --prompt-file "$OUT/prompt.t
 echo "run exit $?" >>"$OUT/run.log"
 timeout 200 build/iris serve "$M" $CAP --port 18931 >"$OUT/serve.log" 2>&1 &
 SRV=$!
-n=0; until curl -sf http://127.0.0.1:18931/health >/dev/null 2>&1 || [ $n -ge 120 ]; do sleep 1; n=$((n+1)); done
+healthy() {
+  if command -v curl >/dev/null; then curl -sf http://127.0.0.1:18931/health >/dev/null 2>&1
+  else python3 -c 'import urllib.request as u; u.urlopen("http://127.0.0.1:18931/health", timeout=2)' 2>/dev/null; fi
+}
+n=0; until healthy || [ $n -ge 150 ]; do sleep 1; n=$((n+1)); done
 B64=$(base64 -w0 "$IMG")
 P=$(head -c 6000 "$OUT/prompt.txt" | tr '\n' ' ')
 printf '{"model":"m","max_tokens":64,"temperature":0,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}},{"type":"text","text":"%s"}]}]}' \
     "$B64" "$P" >"$OUT/req.json"
 for k in 1 2; do
-  curl -s -m 120 http://127.0.0.1:18931/v1/chat/completions -H 'Content-Type: application/json' \
-      --data-binary @"$OUT/req.json" >"$OUT/reply$k.json"
+  if command -v curl >/dev/null; then
+    curl -s -m 120 http://127.0.0.1:18931/v1/chat/completions -H 'Content-Type: application/json' \
+        --data-binary @"$OUT/req.json" >"$OUT/reply$k.json"
+  else
+    python3 -c 'import sys, urllib.request as u
+r = u.Request("http://127.0.0.1:18931/v1/chat/completions", data=open(sys.argv[1], "rb").read(),
+              headers={"Content-Type": "application/json"})
+sys.stdout.write(u.urlopen(r, timeout=120).read().decode())' "$OUT/req.json" >"$OUT/reply$k.json" 2>&1
+  fi
 done
 kill "$SRV" 2>/dev/null; wait "$SRV" 2>/dev/null
 kill "$SMI" 2>/dev/null
