@@ -10,7 +10,7 @@ OUT=${1:?usage: tools/place_7gib_check.sh OUTDIR}
 mkdir -p "$OUT"
 M=${IRIS_PLACE_MODEL:-/tmp/s8-int4-place}
 IMG=examples/images/scene1.png
-CAP="--gpu-memory-limit 7GiB --max-model-len 8192"
+CAP=${IRIS_PLACE_CAP:-"--gpu-memory-limit 7GiB --max-model-len 8192"}
 # Qwen's tokenizer when the checkout has it (its ids match synth's config); else the demo's, with
 # the config's special-token ids set to the demo tokenizer's
 TOK=.cache/assets/qwen3/tokenizer.json
@@ -31,9 +31,11 @@ PY
 fi
 build/iris plan "$M" $CAP >"$OUT/plan.txt" 2>&1
 echo "plan exit $?" >>"$OUT/plan.txt"
-# a long prompt: ~5,000 tokens with the demo tokenizer (the run log prints the count)
-i=0; : >"$OUT/prompt.txt"
-while [ $i -lt 400 ]; do echo "The quick brown fox jumps over the lazy dog near the river bank." >>"$OUT/prompt.txt"; i=$((i+1)); done
+# a long prompt: lines added while the model's tokenizer counts under 5,000 tokens (IRIS_PLACE_TOKENS)
+: >"$OUT/prompt.txt"
+while [ "$(build/iris tokenize "$M" <"$OUT/prompt.txt" | tr -cd ',' | wc -c)" -lt "${IRIS_PLACE_TOKENS:-5000}" ]; do
+  i=0; while [ $i -lt 20 ]; do echo "The quick brown fox jumps over the lazy dog near the river bank." >>"$OUT/prompt.txt"; i=$((i+1)); done
+done
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 100 >"$OUT/smi.csv" 2>&1 &
 SMI=$!
 timeout 240 build/iris run "$M" $CAP --image "$IMG" --prompt-file "$OUT/prompt.txt" --max-tokens 64 --temperature 0 -v \
@@ -47,9 +49,9 @@ healthy() {
 }
 n=0; until healthy || [ $n -ge 150 ]; do sleep 1; n=$((n+1)); done
 B64=$(base64 -w0 "$IMG")
-P=$(head -c 6000 "$OUT/prompt.txt" | tr '\n' ' ')
-printf '{"model":"m","max_tokens":64,"temperature":0,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}},{"type":"text","text":"%s"}]}]}' \
-    "$B64" "$P" >"$OUT/req.json"
+P=$(tr '\n' ' ' <"$OUT/prompt.txt")
+printf '{"model":"%s","max_tokens":64,"temperature":0,"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,%s"}},{"type":"text","text":"%s"}]}]}' \
+    "$M" "$B64" "$P" >"$OUT/req.json"
 for k in 1 2; do
   if command -v curl >/dev/null; then
     curl -s -m 120 http://127.0.0.1:18931/v1/chat/completions -H 'Content-Type: application/json' \
