@@ -253,3 +253,49 @@ IRIS_TEST(plan_place_4b_fp8_unchanged) {
     CHECK_EQ_INT(p->lm_head_bytes, m.embed_bytes);
     free(p);
 }
+
+/* The issue's `iris plan ... --vram 8GiB --reserved 1GiB` (6.5 GiB): the table on the host is not
+ * enough, so auto quantizes the lm_head too; 8K then needs the FP8 KV cache, and the refusal says
+ * so, the setting planned with the placement chosen again (as a run with it would be). */
+IRIS_TEST(plan_place_8b_int4_8gib_card) {
+    iris_plan_model m;
+    REQUIRE(load_preset(0, &m) == 0);
+    iris_plan_budget_opts o = {0};
+    uint64_t budget = 0;
+    char how[128];
+    iris_err err = {0};
+    REQUIRE(iris_plan_budget(&o, 8 * GIB, 7 * GIB, &budget, how, sizeof how, &err) == 0);
+    iris_plan_settings st;
+    iris_plan_settings_default(&st);
+    iris_plan *p = calloc(1, sizeof *p);
+    REQUIRE(p);
+    CHECKF(iris_plan_make(&m, &st, budget, how, 0, p, &err) == 0, "%s", err.msg);
+    show(p);
+    CHECK(p->embed_host && p->lm_head_fp8);
+    CHECK(p->context >= IRIS_PLAN_MIN_CONTEXT && p->context < 8192);
+    int64_t ctx_bf16 = p->context;
+    st.max_model_len = 8192;
+    CHECK_EQ_INT(iris_plan_make(&m, &st, budget, how, 0, p, &err), IRIS_ELIMIT);
+    show(p);
+    int kv = 0;
+    for (int i = 0; i < p->n_suggestions; i++)
+        if (p->suggestions[i].kind == IRIS_SUGGEST_KV_FP8) {
+            kv = 1;
+            CHECK(p->suggestions[i].fits && p->suggestions[i].context == 8192);
+            CHECK_EQ_INT(p->suggestions[i].weight_bytes, iris_plan_placed_weights(&m, 1, 1, NULL));
+        }
+    CHECK(kv);
+    char *t = iris_plan_format(p);
+    REQUIRE(t);
+    CHECK_CONTAINS(t, "  --kv-cache-dtype fp8: fits, context 8,192 tokens");
+    free(t);
+    st.kv_cache_dtype = IRIS_KV_FP8;
+    CHECK(iris_plan_make(&m, &st, budget, how, 0, p, &err) == 0);
+    CHECK(p->embed_host && p->lm_head_fp8 && p->context == 8192);
+    st.max_model_len = 0;
+    CHECK(iris_plan_make(&m, &st, budget, how, 0, p, &err) == 0);
+    printf("  8B-INT4 on an 8 GB card (6.5 GiB): context %lld tokens with a BF16 KV cache, %lld with FP8\n",
+           (long long)ctx_bf16, (long long)p->context);
+    CHECK(p->context > 2 * ctx_bf16 - 64);
+    free(p);
+}

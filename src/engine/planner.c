@@ -637,20 +637,30 @@ static void suggestion(iris_plan *p, int kind, const iris_plan *alt, int64_t val
         .n_full_seqs = alt->fits ? alt->n_full_seqs : 0, .weight_bytes = weights};
 }
 
+/* One alternative as iris_plan_make would plan it: the embeddings and the lm_head placed again by
+ * the same rule (planner_place.c), the dense copies as decided; in->weight_bytes gets the weights. */
+static void pass(plan_in *in, iris_plan *alt) {
+    plan_in t = *in;
+    plan_place pl;
+    t.dense_wanted = in->dense_bytes;
+    iris_plan_place_choose(&t, alt, &pl);
+    in->weight_bytes = t.weight_bytes;
+}
+
 /* The largest value in [lo, hi] for which `set` makes the plan fit (fit is
  * monotone in each of these settings); 0 when even lo does not. */
-static int64_t largest_fitting(plan_in in, int64_t lo, int64_t hi, void (*set)(plan_in *, int64_t), iris_plan *alt) {
+static int64_t largest_fitting(plan_in *in, int64_t lo, int64_t hi, void (*set)(plan_in *, int64_t), iris_plan *alt) {
     int64_t best = 0;
     while (lo <= hi) {
         int64_t mid = lo + (hi - lo) / 2;
-        set(&in, mid);
-        iris_plan_compute(&in, alt);
+        set(in, mid);
+        pass(in, alt);
         if (alt->fits) best = mid, lo = mid + 1;
         else hi = mid - 1;
     }
     if (best) {
-        set(&in, best);
-        iris_plan_compute(&in, alt);
+        set(in, best);
+        pass(in, alt);
     }
     return best;
 }
@@ -671,7 +681,7 @@ static void suggest(const plan_in *in0, const plan_place *pl, iris_plan *p) {
 
     /* The largest context with everything else as asked. */
     in.s.max_model_len = 0;
-    iris_plan_compute(&in, alt);
+    pass(&in, alt);
     suggestion(p, IRIS_SUGGEST_MAX_MODEL_LEN, alt, alt->fits ? alt->context : 0, in.weight_bytes);
 
     /* Smaller images, down to 512x512. */
@@ -681,21 +691,23 @@ static void suggest(const plan_in *in0, const plan_place *pl, iris_plan *p) {
     int64_t tok_now = in.s.text_only ? 0 : iris_plan_image_tokens(v, in.s.max_image_pixels);
     int64_t tok_min = f > 0 ? IRIS_PLAN_MIN_IMAGE_PIXELS / (f * f) : 0;
     if (tok_now > tok_min) {
-        int64_t tok = largest_fitting(in, tok_min, tok_now - 1, set_image_tokens, alt);
+        int64_t tok = largest_fitting(&in, tok_min, tok_now - 1, set_image_tokens, alt);
         suggestion(p, IRIS_SUGGEST_MAX_IMAGE_PIXELS, alt, tok * f * f, in.weight_bytes);
     }
 
     /* A smaller prefill chunk, down to max_num_seqs. */
+    in = *in0;
     if (in.s.max_batch_tokens > in.s.max_num_seqs) {
-        int64_t n = largest_fitting(in, in.s.max_num_seqs, in.s.max_batch_tokens - 1, set_batch_tokens, alt);
+        int64_t n = largest_fitting(&in, in.s.max_num_seqs, in.s.max_batch_tokens - 1, set_batch_tokens, alt);
         suggestion(p, IRIS_SUGGEST_MAX_BATCH_TOKENS, alt, n, in.weight_bytes);
     }
 
+    in = *in0;
     if (in.s.kv_cache_dtype == IRIS_KV_BF16) {
         in.s.kv_cache_dtype = IRIS_KV_FP8;
-        iris_plan_compute(&in, alt);
+        pass(&in, alt);
         suggestion(p, IRIS_SUGGEST_KV_FP8, alt, 0, in.weight_bytes);
-        in.s.kv_cache_dtype = in0->s.kv_cache_dtype;
+        in = *in0;
     }
 
     /* Qwen's block-FP8 checkpoint of the same model (estimated from these

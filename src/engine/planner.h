@@ -121,8 +121,8 @@ typedef enum iris_dense_mode { IRIS_DENSE_AUTO = 0, IRIS_DENSE_ON = 1, IRIS_DENS
  * table: with the table on the host the card holds the lm_head alone (its BF16 copy, or FP8).
  * auto (both defaults): host embeddings (exact) when the context would stay below the requested
  * --max-model-len, else below IRIS_PLAN_AUTO_PLACE_CONTEXT tokens (or the model's maximum) with the
- * table on the card; the FP8 lm_head (other logits) only when the plan does not fit otherwise
- * (planner_place.c).  A flag pins its choice. */
+ * table on the card; the FP8 lm_head (other logits) of an untied model only when the plan does
+ * not fit otherwise (planner_place.c).  A flag pins its choice. */
 typedef enum iris_embed_mode { IRIS_EMBED_AUTO = 0, IRIS_EMBED_DEVICE = 1, IRIS_EMBED_HOST = 2 } iris_embed_mode;
 typedef enum iris_lm_head_mode { IRIS_LM_HEAD_AUTO = 0, IRIS_LM_HEAD_STORED = 1, IRIS_LM_HEAD_FP8 = 2 } iris_lm_head_mode;
 #define IRIS_PLAN_AUTO_PLACE_CONTEXT 8192

@@ -29,8 +29,8 @@ void iris_plan_once(plan_in *in, iris_plan *p);
  * follow, which start from a zeroed plan). */
 typedef struct plan_place {
     int embed_host, lm_head_fp8, embed_auto, lm_head_auto;
-    uint64_t most_saving;  /* the weights of the last candidate auto takes with the same logits (the suggestions'
-                              placement) */
+    uint64_t most_saving;  /* the weights of the last candidate auto takes with the same logits (what the FP8
+                              checkpoint's estimate assumes) */
     int64_t target;
     int n_tries;
     iris_plan_place_try tries[IRIS_PLAN_MAX_PLACE_TRIES];

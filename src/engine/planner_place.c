@@ -7,10 +7,12 @@
  * tied lm_head alone, which the card keeps for the logits) is not tried.  A candidate wins when
  * it fits with the target context (--max-model-len, else IRIS_PLAN_AUTO_PLACE_CONTEXT), or when
  * it fits at all and the next would add the FP8 lm_head by auto: auto changes the logits only
- * for a plan that does not fit otherwise (the 4B and 2B, tied, keep theirs on an 8 GB card).
+ * for a plan that does not fit otherwise, and never quantizes a tied lm_head (the 2B's, the
+ * 4B's: with the table on the host it saves only half the table; the flags can ask for it).
  * When none wins, the one with the longest context; when none fits, the first, as the flags ask
- * (the failure message lists it; the settings that would fit assume the last exact one, which
- * auto takes for them, and list the placements, the FP8 lm_head among them).  Owns nothing.
+ * (the failure message lists it; each setting that would fit is planned with the placement
+ * chosen again, as a run with it would; the placements the flags ruled out are listed).  Owns
+ * nothing.
  */
 #include <string.h>
 
@@ -53,7 +55,8 @@ static int candidates(const iris_plan_model *m, const iris_plan_settings *s, int
     for (int i = 0; i < n_list; i++) {
         int h = list[i][0], f = list[i][1];
         if ((s->embeddings == IRIS_EMBED_DEVICE && h) || (s->embeddings == IRIS_EMBED_HOST && !h)) continue;
-        if (s->lm_head_dtype == IRIS_LM_HEAD_AUTO && f && !quant) continue;   /* nothing to quantize */
+        /* nothing to quantize; or tied: auto leaves a tied lm_head (the 2B's, the 4B's) as it is */
+        if (s->lm_head_dtype == IRIS_LM_HEAD_AUTO && f && (!quant || tied)) continue;
         if (s->embeddings == IRIS_EMBED_AUTO && h && tied && !(f && quant)) continue;  /* saves nothing */
         out[n][0] = h, out[n][1] = f, n++;
     }

@@ -174,7 +174,7 @@ static void placement(const iris_plan *p, sbuf *b) {
         put(b, "  token embeddings: on the card, %s%s", iris_plan_human(p->embed_bytes, a),
             p->lm_head_tied && !p->lm_head_fp8 ? " (the tied lm_head reads them too)" : "");
         if (!p->embed_auto) put(b, "; --embeddings device\n");
-        else if (!p->fits) put(b, "; auto: no placement fits (the settings below assume the table in host memory)\n");
+        else if (!p->fits) put(b, "; auto: no placement fits\n");
         else if (p->context >= p->place_target) put(b, "; auto: the context reaches %s with them\n", target);
         else if (p->lm_head_tied) put(b, "; auto: the tied lm_head reads the table, so on the host it saves nothing alone\n");
         else put(b, "; auto\n");
