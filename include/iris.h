@@ -91,6 +91,10 @@ typedef struct iris_engine_opts {
                                        linears for prefill and large batches (planner.h iris_dense_mode) */
     int text_only;                  /* leave the vision tower off (no memory for it); requests with images are
                                        refused (IRIS_EUNSUPPORTED).  A model without one runs so anyway. */
+    const char *embeddings;         /* "auto" (NULL), "device" or "host": the token-embedding table in host memory,
+                                       each step's rows uploaded (planner.h iris_embed_mode; auto: small cards) */
+    const char *lm_head_dtype;      /* "auto" (NULL), "stored" or "fp8": the lm_head quantized to block FP8 at load
+                                       (planner.h iris_lm_head_mode; auto: when the context needs it) */
 } iris_engine_opts;
 
 void iris_engine_opts_default(iris_engine_opts *o);

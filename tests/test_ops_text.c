@@ -331,3 +331,70 @@ IRIS_TEST(gpu_text_decode_stack) {
     gpu->destroy(gpu);
 }
 #endif
+
+/* Tiny fixture `name` loaded with the placement of planner.h (host: the table stays in host
+ * memory; fp8: the lm_head quantized at load), uploaded to b. */
+static void load_tiny_placed(const char *name, iris_backend *b, int host, int fp8, iris_st **st, iris_text *t) {
+    char dir[256];
+    iris_config cfg;
+    iris_err err = {0};
+    snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, name);
+    REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
+    REQUIRE(iris_st_open(dir, st, &err) == 0);
+    REQUIRE(iris_text_load(*st, &cfg, t, &err) == 0);
+    if (host) REQUIRE(iris_text_embed_host(t, &err) == 0);
+    if (fp8) REQUIRE(iris_text_lm_head_fp8(t, &err) == 0);
+    REQUIRE(iris_text_upload(t, b, &err) == 0);
+}
+
+/* --embeddings host on CUDA: decode steps (graphs replayed, the rows uploaded before each) give
+ * the logits of the device lookup bit for bit, with 1 and 3 sequences; --lm-head-dtype fp8 on
+ * CUDA (the FP8 linear over 151,936-row-like shapes of the fixture) against the CPU's FP8
+ * lm_head on the same decode: within 2e-2 of the largest logit, as the FP8 layers' tests. */
+IRIS_TEST(gpu_text_placement) {
+    OPS_NEED_GPU();
+    iris_err err = {0};
+    iris_backend *gpu = NULL, *cpu = NULL;
+    REQUIRE(iris_backend_cuda_open(0, (size_t)512 << 20, &gpu, &err) == 0);
+    REQUIRE(iris_backend_cpu_open(&cpu, &err) == 0);
+    static const char *models[] = {"tiny-gqa", "tiny-fp8"};
+    for (int mi = 0; mi < 2; mi++) {
+        iris_st *sa = NULL, *sb = NULL, *sc = NULL, *sd = NULL;
+        iris_text ta, tb, tc, td;
+        load_tiny_placed(models[mi], gpu, 0, 0, &sa, &ta);
+        load_tiny_placed(models[mi], gpu, 1, 0, &sb, &tb);
+        load_tiny_placed(models[mi], gpu, 1, 1, &sc, &tc);
+        load_tiny_placed(models[mi], cpu, 1, 1, &sd, &td);
+        int V = ta.cfg.vocab_size, steps = 12;
+        for (int ns = 1; ns <= 3; ns += 2) {
+            size_t n = (size_t)steps * ns * V;
+            float *a = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n);
+            int na = -1, ng = -1;
+            int ra = decode_run(&ta, gpu, ns, steps, 1, a, &na), rg = decode_run(&tb, gpu, ns, steps, 1, g, &ng);
+            CHECKF(ra == 0 && rg == 0, "%s: decode failed", models[mi]);
+            CHECKF(ng > 0, "%s: no graph was recorded with host embeddings", models[mi]);
+            int64_t diff = 0;
+            for (size_t i = 0; i < n; i++) diff += a[i] != g[i];
+            printf("  %s, %d sequence(s), host embeddings: %lld of %zu logits differ from the device table's\n",
+                   models[mi], ns, (long long)diff, n);
+            CHECK(diff == 0);
+            free(a), free(g);
+        }
+        float *c = malloc(sizeof(float) * (size_t)V), *d = malloc(sizeof(float) * (size_t)V);
+        int rc = decode_run(&tc, gpu, 1, 1, 1, c, NULL), rd = decode_run(&td, cpu, 1, 1, 0, d, NULL);
+        CHECKF(rc == 0 && rd == 0, "%s: fp8 lm_head decode failed", models[mi]);
+        float mx = 0, dm = 0;
+        for (int v = 0; v < V; v++) {
+            mx = fabsf(d[v]) > mx ? fabsf(d[v]) : mx;
+            dm = fabsf(c[v] - d[v]) > dm ? fabsf(c[v] - d[v]) : dm;
+        }
+        printf("  %s, FP8 lm_head: CUDA against the CPU max-abs %.3g (largest logit %.3g)\n", models[mi], dm, mx);
+        CHECK(tc.lm_head.dtype == IRIS_DT_F8_E4M3 && !tc.lm_head_q);
+        CHECK(dm <= 2e-2f * mx);
+        free(c), free(d);
+        iris_text_free(&ta), iris_text_free(&tb), iris_text_free(&tc), iris_text_free(&td);
+        iris_st_close(sa), iris_st_close(sb), iris_st_close(sc), iris_st_close(sd);
+    }
+    cpu->destroy(cpu);
+    gpu->destroy(gpu);
+}

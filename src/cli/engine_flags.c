@@ -39,6 +39,12 @@ iris_opt *iris_cli_engine_flags(iris_cli_engine *ce, unsigned which) {
                      "FP8 models on a GPU: BF16 copies of the decoder linears for prefill\n(auto: when they take at "
                      "most 10% of the budget and the plan fits)",
                      0, 0, NULL, &ce->seen[CE_DENSE]);
+        t[n++] = ROW("--embeddings", IRIS_OPT_CHOICE, &ce->embeddings, "auto|device|host",
+                     "where the token-embedding table lives (host: each step uploads its\nrows; auto: host when the "
+                     "context would stay under 8192 tokens)", 0, 0, NULL, &ce->seen[CE_EMBED]);
+        t[n++] = ROW("--lm-head-dtype", IRIS_OPT_CHOICE, &ce->lm_head_dtype, "auto|stored|fp8",
+                     "fp8: a BF16 lm_head quantized to block FP8 at load, half the bytes\n(auto: after host "
+                     "embeddings, when the context still needs it)", 0, 0, NULL, &ce->seen[CE_LM_HEAD]);
     }
     if (which & IRIS_CLI_E_LEN)
         t[n++] = ROW("--max-model-len", IRIS_OPT_INT, &ce->max_model_len, "N",
@@ -80,6 +86,8 @@ void iris_cli_engine_apply(const iris_cli_engine *ce, iris_engine_opts *eo) {
     if (ce->text_only) eo->text_only = 1;
     if (s[CE_KV]) eo->kv_cache_dtype = ce->kv_cache_dtype;
     if (s[CE_DENSE]) eo->dense_weights = ce->dense_weights;
+    if (s[CE_EMBED]) eo->embeddings = ce->embeddings;
+    if (s[CE_LM_HEAD]) eo->lm_head_dtype = ce->lm_head_dtype;
     if (s[CE_LEN]) eo->max_model_len = (int)ce->max_model_len;
     if (s[CE_SEQS]) eo->max_num_seqs = (int)ce->max_num_seqs;
     if (s[CE_BATCH]) eo->max_batch_tokens = (int)ce->max_batch_tokens;
@@ -99,6 +107,8 @@ void iris_cli_engine_plan(const iris_cli_engine *ce, iris_plan_settings *st, iri
     if (ce->text_only) st->text_only = 1;
     if (s[CE_KV]) st->kv_cache_dtype = iris_plan_kv_dtype_parse(ce->kv_cache_dtype);
     if (s[CE_DENSE]) st->dense_weights = iris_plan_dense_parse(ce->dense_weights);
+    if (s[CE_EMBED]) st->embeddings = iris_plan_embed_parse(ce->embeddings);
+    if (s[CE_LM_HEAD]) st->lm_head_dtype = iris_plan_lm_head_parse(ce->lm_head_dtype);
     if (s[CE_LEN]) st->max_model_len = ce->max_model_len;
     if (s[CE_SEQS]) st->max_num_seqs = (int)ce->max_num_seqs;
     if (s[CE_BATCH]) st->max_batch_tokens = (int)ce->max_batch_tokens;

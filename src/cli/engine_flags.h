@@ -24,7 +24,7 @@ enum {
     IRIS_CLI_E_DEVICE = 1 << 0,  /* --device */
     IRIS_CLI_E_MEMORY = 1 << 1,  /* --gpu-memory-limit, --gpu-memory-utilization, --gpu-memory-margin */
     IRIS_CLI_E_IMAGE = 1 << 2,   /* --max-image-pixels, --text-only */
-    IRIS_CLI_E_KV = 1 << 3,      /* --kv-cache-dtype, --dense-weights */
+    IRIS_CLI_E_KV = 1 << 3,      /* --kv-cache-dtype, --dense-weights, --embeddings, --lm-head-dtype */
     IRIS_CLI_E_LEN = 1 << 4,     /* --max-model-len */
     IRIS_CLI_E_SCHED = 1 << 5,   /* --max-num-seqs, --max-batch-tokens */
     IRIS_CLI_E_SERVER = 1 << 6,  /* --max-waiting, --kv-cache-bytes, --no-prefix-caching, --download */
@@ -33,11 +33,11 @@ enum {
                      IRIS_CLI_E_HUB,
 };
 
-enum { CE_DEVICE, CE_LIMIT, CE_UTIL, CE_MARGIN, CE_PIXELS, CE_KV, CE_DENSE, CE_LEN, CE_SEQS, CE_BATCH, CE_WAITING,
-       CE_KV_BYTES, CE_N };
+enum { CE_DEVICE, CE_LIMIT, CE_UTIL, CE_MARGIN, CE_PIXELS, CE_KV, CE_DENSE, CE_EMBED, CE_LM_HEAD, CE_LEN, CE_SEQS,
+       CE_BATCH, CE_WAITING, CE_KV_BYTES, CE_N };
 
 typedef struct iris_cli_engine {
-    const char *device, *kv_cache_dtype, *dense_weights;
+    const char *device, *kv_cache_dtype, *dense_weights, *embeddings, *lm_head_dtype;
     uint64_t gpu_memory_limit, gpu_memory_margin, kv_cache_bytes;
     double gpu_memory_utilization;
     long long max_image_pixels, max_model_len, max_num_seqs, max_batch_tokens, max_waiting;

@@ -532,8 +532,11 @@ static size_t kv_block_bytes(const iris_text_config *tc, iris_dtype dt) {
            iris_dtype_size(dt);
 }
 
-/* The weights onto e->be (the decoder, its dense copies, the vision tower: weights.h). */
-static int place(iris_engine *e, int dense, iris_err *err) { return iris_model_place(e->model, e->be, dense, err); }
+/* The weights onto e->be (the decoder, its dense copies, the vision tower: weights.h), the
+ * embeddings and the lm_head where the plan (or on the CPU the flags) put them. */
+static int place(iris_engine *e, const iris_model_placement *pl, iris_err *err) {
+    return iris_model_place_with(e->model, e->be, pl, err);
+}
 
 #ifdef IRIS_CUDA
 /* The memory plan for this device, then the one allocation it sizes, the
@@ -571,6 +574,8 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     ps.kv_cache_dtype = e->kv_plan_dtype;
     ps.dense_weights = o->dense_weights ? iris_plan_dense_parse(o->dense_weights) : IRIS_DENSE_AUTO;
     ps.text_only = !e->model->has_vision;
+    ps.embeddings = o->embeddings ? iris_plan_embed_parse(o->embeddings) : IRIS_EMBED_AUTO;
+    ps.lm_head_dtype = o->lm_head_dtype ? iris_plan_lm_head_parse(o->lm_head_dtype) : IRIS_LM_HEAD_AUTO;
     if (o->max_image_pixels > 0) ps.max_image_pixels = o->max_image_pixels;
     ps.max_video_pixels = e->vopts.max_pixels;
     int64_t max_pos = e->model->cfg.text_config.max_position_embeddings;
@@ -606,10 +611,10 @@ static int load_cuda(iris_engine *e, iris_err *err) {
                  "allocation is %.1f MiB smaller than the plan's", (long long)need, o->max_num_seqs,
                  (long long)plan->context, (plan->kv_blocks - need) * (double)plan->kv_block_bytes / 1048576.0);
     }
-    int dense = plan->dense;
+    iris_model_placement pl = {.dense = plan->dense, .embed_host = plan->embed_host, .lm_head_fp8 = plan->lm_head_fp8};
     free(plan);
     rc = iris_backend_cuda_open(0, device_bytes + scratch, &e->be, err);
-    if (!rc) rc = place(e, dense, err);
+    if (!rc) rc = place(e, &pl, err);
     if (!rc) rc = iris_kv_cache_init_dtype(&e->kv, &e->model->cfg.text_config, e->n_blocks, kv_dtype_on(e, e->be), e->be, err);
     if (!rc && e->be->sync && e->be->sync(e->be)) rc = iris_err_set(err, IRIS_EDEVICE, "%s", e->be->err.msg);
     if (rc) return rc;
@@ -629,8 +634,12 @@ static int load_cpu(iris_engine *e, iris_err *err) {
     if (!e->o.max_batch_tokens)
         e->o.max_batch_tokens = o->max_num_seqs > IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS ? o->max_num_seqs
                                                                                    : IRIS_PLAN_DEFAULT_MAX_BATCH_TOKENS;
+    /* No plan on the CPU: the placement flags as given (auto keeps the stored form). */
+    iris_model_placement pl = {.embed_host = o->embeddings && iris_plan_embed_parse(o->embeddings) == IRIS_EMBED_HOST,
+                               .lm_head_fp8 = o->lm_head_dtype && iris_plan_lm_head_parse(o->lm_head_dtype) ==
+                                                                      IRIS_LM_HEAD_FP8};
     int rc = iris_backend_cpu_open(&e->be, err);
-    if (!rc) rc = place(e, 0, err);
+    if (!rc) rc = place(e, &pl, err);
     if (rc) return rc;
     e->max_model_len = o->max_model_len > 0 && o->max_model_len < tc->max_position_embeddings
                            ? o->max_model_len : tc->max_position_embeddings;
@@ -770,8 +779,17 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
     }
     e->o.dense_weights = o->dense_weights;
     e->o.text_only = o->text_only;
-    if (o->dense_weights && iris_plan_dense_parse(o->dense_weights) < 0) {
-        iris_err_set(err, IRIS_EINVAL, "--dense-weights '%s': give auto, on or off", o->dense_weights);
+    e->o.embeddings = o->embeddings;
+    e->o.lm_head_dtype = o->lm_head_dtype;
+    if ((o->dense_weights && iris_plan_dense_parse(o->dense_weights) < 0) ||
+        (o->embeddings && iris_plan_embed_parse(o->embeddings) < 0) ||
+        (o->lm_head_dtype && iris_plan_lm_head_parse(o->lm_head_dtype) < 0)) {
+        if (o->dense_weights && iris_plan_dense_parse(o->dense_weights) < 0)
+            iris_err_set(err, IRIS_EINVAL, "--dense-weights '%s': give auto, on or off", o->dense_weights);
+        else if (o->embeddings && iris_plan_embed_parse(o->embeddings) < 0)
+            iris_err_set(err, IRIS_EINVAL, "--embeddings '%s': give auto, device or host", o->embeddings);
+        else
+            iris_err_set(err, IRIS_EINVAL, "--lm-head-dtype '%s': give auto, stored or fp8", o->lm_head_dtype);
         free(e);
         return IRIS_EINVAL;
     }

@@ -10,6 +10,7 @@
  * Owns nothing: the plan is a plain struct.
  */
 #include "planner.h"
+#include "planner_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -34,6 +35,17 @@ int iris_plan_kv_dtype_parse(const char *s) {
 }
 
 const char *iris_plan_kv_dtype_name(int kv_dtype) { return kv_dtype == IRIS_KV_FP8 ? "fp8" : "bf16"; }
+
+int iris_plan_embed_parse(const char *s) {
+    return !s ? -1 : !strcmp(s, "auto") ? IRIS_EMBED_AUTO : !strcmp(s, "device") ? IRIS_EMBED_DEVICE
+                   : !strcmp(s, "host") ? IRIS_EMBED_HOST : -1;
+}
+
+int iris_plan_lm_head_parse(const char *s) {
+    return !s ? -1 : !strcmp(s, "auto") ? IRIS_LM_HEAD_AUTO
+                   : !strcmp(s, "stored") || !strcmp(s, "bf16") ? IRIS_LM_HEAD_STORED
+                   : !strcmp(s, "fp8") ? IRIS_LM_HEAD_FP8 : -1;
+}
 
 int iris_plan_dense_parse(const char *s) {
     return !s ? -1 : !strcmp(s, "auto") ? IRIS_DENSE_AUTO : !strcmp(s, "on") ? IRIS_DENSE_ON
@@ -125,8 +137,23 @@ int iris_plan_model_init(const iris_config *cfg, const iris_st *st, const char *
     m->cfg = *cfg;
     snprintf(m->label, sizeof m->label, "%s", label ? label : "model");
     int has_lm_head = 0;
+    char embed_name[96];
+    snprintf(embed_name, sizeof embed_name, "%sembed_tokens.weight",
+             cfg->text_prefix[0] ? cfg->text_prefix : "model.language_model.");
+    m->embed_dtype = m->lm_head_dtype = IRIS_DT_BF16;
     for (int i = 0; i < iris_st_count(st); i++) {
         const iris_st_tensor *t = iris_st_at(st, i);
+        if (!strcmp(t->name, embed_name)) {
+            m->embed_bytes = iris_plan_align(t->n_bytes);
+            m->embed_dtype = t->dtype;
+            if (cfg->tie_word_embeddings) m->lm_head_dtype = t->dtype;
+        }
+        if (!strncmp(t->name, "lm_head.", 8) && !cfg->tie_word_embeddings) {
+            /* lm_head.weight (BF16, F32 or FP8 with its weight_scale_inv) or a packed one's parts */
+            m->lm_head_bytes += iris_plan_align(t->n_bytes);
+            if (!strcmp(t->name, "lm_head.weight")) m->lm_head_dtype = t->dtype;
+            if (!strcmp(t->name, "lm_head.weight_packed")) m->lm_head_dtype = IRIS_DT_I4, has_lm_head = 1;
+        }
         if (!strcmp(t->name, "lm_head.weight")) {
             has_lm_head = 1;
             /* Tied: the GPU uses embed_tokens for the logits, no second copy. */
@@ -175,6 +202,11 @@ int iris_plan_model_init(const iris_config *cfg, const iris_st *st, const char *
         } else {
             m->fp8_weight_bytes += slot;
         }
+    }
+    {
+        uint64_t V = (uint64_t)cfg->text_config.vocab_size, H = (uint64_t)cfg->text_config.hidden_size;
+        m->lm_head_fp8_scale_bytes = iris_plan_align(ceil_div(V, IRIS_FP8_BLOCK) * ceil_div(H, IRIS_FP8_BLOCK) * F32);
+        m->lm_head_fp8_bytes = iris_plan_align(V * H) + m->lm_head_fp8_scale_bytes;
     }
     if (!cfg->tie_word_embeddings && !has_lm_head)
         return iris_err_set(err, IRIS_EFORMAT,
@@ -289,17 +321,6 @@ int iris_plan_budget(const iris_plan_budget_opts *o, uint64_t total, uint64_t fr
 }
 
 /* ---- the parts ---- */
-
-/* What one planning pass works from: the settings with defaults filled, the
- * weights to assume (the checkpoint's, or the FP8 estimate) and the budget. */
-typedef struct plan_in {
-    const iris_plan_model *m;
-    iris_plan_settings s;
-    uint64_t weight_bytes;
-    int fp8_linears;      /* decoder linears run from FP8: the lm.fp8 scratch exists */
-    uint64_t dense_bytes; /* BF16 copies of them planned (0: none) */
-    uint64_t budget, context_bytes;
-} plan_in;
 
 typedef struct sized {
     const char *name;
@@ -507,7 +528,7 @@ static int context_fits(const plan_in *in, int64_t ctx, iris_plan *p, region_lis
  * maximum itself), for which context_fits(c) holds; that is monotone in c
  * (a longer context needs more blocks and longer block tables), so a binary
  * search over block counts finds it. */
-static void compute(const plan_in *in, iris_plan *p) {
+void iris_plan_compute(const plan_in *in, iris_plan *p) {
     const iris_text_config *t = &in->m->cfg.text_config;
     region_list l;
     int64_t max_pos = t->max_position_embeddings;
@@ -593,6 +614,14 @@ static int check_settings(const iris_plan_model *m, iris_plan_settings *s, iris_
         return iris_err_set(err, IRIS_EINVAL, "--kv-cache-dtype: give bf16 or fp8");
     if (s->dense_weights < IRIS_DENSE_AUTO || s->dense_weights > IRIS_DENSE_OFF)
         return iris_err_set(err, IRIS_EINVAL, "--dense-weights: give auto, on or off");
+    if (s->embeddings < IRIS_EMBED_AUTO || s->embeddings > IRIS_EMBED_HOST)
+        return iris_err_set(err, IRIS_EINVAL, "--embeddings: give auto, device or host");
+    if (s->lm_head_dtype < IRIS_LM_HEAD_AUTO || s->lm_head_dtype > IRIS_LM_HEAD_FP8)
+        return iris_err_set(err, IRIS_EINVAL, "--lm-head-dtype: give auto, stored or fp8");
+    if (s->lm_head_dtype == IRIS_LM_HEAD_FP8 && m->lm_head_dtype != IRIS_DT_F8_E4M3 && !iris_plan_lm_head_quantizable(m))
+        return iris_err_set(err, IRIS_EINVAL, "%s: --lm-head-dtype fp8: the lm_head is stored as %s; a BF16 or F32 one "
+                            "is quantized (give --lm-head-dtype stored)", m->label,
+                            iris_dtype_name((iris_dtype)m->lm_head_dtype));
     int64_t max_pos = t->max_position_embeddings;
     int64_t min_ctx = max_pos < IRIS_PLAN_MIN_CONTEXT ? max_pos : IRIS_PLAN_MIN_CONTEXT;
     if (s->max_model_len && (s->max_model_len < min_ctx || s->max_model_len > max_pos))
@@ -608,20 +637,30 @@ static void suggestion(iris_plan *p, int kind, const iris_plan *alt, int64_t val
         .n_full_seqs = alt->fits ? alt->n_full_seqs : 0, .weight_bytes = weights};
 }
 
+/* One alternative as iris_plan_make would plan it: the embeddings and the lm_head placed again by
+ * the same rule (planner_place.c), the dense copies as decided; in->weight_bytes gets the weights. */
+static void pass(plan_in *in, iris_plan *alt) {
+    plan_in t = *in;
+    plan_place pl;
+    t.dense_wanted = in->dense_bytes;
+    iris_plan_place_choose(&t, alt, &pl);
+    in->weight_bytes = t.weight_bytes;
+}
+
 /* The largest value in [lo, hi] for which `set` makes the plan fit (fit is
  * monotone in each of these settings); 0 when even lo does not. */
-static int64_t largest_fitting(plan_in in, int64_t lo, int64_t hi, void (*set)(plan_in *, int64_t), iris_plan *alt) {
+static int64_t largest_fitting(plan_in *in, int64_t lo, int64_t hi, void (*set)(plan_in *, int64_t), iris_plan *alt) {
     int64_t best = 0;
     while (lo <= hi) {
         int64_t mid = lo + (hi - lo) / 2;
-        set(&in, mid);
-        compute(&in, alt);
+        set(in, mid);
+        pass(in, alt);
         if (alt->fits) best = mid, lo = mid + 1;
         else hi = mid - 1;
     }
     if (best) {
-        set(&in, best);
-        compute(&in, alt);
+        set(in, best);
+        pass(in, alt);
     }
     return best;
 }
@@ -633,7 +672,7 @@ static void set_image_tokens(plan_in *in, int64_t tokens) {
 }
 static void set_batch_tokens(plan_in *in, int64_t n) { in->s.max_batch_tokens = (int)n; }
 
-static void suggest(const plan_in *in0, iris_plan *p) {
+static void suggest(const plan_in *in0, const plan_place *pl, iris_plan *p) {
     iris_plan *alt = malloc(sizeof *alt);
     if (!alt) return;
     memset(alt, 0, sizeof *alt);
@@ -642,7 +681,7 @@ static void suggest(const plan_in *in0, iris_plan *p) {
 
     /* The largest context with everything else as asked. */
     in.s.max_model_len = 0;
-    compute(&in, alt);
+    pass(&in, alt);
     suggestion(p, IRIS_SUGGEST_MAX_MODEL_LEN, alt, alt->fits ? alt->context : 0, in.weight_bytes);
 
     /* Smaller images, down to 512x512. */
@@ -652,37 +691,53 @@ static void suggest(const plan_in *in0, iris_plan *p) {
     int64_t tok_now = in.s.text_only ? 0 : iris_plan_image_tokens(v, in.s.max_image_pixels);
     int64_t tok_min = f > 0 ? IRIS_PLAN_MIN_IMAGE_PIXELS / (f * f) : 0;
     if (tok_now > tok_min) {
-        int64_t tok = largest_fitting(in, tok_min, tok_now - 1, set_image_tokens, alt);
+        int64_t tok = largest_fitting(&in, tok_min, tok_now - 1, set_image_tokens, alt);
         suggestion(p, IRIS_SUGGEST_MAX_IMAGE_PIXELS, alt, tok * f * f, in.weight_bytes);
     }
 
     /* A smaller prefill chunk, down to max_num_seqs. */
+    in = *in0;
     if (in.s.max_batch_tokens > in.s.max_num_seqs) {
-        int64_t n = largest_fitting(in, in.s.max_num_seqs, in.s.max_batch_tokens - 1, set_batch_tokens, alt);
+        int64_t n = largest_fitting(&in, in.s.max_num_seqs, in.s.max_batch_tokens - 1, set_batch_tokens, alt);
         suggestion(p, IRIS_SUGGEST_MAX_BATCH_TOKENS, alt, n, in.weight_bytes);
     }
 
+    in = *in0;
     if (in.s.kv_cache_dtype == IRIS_KV_BF16) {
         in.s.kv_cache_dtype = IRIS_KV_FP8;
-        compute(&in, alt);
+        pass(&in, alt);
         suggestion(p, IRIS_SUGGEST_KV_FP8, alt, 0, in.weight_bytes);
-        in.s.kv_cache_dtype = in0->s.kv_cache_dtype;
+        in = *in0;
     }
 
     /* Qwen's block-FP8 checkpoint of the same model (estimated from these
      * BF16 shapes), alone and with an FP8 KV cache. */
     if (in.m->n_fp8_linears == 0 && in.m->n_int4_linears == 0 && in.m->n_decoder_linears > 0) {
-        in.weight_bytes = in.m->fp8_weight_bytes;
+        /* its embeddings and lm_head placed as in this plan */
+        in.weight_bytes = (uint64_t)((int64_t)in.m->fp8_weight_bytes + (int64_t)in0->weight_bytes -
+                                     (int64_t)in.m->weight_bytes);
         in.fp8_linears = 1;
-        compute(&in, alt);
+        iris_plan_compute(&in, alt);
         suggestion(p, IRIS_SUGGEST_FP8_CHECKPOINT, alt, 0, in.weight_bytes);
         if (!alt->fits && in.s.kv_cache_dtype == IRIS_KV_BF16) {
             in.s.kv_cache_dtype = IRIS_KV_FP8;
-            compute(&in, alt);
+            iris_plan_compute(&in, alt);
             suggestion(p, IRIS_SUGGEST_FP8_CHECKPOINT_KV_FP8, alt, 0, in.weight_bytes);
         }
     }
+    iris_plan_place_suggest(in0, pl, p, alt);
     free(alt);
+}
+
+void iris_plan_once(plan_in *in, iris_plan *p) {
+    /* BF16 copies of the FP8 linears: on when asked; auto when they take at most
+     * IRIS_PLAN_DENSE_AUTO_PERCENT of the budget and the plan fits with them (else without them). */
+    in->dense_bytes = in->dense_wanted;
+    iris_plan_compute(in, p);
+    if (in->dense_bytes && in->s.dense_weights == IRIS_DENSE_AUTO && !p->fits) {
+        in->dense_bytes = 0;
+        iris_plan_compute(in, p);
+    }
 }
 
 /* The automatic step budget (planner.h, IRIS_PLAN_AUTO_BATCH_TOKENS_MAX): p, the plan that fits
@@ -697,7 +752,7 @@ static void auto_batch_tokens(plan_in *in, iris_plan *p) {
         if (cand[i] <= in->s.max_batch_tokens) break;
         plan_in t = *in;
         t.s.max_batch_tokens = cand[i];
-        compute(&t, alt);
+        iris_plan_compute(&t, alt);
         int keeps = alt->fits && alt->context >= p->context &&
                     (alt->kv_blocks * 100 >= p->kv_blocks * (100 - IRIS_PLAN_AUTO_BATCH_KV_PERCENT) ||
                      alt->kv_blocks >= full);
@@ -729,21 +784,17 @@ int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uin
     }
     plan_in in = {.m = m, .s = s, .weight_bytes = m->weight_bytes, .fp8_linears = m->n_fp8_linears > 0,
                   .budget = budget, .context_bytes = context_bytes};
-    /* BF16 copies of the FP8 linears: on when asked; auto when they take at most
-     * IRIS_PLAN_DENSE_AUTO_PERCENT of the budget and the plan fits with them (else without them). */
-    in.dense_bytes = iris_plan_dense_wanted(m, s.dense_weights, budget) ? m->dense_bytes : 0;
-    compute(&in, p);
-    if (in.dense_bytes && s.dense_weights == IRIS_DENSE_AUTO && !p->fits) {
-        in.dense_bytes = 0;
-        compute(&in, p);
-    }
+    in.dense_wanted = iris_plan_dense_wanted(m, s.dense_weights, budget) ? m->dense_bytes : 0;
+    /* Where the embeddings and the lm_head go (planner_place.c), each candidate one pass. */
+    plan_place pl;
+    iris_plan_place_choose(&in, p, &pl);
     if (auto_batch && p->fits) auto_batch_tokens(&in, p);
     p->dense = in.dense_bytes != 0;
     p->text_only = s.text_only;
     p->vision_weight_bytes = lm.vision_weight_bytes;
     snprintf(p->label, sizeof p->label, "%s", m->label);
     snprintf(p->budget_source, sizeof p->budget_source, "%s", budget_source ? budget_source : "");
-    memcpy(p->dtype_bytes, m->dtype_bytes, sizeof p->dtype_bytes);
+    iris_plan_place_fill(&in, &pl, p);
     p->weights_fp8 = m->n_fp8_linears > 0;
     p->weights_int4 = m->n_int4_linears > 0;
     p->context_measured = context_bytes != 0;
@@ -752,7 +803,8 @@ int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uin
         p->video_tokens = iris_plan_video_tokens(&m->cfg.vision_config, p->video_pixels);
     }
     if (p->fits) return 0;
-    suggest(&in, p);
+    in.weight_bytes = pl.most_saving;
+    suggest(&in, &pl, p);
     char a[32], b[32];
     return iris_err_set(err, IRIS_ELIMIT, "%s does not fit in %s: %s (needs %s in all)", m->label,
                         iris_plan_human(budget, a), p->why, iris_plan_human(p->total_bytes, b));

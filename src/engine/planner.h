@@ -113,6 +113,21 @@ typedef enum iris_kv_dtype { IRIS_KV_BF16 = 0, IRIS_KV_FP8 = 1 } iris_kv_dtype;
 typedef enum iris_dense_mode { IRIS_DENSE_AUTO = 0, IRIS_DENSE_ON = 1, IRIS_DENSE_OFF = 2 } iris_dense_mode;
 #define IRIS_PLAN_DENSE_AUTO_PERCENT 10
 
+/* Placement for small cards (issue 31): --embeddings keeps the token-embedding table in host memory
+ * (the step gathers its rows on the CPU and uploads them: hidden_size * 2 bytes a token, a few KB a
+ * decode step; the numbers are the device lookup's bit for bit); --lm-head-dtype fp8 quantizes a
+ * BF16 lm_head to block FP8 at load (128x128 blocks with fp32 multipliers, as `iris quantize`
+ * writes; half the bytes, an accuracy cost measured in docs/design.md).  A tied lm_head is the
+ * table: with the table on the host the card holds the lm_head alone (its BF16 copy, or FP8).
+ * auto (both defaults): host embeddings (exact) when the context would stay below the requested
+ * --max-model-len, else below IRIS_PLAN_AUTO_PLACE_CONTEXT tokens (or the model's maximum) with the
+ * table on the card; the FP8 lm_head (other logits) of an untied model only when the plan does
+ * not fit otherwise (planner_place.c).  A flag pins its choice. */
+typedef enum iris_embed_mode { IRIS_EMBED_AUTO = 0, IRIS_EMBED_DEVICE = 1, IRIS_EMBED_HOST = 2 } iris_embed_mode;
+typedef enum iris_lm_head_mode { IRIS_LM_HEAD_AUTO = 0, IRIS_LM_HEAD_STORED = 1, IRIS_LM_HEAD_FP8 = 2 } iris_lm_head_mode;
+#define IRIS_PLAN_AUTO_PLACE_CONTEXT 8192
+#define IRIS_PLAN_MAX_PLACE_TRIES 4
+
 /* The parts of the plan, in the order they are printed. */
 typedef enum iris_plan_part {
     IRIS_PART_WEIGHTS,
@@ -140,6 +155,8 @@ typedef struct iris_plan_settings {
     int dense_weights;         /* iris_dense_mode */
     int text_only;             /* --text-only: no vision tower on the card, no image buffers (vLLM's
                                   --language-model-only); a model without one plans so anyway */
+    int embeddings;            /* iris_embed_mode */
+    int lm_head_dtype;         /* iris_lm_head_mode */
 } iris_plan_settings;
 
 /* What the planner needs from a checkpoint (headers only). */
@@ -159,6 +176,12 @@ typedef struct iris_plan_model {
     int64_t linear_max_elems;            /* largest out*in of a decoder linear */
     uint64_t vision_weight_bytes;        /* of weight_bytes, the vision tower's ("model.visual.*") */
     uint64_t vision_dtype_bytes[IRIS_DT_COUNT];
+    uint64_t embed_bytes;                /* of weight_bytes, the token-embedding table's slot */
+    int embed_dtype;
+    uint64_t lm_head_bytes;              /* of weight_bytes, the stored lm_head's slots ("lm_head.*"; 0 when tied) */
+    int lm_head_dtype;                   /* its dtype (tied: the table's); IRIS_DT_I4 when packed */
+    uint64_t lm_head_fp8_bytes;          /* an FP8 copy: align(V * H) codes + align(fp32 multipliers) */
+    uint64_t lm_head_fp8_scale_bytes;    /* of which the multipliers */
 } iris_plan_model;
 
 typedef struct iris_plan_region {
@@ -168,7 +191,16 @@ typedef struct iris_plan_region {
     uint64_t bytes;     /* a multiple of IRIS_PLAN_ALIGN */
 } iris_plan_region;
 
+/* One placement the plan tried (auto): the context it gave (0: did not fit). */
+typedef struct iris_plan_place_try {
+    int embed_host, lm_head_fp8, fits;
+    int64_t context;
+    uint64_t weight_bytes;
+} iris_plan_place_try;
+
 typedef enum iris_plan_suggestion_kind {
+    IRIS_SUGGEST_EMBED_HOST,
+    IRIS_SUGGEST_LM_HEAD_FP8,
     IRIS_SUGGEST_MAX_MODEL_LEN,
     IRIS_SUGGEST_MAX_IMAGE_PIXELS,
     IRIS_SUGGEST_MAX_BATCH_TOKENS,
@@ -197,6 +229,19 @@ typedef struct iris_plan {
     int dense;                       /* the plan holds BF16 copies of them (IRIS_PART_DENSE) */
     int text_only;                   /* no vision tower, no image buffers (settings or model) */
     uint64_t vision_weight_bytes;    /* what the vision tower would take (left off when text_only) */
+    int embed_host;                  /* the token-embedding table stays in host memory */
+    int lm_head_fp8;                 /* the lm_head is quantized to FP8 at load */
+    int embed_auto, lm_head_auto;    /* chosen by auto (not by a flag) */
+    int lm_head_tied;
+    int lm_head_stored_dtype;        /* as stored (tied: the table's) */
+    uint64_t embed_bytes;            /* the table (on the card unless embed_host) */
+    uint64_t embed_row_bytes;        /* one token's row as the step uploads it (BF16) */
+    uint64_t lm_head_bytes;          /* the lm_head on the card as planned (tied on the card: 0, the table) */
+    uint64_t lm_head_stored_bytes;   /* what it takes as stored (tied: the table's bytes) */
+    uint64_t lm_head_fp8_bytes;      /* what an FP8 copy takes */
+    int64_t place_target;            /* the context auto placement aims for */
+    int n_place_tries;
+    iris_plan_place_try place_tries[IRIS_PLAN_MAX_PLACE_TRIES];
     uint64_t budget_bytes;
     char budget_source[256];         /* how the budget was set, for the table */
     int context_measured;            /* 0: IRIS_PLAN_CONTEXT_ESTIMATE */
@@ -230,6 +275,10 @@ typedef struct iris_plan {
 uint64_t iris_plan_align(uint64_t n_bytes);
 /* --kv-cache-dtype: "bf16" or "fp8" -> IRIS_KV_*, anything else (NULL too) -> -1; and back. */
 int iris_plan_kv_dtype_parse(const char *s);
+/* --embeddings: "auto", "device" or "host" -> IRIS_EMBED_*; --lm-head-dtype: "auto", "stored" (or
+ * "bf16") or "fp8" -> IRIS_LM_HEAD_*; anything else (NULL too) -> -1. */
+int iris_plan_embed_parse(const char *s);
+int iris_plan_lm_head_parse(const char *s);
 /* --dense-weights: "auto", "on" or "off" -> IRIS_DENSE_*, anything else (NULL too) -> -1. */
 int iris_plan_dense_parse(const char *s);
 /* Whether --dense-weights `mode` (iris_dense_mode) keeps BF16 copies of m's FP8 decoder linears under
@@ -258,6 +307,12 @@ int64_t iris_plan_video_pixels(const iris_vision_config *v, int64_t max_video_pi
 /* The decode batch-size buckets captured as graphs: 1, 2, 4, 8, then every
  * multiple of 8 up to max_num_seqs, and max_num_seqs itself.  Returns the count. */
 int iris_plan_graph_buckets(int max_num_seqs, int out[IRIS_PLAN_MAX_GRAPHS]);
+
+/* 1 when m's stored lm_head can be quantized at load (BF16 or F32). */
+int iris_plan_lm_head_quantizable(const iris_plan_model *m);
+/* The weights on the card with the table on the host (embed_host) and the lm_head in FP8
+ * (lm_head_fp8); dtb (may be NULL) receives them by dtype. */
+uint64_t iris_plan_placed_weights(const iris_plan_model *m, int embed_host, int lm_head_fp8, uint64_t *dtb);
 
 /* ---- model, settings, budget ---- */
 /* Weights summary from the parsed headers.  `label` names the model in messages. */

@@ -141,6 +141,64 @@ static void table(const iris_plan *p, sbuf *b) {
             iris_plan_human(p->total_bytes - p->budget_bytes, h));
 }
 
+/* What a placement try gave, for the reasons below. */
+static const char *try_gave(const iris_plan_place_try *t, char buf[64]) {
+    char a[32];
+    if (t->fits) snprintf(buf, 64, "a context of %s tokens", grouped((uint64_t)t->context, a));
+    else snprintf(buf, 64, "no context that fits");
+    return buf;
+}
+
+/* The try with this placement, or NULL; `which` -1 for either value. */
+static const iris_plan_place_try *try_of(const iris_plan *p, int host, int fp8) {
+    for (int i = 0; i < p->n_place_tries; i++)
+        if ((host < 0 || p->place_tries[i].embed_host == host) && (fp8 < 0 || p->place_tries[i].lm_head_fp8 == fp8))
+            return &p->place_tries[i];
+    return NULL;
+}
+
+/* Where the token embeddings and the lm_head went, what each takes and why (planner.h). */
+static void placement(const iris_plan *p, sbuf *b) {
+    char a[32], c[32], g[64], t[32];
+    const char *target = grouped((uint64_t)p->place_target, t);
+    const iris_plan_place_try *dev = try_of(p, 0, -1), *stored = try_of(p, p->embed_host, 0);
+    if (!stored) stored = try_of(p, -1, 0);
+    put(b, "placement (--embeddings, --lm-head-dtype):\n");
+    if (p->embed_host) {
+        put(b, "  token embeddings: in host memory, %s off the card; each step uploads its rows (%s B a token)",
+            iris_plan_human(p->embed_bytes, a), grouped(p->embed_row_bytes, c));
+        if (!p->embed_auto) put(b, "; --embeddings host\n");
+        else if (dev) put(b, "; auto: on the card they left %s (the aim: %s)\n", try_gave(dev, g), target);
+        else put(b, "; auto\n");
+    } else {
+        put(b, "  token embeddings: on the card, %s%s", iris_plan_human(p->embed_bytes, a),
+            p->lm_head_tied && !p->lm_head_fp8 ? " (the tied lm_head reads them too)" : "");
+        if (!p->embed_auto) put(b, "; --embeddings device\n");
+        else if (!p->fits) put(b, "; auto: no placement fits\n");
+        else if (p->context >= p->place_target) put(b, "; auto: the context reaches %s with them\n", target);
+        else if (p->lm_head_tied) put(b, "; auto: the tied lm_head reads the table, so on the host it saves nothing alone\n");
+        else put(b, "; auto\n");
+    }
+    if (p->lm_head_fp8) {
+        put(b, "  lm_head: FP8 quantized at load, %s on the card (stored %s %s)", iris_plan_human(p->lm_head_bytes, a),
+            iris_dtype_name((iris_dtype)p->lm_head_stored_dtype), iris_plan_human(p->lm_head_stored_bytes, c));
+        if (!p->lm_head_auto) put(b, "; --lm-head-dtype fp8\n");
+        else if (stored) put(b, "; auto: as stored it left %s\n", try_gave(stored, g));
+        else put(b, "; auto\n");
+    } else {
+        put(b, "  lm_head: %s as stored, %s on the card%s", iris_dtype_name((iris_dtype)p->lm_head_stored_dtype),
+            iris_plan_human(p->lm_head_tied && !p->embed_host ? p->embed_bytes : p->lm_head_bytes, a),
+            p->lm_head_tied && !p->embed_host ? " (the embedding table, tied)" : "");
+        if (!p->lm_head_auto) put(b, "; --lm-head-dtype stored\n");
+        else if (!p->fits) put(b, "; auto: no placement fits\n");
+        else if (p->lm_head_stored_dtype == IRIS_DT_BF16 || p->lm_head_stored_dtype == IRIS_DT_F32)
+            put(b, "; auto: FP8 only when nothing else fits (--lm-head-dtype fp8%s frees %s)\n",
+                p->lm_head_tied && !p->embed_host ? " --embeddings host" : "",
+                iris_plan_human(p->lm_head_stored_bytes - p->lm_head_fp8_bytes, c));
+        else put(b, "; auto\n");
+    }
+}
+
 /* "Org/Name-FP8" when the label is a repo id of a BF16 model, else "". */
 static void fp8_repo(const char *label, char *out, size_t size) {
     out[0] = 0;
@@ -160,6 +218,14 @@ static void suggestions(const iris_plan *p, sbuf *b) {
             snprintf(gives, sizeof gives, "context %s tokens, %lld full-length sequence%s at once", grouped((uint64_t)g->context, a),
                      (long long)g->n_full_seqs, g->n_full_seqs == 1 ? "" : "s");
         switch (g->kind) {
+        case IRIS_SUGGEST_EMBED_HOST:
+            put(b, "  --embeddings host (the token-embedding table in host memory, weights on the card %s): %s%s\n",
+                iris_plan_human(g->weight_bytes, c), g->fits ? "fits, " : "does not fit either", gives);
+            break;
+        case IRIS_SUGGEST_LM_HEAD_FP8:
+            put(b, "  --lm-head-dtype fp8 --embeddings host (the lm_head quantized to FP8 at load, weights on the "
+                "card %s): %s%s\n", iris_plan_human(g->weight_bytes, c), g->fits ? "fits, " : "does not fit either", gives);
+            break;
         case IRIS_SUGGEST_MAX_MODEL_LEN:
             if (g->fits) put(b, "  --max-model-len %lld: the largest that fits (%s)\n", (long long)g->value, gives);
             else put(b, "  --max-model-len: none; not even %s tokens fit with the other settings\n", grouped((uint64_t)p->context, a));
@@ -196,12 +262,14 @@ char *iris_plan_format(const iris_plan *p) {
     if (!p->fits) {
         put(&b, "%s does not fit in %s (%s): %s.\n", p->label, iris_plan_human(p->budget_bytes, a), p->budget_source, p->why);
         table(p, &b);
+        placement(p, &b);
         suggestions(p, &b);
         return done(&b);
     }
     put(&b, "Memory plan for %s (%s weights)\n", p->label, p->weights_fp8 ? "FP8" : p->weights_int4 ? "4-bit" : "BF16");
     put(&b, "budget: %s (%s)\n", iris_plan_human(p->budget_bytes, a), p->budget_source);
     table(p, &b);
+    placement(p, &b);
     put(&b, "context: %s tokens (%s; the model allows %s)\n", grouped((uint64_t)p->context, a),
         p->context_auto ? "the largest that fits" : "--max-model-len", grouped((uint64_t)p->max_position_embeddings, c));
     put(&b, "full-length sequences at once: %lld (the KV pool holds %s tokens; up to %d sequences run together)\n",
@@ -236,6 +304,8 @@ char *iris_plan_format(const iris_plan *p) {
 
 static const char *suggestion_name(int kind) {
     switch (kind) {
+    case IRIS_SUGGEST_EMBED_HOST: return "embeddings_host";
+    case IRIS_SUGGEST_LM_HEAD_FP8: return "lm_head_dtype_fp8";
     case IRIS_SUGGEST_MAX_MODEL_LEN: return "max_model_len";
     case IRIS_SUGGEST_MAX_IMAGE_PIXELS: return "max_image_pixels";
     case IRIS_SUGGEST_MAX_BATCH_TOKENS: return "max_batch_tokens";
@@ -289,6 +359,24 @@ char *iris_plan_json(const iris_plan *p) {
     json_object_set_new(o, "weights_fp8", json_boolean(p->weights_fp8));
     json_object_set_new(o, "weights_int4", json_boolean(p->weights_int4));
     json_object_set_new(o, "dense_weights", json_boolean(p->dense));
+    json_t *tries = json_array();
+    for (int i = 0; tries && i < p->n_place_tries; i++) {
+        const iris_plan_place_try *t = &p->place_tries[i];
+        json_array_append_new(tries, json_pack("{s:s, s:s, s:b, s:I, s:I}", "embeddings", t->embed_host ? "host" : "device",
+                                               "lm_head_dtype", t->lm_head_fp8 ? "fp8" : "stored", "fits", t->fits,
+                                               "context", (json_int_t)t->context, "weight_bytes",
+                                               (json_int_t)t->weight_bytes));
+    }
+    json_object_set_new(o, "placement",
+                        json_pack("{s:s, s:b, s:I, s:I, s:s, s:b, s:b, s:s, s:I, s:I, s:I, s:o*}", "embeddings",
+                                  p->embed_host ? "host" : "device", "embeddings_auto", p->embed_auto, "embed_bytes",
+                                  (json_int_t)p->embed_bytes, "embed_row_bytes", (json_int_t)p->embed_row_bytes,
+                                  "lm_head_dtype", p->lm_head_fp8 ? "F8_E4M3" : iris_dtype_name((iris_dtype)p->lm_head_stored_dtype),
+                                  "lm_head_auto", p->lm_head_auto, "lm_head_tied", p->lm_head_tied,
+                                  "lm_head_stored_dtype", iris_dtype_name((iris_dtype)p->lm_head_stored_dtype),
+                                  "lm_head_bytes", (json_int_t)p->lm_head_bytes, "lm_head_stored_bytes",
+                                  (json_int_t)p->lm_head_stored_bytes, "target_context", (json_int_t)p->place_target,
+                                  "tries", tries));
     json_object_set_new(o, "weight_bytes_by_dtype", dts);
     json_object_set_new(o, "context", json_integer(p->context));
     json_object_set_new(o, "context_auto", json_boolean(p->context_auto));

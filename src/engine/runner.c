@@ -5,7 +5,9 @@
  * rows), none in the step:
  *   host: meta ints [7T + S·B + T + L] (packed per step as below), fp32 logits [L, V], top-k
  *         candidates [L, 64] ids and values, need/whole flags [L], trace rows [T, H] (trace only),
- *         masks [L + L·W] (W = ceil(V / 32); pinned where the backend has it);
+ *         masks [L + L·W] (W = ceil(V / 32); pinned where the backend has it), and with the
+ *         embedding table in host memory (text.h embed_host) the step's rows [T, H] in the
+ *         backend's dtype (pinned where it can), uploaded into h before the forward;
  *   device, one allocation: meta ints as the host's; logits [L, V]; masks as the host's (within
  *         the plan's sampling part, which counts fp32 logits and more); then the activations region
  *         shared with the vision encoder's scratch: image rows [(1 + taps)·T, H], h, x [T, H],
@@ -78,6 +80,8 @@ struct iris_runner {
     float *top_vals;
     int *whole;
     float *trace_h;
+    void *h_emb;                /* embed_host: [T, H] token-embedding rows in act dtype, pinned where the backend has it */
+    int emb_pinned;
     int *run0, *run_n;          /* [S]: a sequence's first image row and its count */
     uint32_t *h_mask;           /* [L] slots (int32), then [L, W] mask words: pinned where the backend has it */
     int mask_pinned;
@@ -125,6 +129,8 @@ void iris_runner_close(iris_runner *r) {
     if (r->dev) r->b->free(r->b, r->dev);
     free(r->hm), free(r->logits), free(r->top_ids), free(r->top_vals), free(r->whole), free(r->trace_h);
     free(r->run0), free(r->mrow);
+    if (r->emb_pinned) r->b->host_free(r->h_emb);
+    else free(r->h_emb);
     if (r->mask_pinned) r->b->host_free(r->h_mask);
     else free(r->h_mask);
     free(r);
@@ -158,8 +164,12 @@ int iris_runner_open(const iris_text *t, iris_backend *b, iris_kv_cache *kv, con
     r->mask_pinned = r->h_mask != NULL;
     if (mask_b && !r->h_mask) r->h_mask = malloc(mask_b);
     r->trace_h = lim->trace ? malloc((size_t)lim->max_rows * c->hidden_size * sizeof(float)) : NULL;
+    size_t emb_b = t->embed_host ? (size_t)lim->max_rows * c->hidden_size * es : 0;
+    r->h_emb = emb_b && b->host_alloc ? b->host_alloc(b, emb_b) : NULL;
+    r->emb_pinned = r->h_emb != NULL;
+    if (emb_b && !r->h_emb) r->h_emb = malloc(emb_b);
     if (!r->hm || !r->logits || !r->top_ids || !r->top_vals || !r->whole || !r->run0 || !r->mrow ||
-        (mask_b && !r->h_mask) || (lim->trace && !r->trace_h)) {
+        (mask_b && !r->h_mask) || (lim->trace && !r->trace_h) || (emb_b && !r->h_emb)) {
         iris_runner_close(r);
         return iris_err_set(err, IRIS_ENOMEM, "runner: out of host memory for %zu logits rows", L);
     }
@@ -500,6 +510,14 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
                          .logits = r->d_lg, .trace_h = trace ? r->trace_h : NULL};
     if (b->upload(b, r->d_meta, r->hm, ints * sizeof(int32_t)) || put_images(r, seqs, n_seqs, &sh, A + al.img))
         return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
+    /* Embeddings in host memory: the rows go up into h before the forward (or its graph), which
+     * then skips the lookup; the previous step's copy from h_emb is done (it ended in a sync). */
+    if (r->t->embed_host) {
+        if ((rc = iris_text_embed_rows(r->t, r->hm, R, b->act, r->h_emb, err))) return rc;
+        if (b->upload(b, x.h, r->h_emb, (size_t)R * r->t->cfg.hidden_size * iris_dtype_size(b->act)))
+            return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
+        x.h_embedded = 1;
+    }
     rc = use_graph ? forward_graph(r, &x, n_seqs, sh.max_blocks, err)
                    : iris_text_forward(r->t, b, r->kv, &x, trace, ud, err);
     if (rc) return rc;

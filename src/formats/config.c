@@ -37,6 +37,9 @@
 
 #include "err.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #define MAX_DIM 1000000             /* sanity bound on any width or count */
 #define MAX_VOCAB (16 << 20)
 #define MAX_POSITIONS (1 << 30)
@@ -356,6 +359,68 @@ static int read_compressed_tensors(const ctx *c, json_t *qc, iris_quant_config *
     return 0;
 }
 
+/* ---- compressed-tensors' ignore list ---- */
+
+static const char *const ct_linears[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                          "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+int iris_quant_ignores(const iris_quant_config *q, int il, int k) {
+    if (il < 0 || il >= IRIS_QUANT_IGNORE_LAYERS || k < 0 || k > 6) return 0;
+    int bit = il * 7 + k;
+    return (q->ignored[bit / 8] >> (bit % 8)) & 1;
+}
+
+/* Whether entry `e` (re: its compiled "re:" pattern, or NULL) names module `name`: equal, or the
+ * regex matching from its start (compressed-tensors' is_match: re.match). */
+static int entry_matches(const char *e, const pcre2_code *re, pcre2_match_data *md, const char *name) {
+    if (!re) return !strcmp(e, name);
+    return pcre2_match(re, (PCRE2_SPTR)name, strlen(name), 0, PCRE2_ANCHORED, md, NULL) >= 0;
+}
+
+/* quantization_config.ignore against the decoder's linears and the lm_head (config.h). */
+static int read_ignore(const ctx *c, json_t *qc, const char *prefix, int n_layers, iris_quant_config *q) {
+    json_t *list = json_object_get(qc, "ignore"), *v;
+    size_t i;
+    if (!list || json_is_null(list)) return 0;
+    if (!json_is_array(list))
+        return iris_err_set(c->err, IRIS_EFORMAT, "%s: quantization_config.ignore must be a list of module names",
+                            c->label);
+    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+    if (!md) return iris_err_set(c->err, IRIS_ENOMEM, "out of memory");
+    int rc = 0, L = n_layers < IRIS_QUANT_IGNORE_LAYERS ? n_layers : IRIS_QUANT_IGNORE_LAYERS;
+    json_array_foreach(list, i, v) {
+        const char *e = json_string_value(v);
+        if (!e) {
+            rc = iris_err_set(c->err, IRIS_EFORMAT, "%s: quantization_config.ignore[%zu] is not a string", c->label, i);
+            break;
+        }
+        q->n_ignore++;
+        pcre2_code *re = NULL;
+        if (!strncmp(e, "re:", 3)) {
+            int ec;
+            PCRE2_SIZE eo;
+            re = pcre2_compile((PCRE2_SPTR)(e + 3), PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+            if (!re) {
+                PCRE2_UCHAR msg[160];
+                pcre2_get_error_message(ec, msg, sizeof msg);
+                rc = iris_err_set(c->err, IRIS_EFORMAT, "%s: quantization_config.ignore[%zu] \"%s\": %s at offset %zu",
+                                  c->label, i, e, (const char *)msg, (size_t)eo);
+                break;
+            }
+        }
+        char name[160];
+        q->lm_head_ignored |= entry_matches(e, re, md, "lm_head");
+        for (int il = 0; il < L; il++)
+            for (int k = 0; k < 7; k++) {
+                snprintf(name, sizeof name, "%slayers.%d.%s", prefix, il, ct_linears[k]);
+                if (entry_matches(e, re, md, name)) q->ignored[(il * 7 + k) / 8] |= (uint8_t)(1u << ((il * 7 + k) % 8));
+            }
+        pcre2_code_free(re);
+    }
+    pcre2_match_data_free(md);
+    return rc;
+}
+
 static int read_quant(const ctx *top, json_t *qc, iris_quant_config *q) {
     ctx c = *top;
     c.where = "quantization_config.";
@@ -438,6 +503,9 @@ int iris_config_read(const char *json_text, const char *label, iris_config *cfg,
            *qc = rc ? NULL : get_obj(&c, root, "quantization_config", &rc);
     if (rc || (rc = read_text(&c, tc, &cfg->text_config, flat)) || (rc = read_vision(&c, vc, &cfg->vision_config)) ||
         (rc = read_quant(&c, qc, &cfg->quantization_config)))
+        goto out;
+    if (cfg->quantization_config.int4 &&
+        (rc = read_ignore(&c, qc, cfg->text_prefix, cfg->text_config.num_hidden_layers, &cfg->quantization_config)))
         goto out;
     /* text_config's own key, for display; the model ties by the top-level one. */
     cfg->text_config.tie_word_embeddings = cfg->tie_word_embeddings;

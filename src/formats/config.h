@@ -53,6 +53,8 @@ typedef struct iris_vision_config {
     char hidden_act[32];
 } iris_vision_config;
 
+#define IRIS_QUANT_IGNORE_LAYERS 512  /* layers the ignore bits cover (num_hidden_layers beyond: none ignored) */
+
 typedef struct iris_quant_config {
     int fp8;                    /* quantization_config.quant_method == "fp8" */
     int weight_block_size[2];   /* [128, 128] */
@@ -60,7 +62,18 @@ typedef struct iris_quant_config {
                                    weights per group (W4A16): linears stored as weight_packed */
     int group_size;             /* int4: config_groups.*.weights.group_size (a multiple of 8) */
     int symmetric;              /* int4: 1 without zero points; 0 with weight_zero_point */
+    /* int4: compressed-tensors' `ignore` list resolved against the decoder's linears (module names
+     * "<text_prefix>layers.<il>.<self_attn|mlp>.<x>_proj" and "lm_head"; an entry is a name, or
+     * "re:" and a Python regex matched from the start, as compressed-tensors does; class names
+     * and vision modules name nothing here): bit il * 7 + k of `ignored` for the k-th linear of
+     * layer il in q, k, v, o, gate, up, down order.  Those stay in their stored dtype. */
+    int n_ignore;               /* entries in the list */
+    int lm_head_ignored;
+    uint8_t ignored[IRIS_QUANT_IGNORE_LAYERS * 7 / 8];
 } iris_quant_config;
+
+/* 1 when the int4 config's ignore list names linear k (0..6: q, k, v, o, gate, up, down) of layer il. */
+int iris_quant_ignores(const iris_quant_config *q, int il, int k);
 
 typedef struct iris_config {
     char model_type[32];

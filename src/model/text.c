@@ -11,7 +11,11 @@
  *
  * The forward reads a batch already laid out in backend memory (one flat
  * batch of rows, attention metadata, scratch: engine/runner.c prepares it);
- * it allocates nothing and never waits on the device unless tracing. */
+ * it allocates nothing and never waits on the device unless tracing.  With
+ * the table in host memory (embed_host) the batch brings the rows in h and
+ * the lookup is skipped; an FP8 lm_head (lm_head_fp8) is quantized at load,
+ * before the upload, and the logits take the backend's FP8 linear.  A 4-bit
+ * checkpoint's ignore list is checked against what each linear stores. */
 #include "text.h"
 
 #include <math.h>
@@ -20,6 +24,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "tools/quantize.h"
 
 /* ---- loading ------------------------------------------------------------------------------ */
 
@@ -152,6 +157,21 @@ static int bind_linear(const iris_st *st, const char *prefix, int64_t out, int64
     return IRIS_OK;
 }
 
+/* A 4-bit checkpoint's ignore list (config.h): a linear it names must be stored unquantized (it
+ * loads in its stored dtype; *n counts them); one it does not name may be either (a recipe's
+ * targets can leave it out). */
+static int check_ignored(const iris_quant_config *q, const char *name, int il, int k, const iris_tensor *w, int *n,
+                         iris_err *err) {
+    if (!q->int4 || !iris_quant_ignores(q, il, k)) return IRIS_OK;
+    if (w->dtype == IRIS_DT_I4)
+        return iris_err_set(err, IRIS_EFORMAT,
+                            "tensor \"%s.weight_packed\": quantization_config.ignore names \"%s\", but it is stored "
+                            "4-bit; the checkpoint and its config disagree",
+                            name, name);
+    (*n)++;
+    return IRIS_OK;
+}
+
 /* Which position component (0 t, 1 h, 2 w) frequency slot j uses (§6.4). */
 static int mrope_dim(const iris_text_config *c, int j) {
     const int *s = c->mrope_section;
@@ -191,6 +211,9 @@ int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris
         t->lm_head = t->embed_tokens;
     } else if (iris_st_find(st, "lm_head.weight") || iris_st_find(st, "lm_head.weight_packed")) {
         if ((rc = bind_linear(st, "lm_head", V, H, blk, &t->lm_head, err))) return rc;
+        if (blk->int4 && blk->lm_head_ignored && t->lm_head.dtype == IRIS_DT_I4)
+            return iris_err_set(err, IRIS_EFORMAT, "tensor \"lm_head.weight_packed\": quantization_config.ignore "
+                                "names \"lm_head\", but it is stored 4-bit; the checkpoint and its config disagree");
     } else {
         return iris_err_set(err, IRIS_ENOTFOUND,
                             "tensor \"lm_head.weight\" is missing and config.json does not tie it to the embeddings "
@@ -205,22 +228,23 @@ int iris_text_load(const iris_st *st, const iris_config *cfg, iris_text *t, iris
 #define VEC(field, key, n)                                                     \
     snprintf(name, sizeof name, "%s" key, pre);                               \
     if ((rc = bind(st, name, 1, n, 0, &L->field, err))) goto fail;
-#define LIN(field, key, o, i)                                                  \
+#define LIN(field, key, o, i, k)                                               \
     snprintf(name, sizeof name, "%s" key, pre);                               \
     if ((rc = bind_linear(st, name, o, i, blk, &L->field, err))) goto fail;   \
+    if ((rc = check_ignored(blk, name, il, k, &L->field, &t->n_ignored, err))) goto fail; \
     t->n_fp8 += L->field.dtype == IRIS_DT_F8_E4M3;                              \
     t->n_int4 += L->field.dtype == IRIS_DT_I4;
         VEC(input_layernorm, "input_layernorm.weight", H);
         VEC(post_attention_layernorm, "post_attention_layernorm.weight", H);
         VEC(q_norm, "self_attn.q_norm.weight", hd);
         VEC(k_norm, "self_attn.k_norm.weight", hd);
-        LIN(q_proj, "self_attn.q_proj", nq * hd, H);
-        LIN(k_proj, "self_attn.k_proj", nkv * hd, H);
-        LIN(v_proj, "self_attn.v_proj", nkv * hd, H);
-        LIN(o_proj, "self_attn.o_proj", H, nq * hd);
-        LIN(gate_proj, "mlp.gate_proj", FF, H);
-        LIN(up_proj, "mlp.up_proj", FF, H);
-        LIN(down_proj, "mlp.down_proj", H, FF);
+        LIN(q_proj, "self_attn.q_proj", nq * hd, H, 0);
+        LIN(k_proj, "self_attn.k_proj", nkv * hd, H, 1);
+        LIN(v_proj, "self_attn.v_proj", nkv * hd, H, 2);
+        LIN(o_proj, "self_attn.o_proj", H, nq * hd, 3);
+        LIN(gate_proj, "mlp.gate_proj", FF, H, 4);
+        LIN(up_proj, "mlp.up_proj", FF, H, 5);
+        LIN(down_proj, "mlp.down_proj", H, FF, 6);
 #undef VEC
 #undef LIN
     }
@@ -249,10 +273,15 @@ fail:
 
 int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err) {
     if (b->host_weights) return IRIS_OK; /* the backend reads the mmap'd views in place */
-    int tied = t->lm_head.data == t->embed_tokens.data;
-    int rc = iris_backend_place(b, &t->embed_tokens, err);
+    /* Tied and on the device: the logits read the table; a host table leaves the lm_head its own copy. */
+    int tied = t->lm_head.data == t->embed_tokens.data && !t->embed_host;
+    int rc = t->embed_host ? 0 : iris_backend_place(b, &t->embed_tokens, err);
     if (!rc) rc = iris_backend_place(b, &t->norm, err);
     if (!rc) rc = tied ? (t->lm_head = t->embed_tokens, 0) : iris_backend_place(b, &t->lm_head, err);
+    if (!rc && t->lm_head_q) {
+        free(t->lm_head_q), free(t->lm_head_s); /* the device holds the copy now */
+        t->lm_head_q = NULL, t->lm_head_s = NULL;
+    }
     for (int il = 0; !rc && il < t->cfg.num_hidden_layers; il++) {
         iris_text_layer *L = &t->layers[il];
         iris_tensor *all[] = {&L->input_layernorm, &L->post_attention_layernorm, &L->q_norm, &L->k_norm, &L->q_proj,
@@ -275,8 +304,68 @@ int iris_text_densify(iris_text *t, iris_backend *b, iris_err *err) {
     return IRIS_OK;
 }
 
+int iris_text_embed_host(iris_text *t, iris_err *err) {
+    if (t->on) return iris_err_set(err, IRIS_EINVAL, "the embeddings must stay on the host before the weights are placed");
+    if (t->embed_tokens.dtype != IRIS_DT_BF16 && t->embed_tokens.dtype != IRIS_DT_F32)
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "embeddings in host memory: the table is %s (BF16 or F32 are read)",
+                            iris_dtype_name(t->embed_tokens.dtype));
+    t->embed_host = 1;
+    return IRIS_OK;
+}
+
+int iris_text_lm_head_fp8(iris_text *t, iris_err *err) {
+    iris_tensor *w = &t->lm_head;
+    if (t->on) return iris_err_set(err, IRIS_EINVAL, "--lm-head-dtype fp8: the weights are already placed");
+    if (w->dtype == IRIS_DT_F8_E4M3) return IRIS_OK;  /* stored so already */
+    if (w->dtype != IRIS_DT_BF16 && w->dtype != IRIS_DT_F32)
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "--lm-head-dtype fp8: the lm_head is stored as %s; a BF16 or F32 "
+                            "one is quantized (give --lm-head-dtype stored)", iris_dtype_name(w->dtype));
+    int64_t rows = w->rows, cols = w->cols, B = IRIS_FP8_BLOCK;
+    size_t n_s = (size_t)((rows + B - 1) / B * ((cols + B - 1) / B));
+    t->lm_head_q = malloc((size_t)(rows * cols));
+    t->lm_head_s = malloc(n_s * sizeof(float));
+    if (!t->lm_head_q || !t->lm_head_s) {
+        free(t->lm_head_q), free(t->lm_head_s);
+        t->lm_head_q = NULL, t->lm_head_s = NULL;
+        return iris_err_set(err, IRIS_ENOMEM, "--lm-head-dtype fp8: out of host memory for %lld x %lld codes",
+                            (long long)rows, (long long)cols);
+    }
+    int rc = iris_quantize_fp8_matrix("lm_head.weight", w->data, w->dtype, rows, cols, t->lm_head_q, t->lm_head_s, err);
+    if (rc) return rc;
+    *w = (iris_tensor){.data = t->lm_head_q, .dtype = IRIS_DT_F8_E4M3, .rows = rows, .cols = cols,
+                       .scale = t->lm_head_s, .block = {(int)B, (int)B}};
+    t->lm_head_fp8 = 1;
+    return IRIS_OK;
+}
+
+int iris_text_embed_rows(const iris_text *t, const int32_t *tokens, int n, iris_dtype act, void *dst, iris_err *err) {
+    const iris_tensor *e = &t->embed_tokens;
+    const int64_t H = e->cols, V = e->rows;
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return iris_err_set(err, IRIS_EINVAL, "token id %d is outside the vocabulary (%lld)", tokens[i], (long long)V);
+        const char *src = (const char *)e->data + (size_t)tokens[i] * (size_t)iris_tensor_ld(e) * iris_dtype_size(e->dtype);
+        if (act == e->dtype) {
+            memcpy((char *)dst + (size_t)i * (size_t)H * iris_dtype_size(act), src, (size_t)H * iris_dtype_size(act));
+        } else if (act == IRIS_DT_F32 && e->dtype == IRIS_DT_BF16) {
+            float *d = (float *)dst + (size_t)i * (size_t)H;
+            const uint16_t *s16 = (const uint16_t *)src;
+            for (int64_t c = 0; c < H; c++) {
+                uint32_t u = (uint32_t)s16[c] << 16;
+                memcpy(&d[c], &u, sizeof u);
+            }
+        } else {
+            return iris_err_set(err, IRIS_EUNSUPPORTED, "embeddings in host memory: %s rows for %s activations",
+                                iris_dtype_name(e->dtype), iris_dtype_name(act));
+        }
+    }
+    return IRIS_OK;
+}
+
 void iris_text_free(iris_text *t) {
     if (!t) return;
+    free(t->lm_head_q), free(t->lm_head_s);
+    t->lm_head_q = NULL, t->lm_head_s = NULL;
     free(t->layers);
     t->layers = NULL;
     free(t->dl_weights);
@@ -363,7 +452,9 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
     iris_tensor img = act(x->img, A, n_img, H);                                       /* [n_img, H] */
 
     /* Embeddings; image-token rows take the vision tower's rows. */
-    OP(b->embed(b, &t->embed_tokens, x->tokens, R, &h));
+    if (t->embed_host && !x->h_embedded)
+        return iris_err_set(err, IRIS_EINVAL, "text step: the embeddings are in host memory and the batch brings no rows");
+    if (!x->h_embedded) OP(b->embed(b, &t->embed_tokens, x->tokens, R, &h));
     if (n_img) OP(b->set_rows(b, &h, x->img_rows, &img));
 
     /* A decode-only step may take every layer in one backend call (decode_layers; it declines the

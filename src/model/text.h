@@ -47,6 +47,13 @@ typedef struct iris_text {
                                                  order (into `layers`), malloc'd */
     int n_fp8;                                /* how many linears are FP8 */
     int n_int4;                               /* how many linears are 4-bit (I4) */
+    int n_ignored;                            /* of a 4-bit checkpoint's, how many its quantization_config.ignore
+                                                 keeps unquantized (loaded in their stored dtype) */
+    int embed_host;                           /* the table stays a host view (iris_text_embed_host): each step's
+                                                 rows are gathered on the host (iris_text_embed_rows) */
+    int lm_head_fp8;                          /* lm_head quantized to block FP8 at load (iris_text_lm_head_fp8) */
+    uint8_t *lm_head_q;                       /* its codes and multipliers in host memory, malloc'd until placed */
+    float *lm_head_s;
     float inv_freq[512];                      /* rotary frequencies, head_dim/2 */
     int dim_of[512];                          /* frequency slot -> position component (t, h, w) */
     iris_backend *on;                         /* backend the weights were uploaded to; NULL: host views */
@@ -66,6 +73,19 @@ int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err);
  * prefill and large batches; memory as the plan's "dense weights" part.  No-op without densify. */
 int iris_text_densify(iris_text *t, iris_backend *b, iris_err *err);
 void iris_text_free(iris_text *t);
+
+/* Placement for small cards (planner.h iris_embed_mode, iris_lm_head_mode), both before
+ * iris_text_upload.  embed_host: the token-embedding table stays in host memory (the mmap); the
+ * runner gathers each step's rows with iris_text_embed_rows and uploads them (H * 2 bytes a token
+ * on a BF16 backend) into the batch's h, so the numbers are the device lookup's bit for bit.  A tied
+ * lm_head then gets its own device copy.  lm_head_fp8: a BF16 (or F32) lm_head (tied: the
+ * table) becomes block FP8 [128x128] as `iris quantize` writes it (iris_quantize_fp8_matrix), in
+ * host memory the text owns until it is placed; the logits then take the backend's FP8 linear. */
+int iris_text_embed_host(iris_text *t, iris_err *err);
+int iris_text_lm_head_fp8(iris_text *t, iris_err *err);
+/* Rows of tokens[0..n) of a host table into dst (host), in dtype `act` (the backend's): BF16 rows
+ * copied as they are, else widened to F32 exactly. */
+int iris_text_embed_rows(const iris_text *t, const int32_t *tokens, int n, iris_dtype act, void *dst, iris_err *err);
 
 typedef struct iris_kv_cache {
     int n_layers, n_blocks;
@@ -118,6 +138,7 @@ typedef struct iris_text_batch {
     void *h, *x, *q, *k, *v, *o, *g, *u;
     void *logits;               /* [n_logits, V], in b->act */
     float *trace_h;             /* host [R, H] for trace (NULL without) */
+    int h_embedded;             /* h already holds the rows' token embeddings (embed_host: the runner put them) */
 } iris_text_batch;
 
 /* The decoder over a prepared batch on backend b (the one the weights and the cache live on):

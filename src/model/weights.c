@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "err.h"
 #include "formats/chat.h"
 #include "log.h"
@@ -34,6 +35,7 @@ static int load(iris_model *m, const iris_model_opts *opts, iris_err *err) {
     if (!rc) rc = iris_text_load(m->st, &m->cfg, &m->text, err);
     if (!rc) {
         m->n_fp8 = m->text.n_fp8;
+        m->n_ignored = m->text.n_ignored;
         m->lm_head_tied = m->text.lm_head.data == m->text.embed_tokens.data;
         if (m->cfg.quantization_config.fp8 && m->n_fp8 == 0)
             rc = iris_err_set(err, IRIS_EFORMAT,
@@ -78,9 +80,24 @@ int iris_model_open(const char *dir, const iris_model_opts *opts, iris_model **o
 }
 
 int iris_model_place(iris_model *m, iris_backend *b, int dense, iris_err *err) {
+    iris_model_placement pl = {.dense = dense};
+    return iris_model_place_with(m, b, &pl, err);
+}
+
+int iris_model_place_with(iris_model *m, iris_backend *b, const iris_model_placement *pl, iris_err *err) {
+    static const iris_model_placement none = {0};
+    if (!pl) pl = &none;
     if (m->on) return iris_err_set(err, IRIS_EINVAL, "model %s: the weights are already on %s", m->dir, m->on->name);
-    int rc = iris_text_upload(&m->text, b, err);
-    if (!rc && dense) rc = iris_text_densify(&m->text, b, err);
+    int rc = pl->embed_host ? iris_text_embed_host(&m->text, err) : 0;
+    if (!rc && pl->lm_head_fp8) {
+        double t0 = iris_now_s();
+        rc = iris_text_lm_head_fp8(&m->text, err);
+        if (!rc)
+            iris_log(IRIS_LOG_INFO, "model", "lm_head quantized to block FP8 at load (--lm-head-dtype fp8) in %.1f s",
+                     iris_now_s() - t0);
+    }
+    if (!rc) rc = iris_text_upload(&m->text, b, err);
+    if (!rc && pl->dense) rc = iris_text_densify(&m->text, b, err);
     if (!rc && m->has_vision) rc = iris_vision_upload(&m->vision, b, err);
     if (!rc) m->on = b;
     return rc;
@@ -102,9 +119,14 @@ void iris_model_describe(const iris_model *m, char *buf, size_t n) {
     if (m->has_vision)
         snprintf(vis, sizeof vis, "vision %d blocks x %d, DeepStack %d", v->depth, v->hidden_size, v->n_deepstack);
     if (!m->has_vision && m->cfg.has_vision) snprintf(vis, sizeof vis, "vision tower left off (text only)");
-    snprintf(buf, n, "%s: %d layers, hidden %d, %d/%d heads x %d, vocab %d; %s; %s; lm_head %s; %s chat; weights on %s",
+    char ign[64] = "";
+    if (m->n_ignored) snprintf(ign, sizeof ign, " (%d left unquantized by its ignore list)", m->n_ignored);
+    snprintf(buf, n, "%s: %d layers, hidden %d, %d/%d heads x %d, vocab %d; %s; %s%s; lm_head %s%s; embeddings %s; "
+             "%s chat; weights on %s",
              m->cfg.architecture[0] ? m->cfg.architecture : "Qwen3-VL", t->num_hidden_layers, t->hidden_size,
              t->num_attention_heads, t->num_key_value_heads, t->head_dim, t->vocab_size, vis,
-             m->n_fp8 ? "FP8 block-scaled linears" : m->text.n_int4 ? "4-bit W4A16 linears" : "BF16",
-             m->lm_head_tied ? "tied" : "untied", iris_chat_style_name(m->chat_style), m->on ? m->on->name : "cpu");
+             m->n_fp8 ? "FP8 block-scaled linears" : m->text.n_int4 ? "4-bit W4A16 linears" : "BF16", ign,
+             m->lm_head_tied ? "tied" : "untied", m->text.lm_head_fp8 ? ", FP8 (quantized at load)" : "",
+             m->text.embed_host ? "in host memory" : "with the weights", iris_chat_style_name(m->chat_style),
+             m->on ? m->on->name : "cpu");
 }

@@ -32,6 +32,13 @@
 #include "model/text.h"
 #include "model/vision.h"
 
+/* Where the weights go on a backend (the memory plan's choices, planner.h). */
+typedef struct iris_model_placement {
+    int dense;              /* BF16 copies of the FP8 decoder linears too (text.h iris_text_densify) */
+    int embed_host;         /* the token-embedding table stays in host memory (text.h iris_text_embed_host) */
+    int lm_head_fp8;        /* the lm_head quantized to block FP8 at load (text.h iris_text_lm_head_fp8) */
+} iris_model_placement;
+
 typedef struct iris_model_opts {
     iris_backend *backend;  /* place the weights there at open (NULL: host views into the mmap; iris_model_place) */
     int dense;              /* with backend: BF16 copies of the FP8 decoder linears too (text.h iris_text_densify) */
@@ -51,6 +58,7 @@ typedef struct iris_model {
     int chat_style;         /* the checkpoint's chat template (formats/chat.h iris_chat_style) */
     int lm_head_tied;
     int n_fp8;              /* FP8 block-scaled linears in the decoder */
+    int n_ignored;          /* decoder linears a 4-bit checkpoint's quantization_config.ignore keeps unquantized */
     iris_backend *on;       /* where the weights live; NULL: host (CPU) */
 } iris_model;
 
@@ -62,6 +70,10 @@ int iris_model_open(const char *dir, const iris_model_opts *opts, iris_model **o
  * vision tower (the order the memory plan carves them in); the CPU backend reads the mmap'd
  * views where they are. */
 int iris_model_place(iris_model *m, iris_backend *b, int dense, iris_err *err);
+/* The same with the plan's placement: the embeddings left on the host and the lm_head quantized to
+ * FP8 first when asked (pl NULL: as iris_model_place(m, b, 0)).  The CPU backend honours both too
+ * (the runner's host rows, the FP8 linear), which is how the tests compare them with the default. */
+int iris_model_place_with(iris_model *m, iris_backend *b, const iris_model_placement *pl, iris_err *err);
 void iris_model_close(iris_model *m);
 
 /* One line for start-up logs: architecture, sizes, weight format, head tying. */

@@ -28,6 +28,7 @@
 
 #include "err.h"
 #include "log.h"
+#include "pool.h"
 #include "formats/safetensors.h"
 #include "formats/st_write.h"
 #include "tools/int4.h"
@@ -124,6 +125,55 @@ static int compute_scales(target *tg, float *band, iris_err *err) {
                                     (long long)(i % (size_t)cols), band[i]);
         band_scales(band, nr, cols, tg->scale + b * cb);
     }
+    return 0;
+}
+
+/* ---- one matrix in memory (iris_quantize_fp8_matrix) ---- */
+
+typedef struct matrix_job {
+    const iris_st_tensor *t;    /* a view of the matrix, as load_band_f32 reads it */
+    uint8_t *q;
+    float *scale_inv;
+    int64_t bad;                /* first non-finite element (row * cols + col), or -1; written by one band */
+} matrix_job;
+
+/* Bands [b0, b1) of 128 rows: scales, codes and the multipliers, one band buffer a worker. */
+static void matrix_bands(void *ctx, int64_t b0, int64_t b1) {
+    matrix_job *j = ctx;
+    int64_t rows = j->t->shape[0], cols = j->t->shape[1], cb = (cols + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK;
+    float *band = malloc(sizeof *band * (size_t)IRIS_FP8_BLOCK * (size_t)cols), *scale = malloc(sizeof *scale * (size_t)cb);
+    for (int64_t b = b0; b < b1; b++) {
+        int nr = (int)(rows - b * IRIS_FP8_BLOCK < IRIS_FP8_BLOCK ? rows - b * IRIS_FP8_BLOCK : IRIS_FP8_BLOCK);
+        if (!band || !scale) {
+            __atomic_store_n(&j->bad, (int64_t)-2, __ATOMIC_RELAXED);
+            break;
+        }
+        load_band_f32(j->t, b * IRIS_FP8_BLOCK, nr, band);
+        for (size_t i = 0; i < (size_t)nr * (size_t)cols; i++)
+            if (!isfinite(band[i])) {
+                __atomic_store_n(&j->bad, b * IRIS_FP8_BLOCK * cols + (int64_t)i, __ATOMIC_RELAXED);
+                break;
+            }
+        band_scales(band, nr, cols, scale);
+        band_encode(band, nr, cols, scale, j->q + b * IRIS_FP8_BLOCK * cols);
+        for (int64_t k = 0; k < cb; k++) j->scale_inv[b * cb + k] = 1.0f / scale[k];
+    }
+    free(band);
+    free(scale);
+}
+
+int iris_quantize_fp8_matrix(const char *name, const void *src, iris_dtype dt, int64_t rows, int64_t cols, uint8_t *q,
+                             float *scale_inv, iris_err *err) {
+    if ((dt != IRIS_DT_BF16 && dt != IRIS_DT_F32) || rows <= 0 || cols <= 0)
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "tensor \"%s\": %s [%lld, %lld]; FP8 quantization takes a BF16 or "
+                            "F32 matrix", name, iris_dtype_name(dt), (long long)rows, (long long)cols);
+    iris_st_tensor view = {.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = src};
+    matrix_job j = {&view, q, scale_inv, -1};
+    iris_pool_for((rows + IRIS_FP8_BLOCK - 1) / IRIS_FP8_BLOCK, matrix_bands, &j);
+    if (j.bad == -2) return iris_err_set(err, IRIS_ENOMEM, "quantize: out of memory");
+    if (j.bad >= 0)
+        return iris_err_set(err, IRIS_EFORMAT, "tensor \"%s\": element [%lld, %lld] is not finite; cannot quantize", name,
+                            (long long)(j.bad / cols), (long long)(j.bad % cols));
     return 0;
 }
 

@@ -26,6 +26,14 @@
 #define IRIS_FP8_MAX 448.0f
 
 
+/* One BF16 or F32 matrix [rows, cols] (row-major, contiguous) to the same block FP8 as the files
+ * this tool writes: q [rows, cols] e4m3 codes and scale_inv [ceil(rows/128), ceil(cols/128)], the
+ * dequantization multiplier (Qwen's weight_scale_inv).  Bands of 128 rows run on the thread pool;
+ * the bytes equal what `iris quantize` writes for the same matrix.  The loader uses it for
+ * --lm-head-dtype fp8.  Fails on a non-finite element (naming `name`, row and column). */
+int iris_quantize_fp8_matrix(const char *name, const void *src, iris_dtype dt, int64_t rows, int64_t cols, uint8_t *q,
+                             float *scale_inv, iris_err *err);
+
 /* 1 when `name` is one of the decoder linears' weights that become FP8. */
 int iris_quantize_is_target(const char *name);
 
