@@ -6,32 +6,36 @@
  * alternative ends), hash-consed in an arena so a stack is one int and node 0 is the empty
  * stack (the output is complete).  Advancing by a byte keeps the stacks whose top set holds the
  * byte, steps them past it and expands rule references until every top is a byte set again.
+ * Sets are interned and (set, byte) -> set memoized in rows; bytes the same stacks' tops allow
+ * lead to the same set, so one step fills its byte class of a row.
  *
- * The mask: a depth-first walk of the vocabulary trie carrying the stack set; at each trie
- * node only children whose byte some top allows are entered, a child whose advanced set is
- * empty is pruned with its whole subtree, and every token ending at a reached node is allowed.
- * The walk interns its sets and memoizes (set, byte) -> set, so the many trie nodes that reach
- * the same state (every plain character inside a string) cost an array lookup each; and at a
- * character boundary, a subtree whose every token continues with string text (UTF-8 without
- * quotes, backslashes or control bytes) of at most k code points is allowed whole, without
- * being walked, when the set surely accepts any such text of k code points (every character
- * leads to one same set, and so on k deep: what a string's stacks do).  When instead the set
- * accepts any text of up to d < k code points and none longer (the last d characters under a
- * maxLength), the subtree's tokens of at most d code points are allowed from the vocabulary's
- * per-node list of them sorted by code points, again without a walk.  Bytes that the same
- * stacks' tops allow lead to the same set, so one step fills its byte class of the memo.
+ * The mask inside a string (text_mask; xgrammar's split into context-independent tokens and
+ * context-dependent ones): when the set reads string text as a string does (every character
+ * leads to one same set, text_next, as deep as any token's text: text_ok, or exactly d deep and
+ * then no further, the last d characters under a maxLength: text_exact), a token that is all
+ * text is decided by its code points alone, so those bits are one copy of a row the vocabulary
+ * precomputed (row d: the tokens of at most d code points), and only the ~4,900 mixed tokens
+ * (text, then a quote, a backslash, a control byte...) run through the memo, each from the
+ * chain's set after its text part, in runs whose first byte the set may refuse at once and
+ * whose neighbours share a prefix.  Checking a chain steps through the middle of characters
+ * without memo rows when every top treats a byte range alike (range_step).
+ * Elsewhere, a depth-first walk of the vocabulary trie carrying the stack set: only children
+ * whose byte some top allows are entered, a child whose set empties is pruned with its subtree,
+ * every token ending at a reached node is allowed; a subtree of string text is allowed whole (or
+ * by its per-node list sorted by code points) under the same chain tests.
  * The sets, the memo and the stacks they made are kept across masks (the next step's states
- * were mostly met by the last walk), until they pass a budget: then they are dropped and the
+ * were mostly met by the last one), until they pass a budget: then they are dropped and the
  * arena is rebuilt with the current stacks alone (ids change, the mask cache goes), which also
  * bounds the arena over a long output.  The last few masks are cached by their stack set.
  *
  * Invariants: every stack in a set has a GE_CHARS element on top or is node 0; sets carry no
  * duplicates.  A set past MAX_SET stacks or an arena past MAX_STACK_NODES is IRIS_ELIMIT (a
  * pathologically ambiguous schema fails its request, never stalls the engine).
- * Owns: the matcher's arena, hash table, set buffers, memo and mask cache.
+ * Owns: the matcher's arena, hash table, set buffers, memo, chain and mask cache.
  */
 #include "model/grammar_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,6 +202,11 @@ struct iris_grammar_matcher {
     int n_rows, cap_rows;
     uint8_t *cls;             /* [row * 256 + byte]: the byte's class for that row's set */
     int cap_cls;
+    int no_text;              /* 1: never text_mask (tests compare it with the walk) */
+    int text_k;               /* text_mask's depth: the most code points it asks text_ok about */
+    uint64_t text_masks;      /* masks text_mask made (tests check the path is taken) */
+    int32_t *chain, *tstate;  /* text_mask's sets after j characters, and along a mixed token */
+    int cap_chain, cap_tstate;
 };
 
 static uint32_t node_hash(int32_t el, int32_t parent) {
@@ -341,7 +350,7 @@ static int intern_set(iris_grammar_matcher *m, int off, int n) {
     if (grow((void **)&m->ws, &m->cap_ws, m->n_ws + 1, sizeof *m->ws)) return m->oom = 1, -1;
     int id = m->n_ws++;
     wset *w = &m->ws[id];
-    *w = (wset){.off = off, .n = n, .row = -1, .text_lo = 0, .text_fail = 128, .text_next = -3, .text_max = -3, .hash = h};
+    *w = (wset){.off = off, .n = n, .row = -1, .text_lo = 0, .text_fail = INT32_MAX, .text_next = -3, .text_max = -3, .hash = h};
     allowed_bytes(m, off, n, w->allow);
     m->wht[s] = (wslot){m->gen, id};
     if ((uint32_t)m->n_ws * 2 > m->wht_mask) {  /* grow: re-insert this walk's sets */
@@ -381,14 +390,18 @@ static int memo_row(iris_grammar_matcher *m, int sid) {
         int32_t st = m->buf[w->off + i];
         if (!st) continue;
         const gset *set = &m->g->sets[m->g->el[m->nodes[st].el].arg];
-        for (int b = 0; b < 256; b++)
-            if (gset_has(set, b)) sig[b] |= 1ull << i;
+        for (int k = 0; k < 8; k++)
+            for (uint32_t x = set->w[k]; x; x &= x - 1) sig[k * 32 + __builtin_ctz(x)] |= 1ull << i;
     }
     for (int b = 0; b < 256; b++) {
         int allowed = (w->allow[b >> 5] >> (b & 31)) & 1;
         memo[b] = allowed ? -2 : -1;
         if (!classes) {
             cls[b] = (uint8_t)b;
+            continue;
+        }
+        if (b && sig[b] == sig[b - 1]) {  /* runs of one class are the common case */
+            cls[b] = cls[b - 1];
             continue;
         }
         int k = 0;
@@ -414,24 +427,58 @@ static int step_set(iris_grammar_matcher *m, int sid, int c) {
     return id;
 }
 
+/* The set bytes lo..hi all lead to from sid when every top holds all of them or none (advance
+ * then does not depend on which): one advance and no memo row (the middle of a character, met
+ * once per set by text_next).  -1 when empty, -2 when the tops tell the bytes apart. */
+static int range_step(iris_grammar_matcher *m, int sid, int lo, int hi) {
+    if (m->ws[sid].row >= 0) return -2;
+    uint32_t r[8] = {0};
+    for (int b = lo; b <= hi; b++) r[b >> 5] |= 1u << (b & 31);
+    int off = m->ws[sid].off, n = m->ws[sid].n;
+    for (int i = 0; i < n; i++) {
+        int32_t st = m->buf[off + i];
+        if (!st) continue;
+        const gset *set = &m->g->sets[m->g->el[m->nodes[st].el].arg];
+        int some = 0, all = 1;
+        for (int k = 0; k < 8; k++) {
+            uint32_t x = set->w[k] & r[k];
+            some |= x != 0;
+            all &= x == r[k];
+        }
+        if (some && !all) return -2;
+    }
+    int start = m->n_buf;
+    int c = advance(m, off, n, lo);
+    return c ? intern_set(m, start, c) : -1;
+}
+
 /* The set all of bytes lo..hi lead to from sid, then `need` - 1 more continuation bytes: -1
  * when they differ or one is refused. */
 static int same_after(iris_grammar_matcher *m, int sid, int need, int lo, int hi) {
-    int y = step_set(m, sid, lo);
-    for (int c = lo + 1; c <= hi && y >= 0; c++)
-        if (step_set(m, sid, c) != y) y = -1;
+    int y = range_step(m, sid, lo, hi);
+    if (y == -2) {
+        y = step_set(m, sid, lo);
+        for (int c = lo + 1; c <= hi && y >= 0; c++)
+            if (step_set(m, sid, c) != y) y = -1;
+    }
     return y < 0 || need == 1 ? y : same_after(m, y, need - 1, 0x80, 0xBF);
 }
 
-/* The one set that every character of string text (text_step) leads to from sid, or -1. */
+/* The one set that every character of string text (text_step) leads to from sid, or -1.  Lead
+ * bytes that reach one set with one continuation range share its same_after. */
 static int text_next(iris_grammar_matcher *m, int sid) {
     if (m->ws[sid].text_next != -3) return m->ws[sid].text_next;
-    int t = step_set(m, sid, 'a');
+    int t = step_set(m, sid, 'a'), last_x = -3, last_st = 0, last_y = -1;
     for (int b = 0x20; b < 0x100 && t >= 0 && !m->oom; b++) {
         int cp, st = text_step(0, b, &cp);
         if (st < 0) continue;
         int x = step_set(m, sid, b);
-        if (st > 0 && x >= 0) x = same_after(m, x, st >> 16, (st >> 8) & 0xFF, st & 0xFF);
+        if (st > 0 && x >= 0 && (x != last_x || st != last_st)) {
+            last_x = x;
+            last_st = st;
+            last_y = same_after(m, x, st >> 16, (st >> 8) & 0xFF, st & 0xFF);
+        }
+        if (st > 0 && x >= 0) x = last_y;
         if (x != t) t = -1;
     }
     m->ws[sid].text_next = t;
@@ -446,7 +493,7 @@ static int text_ok(iris_grammar_matcher *m, int sid, int k) {
     int t = text_next(m, sid);
     int ok = t < 0 ? 0 : t == sid ? 1 : text_ok(m, t, k - 1);
     w = &m->ws[sid];  /* step_set may have moved ws */
-    if (ok) w->text_lo = t == sid ? 127 : k;
+    if (ok) w->text_lo = t == sid ? INT32_MAX : k;
     else w->text_fail = k;
     return ok;
 }
@@ -464,7 +511,7 @@ static int text_exact(iris_grammar_matcher *m, int sid, int lim) {
         d = t < 0 || t == sid ? -1 : text_exact(m, t, lim - 1);
         if (d >= 0) d++;
     }
-    if (d >= 0 || lim >= 127) m->ws[sid].text_max = d;  /* a -1 under a smaller lim may be a cut */
+    if (d >= 0 || lim >= m->text_k) m->ws[sid].text_max = d;  /* a -1 under a smaller lim may be a cut */
     return d;
 }
 
@@ -491,6 +538,69 @@ static void walk(iris_grammar_matcher *m, int t, int sid) {
                 m->mask[ids[i] >> 5] |= 1u << (ids[i] & 31);
         } else if (c->end > ci + 1 && !whole) walk(m, ci, nid);
     }
+}
+
+/* Masks inside strings, from the vocabulary's token classes (grammar_internal.h).  When set sid
+ * reads string text the way a string does (every text character leads to one same next set, for
+ * as many characters as any token holds: text_ok; or for exactly d and then no more: text_exact),
+ * a token that is all text is accepted by its code points alone, so those bits are one copy of a
+ * precomputed row, and only the mixed tokens (text, then a quote, a backslash, a control byte...)
+ * are run through the memo, each from the chain's set after its text part, neighbours in the
+ * sorted list sharing their steps.  Exact, like the walk.  Returns 1 when it filled m->mask. */
+static int text_mask(iris_grammar_matcher *m, int sid) {
+    const iris_vocab *v = m->v;
+    if (!v->text_ok || m->no_text) return 0;
+    int k = m->text_k, d = k + 1;
+    if (!text_ok(m, sid, k) && (d = text_exact(m, sid, k)) < 0) return 0;
+    int n = d < v->mix_jmax ? d : v->mix_jmax;
+    if (grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof *m->chain) ||
+        grow((void **)&m->tstate, &m->cap_tstate, v->mix_len + 1, sizeof *m->tstate))
+        return m->oom = 1, 1;
+    m->chain[0] = sid;
+    for (int i = 1; i <= n; i++)
+        if ((m->chain[i] = text_next(m, m->chain[i - 1])) < 0) return 0;  /* only out of memory */
+    size_t words = ((size_t)v->n_vocab + 31) / 32;
+    int r = d >= v->text_max ? TEXT_ROWS : d < TEXT_ROWS ? d : TEXT_ROWS - 1;
+    const uint32_t *row = v->text_rows + (size_t)r * words;
+    memcpy(m->mask, row, words * sizeof *m->mask);
+    for (int i = 0; d < v->text_max && i < v->n_long && v->long_cp[i] <= d; i++)
+        m->mask[v->long_ids[i] >> 5] |= 1u << (v->long_ids[i] & 31);
+    /* Mixed tokens, a run (one j, one first byte) at a time: st[i] is the set after the first
+     * i bytes (from the boundary) of the last token tried, valid up to `have`; `fail` the byte
+     * that token failed at (-1: none). */
+    int32_t *st = m->tstate;
+    for (int gi = 0; gi < v->n_grp && !m->oom; gi++) {
+        int x0 = v->mix_grp[gi], j = v->mix_j[x0];
+        if (j > n) break;
+        int b = (unsigned char)v->str[v->mix_ids[x0]][v->mix_off[x0]];
+        if (!((m->ws[m->chain[j]].allow[b >> 5] >> (b & 31)) & 1)) continue;
+        int have = 0, fail = -1, prev = -1;
+        st[0] = m->chain[j];
+        for (int x = x0; x < v->mix_grp[gi + 1] && !m->oom; x++) {
+            int id = v->mix_ids[x];
+            const unsigned char *s = (const unsigned char *)v->str[id] + v->mix_off[x];
+            int len = (int)v->len[id] - v->mix_off[x];
+            if (prev >= 0) {
+                const unsigned char *p = (const unsigned char *)v->str[v->mix_ids[prev]] + v->mix_off[prev];
+                int plen = (int)v->len[v->mix_ids[prev]] - v->mix_off[prev], l = 0;
+                while (l < len && l < plen && p[l] == s[l]) l++;
+                if (fail >= 0 && l > fail) continue;  /* the same failing prefix */
+                if (l < have) have = l;
+                fail = -1;
+            }
+            prev = x;
+            for (; have < len; have++) {
+                int c = s[have], y = -1;
+                if ((m->ws[st[have]].allow[c >> 5] >> (c & 31)) & 1) y = step_set(m, st[have], c);
+                if (y < 0) break;
+                st[have + 1] = y;
+            }
+            if (have < len) fail = have;
+            else m->mask[id >> 5] |= 1u << (id & 31);
+        }
+    }
+    m->text_masks++;
+    return 1;
 }
 
 static int cmp_i32(const void *a, const void *b) {
@@ -580,6 +690,8 @@ int iris_grammar_matcher_init(iris_grammar_matcher **out, const iris_grammar *g,
         m->wht_mask = 1023;
         m->gen = 1;  /* slots of gen 0 are empty */
         m->keep_rows = KEEP_MEMO_ROWS;
+        m->text_k = v->text_max > v->mix_jmax ? v->text_max : v->mix_jmax;
+        if (m->text_k < 127) m->text_k = 127;
         rc = !m->wht;
     }
     /* The start: the root rule as if referenced from an alternative of its own. */
@@ -618,10 +730,14 @@ void iris_grammar_matcher_free(iris_grammar_matcher *m) {
     free(m->wht);
     free(m->memo);
     free(m->cls);
+    free(m->chain);
+    free(m->tstate);
     free(m);
 }
 
 void gm_keep_rows(iris_grammar_matcher *m, int rows) { m->keep_rows = rows; }
+void gm_no_text(iris_grammar_matcher *m, int off) { m->no_text = off; }
+uint64_t gm_text_masks(const iris_grammar_matcher *m) { return m->text_masks; }
 
 uint64_t iris_grammar_matcher_cache_hits(const iris_grammar_matcher *m) { return m->cache_hits; }
 
@@ -661,7 +777,7 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
     m->n_buf = m->buf_base;
     for (int i = 0; i < m->n_cur; i++) push_buf(m, m->cur[i]);
     int root = m->oom ? -1 : intern_set(m, m->buf_base, m->n_cur);
-    if (root >= 0) walk(m, 0, root);
+    if (root >= 0 && !text_mask(m, root)) walk(m, 0, root);
     m->buf_base = m->n_buf;
     if (m->oom) {
         memo_reset(m, 0);
