@@ -207,6 +207,8 @@ struct iris_grammar_matcher {
     uint64_t text_masks;      /* masks text_mask made (tests check the path is taken) */
     int32_t *chain, *tstate;  /* text_mask's sets after j characters, and along a mixed token */
     int cap_chain, cap_tstate;
+    int32_t *sfx_q;           /* [n_sfx] the set a mixed token's suffix was last run from, */
+    uint32_t *sfx_gen;        /* under memo generation gen >> 1 (0: never), accepted: bit 0 */
 };
 
 static uint32_t node_hash(int32_t el, int32_t parent) {
@@ -565,38 +567,51 @@ static int text_mask(iris_grammar_matcher *m, int sid) {
     memcpy(m->mask, row, words * sizeof *m->mask);
     for (int i = 0; d < v->text_max && i < v->n_long && v->long_cp[i] <= d; i++)
         m->mask[v->long_ids[i] >> 5] |= 1u << (v->long_ids[i] & 31);
-    /* Mixed tokens, a run (one j, one first byte) at a time: st[i] is the set after the first
-     * i bytes (from the boundary) of the last token tried, valid up to `have`; `fail` the byte
-     * that token failed at (-1: none). */
+    /* Mixed tokens, a run (one j, one first byte b) at a time from q, the set after b: a token's
+     * answer is that of its bytes after b from q, kept by suffix id until memo_reset (the same
+     * closing quote ends strings of every length).  Else st[i] is the set after the first i
+     * bytes of the last token run (`prev`), valid up to `have`, `fail` the byte it failed at
+     * (-1: none), `l` the bytes it shares with this one. */
+    if (!m->sfx_q) m->sfx_q = calloc((size_t)v->n_sfx + 1, sizeof *m->sfx_q);
+    if (!m->sfx_gen) m->sfx_gen = calloc((size_t)v->n_sfx + 1, sizeof *m->sfx_gen);
+    if (!m->sfx_q || !m->sfx_gen) return m->oom = 1, 1;
     int32_t *st = m->tstate;
     for (int gi = 0; gi < v->n_grp && !m->oom; gi++) {
         int x0 = v->mix_grp[gi], j = v->mix_j[x0];
         if (j > n) break;
         int b = (unsigned char)v->str[v->mix_ids[x0]][v->mix_off[x0]];
         if (!((m->ws[m->chain[j]].allow[b >> 5] >> (b & 31)) & 1)) continue;
-        int have = 0, fail = -1, prev = -1;
+        int q = step_set(m, m->chain[j], b);
+        if (q < 0) continue;
         st[0] = m->chain[j];
+        st[1] = q;
+        int have = 1, fail = -1, l = 1;
         for (int x = x0; x < v->mix_grp[gi + 1] && !m->oom; x++) {
-            int id = v->mix_ids[x];
+            int id = v->mix_ids[x], sfx = v->mix_sfx[x];
+            if (x > x0 && v->mix_lcp[x] < l) l = v->mix_lcp[x];
+            uint32_t *gen = &m->sfx_gen[sfx];
+            if (*gen >> 1 == (m->gen & 0x7FFFFFFF) && m->sfx_q[sfx] == q) {
+                if (*gen & 1) m->mask[id >> 5] |= 1u << (id & 31);
+                continue;
+            }
             const unsigned char *s = (const unsigned char *)v->str[id] + v->mix_off[x];
             int len = (int)v->len[id] - v->mix_off[x];
-            if (prev >= 0) {
-                const unsigned char *p = (const unsigned char *)v->str[v->mix_ids[prev]] + v->mix_off[prev];
-                int plen = (int)v->len[v->mix_ids[prev]] - v->mix_off[prev], l = 0;
-                while (l < len && l < plen && p[l] == s[l]) l++;
-                if (fail >= 0 && l > fail) continue;  /* the same failing prefix */
+            if (!(fail >= 0 && l > fail)) {  /* else the same failing prefix */
                 if (l < have) have = l;
                 fail = -1;
+                for (; have < len; have++) {
+                    int c = s[have], y = -1;
+                    if ((m->ws[st[have]].allow[c >> 5] >> (c & 31)) & 1) y = step_set(m, st[have], c);
+                    if (y < 0) break;
+                    st[have + 1] = y;
+                }
+                if (have < len) fail = have;
             }
-            prev = x;
-            for (; have < len; have++) {
-                int c = s[have], y = -1;
-                if ((m->ws[st[have]].allow[c >> 5] >> (c & 31)) & 1) y = step_set(m, st[have], c);
-                if (y < 0) break;
-                st[have + 1] = y;
-            }
-            if (have < len) fail = have;
-            else m->mask[id >> 5] |= 1u << (id & 31);
+            int ok = fail < 0;
+            if (ok) m->mask[id >> 5] |= 1u << (id & 31);
+            *gen = (m->gen & 0x7FFFFFFF) << 1 | (uint32_t)ok;
+            m->sfx_q[sfx] = q;
+            l = len;  /* the next token's shared bytes are counted from this one */
         }
     }
     m->text_masks++;
@@ -732,6 +747,8 @@ void iris_grammar_matcher_free(iris_grammar_matcher *m) {
     free(m->cls);
     free(m->chain);
     free(m->tstate);
+    free(m->sfx_q);
+    free(m->sfx_gen);
     free(m);
 }
 

@@ -113,14 +113,16 @@ struct iris_vocab {
      * mix_ids sorted by mix_j (code points before the last character boundary of the text
      * part) and then by their bytes from that boundary (mix_off), so neighbours share a prefix.
      * Runs of one mix_j and one byte at mix_off start at mix_grp[0 .. n_grp) (mix_grp[n_grp]:
-     * n_mix).  mix_jmax: the largest mix_j, mix_len the most bytes from mix_off on.  text_ok 0
-     * when a token is too long for these (then none are used). */
+     * n_mix); mix_lcp: the bytes from mix_off a token shares with the one before in its run;
+     * mix_sfx: the id of its bytes from mix_off (n_sfx distinct).  mix_jmax: the largest mix_j,
+     * mix_len the most bytes from mix_off on.  text_ok 0 when a token is too long for these
+     * (then none are used). */
     uint32_t *text_rows;
     int32_t *long_ids, *long_cp;
     int n_long, text_max;
-    int32_t *mix_ids, *mix_grp;
-    uint16_t *mix_j, *mix_off;
-    int n_mix, n_grp, mix_jmax, mix_len, text_ok;
+    int32_t *mix_ids, *mix_grp, *mix_sfx;
+    uint16_t *mix_j, *mix_off, *mix_lcp;
+    int n_mix, n_grp, n_sfx, mix_jmax, mix_len, text_ok;
 };
 
 #define TEXT_ROWS 32  /* rows of text_rows below the last (33 x 18,992 bytes for Qwen's vocabulary) */

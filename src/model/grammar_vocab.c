@@ -155,6 +155,43 @@ static int cmp_mix(const void *a, const void *b, void *arg) {
     return c ? c : (nx > ny) - (nx < ny);
 }
 
+static int cmp_sfx(const void *a, const void *b, void *arg) {
+    const tkey *x = a, *y = b;
+    tkey u = *x, w = *y;
+    u.j = w.j = 0;
+    return cmp_mix(&u, &w, arg);
+}
+
+/* The mixed tokens' runs (mix_grp), each one's prefix shared with the one before in its run
+ * (mix_lcp) and its suffix id (mix_sfx: one id per distinct bytes from mix_off). */
+static int mix_runs(iris_vocab *v, tkey *mix) {
+    int n = v->n_mix;
+    v->mix_grp = malloc(((size_t)n + 1) * sizeof *v->mix_grp);
+    v->mix_sfx = malloc(((size_t)n + 1) * sizeof *v->mix_sfx);
+    v->mix_lcp = malloc(((size_t)n + 1) * sizeof *v->mix_lcp);
+    if (!v->mix_grp || !v->mix_sfx || !v->mix_lcp) return -1;
+    for (int k = 0; k < n; k++) {
+        const char *s = v->str[mix[k].id] + mix[k].off, *p = k ? v->str[mix[k - 1].id] + mix[k - 1].off : NULL;
+        if (!k || mix[k].j != mix[k - 1].j || *s != *p) {
+            v->mix_grp[v->n_grp++] = k;
+            v->mix_lcp[k] = 0;
+            continue;
+        }
+        size_t l = 0, ns = v->len[mix[k].id] - (size_t)mix[k].off, np = v->len[mix[k - 1].id] - (size_t)mix[k - 1].off;
+        while (l < ns && l < np && s[l] == p[l]) l++;
+        v->mix_lcp[k] = (uint16_t)l;
+    }
+    v->mix_grp[v->n_grp] = n;
+    for (int k = 0; k < n; k++) mix[k].cp = k;  /* the position, through the sort by suffix */
+    qsort_r(mix, (size_t)n, sizeof *mix, cmp_sfx, v);
+    for (int k = 0; k < n; k++) {
+        if (k && cmp_sfx(&mix[k - 1], &mix[k], v)) v->n_sfx++;
+        v->mix_sfx[mix[k].cp] = v->n_sfx;
+    }
+    v->n_sfx += n > 0;
+    return 0;
+}
+
 /* The tokens by string text (grammar_internal.h, text_rows and mix_ids). */
 static int text_build(iris_vocab *v) {
     size_t words = ((size_t)v->n_vocab + 31) / 32;
@@ -210,12 +247,7 @@ static int text_build(iris_vocab *v) {
         if ((int)v->len[mix[k].id] - mix[k].off > v->mix_len) v->mix_len = (int)v->len[mix[k].id] - mix[k].off;
     }
     v->n_mix = n_mix;
-    v->mix_grp = rc ? NULL : malloc(((size_t)n_mix + 1) * sizeof *v->mix_grp);
-    rc = rc || !v->mix_grp;
-    for (int k = 0; !rc && k < n_mix; k++)
-        if (!k || mix[k].j != mix[k - 1].j || v->str[mix[k].id][mix[k].off] != v->str[mix[k - 1].id][mix[k - 1].off])
-            v->mix_grp[v->n_grp++] = k;
-    if (!rc) v->mix_grp[v->n_grp] = n_mix;
+    if (!rc) rc = mix_runs(v, mix);
     free(pure);
     free(mix);
     return rc ? -1 : 0;
@@ -265,6 +297,8 @@ void iris_vocab_free(iris_vocab *v) {
     free(v->long_cp);
     free(v->mix_ids);
     free(v->mix_grp);
+    free(v->mix_sfx);
+    free(v->mix_lcp);
     free(v->mix_j);
     free(v->mix_off);
     free(v->ids);
