@@ -466,11 +466,62 @@ static int same_after(iris_grammar_matcher *m, int sid, int need, int lo, int hi
     return y < 0 || need == 1 ? y : same_after(m, y, need - 1, 0x80, 0xBF);
 }
 
-/* The one set that every character of string text (text_step) leads to from sid, or -1.  Lead
- * bytes that reach one set with one continuation range share its same_after. */
+/* Bytes that start a character of string text (text_step). */
+static const uint32_t text_lead[8] = {0, 0xFFFFFFFBu, 0xEFFFFFFFu, 0x7FFFFFFFu, 0, 0, 0xFFFFFFFCu, 0x001FFFFFu};
+
+/* 1 when every character of string text takes set sid's stacks that read its first byte out of
+ * their alternatives, to one same parent p: each such stack's top starts a run of byte sets that
+ * ends its alternative after exactly that character's bytes and holds all of their ranges, and
+ * every text lead byte is read.  Then every character, byte by byte, leaves exactly expand(p),
+ * as 'a' does (advance expands p for the first stack that exits and no more): what a string's
+ * character rule does, proven from the stacks instead of stepping each character. */
+static int text_chars_exit(const iris_grammar_matcher *m, int sid) {
+    const wset *w = &m->ws[sid];
+    const iris_grammar *g = m->g;
+    uint32_t seen[8] = {0};
+    int32_t parent = -1;
+    for (int i = 0; i < w->n; i++) {
+        int32_t s = m->buf[w->off + i];
+        if (!s) continue;
+        int e = m->nodes[s].el;
+        const gset *top = &g->sets[g->el[e].arg];
+        uint32_t l[8], any = 0;
+        for (int k = 0; k < 8; k++) {
+            l[k] = top->w[k] & text_lead[k];
+            seen[k] |= l[k];
+            any |= l[k];
+        }
+        if (!any) continue;
+        if (parent >= 0 && m->nodes[s].parent != parent) return 0;
+        parent = m->nodes[s].parent;
+        /* n: the one character length of every byte in l; r: their second bytes (bit c - 0x80) */
+        int n = (l[1] | l[2] | l[3]) ? 1 : 0;
+        uint64_t r = 0;
+        for (int k = 6; k < 8; k++)
+            for (uint32_t x = l[k]; x; x &= x - 1) {
+                int cp, st = text_step(0, k * 32 + __builtin_ctz(x), &cp), lo = (st >> 8) & 0xFF, hi = st & 0xFF;
+                if (n && (st >> 16) + 1 != n) return 0;
+                n = (st >> 16) + 1;
+                r |= (~0ull >> (63 - (hi - lo))) << (lo - 0x80);
+            }
+        for (int k = 1; k < n; k++) {
+            if (g->el[e + k].type != GE_CHARS) return 0;
+            const gset *cs = &g->sets[g->el[e + k].arg];
+            uint64_t have = (uint64_t)cs->w[5] << 32 | cs->w[4], need = k == 1 ? r : ~0ull;  /* 0x80..0xBF */
+            if ((have & need) != need) return 0;
+        }
+        if (g->el[e + n].type != GE_END) return 0;
+    }
+    return parent >= 0 && !memcmp(seen, text_lead, sizeof seen);
+}
+
+/* The one set that every character of string text (text_step) leads to from sid, or -1: proven
+ * by text_chars_exit, else stepped; lead bytes that reach one set with one continuation range
+ * share its same_after. */
 static int text_next(iris_grammar_matcher *m, int sid) {
     if (m->ws[sid].text_next != -3) return m->ws[sid].text_next;
     int t = step_set(m, sid, 'a'), last_x = -3, last_st = 0, last_y = -1;
+    if (t >= 0 && text_chars_exit(m, sid)) return m->ws[sid].text_next = t;
     for (int b = 0x20; b < 0x100 && t >= 0 && !m->oom; b++) {
         int cp, st = text_step(0, b, &cp);
         if (st < 0) continue;
@@ -505,9 +556,8 @@ static int text_ok(iris_grammar_matcher *m, int sid, int k) {
  * (a string's last characters under maxLength); else -1. */
 static int text_exact(iris_grammar_matcher *m, int sid, int lim) {
     if (m->ws[sid].text_max != -3) return m->ws[sid].text_max <= lim ? m->ws[sid].text_max : -1;
-    static const uint32_t lead[8] = {0, 0xFFFFFFFBu, 0xEFFFFFFFu, 0x7FFFFFFFu, 0, 0, 0xFFFFFFFCu, 0x001FFFFFu};
     int d = 0;
-    for (int k = 0; k < 8 && !d; k++) d = (m->ws[sid].allow[k] & lead[k]) != 0;
+    for (int k = 0; k < 8 && !d; k++) d = (m->ws[sid].allow[k] & text_lead[k]) != 0;
     if (d) {
         int t = lim > 0 ? text_next(m, sid) : -1;
         d = t < 0 || t == sid ? -1 : text_exact(m, t, lim - 1);
