@@ -184,7 +184,8 @@ static int pair_check(pair *p, const qv *q, int ref, const char *where) {
             size_t len = 0;
             const char *s = iris_tok_token(q->tok, t, &len);
             want = s && len && !iris_tok_is_special(q->tok, t) && iris_grammar_matcher_allows(p->fast, s, len);
-            if (want != bit(p->ms, t) && bad++ < 5) fprintf(stderr, "%s: token %d: walk %d, bytes %d\n", where, t, !want, want);
+            if (want != bit(p->ms, t) && bad++ < 5)
+                fprintf(stderr, "%s: token %d: walk %d, bytes %d\n", where, t, !want, want);
         }
         if (bit(p->mf, t) != want && bad++ < 5) {
             size_t len = 0;
@@ -198,7 +199,8 @@ static int pair_check(pair *p, const qv *q, int ref, const char *where) {
 
 static int pair_accept(pair *p, const char *s, size_t n) {
     iris_err err = {0};
-    int a = iris_grammar_matcher_accept_bytes(p->fast, s, n, &err), b = iris_grammar_matcher_accept_bytes(p->slow, s, n, NULL);
+    int a = iris_grammar_matcher_accept_bytes(p->fast, s, n, &err);
+    int b = iris_grammar_matcher_accept_bytes(p->slow, s, n, NULL);
     if (a != b) fprintf(stderr, "accept \"%.*s\": %d against %d\n", (int)n, s, a, b);
     return a || b ? -1 : 0;
 }
@@ -220,12 +222,12 @@ IRIS_TEST(grammar_text_mask_steps_qwen) {
     int rc = qv_open(&q);
     if (rc == -1) IRIS_TEST_SKIP("no qwen3 tokenizer asset (IRIS_ASSETS)");
     REQUIRE(rc == 0);
-    iris_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"minLength\":3,"
-                             "\"maxLength\":14},\"f\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"},\"e\":{\"enum\":"
-                             "[\"ab\\\"c\",\"a\\\\b\",\"caf\\u00e9\"]},\"p\":{\"type\":\"string\",\"pattern\":"
-                             "\"^[^\\\\u00e9]{0,6}$\"},\"u\":{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},"
-                             "{\"type\":\"string\",\"minLength\":4,\"maxLength\":5}]}},\"required\":[\"s\",\"f\","
-                             "\"n\",\"e\",\"p\",\"u\"],\"additionalProperties\":false}");
+    iris_grammar *g = schema(
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":14},"
+        "\"f\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"},\"e\":{\"enum\":[\"ab\\\"c\",\"a\\\\b\","
+        "\"caf\\u00e9\"]},\"p\":{\"type\":\"string\",\"pattern\":\"^[^\\\\u00e9]{0,6}$\"},\"u\":{\"anyOf\":"
+        "[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"string\",\"minLength\":4,\"maxLength\":5}]}},"
+        "\"required\":[\"s\",\"f\",\"n\",\"e\",\"p\",\"u\"],\"additionalProperties\":false}");
     REQUIRE(g != NULL);
     const char *pieces[] = {"{\"s\":\"", "a", "\xc3", "\xa9", "\xe4", "\xb8", "\xad", "\\", "n", "\xf0", "\x9f",
                             "\x98", "\x80", "\\\"", "\\\\", "\\u", "00", "e", "9", " ", "Z", "~", "/", "x", "\"",
@@ -284,8 +286,8 @@ static int walks(const qv *q, const iris_grammar *g, int n_seeds, int keep_rows,
             char where[96];
             snprintf(where, sizeof where, "%s seed %d step %d", name, seed_i, step);
             if (pair_check(&p, q, 0, where)) ok = 0;
-            if (iris_grammar_matcher_complete(p.fast) && (!iris_grammar_matcher_can_continue(p.fast) || rnd(&seed) % 4 == 0))
-                break;
+            int done = iris_grammar_matcher_complete(p.fast);
+            if (done && (!iris_grammar_matcher_can_continue(p.fast) || rnd(&seed) % 4 == 0)) break;
             int t = ok ? pick(q, p.mf, &seed, all, esc) : -1;
             if (t < 0) break;
             size_t len = 0;

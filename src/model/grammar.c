@@ -207,8 +207,8 @@ struct iris_grammar_matcher {
     uint64_t text_masks;      /* masks text_mask made (tests check the path is taken) */
     int32_t *chain, *tstate;  /* text_mask's sets after j characters, and along a mixed token */
     int cap_chain, cap_tstate;
-    int32_t *sfx_q;           /* [n_sfx] the set a mixed token's suffix was last run from, */
-    uint32_t *sfx_gen;        /* under memo generation gen >> 1 (0: never), accepted: bit 0 */
+    uint32_t *sfx_q;          /* [n_sfx] the set a mixed token's suffix was last run from | accepted << 31, */
+    uint32_t *sfx_gen;        /* under memo generation sfx_gen (0: never) */
 };
 
 static uint32_t node_hash(int32_t el, int32_t parent) {
@@ -352,7 +352,8 @@ static int intern_set(iris_grammar_matcher *m, int off, int n) {
     if (grow((void **)&m->ws, &m->cap_ws, m->n_ws + 1, sizeof *m->ws)) return m->oom = 1, -1;
     int id = m->n_ws++;
     wset *w = &m->ws[id];
-    *w = (wset){.off = off, .n = n, .row = -1, .text_lo = 0, .text_fail = INT32_MAX, .text_next = -3, .text_max = -3, .hash = h};
+    *w = (wset){.off = off, .n = n, .row = -1, .text_lo = 0, .text_fail = INT32_MAX, .text_next = -3, .text_max = -3,
+                .hash = h};
     allowed_bytes(m, off, n, w->allow);
     m->wht[s] = (wslot){m->gen, id};
     if ((uint32_t)m->n_ws * 2 > m->wht_mask) {  /* grow: re-insert this walk's sets */
@@ -639,9 +640,8 @@ static int text_mask(iris_grammar_matcher *m, int sid) {
         for (int x = x0; x < v->mix_grp[gi + 1] && !m->oom; x++) {
             int id = v->mix_ids[x], sfx = v->mix_sfx[x];
             if (x > x0 && v->mix_lcp[x] < l) l = v->mix_lcp[x];
-            uint32_t *gen = &m->sfx_gen[sfx];
-            if (*gen >> 1 == (m->gen & 0x7FFFFFFF) && m->sfx_q[sfx] == q) {
-                if (*gen & 1) m->mask[id >> 5] |= 1u << (id & 31);
+            if (m->sfx_gen[sfx] == m->gen && (m->sfx_q[sfx] & 0x7FFFFFFF) == (uint32_t)q) {
+                if (m->sfx_q[sfx] >> 31) m->mask[id >> 5] |= 1u << (id & 31);
                 continue;
             }
             const unsigned char *s = (const unsigned char *)v->str[id] + v->mix_off[x];
@@ -659,8 +659,8 @@ static int text_mask(iris_grammar_matcher *m, int sid) {
             }
             int ok = fail < 0;
             if (ok) m->mask[id >> 5] |= 1u << (id & 31);
-            *gen = (m->gen & 0x7FFFFFFF) << 1 | (uint32_t)ok;
-            m->sfx_q[sfx] = q;
+            m->sfx_gen[sfx] = m->gen;
+            m->sfx_q[sfx] = (uint32_t)q | (uint32_t)ok << 31;
             l = len;  /* the next token's shared bytes are counted from this one */
         }
     }
