@@ -568,28 +568,47 @@ static int text_exact(iris_grammar_matcher *m, int sid, int lim) {
     return d;
 }
 
-static void walk(iris_grammar_matcher *m, int t, int sid) {
+static void walk(iris_grammar_matcher *m, int t, int sid, int list);
+
+/* Trie node ci reached from set sid: its tokens, its subtree whole or by code points, or a walk
+ * below it (list: ci's children list in the vocabulary, -1 none). */
+static void visit(iris_grammar_matcher *m, int ci, int sid, int list) {
     const iris_vocab *v = m->v;
-    for (int ci = t + 1, end = v->nodes[t].end; ci < end && !m->oom; ci = v->nodes[ci].end) {
-        const vnode *c = &v->nodes[ci];
-        if (!((m->ws[sid].allow[c->byte >> 5] >> (c->byte & 31)) & 1)) continue;
-        int nid = step_set(m, sid, c->byte);
-        if (nid < 0) continue;
-        int last = c->tok0 + c->n_tok;
-        int text = c->end > ci + 1 && c->text_cp >= 0;
-        int whole = text && text_ok(m, nid, c->text_cp);
-        if (whole) last = sub_end(v, ci);
-        for (int i = c->tok0; i < last; i++) {
-            int id = v->ids[i];
-            m->mask[id >> 5] |= 1u << (id & 31);
+    const vnode *c = &v->nodes[ci];
+    int nid = step_set(m, sid, c->byte);
+    if (nid < 0) return;
+    int last = c->tok0 + c->n_tok;
+    int text = c->end > ci + 1 && c->text_cp >= 0;
+    int whole = text && text_ok(m, nid, c->text_cp);
+    if (whole) last = sub_end(v, ci);
+    for (int i = c->tok0; i < last; i++) {
+        int id = v->ids[i];
+        m->mask[id >> 5] |= 1u << (id & 31);
+    }
+    int d = text && !whole ? text_exact(m, nid, c->text_cp) : -1;
+    if (d >= 0) {  /* the subtree's tokens of at most d code points, by the node's list */
+        const int32_t *ids = v->by_cp + v->cp_off[ci];
+        const uint8_t *cps = v->cp_in + v->cp_off[ci];
+        for (int i = 0, n = sub_end(v, ci) - c->tok0; i < n && cps[i] <= d; i++)
+            m->mask[ids[i] >> 5] |= 1u << (ids[i] & 31);
+    } else if (c->end > ci + 1 && !whole) walk(m, ci, nid, list);
+}
+
+/* The children of trie node t from set sid: from its children list when the vocabulary keeps
+ * one (the root's and its children's: bytes in a row, so only allowed children are read), else
+ * sibling by sibling. */
+static void walk(iris_grammar_matcher *m, int t, int sid, int list) {
+    const iris_vocab *v = m->v;
+    if (list >= 0) {
+        for (int k = v->kid_off[list]; k < v->kid_off[list + 1] && !m->oom; k++) {
+            int b = v->kid_b[k];
+            if ((m->ws[sid].allow[b >> 5] >> (b & 31)) & 1) visit(m, v->kid_n[k], sid, t == 0 ? 1 + b : -1);
         }
-        int d = text && !whole ? text_exact(m, nid, c->text_cp) : -1;
-        if (d >= 0) {  /* the subtree's tokens of at most d code points, by the node's list */
-            const int32_t *ids = v->by_cp + v->cp_off[ci];
-            const uint8_t *cps = v->cp_in + v->cp_off[ci];
-            for (int i = 0, n = sub_end(v, ci) - c->tok0; i < n && cps[i] <= d; i++)
-                m->mask[ids[i] >> 5] |= 1u << (ids[i] & 31);
-        } else if (c->end > ci + 1 && !whole) walk(m, ci, nid);
+        return;
+    }
+    for (int ci = t + 1, end = v->nodes[t].end; ci < end && !m->oom; ci = v->nodes[ci].end) {
+        int b = v->nodes[ci].byte;
+        if ((m->ws[sid].allow[b >> 5] >> (b & 31)) & 1) visit(m, ci, sid, -1);
     }
 }
 
@@ -604,7 +623,7 @@ static int text_mask(iris_grammar_matcher *m, int sid) {
     const iris_vocab *v = m->v;
     if (!v->text_ok || m->no_text) return 0;
     int k = m->text_k, d = k + 1;
-    if (!text_ok(m, sid, k) && (d = text_exact(m, sid, k)) < 0) return 0;
+    if (!text_ok(m, sid, k) && (d = text_exact(m, sid, k)) <= 0) return 0;  /* d 0: no text, the walk is short */
     int n = d < v->mix_jmax ? d : v->mix_jmax;
     if (grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof *m->chain) ||
         grow((void **)&m->tstate, &m->cap_tstate, v->mix_len + 1, sizeof *m->tstate))
@@ -840,11 +859,13 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
         m->cache_hits++;
         return IRIS_OK;
     }
-    memset(m->mask, 0, words * sizeof *m->mask);
     m->n_buf = m->buf_base;
     for (int i = 0; i < m->n_cur; i++) push_buf(m, m->cur[i]);
     int root = m->oom ? -1 : intern_set(m, m->buf_base, m->n_cur);
-    if (root >= 0 && !text_mask(m, root)) walk(m, 0, root);
+    if (root >= 0 && !text_mask(m, root)) {
+        memset(m->mask, 0, words * sizeof *m->mask);
+        walk(m, 0, root, 0);
+    }
     m->buf_base = m->n_buf;
     if (m->oom) {
         memo_reset(m, 0);
@@ -857,7 +878,9 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
     c = &m->cache[m->cache_next];
     if (!c->mask) c->mask = malloc(words * sizeof *c->mask);
     if (c->mask && !grow((void **)&c->set, &c->cap, m->n_cur, sizeof *c->set)) {
-        memcpy(c->mask, m->mask, words * sizeof *c->mask);
+        uint32_t *old = c->mask;  /* the entry takes this mask; its old buffer is the next mask's */
+        c->mask = m->mask;
+        m->mask = old;
         memcpy(c->set, m->cur, (size_t)m->n_cur * sizeof *c->set);
         c->n = m->n_cur;
         c->valid = 1;

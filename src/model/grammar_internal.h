@@ -117,6 +117,12 @@ struct iris_vocab {
      * mix_sfx: the id of its bytes from mix_off (n_sfx distinct).  mix_jmax: the largest mix_j,
      * mix_len the most bytes from mix_off on.  text_ok 0 when a token is too long for these
      * (then none are used). */
+    /* Children lists of the root (list 0) and of its child by byte b (list 1 + b, empty when
+     * none): kid_b / kid_n[kid_off[l] .. kid_off[l + 1]) their bytes and nodes, so a walk there
+     * reads bytes in a row instead of nodes spread over the trie. */
+    int32_t kid_off[258];
+    uint8_t *kid_b;
+    int32_t *kid_n;
     uint32_t *text_rows;
     int32_t *long_ids, *long_cp;
     int n_long, text_max;

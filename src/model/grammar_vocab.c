@@ -106,6 +106,31 @@ static void cp_fill(iris_vocab *v, int i, int pcp, size_t *at, int fill) {
         cp_fill(v, c, pcp + ((v->nodes[c].byte & 0xC0) != 0x80), at, fill);
 }
 
+/* The children lists of the root and of its children (grammar_internal.h, kid_off). */
+static int kids_build(iris_vocab *v) {
+    int n = 0, child[256];
+    for (int b = 0; b < 256; b++) child[b] = -1;
+    for (int c = 1; c < v->nodes[0].end; c = v->nodes[c].end) {
+        child[v->nodes[c].byte] = c;
+        n++;
+        for (int g = c + 1; g < v->nodes[c].end; g = v->nodes[g].end) n++;
+    }
+    v->kid_b = malloc((size_t)n + 1);
+    v->kid_n = malloc(((size_t)n + 1) * sizeof *v->kid_n);
+    if (!v->kid_b || !v->kid_n) return -1;
+    int k = 0;
+    for (int l = 0; l < 257; l++) {
+        v->kid_off[l] = k;
+        int t = l == 0 ? 0 : child[l - 1];
+        for (int c = t + 1; t >= 0 && c < v->nodes[t].end; c = v->nodes[c].end) {
+            v->kid_b[k] = v->nodes[c].byte;
+            v->kid_n[k++] = c;
+        }
+    }
+    v->kid_off[257] = k;
+    return 0;
+}
+
 static int cp_build(iris_vocab *v) {
     size_t n = 0;
     cp_fill(v, 0, 0, &n, 0);
@@ -276,6 +301,7 @@ int iris_vocab_build(const iris_tok *tok, int n_vocab, iris_vocab **out, iris_er
         rc = trie_fill(v, 0, 0, n, 0, 0) == -2;  /* the root (its byte unused) */
     }
     if (!rc) rc = cp_build(v);
+    if (!rc) rc = kids_build(v);
     if (!rc) rc = text_build(v);
     if (rc) {
         iris_vocab_free(v);
@@ -292,6 +318,8 @@ void iris_vocab_free(iris_vocab *v) {
     free(v->by_cp);
     free(v->cp_in);
     free(v->cp_of);
+    free(v->kid_b);
+    free(v->kid_n);
     free(v->text_rows);
     free(v->long_ids);
     free(v->long_cp);
