@@ -1,5 +1,5 @@
-/* grammar.c: the grammar builder and the matcher (grammar.h says what each is;
- * grammar_schema.c writes grammars from JSON Schemas, grammar_vocab.c builds the trie).
+/* grammar.c: the matcher (grammar.h says what it is; grammar_build.c builds grammars,
+ * grammar_schema.c writes them from JSON Schemas, grammar_vocab.c builds the trie).
  *
  * The matcher's state is a set of parse stacks.  A stack is a persistent list of element
  * positions (the top is the next byte set to match, below it where to return when that
@@ -41,8 +41,6 @@
 
 #include "err.h"
 
-/* ---- builder ---------------------------------------------------------------------------- */
-
 static int grow(void **p, int *cap, int need, size_t elem) {
     if (need <= *cap) return 0;
     int nc = *cap ? *cap : 16;
@@ -53,86 +51,6 @@ static int grow(void **p, int *cap, int need, size_t elem) {
     *cap = nc;
     return 0;
 }
-
-int gb_init(iris_grammar *g) {
-    memset(g, 0, sizeof *g);
-    for (int i = 0; i < 256; i++) g->byte_set[i] = -1;
-    g->root = -1;
-    return 0;
-}
-
-int gb_rule(iris_grammar *g) {
-    if (grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return -1;
-    memset(&g->rules[g->n_rules], 0, sizeof *g->rules);
-    return g->n_rules++;
-}
-
-int gb_set(iris_grammar *g, const gset *s) {
-    if (grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) return -1;
-    g->sets[g->n_sets] = *s;
-    return g->n_sets++;
-}
-
-int gb_set_range(iris_grammar *g, int lo, int hi) {
-    gset s = {{0}};
-    for (int b = lo; b <= hi; b++) s.w[b >> 5] |= 1u << (b & 31);
-    return gb_set(g, &s);
-}
-
-int gb_set_byte(iris_grammar *g, int b) {
-    if (g->byte_set[b] < 0) g->byte_set[b] = gb_set_range(g, b, b);
-    return g->byte_set[b];
-}
-
-static void gseq_push(gseq *q, int type, int arg) {
-    if (q->bad || grow((void **)&q->e, &q->cap, q->n + 1, sizeof *q->e) || arg < 0) {
-        q->bad = 1;
-        return;
-    }
-    q->e[q->n++] = (gelem){type, arg};
-}
-
-void gseq_chars(iris_grammar *g, gseq *q, int set) {
-    (void)g;
-    gseq_push(q, GE_CHARS, set);
-}
-
-void gseq_ref(gseq *q, int rule) { gseq_push(q, GE_REF, rule); }
-
-void gseq_lit(iris_grammar *g, gseq *q, const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++) gseq_push(q, GE_CHARS, gb_set_byte(g, (unsigned char)s[i]));
-}
-
-int gb_alt(iris_grammar *g, int rule, gseq *q) {
-    int over = g->n_el + q->n + 1 > (g->max_el ? g->max_el : GRAMMAR_MAX_ELEMS);
-    int bad = q->bad || rule < 0 || over;
-    if (over) g->over = 1;
-    if (!bad) bad = grow((void **)&g->el, &g->cap_el, g->n_el + q->n + 1, sizeof *g->el);
-    grule *r = bad ? NULL : &g->rules[rule];
-    if (!bad) bad = grow((void **)&r->alts, &r->cap, r->n + 1, sizeof *r->alts);
-    if (bad) {
-        q->n = 0;
-        q->bad = 0;
-        return -1;
-    }
-    r->alts[r->n++] = g->n_el;
-    if (q->n) memcpy(g->el + g->n_el, q->e, (size_t)q->n * sizeof *q->e);
-    g->n_el += q->n;
-    g->el[g->n_el++] = (gelem){GE_END, 0};
-    q->n = 0;
-    return 0;
-}
-
-void iris_grammar_free(iris_grammar *g) {
-    if (!g) return;
-    for (int i = 0; i < g->n_rules; i++) free(g->rules[i].alts);
-    free(g->rules);
-    free(g->el);
-    free(g->sets);
-    free(g);
-}
-
-int iris_grammar_n_rules(const iris_grammar *g) { return g->n_rules; }
 
 /* ---- matcher ---------------------------------------------------------------------------- */
 
