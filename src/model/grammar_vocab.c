@@ -229,8 +229,9 @@ static int text_build(iris_vocab *v) {
     }
     int n_pure = 0, n_mix = 0, n_long = 0;
     v->text_ok = 1;
-    for (int k = 0; k < v->n_ids; k++) {
-        int t = v->ids[k], j = 0, off = 0, cp = tok_text(v, t, &j, &off);
+    for (int t = 0; t < v->n_vocab; t++) {  /* in id order: the tokenizer's bytes in a row */
+        if (!v->str[t]) continue;
+        int j = 0, off = 0, cp = tok_text(v, t, &j, &off);
         if (v->len[t] > 65535) v->text_ok = 0;
         if (cp >= 0) pure[n_pure++] = (tkey){t, cp, 0, 0};
         else mix[n_mix++] = (tkey){t, 0, j, off};
