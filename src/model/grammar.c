@@ -17,12 +17,15 @@
  * precomputed (row d: the tokens of at most d code points), and only the ~4,900 mixed tokens
  * (text, then a quote, a backslash, a control byte...) run through the memo, each from the
  * chain's set after its text part, in runs whose first byte the set may refuse at once and
- * whose neighbours share a prefix.  Checking a chain steps through the middle of characters
- * without memo rows when every top treats a byte range alike (range_step).
+ * whose neighbours share a prefix, answers kept by (set after that byte, tail) across masks.
+ * The chain is proven from the stacks (text_chars_exit: each reader of a text lead byte ends
+ * its alternative after exactly that character, one parent for all), else stepped, through
+ * the middle of characters without memo rows where every top treats a byte range alike.
  * Elsewhere, a depth-first walk of the vocabulary trie carrying the stack set: only children
- * whose byte some top allows are entered, a child whose set empties is pruned with its subtree,
- * every token ending at a reached node is allowed; a subtree of string text is allowed whole (or
- * by its per-node list sorted by code points) under the same chain tests.
+ * whose byte some top allows are entered (the root's and its children's read from byte
+ * lists), a child whose set empties is pruned with its subtree, every token ending at a reached
+ * node is allowed; a subtree of string text is allowed whole (or by its per-node list sorted by
+ * code points) under the same chain tests.
  * The sets, the memo and the stacks they made are kept across masks (the next step's states
  * were mostly met by the last one), until they pass a budget: then they are dropped and the
  * arena is rebuilt with the current stacks alone (ids change, the mask cache goes), which also
@@ -541,7 +544,7 @@ static int text_mask(iris_grammar_matcher *m, int sid) {
     const iris_vocab *v = m->v;
     if (!v->text_ok || m->no_text) return 0;
     int k = m->text_k, d = k + 1;
-    if (!text_ok(m, sid, k) && (d = text_exact(m, sid, k)) <= 0) return 0;  /* d 0: no text, the walk is short */
+    if (!text_ok(m, sid, k) && (d = text_exact(m, sid, k)) <= 0) return 0;  /* 0: no text, a short walk */
     int n = d < v->mix_jmax ? d : v->mix_jmax;
     if (grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof *m->chain) ||
         grow((void **)&m->tstate, &m->cap_tstate, v->mix_len + 1, sizeof *m->tstate))
@@ -558,8 +561,8 @@ static int text_mask(iris_grammar_matcher *m, int sid) {
     /* Mixed tokens, a run (one j, one first byte b) at a time from q, the set after b: a token's
      * answer is that of its bytes after b from q, kept by suffix id until memo_reset (the same
      * closing quote ends strings of every length).  Else st[i] is the set after the first i
-     * bytes of the last token run (`prev`), valid up to `have`, `fail` the byte it failed at
-     * (-1: none), `l` the bytes it shares with this one. */
+     * bytes of the last token stepped, valid up to `have`, `fail` the byte it failed at (-1:
+     * none), `l` the bytes it shares with this one. */
     if (!m->sfx_q) m->sfx_q = calloc((size_t)v->n_sfx + 1, sizeof *m->sfx_q);
     if (!m->sfx_gen) m->sfx_gen = calloc((size_t)v->n_sfx + 1, sizeof *m->sfx_gen);
     if (!m->sfx_q || !m->sfx_gen) return m->oom = 1, 1;
