@@ -306,10 +306,11 @@ static int memo_row(iris_grammar_matcher *m, int sid) {
     int32_t *memo = m->memo + row * 256;
     uint8_t *cls = m->cls + row * 256;
     const wset *w = &m->ws[sid];
-    uint64_t sig[256] = {0}, seen[256];
+    uint64_t sig[256], seen[256];
     int n_seen = 0, n_allowed = 0;
     for (int k = 0; k < 8; k++) n_allowed += __builtin_popcount(w->allow[k]);
     int classes = w->n <= 64 && n_allowed >= 16;  /* else classes would cost more than they save */
+    if (classes) memset(sig, 0, sizeof sig);
     for (int i = 0; i < w->n && classes; i++) {
         int32_t st = m->buf[w->off + i];
         if (!st) continue;
