@@ -1,43 +1,48 @@
-/* grammar.c: the grammar builder and the matcher (grammar.h says what each is;
- * grammar_schema.c writes grammars from JSON Schemas, grammar_vocab.c builds the trie).
+/* grammar.c: the matcher (grammar.h says what it is; grammar_build.c builds grammars,
+ * grammar_schema.c writes them from JSON Schemas, grammar_vocab.c builds the trie).
  *
  * The matcher's state is a set of parse stacks.  A stack is a persistent list of element
  * positions (the top is the next byte set to match, below it where to return when that
  * alternative ends), hash-consed in an arena so a stack is one int and node 0 is the empty
  * stack (the output is complete).  Advancing by a byte keeps the stacks whose top set holds the
  * byte, steps them past it and expands rule references until every top is a byte set again.
+ * Sets are interned and (set, byte) -> set memoized in rows; bytes the same stacks' tops allow
+ * lead to the same set, so one step fills its byte class of a row.
  *
- * The mask: a depth-first walk of the vocabulary trie carrying the stack set; at each trie
- * node only children whose byte some top allows are entered, a child whose advanced set is
- * empty is pruned with its whole subtree, and every token ending at a reached node is allowed.
- * The walk interns its sets and memoizes (set, byte) -> set, so the many trie nodes that reach
- * the same state (every plain character inside a string) cost an array lookup each; and at a
- * character boundary, a subtree whose every token continues with string text (UTF-8 without
- * quotes, backslashes or control bytes) of at most k code points is allowed whole, without
- * being walked, when the set surely accepts any such text of k code points (every character
- * leads to one same set, and so on k deep: what a string's stacks do).  When instead the set
- * accepts any text of up to d < k code points and none longer (the last d characters under a
- * maxLength), the subtree's tokens of at most d code points are allowed from the vocabulary's
- * per-node list of them sorted by code points, again without a walk.  Bytes that the same
- * stacks' tops allow lead to the same set, so one step fills its byte class of the memo.
+ * The mask inside a string (text_mask; xgrammar's split into context-independent tokens and
+ * context-dependent ones): when the set reads string text as a string does (every character
+ * leads to one same set, text_next, as deep as any token's text: text_ok, or exactly d deep and
+ * then no further, the last d characters under a maxLength: text_exact), a token that is all
+ * text is decided by its code points alone, so those bits are one copy of a row the vocabulary
+ * precomputed (row d: the tokens of at most d code points), and only the ~4,900 mixed tokens
+ * (text, then a quote, a backslash, a control byte...) run through the memo, each from the
+ * chain's set after its text part, in runs whose first byte the set may refuse at once and
+ * whose neighbours share a prefix, answers kept by (set after that byte, tail) across masks.
+ * The chain is proven from the stacks (text_chars_exit: each reader of a text lead byte ends
+ * its alternative after exactly that character, one parent for all), else stepped, through
+ * the middle of characters without memo rows where every top treats a byte range alike.
+ * Elsewhere, a depth-first walk of the vocabulary trie carrying the stack set: only children
+ * whose byte some top allows are entered (the root's and its children's read from byte
+ * lists), a child whose set empties is pruned with its subtree, every token ending at a reached
+ * node is allowed; a subtree of string text is allowed whole (or by its per-node list sorted by
+ * code points) under the same chain tests.
  * The sets, the memo and the stacks they made are kept across masks (the next step's states
- * were mostly met by the last walk), until they pass a budget: then they are dropped and the
+ * were mostly met by the last one), until they pass a budget: then they are dropped and the
  * arena is rebuilt with the current stacks alone (ids change, the mask cache goes), which also
  * bounds the arena over a long output.  The last few masks are cached by their stack set.
  *
  * Invariants: every stack in a set has a GE_CHARS element on top or is node 0; sets carry no
  * duplicates.  A set past MAX_SET stacks or an arena past MAX_STACK_NODES is IRIS_ELIMIT (a
  * pathologically ambiguous schema fails its request, never stalls the engine).
- * Owns: the matcher's arena, hash table, set buffers, memo and mask cache.
+ * Owns: the matcher's arena, hash table, set buffers, memo, chain and mask cache.
  */
 #include "model/grammar_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
-
-/* ---- builder ---------------------------------------------------------------------------- */
 
 static int grow(void **p, int *cap, int need, size_t elem) {
     if (need <= *cap) return 0;
@@ -49,86 +54,6 @@ static int grow(void **p, int *cap, int need, size_t elem) {
     *cap = nc;
     return 0;
 }
-
-int gb_init(iris_grammar *g) {
-    memset(g, 0, sizeof *g);
-    for (int i = 0; i < 256; i++) g->byte_set[i] = -1;
-    g->root = -1;
-    return 0;
-}
-
-int gb_rule(iris_grammar *g) {
-    if (grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return -1;
-    memset(&g->rules[g->n_rules], 0, sizeof *g->rules);
-    return g->n_rules++;
-}
-
-int gb_set(iris_grammar *g, const gset *s) {
-    if (grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) return -1;
-    g->sets[g->n_sets] = *s;
-    return g->n_sets++;
-}
-
-int gb_set_range(iris_grammar *g, int lo, int hi) {
-    gset s = {{0}};
-    for (int b = lo; b <= hi; b++) s.w[b >> 5] |= 1u << (b & 31);
-    return gb_set(g, &s);
-}
-
-int gb_set_byte(iris_grammar *g, int b) {
-    if (g->byte_set[b] < 0) g->byte_set[b] = gb_set_range(g, b, b);
-    return g->byte_set[b];
-}
-
-static void gseq_push(gseq *q, int type, int arg) {
-    if (q->bad || grow((void **)&q->e, &q->cap, q->n + 1, sizeof *q->e) || arg < 0) {
-        q->bad = 1;
-        return;
-    }
-    q->e[q->n++] = (gelem){type, arg};
-}
-
-void gseq_chars(iris_grammar *g, gseq *q, int set) {
-    (void)g;
-    gseq_push(q, GE_CHARS, set);
-}
-
-void gseq_ref(gseq *q, int rule) { gseq_push(q, GE_REF, rule); }
-
-void gseq_lit(iris_grammar *g, gseq *q, const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++) gseq_push(q, GE_CHARS, gb_set_byte(g, (unsigned char)s[i]));
-}
-
-int gb_alt(iris_grammar *g, int rule, gseq *q) {
-    int over = g->n_el + q->n + 1 > (g->max_el ? g->max_el : GRAMMAR_MAX_ELEMS);
-    int bad = q->bad || rule < 0 || over;
-    if (over) g->over = 1;
-    if (!bad) bad = grow((void **)&g->el, &g->cap_el, g->n_el + q->n + 1, sizeof *g->el);
-    grule *r = bad ? NULL : &g->rules[rule];
-    if (!bad) bad = grow((void **)&r->alts, &r->cap, r->n + 1, sizeof *r->alts);
-    if (bad) {
-        q->n = 0;
-        q->bad = 0;
-        return -1;
-    }
-    r->alts[r->n++] = g->n_el;
-    if (q->n) memcpy(g->el + g->n_el, q->e, (size_t)q->n * sizeof *q->e);
-    g->n_el += q->n;
-    g->el[g->n_el++] = (gelem){GE_END, 0};
-    q->n = 0;
-    return 0;
-}
-
-void iris_grammar_free(iris_grammar *g) {
-    if (!g) return;
-    for (int i = 0; i < g->n_rules; i++) free(g->rules[i].alts);
-    free(g->rules);
-    free(g->el);
-    free(g->sets);
-    free(g);
-}
-
-int iris_grammar_n_rules(const iris_grammar *g) { return g->n_rules; }
 
 /* ---- matcher ---------------------------------------------------------------------------- */
 
@@ -198,6 +123,13 @@ struct iris_grammar_matcher {
     int n_rows, cap_rows;
     uint8_t *cls;             /* [row * 256 + byte]: the byte's class for that row's set */
     int cap_cls;
+    int no_text;              /* 1: never text_mask (tests compare it with the walk) */
+    int text_k;               /* text_mask's depth: the most code points it asks text_ok about */
+    uint64_t text_masks;      /* masks text_mask made (tests check the path is taken) */
+    int32_t *chain, *tstate;  /* text_mask's sets after j characters, and along a mixed token */
+    int cap_chain, cap_tstate;
+    uint32_t *sfx_q;          /* [n_sfx] the set a mixed token's suffix was last run from | accepted << 31, */
+    uint32_t *sfx_gen;        /* under memo generation sfx_gen (0: never) */
 };
 
 static uint32_t node_hash(int32_t el, int32_t parent) {
@@ -341,7 +273,8 @@ static int intern_set(iris_grammar_matcher *m, int off, int n) {
     if (grow((void **)&m->ws, &m->cap_ws, m->n_ws + 1, sizeof *m->ws)) return m->oom = 1, -1;
     int id = m->n_ws++;
     wset *w = &m->ws[id];
-    *w = (wset){.off = off, .n = n, .row = -1, .text_lo = 0, .text_fail = 128, .text_next = -3, .text_max = -3, .hash = h};
+    *w = (wset){.off = off, .n = n, .row = -1, .text_lo = 0, .text_fail = INT32_MAX, .text_next = -3, .text_max = -3,
+                .hash = h};
     allowed_bytes(m, off, n, w->allow);
     m->wht[s] = (wslot){m->gen, id};
     if ((uint32_t)m->n_ws * 2 > m->wht_mask) {  /* grow: re-insert this walk's sets */
@@ -373,22 +306,27 @@ static int memo_row(iris_grammar_matcher *m, int sid) {
     int32_t *memo = m->memo + row * 256;
     uint8_t *cls = m->cls + row * 256;
     const wset *w = &m->ws[sid];
-    uint64_t sig[256] = {0}, seen[256];
+    uint64_t sig[256], seen[256];
     int n_seen = 0, n_allowed = 0;
     for (int k = 0; k < 8; k++) n_allowed += __builtin_popcount(w->allow[k]);
     int classes = w->n <= 64 && n_allowed >= 16;  /* else classes would cost more than they save */
+    if (classes) memset(sig, 0, sizeof sig);
     for (int i = 0; i < w->n && classes; i++) {
         int32_t st = m->buf[w->off + i];
         if (!st) continue;
         const gset *set = &m->g->sets[m->g->el[m->nodes[st].el].arg];
-        for (int b = 0; b < 256; b++)
-            if (gset_has(set, b)) sig[b] |= 1ull << i;
+        for (int k = 0; k < 8; k++)
+            for (uint32_t x = set->w[k]; x; x &= x - 1) sig[k * 32 + __builtin_ctz(x)] |= 1ull << i;
     }
     for (int b = 0; b < 256; b++) {
         int allowed = (w->allow[b >> 5] >> (b & 31)) & 1;
         memo[b] = allowed ? -2 : -1;
         if (!classes) {
             cls[b] = (uint8_t)b;
+            continue;
+        }
+        if (b && sig[b] == sig[b - 1]) {  /* runs of one class are the common case */
+            cls[b] = cls[b - 1];
             continue;
         }
         int k = 0;
@@ -414,24 +352,109 @@ static int step_set(iris_grammar_matcher *m, int sid, int c) {
     return id;
 }
 
+/* The set bytes lo..hi all lead to from sid when every top holds all of them or none (advance
+ * then does not depend on which): one advance and no memo row (the middle of a character, met
+ * once per set by text_next).  -1 when empty, -2 when the tops tell the bytes apart. */
+static int range_step(iris_grammar_matcher *m, int sid, int lo, int hi) {
+    if (m->ws[sid].row >= 0) return -2;
+    uint32_t r[8] = {0};
+    for (int b = lo; b <= hi; b++) r[b >> 5] |= 1u << (b & 31);
+    int off = m->ws[sid].off, n = m->ws[sid].n;
+    for (int i = 0; i < n; i++) {
+        int32_t st = m->buf[off + i];
+        if (!st) continue;
+        const gset *set = &m->g->sets[m->g->el[m->nodes[st].el].arg];
+        int some = 0, all = 1;
+        for (int k = 0; k < 8; k++) {
+            uint32_t x = set->w[k] & r[k];
+            some |= x != 0;
+            all &= x == r[k];
+        }
+        if (some && !all) return -2;
+    }
+    int start = m->n_buf;
+    int c = advance(m, off, n, lo);
+    return c ? intern_set(m, start, c) : -1;
+}
+
 /* The set all of bytes lo..hi lead to from sid, then `need` - 1 more continuation bytes: -1
  * when they differ or one is refused. */
 static int same_after(iris_grammar_matcher *m, int sid, int need, int lo, int hi) {
-    int y = step_set(m, sid, lo);
-    for (int c = lo + 1; c <= hi && y >= 0; c++)
-        if (step_set(m, sid, c) != y) y = -1;
+    int y = range_step(m, sid, lo, hi);
+    if (y == -2) {
+        y = step_set(m, sid, lo);
+        for (int c = lo + 1; c <= hi && y >= 0; c++)
+            if (step_set(m, sid, c) != y) y = -1;
+    }
     return y < 0 || need == 1 ? y : same_after(m, y, need - 1, 0x80, 0xBF);
 }
 
-/* The one set that every character of string text (text_step) leads to from sid, or -1. */
+/* Bytes that start a character of string text (text_step). */
+static const uint32_t text_lead[8] = {0, 0xFFFFFFFBu, 0xEFFFFFFFu, 0x7FFFFFFFu, 0, 0, 0xFFFFFFFCu, 0x001FFFFFu};
+
+/* 1 when every character of string text takes set sid's stacks that read its first byte out of
+ * their alternatives, to one same parent p: each such stack's top starts a run of byte sets that
+ * ends its alternative after exactly that character's bytes and holds all of their ranges, and
+ * every text lead byte is read.  Then every character, byte by byte, leaves exactly expand(p),
+ * as 'a' does (advance expands p for the first stack that exits and no more): what a string's
+ * character rule does, proven from the stacks instead of stepping each character. */
+static int text_chars_exit(const iris_grammar_matcher *m, int sid) {
+    const wset *w = &m->ws[sid];
+    const iris_grammar *g = m->g;
+    uint32_t seen[8] = {0};
+    int32_t parent = -1;
+    for (int i = 0; i < w->n; i++) {
+        int32_t s = m->buf[w->off + i];
+        if (!s) continue;
+        int e = m->nodes[s].el;
+        const gset *top = &g->sets[g->el[e].arg];
+        uint32_t l[8], any = 0;
+        for (int k = 0; k < 8; k++) {
+            l[k] = top->w[k] & text_lead[k];
+            seen[k] |= l[k];
+            any |= l[k];
+        }
+        if (!any) continue;
+        if (parent >= 0 && m->nodes[s].parent != parent) return 0;
+        parent = m->nodes[s].parent;
+        /* n: the one character length of every byte in l; r: their second bytes (bit c - 0x80) */
+        int n = (l[1] | l[2] | l[3]) ? 1 : 0;
+        uint64_t r = 0;
+        for (int k = 6; k < 8; k++)
+            for (uint32_t x = l[k]; x; x &= x - 1) {
+                int cp, st = text_step(0, k * 32 + __builtin_ctz(x), &cp), lo = (st >> 8) & 0xFF, hi = st & 0xFF;
+                if (n && (st >> 16) + 1 != n) return 0;
+                n = (st >> 16) + 1;
+                r |= (~0ull >> (63 - (hi - lo))) << (lo - 0x80);
+            }
+        for (int k = 1; k < n; k++) {
+            if (g->el[e + k].type != GE_CHARS) return 0;
+            const gset *cs = &g->sets[g->el[e + k].arg];
+            uint64_t have = (uint64_t)cs->w[5] << 32 | cs->w[4], need = k == 1 ? r : ~0ull;  /* 0x80..0xBF */
+            if ((have & need) != need) return 0;
+        }
+        if (g->el[e + n].type != GE_END) return 0;
+    }
+    return parent >= 0 && !memcmp(seen, text_lead, sizeof seen);
+}
+
+/* The one set that every character of string text (text_step) leads to from sid, or -1: proven
+ * by text_chars_exit, else stepped; lead bytes that reach one set with one continuation range
+ * share its same_after. */
 static int text_next(iris_grammar_matcher *m, int sid) {
     if (m->ws[sid].text_next != -3) return m->ws[sid].text_next;
-    int t = step_set(m, sid, 'a');
+    int t = step_set(m, sid, 'a'), last_x = -3, last_st = 0, last_y = -1;
+    if (t >= 0 && text_chars_exit(m, sid)) return m->ws[sid].text_next = t;
     for (int b = 0x20; b < 0x100 && t >= 0 && !m->oom; b++) {
         int cp, st = text_step(0, b, &cp);
         if (st < 0) continue;
         int x = step_set(m, sid, b);
-        if (st > 0 && x >= 0) x = same_after(m, x, st >> 16, (st >> 8) & 0xFF, st & 0xFF);
+        if (st > 0 && x >= 0 && (x != last_x || st != last_st)) {
+            last_x = x;
+            last_st = st;
+            last_y = same_after(m, x, st >> 16, (st >> 8) & 0xFF, st & 0xFF);
+        }
+        if (st > 0 && x >= 0) x = last_y;
         if (x != t) t = -1;
     }
     m->ws[sid].text_next = t;
@@ -446,7 +469,7 @@ static int text_ok(iris_grammar_matcher *m, int sid, int k) {
     int t = text_next(m, sid);
     int ok = t < 0 ? 0 : t == sid ? 1 : text_ok(m, t, k - 1);
     w = &m->ws[sid];  /* step_set may have moved ws */
-    if (ok) w->text_lo = t == sid ? 127 : k;
+    if (ok) w->text_lo = t == sid ? INT32_MAX : k;
     else w->text_fail = k;
     return ok;
 }
@@ -456,41 +479,134 @@ static int text_ok(iris_grammar_matcher *m, int sid, int k) {
  * (a string's last characters under maxLength); else -1. */
 static int text_exact(iris_grammar_matcher *m, int sid, int lim) {
     if (m->ws[sid].text_max != -3) return m->ws[sid].text_max <= lim ? m->ws[sid].text_max : -1;
-    static const uint32_t lead[8] = {0, 0xFFFFFFFBu, 0xEFFFFFFFu, 0x7FFFFFFFu, 0, 0, 0xFFFFFFFCu, 0x001FFFFFu};
     int d = 0;
-    for (int k = 0; k < 8 && !d; k++) d = (m->ws[sid].allow[k] & lead[k]) != 0;
+    for (int k = 0; k < 8 && !d; k++) d = (m->ws[sid].allow[k] & text_lead[k]) != 0;
     if (d) {
         int t = lim > 0 ? text_next(m, sid) : -1;
         d = t < 0 || t == sid ? -1 : text_exact(m, t, lim - 1);
         if (d >= 0) d++;
     }
-    if (d >= 0 || lim >= 127) m->ws[sid].text_max = d;  /* a -1 under a smaller lim may be a cut */
+    if (d >= 0 || lim >= m->text_k) m->ws[sid].text_max = d;  /* a -1 under a smaller lim may be a cut */
     return d;
 }
 
-static void walk(iris_grammar_matcher *m, int t, int sid) {
+static void walk(iris_grammar_matcher *m, int t, int sid, int list);
+
+/* Trie node ci reached from set sid: its tokens, its subtree whole or by code points, or a walk
+ * below it (list: ci's children list in the vocabulary, -1 none). */
+static void visit(iris_grammar_matcher *m, int ci, int sid, int list) {
     const iris_vocab *v = m->v;
-    for (int ci = t + 1, end = v->nodes[t].end; ci < end && !m->oom; ci = v->nodes[ci].end) {
-        const vnode *c = &v->nodes[ci];
-        if (!((m->ws[sid].allow[c->byte >> 5] >> (c->byte & 31)) & 1)) continue;
-        int nid = step_set(m, sid, c->byte);
-        if (nid < 0) continue;
-        int last = c->tok0 + c->n_tok;
-        int text = c->end > ci + 1 && c->text_cp >= 0;
-        int whole = text && text_ok(m, nid, c->text_cp);
-        if (whole) last = sub_end(v, ci);
-        for (int i = c->tok0; i < last; i++) {
-            int id = v->ids[i];
-            m->mask[id >> 5] |= 1u << (id & 31);
-        }
-        int d = text && !whole ? text_exact(m, nid, c->text_cp) : -1;
-        if (d >= 0) {  /* the subtree's tokens of at most d code points, by the node's list */
-            const int32_t *ids = v->by_cp + v->cp_off[ci];
-            const uint8_t *cps = v->cp_in + v->cp_off[ci];
-            for (int i = 0, n = sub_end(v, ci) - c->tok0; i < n && cps[i] <= d; i++)
-                m->mask[ids[i] >> 5] |= 1u << (ids[i] & 31);
-        } else if (c->end > ci + 1 && !whole) walk(m, ci, nid);
+    const vnode *c = &v->nodes[ci];
+    int nid = step_set(m, sid, c->byte);
+    if (nid < 0) return;
+    int last = c->tok0 + c->n_tok;
+    int text = c->end > ci + 1 && c->text_cp >= 0;
+    int whole = text && text_ok(m, nid, c->text_cp);
+    if (whole) last = sub_end(v, ci);
+    for (int i = c->tok0; i < last; i++) {
+        int id = v->ids[i];
+        m->mask[id >> 5] |= 1u << (id & 31);
     }
+    int d = text && !whole ? text_exact(m, nid, c->text_cp) : -1;
+    if (d >= 0) {  /* the subtree's tokens of at most d code points, by the node's list */
+        const int32_t *ids = v->by_cp + v->cp_off[ci];
+        const uint8_t *cps = v->cp_in + v->cp_off[ci];
+        for (int i = 0, n = sub_end(v, ci) - c->tok0; i < n && cps[i] <= d; i++)
+            m->mask[ids[i] >> 5] |= 1u << (ids[i] & 31);
+    } else if (c->end > ci + 1 && !whole) walk(m, ci, nid, list);
+}
+
+/* The children of trie node t from set sid: from its children list when the vocabulary keeps
+ * one (the root's and its children's: bytes in a row, so only allowed children are read), else
+ * sibling by sibling. */
+static void walk(iris_grammar_matcher *m, int t, int sid, int list) {
+    const iris_vocab *v = m->v;
+    if (list >= 0) {
+        for (int k = v->kid_off[list]; k < v->kid_off[list + 1] && !m->oom; k++) {
+            int b = v->kid_b[k];
+            if ((m->ws[sid].allow[b >> 5] >> (b & 31)) & 1) visit(m, v->kid_n[k], sid, t == 0 ? 1 + b : -1);
+        }
+        return;
+    }
+    for (int ci = t + 1, end = v->nodes[t].end; ci < end && !m->oom; ci = v->nodes[ci].end) {
+        int b = v->nodes[ci].byte;
+        if ((m->ws[sid].allow[b >> 5] >> (b & 31)) & 1) visit(m, ci, sid, -1);
+    }
+}
+
+/* Masks inside strings, from the vocabulary's token classes (grammar_internal.h).  When set sid
+ * reads string text the way a string does (every text character leads to one same next set, for
+ * as many characters as any token holds: text_ok; or for exactly d and then no more: text_exact),
+ * a token that is all text is accepted by its code points alone, so those bits are one copy of a
+ * precomputed row, and only the mixed tokens (text, then a quote, a backslash, a control byte...)
+ * are run through the memo, each from the chain's set after its text part, neighbours in the
+ * sorted list sharing their steps.  Exact, like the walk.  Returns 1 when it filled m->mask. */
+static int text_mask(iris_grammar_matcher *m, int sid) {
+    const iris_vocab *v = m->v;
+    if (!v->text_ok || m->no_text) return 0;
+    int k = m->text_k, d = k + 1;
+    if (!text_ok(m, sid, k) && (d = text_exact(m, sid, k)) <= 0) return 0;  /* 0: no text, a short walk */
+    int n = d < v->mix_jmax ? d : v->mix_jmax;
+    if (grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof *m->chain) ||
+        grow((void **)&m->tstate, &m->cap_tstate, v->mix_len + 1, sizeof *m->tstate))
+        return m->oom = 1, 1;
+    m->chain[0] = sid;
+    for (int i = 1; i <= n; i++)
+        if ((m->chain[i] = text_next(m, m->chain[i - 1])) < 0) return 0;  /* only out of memory */
+    size_t words = ((size_t)v->n_vocab + 31) / 32;
+    int r = d >= v->text_max ? TEXT_ROWS : d < TEXT_ROWS ? d : TEXT_ROWS - 1;
+    const uint32_t *row = v->text_rows + (size_t)r * words;
+    memcpy(m->mask, row, words * sizeof *m->mask);
+    for (int i = 0; d < v->text_max && i < v->n_long && v->long_cp[i] <= d; i++)
+        m->mask[v->long_ids[i] >> 5] |= 1u << (v->long_ids[i] & 31);
+    /* Mixed tokens, a run (one j, one first byte b) at a time from q, the set after b: a token's
+     * answer is that of its bytes after b from q, kept by suffix id until memo_reset (the same
+     * closing quote ends strings of every length).  Else st[i] is the set after the first i
+     * bytes of the last token stepped, valid up to `have`, `fail` the byte it failed at (-1:
+     * none), `l` the bytes it shares with this one. */
+    if (!m->sfx_q) m->sfx_q = calloc((size_t)v->n_sfx + 1, sizeof *m->sfx_q);
+    if (!m->sfx_gen) m->sfx_gen = calloc((size_t)v->n_sfx + 1, sizeof *m->sfx_gen);
+    if (!m->sfx_q || !m->sfx_gen) return m->oom = 1, 1;
+    int32_t *st = m->tstate;
+    for (int gi = 0; gi < v->n_grp && !m->oom; gi++) {
+        int x0 = v->mix_grp[gi], j = v->mix_j[x0];
+        if (j > n) break;
+        int b = (unsigned char)v->str[v->mix_ids[x0]][v->mix_off[x0]];
+        if (!((m->ws[m->chain[j]].allow[b >> 5] >> (b & 31)) & 1)) continue;
+        int q = step_set(m, m->chain[j], b);
+        if (q < 0) continue;
+        st[0] = m->chain[j];
+        st[1] = q;
+        int have = 1, fail = -1, l = 1;
+        for (int x = x0; x < v->mix_grp[gi + 1] && !m->oom; x++) {
+            int id = v->mix_ids[x], sfx = v->mix_sfx[x];
+            if (x > x0 && v->mix_lcp[x] < l) l = v->mix_lcp[x];
+            if (m->sfx_gen[sfx] == m->gen && (m->sfx_q[sfx] & 0x7FFFFFFF) == (uint32_t)q) {
+                if (m->sfx_q[sfx] >> 31) m->mask[id >> 5] |= 1u << (id & 31);
+                continue;
+            }
+            const unsigned char *s = (const unsigned char *)v->str[id] + v->mix_off[x];
+            int len = (int)v->len[id] - v->mix_off[x];
+            if (!(fail >= 0 && l > fail)) {  /* else the same failing prefix */
+                if (l < have) have = l;
+                fail = -1;
+                for (; have < len; have++) {
+                    int c = s[have], y = -1;
+                    if ((m->ws[st[have]].allow[c >> 5] >> (c & 31)) & 1) y = step_set(m, st[have], c);
+                    if (y < 0) break;
+                    st[have + 1] = y;
+                }
+                if (have < len) fail = have;
+            }
+            int ok = fail < 0;
+            if (ok) m->mask[id >> 5] |= 1u << (id & 31);
+            m->sfx_gen[sfx] = m->gen;
+            m->sfx_q[sfx] = (uint32_t)q | (uint32_t)ok << 31;
+            l = len;  /* the next token's shared bytes are counted from this one */
+        }
+    }
+    m->text_masks++;
+    return 1;
 }
 
 static int cmp_i32(const void *a, const void *b) {
@@ -580,6 +696,8 @@ int iris_grammar_matcher_init(iris_grammar_matcher **out, const iris_grammar *g,
         m->wht_mask = 1023;
         m->gen = 1;  /* slots of gen 0 are empty */
         m->keep_rows = KEEP_MEMO_ROWS;
+        m->text_k = v->text_max > v->mix_jmax ? v->text_max : v->mix_jmax;
+        if (m->text_k < 127) m->text_k = 127;
         rc = !m->wht;
     }
     /* The start: the root rule as if referenced from an alternative of its own. */
@@ -618,10 +736,16 @@ void iris_grammar_matcher_free(iris_grammar_matcher *m) {
     free(m->wht);
     free(m->memo);
     free(m->cls);
+    free(m->chain);
+    free(m->tstate);
+    free(m->sfx_q);
+    free(m->sfx_gen);
     free(m);
 }
 
 void gm_keep_rows(iris_grammar_matcher *m, int rows) { m->keep_rows = rows; }
+void gm_no_text(iris_grammar_matcher *m, int off) { m->no_text = off; }
+uint64_t gm_text_masks(const iris_grammar_matcher *m) { return m->text_masks; }
 
 uint64_t iris_grammar_matcher_cache_hits(const iris_grammar_matcher *m) { return m->cache_hits; }
 
@@ -657,11 +781,13 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
         m->cache_hits++;
         return IRIS_OK;
     }
-    memset(m->mask, 0, words * sizeof *m->mask);
     m->n_buf = m->buf_base;
     for (int i = 0; i < m->n_cur; i++) push_buf(m, m->cur[i]);
     int root = m->oom ? -1 : intern_set(m, m->buf_base, m->n_cur);
-    if (root >= 0) walk(m, 0, root);
+    if (root >= 0 && !text_mask(m, root)) {
+        memset(m->mask, 0, words * sizeof *m->mask);
+        walk(m, 0, root, 0);
+    }
     m->buf_base = m->n_buf;
     if (m->oom) {
         memo_reset(m, 0);
@@ -674,7 +800,9 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
     c = &m->cache[m->cache_next];
     if (!c->mask) c->mask = malloc(words * sizeof *c->mask);
     if (c->mask && !grow((void **)&c->set, &c->cap, m->n_cur, sizeof *c->set)) {
-        memcpy(c->mask, m->mask, words * sizeof *c->mask);
+        uint32_t *old = c->mask;  /* the entry takes this mask; its old buffer is the next mask's */
+        c->mask = m->mask;
+        m->mask = old;
         memcpy(c->set, m->cur, (size_t)m->n_cur * sizeof *c->set);
         c->n = m->n_cur;
         c->valid = 1;

@@ -63,6 +63,10 @@ int gb_alt(iris_grammar *g, int rule, gseq *q);  /* adds q (then empties it); -1
 /* Memo rows a matcher keeps between masks (past them its memo is dropped and its stacks
  * rebuilt); tests lower it to 0 to run that reset after every mask. */
 void gm_keep_rows(iris_grammar_matcher *m, int rows);
+/* With off 1 the matcher never takes its masks inside strings from the vocabulary's token classes
+ * (grammar.c, text_mask) and walks the trie instead: the tests compare the two. */
+void gm_no_text(iris_grammar_matcher *m, int off);
+uint64_t gm_text_masks(const iris_grammar_matcher *m);  /* masks made by text_mask so far */
 
 /* A `pattern` (grammar_regex.c says which regex subset) as a rule writing the JSON string text
  * (without the quotes) of the strings it matches; any_text is the rule of any string text, put
@@ -100,7 +104,34 @@ struct iris_vocab {
      * in cp_in (cp_off -1 elsewhere).  cp_of: code points of ids[k], during the build. */
     int32_t *cp_off, *by_cp;
     uint8_t *cp_in, *cp_of;
+    /* Tokens by string text, for the matcher's masks inside strings (grammar.c, text_mask).
+     * Pure text tokens (every byte string text by text_step from a character boundary; the last
+     * character may be cut): row d < TEXT_ROWS of text_rows (words uint32 each) holds those of
+     * at most d code points, row TEXT_ROWS all of them; long_ids those of TEXT_ROWS or more code
+     * points sorted by them (long_cp).  text_max: their most code points.  Mixed tokens (string
+     * text, then a byte that is not: a quote, a backslash, a control byte, DEL, invalid UTF-8):
+     * mix_ids sorted by mix_j (code points before the last character boundary of the text
+     * part) and then by their bytes from that boundary (mix_off), so neighbours share a prefix.
+     * Runs of one mix_j and one byte at mix_off start at mix_grp[0 .. n_grp) (mix_grp[n_grp]:
+     * n_mix); mix_lcp: the bytes from mix_off a token shares with the one before in its run;
+     * mix_sfx: the id of its bytes from mix_off (n_sfx distinct).  mix_jmax: the largest mix_j,
+     * mix_len the most bytes from mix_off on.  text_ok 0 when a token is too long for these
+     * (then none are used). */
+    /* Children lists of the root (list 0) and of its child by byte b (list 1 + b, empty when
+     * none): kid_b / kid_n[kid_off[l] .. kid_off[l + 1]) their bytes and nodes, so a walk there
+     * reads bytes in a row instead of nodes spread over the trie. */
+    int32_t kid_off[258];
+    uint8_t *kid_b;
+    int32_t *kid_n;
+    uint32_t *text_rows;
+    int32_t *long_ids, *long_cp;
+    int n_long, text_max;
+    int32_t *mix_ids, *mix_grp, *mix_sfx;
+    uint16_t *mix_j, *mix_off, *mix_lcp;
+    int n_mix, n_grp, n_sfx, mix_jmax, mix_len, text_ok;
 };
+
+#define TEXT_ROWS 32  /* rows of text_rows below the last (33 x 18,992 bytes for Qwen's vocabulary) */
 
 /* UTF-8 inside a JSON string: the state after byte b in state st, or -1 when b cannot stand for
  * itself there (a quote, a backslash, a control byte, invalid UTF-8).  st 0 is a character
