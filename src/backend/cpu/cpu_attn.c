@@ -156,11 +156,29 @@ __attribute__((target("avx2"))) static void seg_tile_avx2(const seg_ctx *c, int 
     for (int e = 0; e < hd; e++)
         for (int t = 0; t < 8; t++) qt[e * 8 + t] = t < nt ? base[(i0 + t) * ld + h * hd + e] : 0.0f;
     __m256 vs = _mm256_set1_ps(scale);
-    for (int j = 0; j < len; j++) {
-        const float *k = base + (int64_t)(a + j) * ld + (int64_t)nh * hd + h * hd;
+    int64_t kstep = ld;
+    const float *k0 = base + (int64_t)a * ld + (int64_t)nh * hd + h * hd;
+    int jk = 0;
+    for (; jk + 4 <= len; jk += 4) {  /* four keys' sums interleaved: each still in order over e */
+        const float *k = k0 + jk * kstep;
+        __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
+        for (int e = 0; e < hd; e++) {
+            __m256 qe = _mm256_loadu_ps(qt + e * 8);
+            d0 = _mm256_add_ps(d0, _mm256_mul_ps(qe, _mm256_set1_ps(k[e])));
+            d1 = _mm256_add_ps(d1, _mm256_mul_ps(qe, _mm256_set1_ps(k[kstep + e])));
+            d2 = _mm256_add_ps(d2, _mm256_mul_ps(qe, _mm256_set1_ps(k[2 * kstep + e])));
+            d3 = _mm256_add_ps(d3, _mm256_mul_ps(qe, _mm256_set1_ps(k[3 * kstep + e])));
+        }
+        _mm256_storeu_ps(sc + (size_t)jk * 8, _mm256_mul_ps(d0, vs));
+        _mm256_storeu_ps(sc + (size_t)(jk + 1) * 8, _mm256_mul_ps(d1, vs));
+        _mm256_storeu_ps(sc + (size_t)(jk + 2) * 8, _mm256_mul_ps(d2, vs));
+        _mm256_storeu_ps(sc + (size_t)(jk + 3) * 8, _mm256_mul_ps(d3, vs));
+    }
+    for (; jk < len; jk++) {
+        const float *k = k0 + jk * kstep;
         __m256 d = _mm256_setzero_ps();
         for (int e = 0; e < hd; e++) d = _mm256_add_ps(d, _mm256_mul_ps(_mm256_loadu_ps(qt + e * 8), _mm256_set1_ps(k[e])));
-        _mm256_storeu_ps(sc + (size_t)j * 8, _mm256_mul_ps(d, vs));
+        _mm256_storeu_ps(sc + (size_t)jk * 8, _mm256_mul_ps(d, vs));
     }
     float inv[SEG_TILE];
     for (int t = 0; t < nt; t++) {
