@@ -3,8 +3,8 @@
 # the model loaded once, the images continuously batched) against N separate `iris caption IMAGE`
 # runs, on the CPU with the demo model (issue 27's target: one process at least 5x faster).
 #   bench/batch_vs_runs.sh [N] [IRIS]        (N default 200, IRIS default build/iris)
-# The images are N distinct demo scenes (tools/demo_data.py, seeds 50000..; /usr/bin/python3 with
-# numpy), made once into $DIR (default /tmp/iris-demo-N).  Both sides are greedy and print the same
+# The images are N distinct demo scenes (tools/demo_data.py, seeds 50000..; $PY, default the first
+# of /usr/bin/python3 and python3 that has numpy), made once into $DIR (default /tmp/iris-demo-N).  Both sides are greedy and print the same
 # captions: the script checks that every image's text is the same in both, and prints the two wall
 # times, the ratio, and the CPU seconds (user + sys) of each side.  $IRIS_FLAGS go to both (e.g.
 # --threads 1).  Exit status 1 when a text differs or a run fails.
@@ -13,7 +13,9 @@ cd "$(dirname "$0")/.." || exit 2
 N=${1:-200}
 IRIS=${2:-build/iris}
 DIR=${DIR:-/tmp/iris-demo-$N}
-PY=${PY:-/usr/bin/python3}
+if [ -z "$PY" ]; then
+    for PY in /usr/bin/python3 python3; do "$PY" -c 'import numpy' 2>/dev/null && break; done
+fi
 WORK=$(mktemp -d /tmp/iris-bvr.XXXXXX) || exit 2
 trap 'rm -rf "$WORK"' EXIT
 FLAGS="--temperature 0 -q --device cpu $IRIS_FLAGS"
