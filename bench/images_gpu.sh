@@ -1,58 +1,79 @@
 #!/bin/bash
-# bench/images_gpu.sh: issue 27's image throughput on one GPU, the same work three ways, per shape:
-#   1. iris bench MODEL --images N --image WxH --concurrency C --gen-tokens G (through the engine)
-#   2. bench/serve_load.py: iris serve over HTTP, C clients, the same pictures and answer lengths
-#   3. the command line's batch mode over the same pictures written as PNG files:
-#      iris ask DIR -m MODEL QUESTION --max-tokens G --ignore-eos (its last stderr line: images/s)
-# and the single-request time to first token (iris bench --batch 1 --image WxH), with OLD's binary
-# too when given (old vs new, alternating).
-#   bench/images_gpu.sh [NEW_IRIS] [OLD_IRIS]      (NEW default build/iris)
-# Environment: SHAPES ("2B 4B"), N (256), C (64), G (64), IMAGE (1024x1024), SYNTH_DIR
-# (/tmp/iris-synth; `iris synth --like SHAPE --dtype fp8` made there when missing, with the Qwen
-# tokenizer of .cache/assets/qwen3; a SHAPE that is a directory is that model), OUT
-# (build/images-gpu), IRIS_FLAGS (more engine flags for every run, e.g. --device cpu for a dry run).  Every figure is in $OUT as JSON
-# (or the CLI's log); a summary table is printed at the end.
+# bench/images_gpu.sh: issue 27's image throughput on one GPU, the same work three ways:
+#   bench  iris bench MODEL --images N --image WxH --concurrency C --gen-tokens G (the engine)
+#   serve  bench/serve_load.py: iris serve over HTTP, C clients, the same pictures and lengths
+#   cli    the command line's batch mode over the same pictures as PNG files:
+#          iris ask DIR -m MODEL QUESTION --max-tokens G --ignore-eos (its last stderr line: images/s)
+# and ttft: the single-request time to first token (iris bench --batch 1 --image WxH).  One step a
+# call, each well under a minute at the defaults:
+#   bench/images_gpu.sh synth|pictures|ttft|bench|serve|cli|summary [SHAPE]     (or: all)
+# SHAPE is 2B or 4B (synth FP8 in $SYNTH_DIR, default /tmp/iris-synth, made by the synth step with
+# the Qwen tokenizer of .cache/assets/qwen3) or a model directory.  Environment: IRIS (default
+# build/gpu/iris, a scripts/gpu-check --pack folder, unpacked here when needed; else build/iris),
+# OLD (another iris: ttft and bench run it too, old vs new), N (256), C (64), G (64), IMAGE
+# (1024x1024), OUT (build/images-gpu), IRIS_FLAGS (more engine flags, e.g. --device cpu for a dry
+# run), SHAPES (for all: "2B 4B").  Every figure goes to $OUT; summary prints the table.
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 2
-NEW=${1:-build/iris}
-OLD=${2:-}
-SHAPES=${SHAPES:-2B 4B} N=${N:-256} C=${C:-64} G=${G:-64} IMAGE=${IMAGE:-1024x1024}
+STEP=${1:?give a step: synth pictures ttft bench serve cli summary all}
+SHAPE=${2:-2B}
+N=${N:-256} C=${C:-64} G=${G:-64} IMAGE=${IMAGE:-1024x1024}
 SYNTH_DIR=${SYNTH_DIR:-/tmp/iris-synth} OUT=${OUT:-build/images-gpu}
+if [ -z "$IRIS" ]; then IRIS=build/iris; [ -e build/gpu/iris ] || [ -f build/gpu/bins.tar.xz ] && IRIS=build/gpu/iris; fi
+pack=$(dirname "$IRIS")
+if [ -f "$pack/bins.tar.xz" ] && [ ! -x "$IRIS" ]; then tar -C "$pack" -xJf "$pack/bins.tar.xz" || exit 1; fi
+if [ -f "$pack/lib.tar.xz" ] && [ ! -d "$pack/lib" ]; then tar -C "$pack" -xJf "$pack/lib.tar.xz" || exit 1; fi
+[ -d "$pack/lib" ] && export LD_LIBRARY_PATH="$PWD/$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 PIX=$(( ${IMAGE%x*} * ${IMAGE#*x} ))
 Q='Write a one-sentence caption for this image.'  # bench --images' and serve_load.py's question
 ENGINE=(--max-num-seqs "$C" --max-image-pixels "$PIX" $IRIS_FLAGS)
 mkdir -p "$OUT" "$SYNTH_DIR"
-tok=()
-[ -f .cache/assets/qwen3/tokenizer.json ] && tok=(--tokenizer .cache/assets/qwen3/tokenizer.json)
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-
 pics=$OUT/pictures-$IMAGE-$N
-if [ "$(ls "$pics" 2>/dev/null | wc -l)" != "$N" ]; then
-    python3 bench/serve_load.py "$NEW" none --requests "$N" --image "$IMAGE" --write "$pics" >/dev/null || exit 1
-fi
+dir=$SYNTH_DIR/$SHAPE-fp8 name=$SHAPE
+[ -d "$SHAPE" ] && dir=$SHAPE && name=${SHAPE##*/}
 
-for shape in $SHAPES; do
-    dir=$SYNTH_DIR/$shape-fp8
-    [ -d "$shape" ] && dir=$shape && shape=${shape##*/}
-    [ -f "$dir/config.json" ] || timeout 600 "$NEW" synth --like "$shape" --dtype fp8 "${tok[@]}" "$dir" >/dev/null || exit 1
-    for b in new old; do
-        bin=$NEW; [ $b = old ] && bin=$OLD
-        [ -n "$bin" ] || continue
-        timeout 300 "$bin" bench "$dir" --batch 1 --prompt-tokens 64 --gen-tokens 8 --image "$IMAGE" $IRIS_FLAGS \
-            > "$OUT/ttft-$shape-$b.json" 2> "$OUT/ttft-$shape-$b.log"
-        timeout 300 "$bin" bench "$dir" --images "$N" --image "$IMAGE" --concurrency "$C" --gen-tokens "$G" $IRIS_FLAGS \
-            > "$OUT/bench-$shape-$b.json" 2> "$OUT/bench-$shape-$b.log"
-        echo "$shape $b bench rc=$?: $(head -c 600 "$OUT/bench-$shape-$b.json")"
+# binaries: new, and old when OLD is given
+bins() { echo "new $IRIS"; [ -n "$OLD" ] && echo "old $OLD"; }
+
+case $STEP in
+synth)
+    [ -f "$dir/config.json" ] && { echo "$dir is there"; exit 0; }
+    tok=()
+    [ -f .cache/assets/qwen3/tokenizer.json ] && tok=(--tokenizer .cache/assets/qwen3/tokenizer.json)
+    timeout 300 "$IRIS" synth --like "$SHAPE" --dtype fp8 "${tok[@]}" "$dir" >/dev/null && echo "made $dir" ;;
+pictures)
+    if [ "$(ls "$pics" 2>/dev/null | wc -l)" != "$N" ]; then
+        python3 bench/serve_load.py "$IRIS" none --requests "$N" --image "$IMAGE" --write "$pics" || exit 1
+    fi
+    echo "$pics: $(ls "$pics" | wc -l) pictures" ;;
+ttft)
+    bins | while read -r b bin; do
+        timeout 120 "$bin" bench "$dir" --batch 1 --prompt-tokens 64 --gen-tokens 8 --image "$IMAGE" $IRIS_FLAGS \
+            > "$OUT/ttft-$name-$b.json" 2> "$OUT/ttft-$name-$b.log"
+        echo "$name ttft $b rc=$?: $(head -c 400 "$OUT/ttft-$name-$b.json")"
+    done ;;
+bench)
+    bins | while read -r b bin; do
+        timeout 150 "$bin" bench "$dir" --images "$N" --image "$IMAGE" --concurrency "$C" --gen-tokens "$G" $IRIS_FLAGS \
+            > "$OUT/bench-$name-$b.json" 2> "$OUT/bench-$name-$b.log"
+        echo "$name bench $b rc=$?: $(head -c 700 "$OUT/bench-$name-$b.json")"
+    done ;;
+serve)
+    SERVE_LOG=$OUT/serve-$name.log timeout 200 python3 bench/serve_load.py "$IRIS" "$dir" --requests "$N" \
+        --concurrency "$C" --image "$IMAGE" --max-tokens "$G" -- "${ENGINE[@]}" > "$OUT/serve-$name.json"
+    echo "$name serve rc=$?: $(cat "$OUT/serve-$name.json")" ;;
+cli)
+    [ -d "$pics" ] || { echo "no $pics: run the pictures step first" >&2; exit 2; }
+    timeout 150 "$IRIS" ask "$pics" -m "$dir" "$Q" --temperature 0 --max-tokens "$G" --ignore-eos "${ENGINE[@]}" \
+        -o "$OUT/cli-$name.jsonl" 2> "$OUT/cli-$name.log"
+    echo "$name cli rc=$?: $(tail -1 "$OUT/cli-$name.log")" ;;
+all)
+    for s in ${SHAPES:-2B 4B}; do
+        "$0" synth "$s" && "$0" pictures && "$0" ttft "$s" && "$0" bench "$s"; "$0" serve "$s"; "$0" cli "$s"
     done
-    SERVE_LOG=$OUT/serve-$shape.log timeout 400 python3 bench/serve_load.py "$NEW" "$dir" --requests "$N" \
-        --concurrency "$C" --image "$IMAGE" --max-tokens "$G" -- "${ENGINE[@]}" > "$OUT/serve-$shape.json"
-    echo "$shape serve rc=$?: $(cat "$OUT/serve-$shape.json")"
-    timeout 300 "$NEW" ask "$pics" -m "$dir" "$Q" --temperature 0 --max-tokens "$G" --ignore-eos "${ENGINE[@]}" \
-        -o "$OUT/cli-$shape.jsonl" 2> "$OUT/cli-$shape.log"
-    echo "$shape cli rc=$?: $(tail -1 "$OUT/cli-$shape.log")"
-done
-
-python3 - "$OUT" "$(for s in $SHAPES; do printf '%s ' "${s##*/}"; done)" <<'EOF'
+    SHAPES=${SHAPES:-2B 4B} "$0" summary ;;
+summary)
+    python3 - "$OUT" "$(for s in ${SHAPES:-2B 4B}; do printf '%s ' "${s##*/}"; done)" <<'EOF'
 import json, os, re, sys
 out, shapes = sys.argv[1], sys.argv[2].split()
 def load(p):
@@ -80,3 +101,7 @@ for s in shapes:
         if t:
             print("%-4s single-request TTFT (%s): %s" % (s, b, json.dumps(t)[:300]))
 EOF
+    ;;
+*)
+    echo "unknown step $STEP" >&2; exit 2 ;;
+esac
