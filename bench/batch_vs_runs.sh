@@ -19,6 +19,8 @@ fi
 WORK=$(mktemp -d /tmp/iris-bvr.XXXXXX) || exit 2
 trap 'rm -rf "$WORK"' EXIT
 FLAGS="--temperature 0 -q --device cpu $IRIS_FLAGS"
+# a scripts/gpu-check pack's binary finds its libraries beside it
+[ -d "$(dirname "$IRIS")/lib" ] && export LD_LIBRARY_PATH="$(cd "$(dirname "$IRIS")/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 if [ "$(ls "$DIR" 2>/dev/null | grep -c '\.png$')" != "$N" ]; then
     rm -rf "$DIR" && mkdir -p "$DIR" || exit 2
