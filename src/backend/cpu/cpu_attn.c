@@ -142,17 +142,55 @@ static void seg_row(const seg_ctx *c, int h, int64_t i, int a, int e_, float *sc
     }
 }
 
+/* o0[e], o1[e] = the sums over keys j in order of p[j * 8 + t] · v_j[e] and of p[j * 8 + t + 1] · v_j[e]
+ * (v_j = v + j · ldv), each from 0 by a multiply then an add per key, as the scalar row adds them;
+ * the sums stay in registers, 32 columns at a time, and each v row is read once for both rows. */
+__attribute__((target("avx2"))) static void pv_avx2(const float *p, int t, int len, const float *v, int64_t ldv, int hd,
+                                                    float *o0, float *o1) {
+    int e = 0;
+    for (; e + 32 <= hd; e += 32) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        for (int j = 0; j < len; j++) {
+            const float *vj = v + j * ldv + e;
+            __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8), v2 = _mm256_loadu_ps(vj + 16),
+                   v3 = _mm256_loadu_ps(vj + 24), pa = _mm256_set1_ps(p[j * 8 + t]), pb = _mm256_set1_ps(p[j * 8 + t + 1]);
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(pa, v0)), a1 = _mm256_add_ps(a1, _mm256_mul_ps(pa, v1));
+            a2 = _mm256_add_ps(a2, _mm256_mul_ps(pa, v2)), a3 = _mm256_add_ps(a3, _mm256_mul_ps(pa, v3));
+            b0 = _mm256_add_ps(b0, _mm256_mul_ps(pb, v0)), b1 = _mm256_add_ps(b1, _mm256_mul_ps(pb, v1));
+            b2 = _mm256_add_ps(b2, _mm256_mul_ps(pb, v2)), b3 = _mm256_add_ps(b3, _mm256_mul_ps(pb, v3));
+        }
+        _mm256_storeu_ps(o0 + e, a0), _mm256_storeu_ps(o0 + e + 8, a1), _mm256_storeu_ps(o0 + e + 16, a2);
+        _mm256_storeu_ps(o0 + e + 24, a3), _mm256_storeu_ps(o1 + e, b0), _mm256_storeu_ps(o1 + e + 8, b1);
+        _mm256_storeu_ps(o1 + e + 16, b2), _mm256_storeu_ps(o1 + e + 24, b3);
+    }
+    for (; e + 8 <= hd; e += 8) {
+        __m256 a0 = _mm256_setzero_ps(), b0 = a0;
+        for (int j = 0; j < len; j++) {
+            __m256 v0 = _mm256_loadu_ps(v + j * ldv + e);
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_set1_ps(p[j * 8 + t]), v0));
+            b0 = _mm256_add_ps(b0, _mm256_mul_ps(_mm256_set1_ps(p[j * 8 + t + 1]), v0));
+        }
+        _mm256_storeu_ps(o0 + e, a0), _mm256_storeu_ps(o1 + e, b0);
+    }
+    for (; e < hd; e++) {
+        float s0 = 0, s1 = 0;
+        for (int j = 0; j < len; j++) s0 += p[j * 8 + t] * v[j * ldv + e], s1 += p[j * 8 + t + 1] * v[j * ldv + e];
+        o0[e] = s0, o1[e] = s1;
+    }
+}
+
 /* Rows i0..i0+nt (nt <= SEG_TILE) of head h over keys [a, e_), as seg_row computes each of them, bit
  * for bit: the same products and sums in the same order, eight rows a vector (separate multiplies
  * and adds, no FMA: this file is built without -ffp-contract and the target has no FMA), so every
- * key and value row is read once for the tile.  buf: hd * 8 + (e_ - a) * 8 + hd * 8 floats. */
+ * key and value row is read once for the tile (a value row once a pair of rows, pv_avx2).  buf:
+ * hd * 8 + (e_ - a) * 8 + hd * 8 floats. */
 __attribute__((target("avx2"))) static void seg_tile_avx2(const seg_ctx *c, int h, int64_t i0, int nt, int a, int e_,
                                                           float *buf) {
     int hd = c->hd, nh = c->nh, len = e_ - a;
     int64_t ld = iris_tensor_ld(c->qkv);
     const float *base = c->qkv->data;
     float scale = 1.0f / sqrtf((float)hd);
-    float *qt = buf, *sc = buf + (size_t)hd * 8, *acc = sc + (size_t)len * 8;  /* [e][t], [j][t], [t][e] */
+    float *qt = buf, *sc = buf + (size_t)hd * 8, *acc = sc + (size_t)len * 8;  /* [e][t], [j][t], [t][e] (t < 8) */
     for (int e = 0; e < hd; e++)
         for (int t = 0; t < 8; t++) qt[e * 8 + t] = t < nt ? base[(i0 + t) * ld + h * hd + e] : 0.0f;
     __m256 vs = _mm256_set1_ps(scale);
@@ -188,18 +226,10 @@ __attribute__((target("avx2"))) static void seg_tile_avx2(const seg_ctx *c, int 
         for (int j = 0; j < len; j++) sum += (sc[j * 8 + t] = expf(sc[j * 8 + t] - mx));
         inv[t] = (float)(1.0 / sum);
     }
-    int h8 = hd & ~7;
-    for (size_t e = 0; e < (size_t)nt * hd; e++) acc[e] = 0;
-    for (int j = 0; j < len; j++) {
-        const float *v = base + (int64_t)(a + j) * ld + 2 * (int64_t)nh * hd + h * hd;
-        for (int t = 0; t < nt; t++) {
-            float pj = sc[j * 8 + t] * inv[t], *o = acc + (size_t)t * hd;
-            __m256 vp = _mm256_set1_ps(pj);
-            for (int e = 0; e < h8; e += 8)
-                _mm256_storeu_ps(o + e, _mm256_add_ps(_mm256_loadu_ps(o + e), _mm256_mul_ps(vp, _mm256_loadu_ps(v + e))));
-            for (int e = h8; e < hd; e++) o[e] += pj * v[e];
-        }
-    }
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < len; j++) sc[j * 8 + t] *= inv[t];  /* the scalar row's pj */
+    const float *v = base + (int64_t)a * ld + 2 * (int64_t)nh * hd + h * hd;
+    for (int t = 0; t < nt; t += 2) pv_avx2(sc, t, len, v, ld, hd, acc + (size_t)t * hd, acc + (size_t)(t + 1) * hd);
     for (int t = 0; t < nt; t++)
         memcpy((float *)c->o->data + (i0 + t) * iris_tensor_ld(c->o) + h * hd, acc + (size_t)t * hd,
                sizeof(float) * (size_t)hd);
