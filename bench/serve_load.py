@@ -22,6 +22,11 @@ torchvision where one is installed.  Standard library only otherwise.
 
   python3 bench/serve_load.py IRIS MODEL [--requests 64] [--concurrency C] [--image 1024x1024]
           [--max-tokens 32] [--format png|jpeg] [--port 8391] -- [iris serve flags...]
+
+With --write DIR it starts no server: it writes the N pictures as files DIR/00000.png ... (or
+.jpg), for the same work through the command line's batch mode, e.g.
+  iris ask DIR -m MODEL 'Write a one-sentence caption for this image.' --temperature 0 \
+      --max-tokens 64 --ignore-eos --max-num-seqs 64 -o /dev/null   (its last line: images/s)
 """
 import argparse
 import base64
@@ -106,12 +111,21 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--format", choices=("png", "jpeg"), default="png")
     ap.add_argument("--port", type=int, default=8391)
+    ap.add_argument("--write", metavar="DIR", help="write the pictures to DIR and exit (no server)")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     a = ap.parse_args(argv[:cut])
     serve_flags = argv[cut + 1:]
     w, h = (int(v) for v in a.image.split("x"))
     conc = a.concurrency if a.concurrency > 0 else a.requests
+    if a.write:
+        os.makedirs(a.write, exist_ok=True)
+        for i in range(a.requests):
+            mime, data = picture(w, h, i, a.format)
+            with open(os.path.join(a.write, "%05d.%s" % (i, "jpg" if mime == "image/jpeg" else "png")), "wb") as f:
+                f.write(data)
+        print(json.dumps({"written": a.requests, "dir": a.write, "image": a.image, "format": a.format}))
+        return
     # a different picture per request, so the prefix cache cannot answer for the vision encoder;
     # the warm-up's is picture N, as in iris bench --images
     urls = []

@@ -557,6 +557,40 @@ IRIS_TEST(backend_cpu_segment_attention) {
     free(qkv), free(o), free(want);
 }
 
+/* Vision attention's AVX2 tiles (eight rows of a head at once) give the scalar rows' numbers bit for
+ * bit (a backend opened with IRIS_CPU_AVX2=0 runs the scalar rows), on segments shorter and longer
+ * than a tile and head sizes with and without a tail of fewer than eight. */
+IRIS_TEST(backend_cpu_segment_attention_tiles_exact) {
+    iris_backend *b = cpu(), *scalar = NULL;
+    REQUIRE(b);
+    iris_err err = {0};
+    const char *was = getenv("IRIS_CPU_AVX2");
+    char *keep = was ? strdup(was) : NULL;
+    setenv("IRIS_CPU_AVX2", "0", 1);
+    int rc = iris_backend_cpu_open(&scalar, &err);
+    if (keep) setenv("IRIS_CPU_AVX2", keep, 1);
+    else unsetenv("IRIS_CPU_AVX2");
+    free(keep);
+    REQUIRE(rc == 0);
+    const int cu[7] = {0, 1, 8, 16, 25, 42, 82}, n_seg = 6, N = 82, NH = 3;
+    const int hds[2] = {20, 64};
+    for (int k = 0; k < 2; k++) {
+        int hd = hds[k], ld = 3 * NH * hd + 5;
+        float *qkv = fvec((size_t)N * ld), *o1 = poisoned((size_t)N * NH * hd), *o2 = poisoned((size_t)N * NH * hd);
+        for (size_t i = 0; i < (size_t)N * ld; i++) qkv[i] *= 3.0f;  /* peaked softmaxes too */
+        iris_tensor qv = f32_view(qkv, N, 3 * NH * hd, ld), ov1 = f32_view(o1, N, NH * hd, 0),
+                    ov2 = f32_view(o2, N, NH * hd, 0);
+        CHECK(b->attn_segments(b, &qv, NH, hd, cu, n_seg, &ov1) == 0);
+        CHECK(scalar->attn_segments(scalar, &qv, NH, hd, cu, n_seg, &ov2) == 0);
+        int diff = 0;
+        for (int i = 0; i < N * NH * hd; i++) diff += memcmp(&o1[i], &o2[i], sizeof(float)) != 0;
+        CHECKF(diff == 0, "head size %d: %d of %d outputs differ from the scalar rows", hd, diff, N * NH * hd);
+        CHECK(!isnan(o1[0]) && !isnan(o1[N * NH * hd - 1]));
+        free(qkv), free(o1), free(o2);
+    }
+    scalar->destroy(scalar);
+}
+
 /* The AVX2 decode kernel directly, FP8 included (the linear routes FP8 to the
  * table path by measurement, so the kernel's FP8 decode is pinned down here). */
 #include "backend/cpu/cpu_internal.h"

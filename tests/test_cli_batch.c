@@ -2,14 +2,18 @@
  * real build/iris processes and the demo model: the JSON lines come in input order (--unordered:
  * the same set), a directory and --from give the same set, --resume skips what the output file
  * already answers and redoes a line that was removed, a file that is not an image gets an error
- * line and exit status 1 while the others are answered, and a greedy answer in batch mode is the
- * single-image run's text. */
+ * line and exit status 1 while the others are answered, a greedy answer in batch mode is the
+ * single-image run's text, --json adds the single-image --json members to each line (and
+ * --ignore-eos makes every answer --max-tokens long), and 40 distinct pictures (written here with
+ * iris's PNG writer) come back in input order, each the text a run of its own gives. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "formats/grounding.h"
+#include "formats/image.h"
 #include "test.h"
 
 static const char *bin(void) { return getenv("IRIS_BIN") ? getenv("IRIS_BIN") : "build/iris"; }
@@ -241,5 +245,134 @@ IRIS_TEST(cli_batch_bad_image) {
     char *err = iris_test_popen(cmd, &st);
     CHECK_CONTAINS(err, "1 failed");
     free(out), free(err);
+    rm_dir(dir);
+}
+
+/* --json in batch mode: each line has the single-image --json members but "model", consistent with
+ * "tokens"; describe --json's "scene" too; --ignore-eos: every answer exactly --max-tokens long. */
+IRIS_TEST(cli_batch_json) {
+    char cmd[2048];
+    int st;
+    snprintf(cmd, sizeof cmd, "%s caption examples/images/scene1.png examples/images/scene3.png " FLAGS, bin());
+    char *plain = iris_test_popen(cmd, &st);
+    CHECK_EQ_INT(st, 0);
+    snprintf(cmd, sizeof cmd, "%s caption examples/images/scene1.png examples/images/scene3.png --json " FLAGS, bin());
+    char *js = iris_test_popen(cmd, &st);
+    CHECK_EQ_INT(st, 0);
+    json_t *lp[4], *lj[4];
+    int np = parse_lines(plain, lp, 4), nj = parse_lines(js, lj, 4);
+    REQUIRE(np == 2 && nj == 2);
+    for (int i = 0; i < 2; i++) {
+        json_t *o = lj[i], *u = json_object_get(o, "usage"), *t = json_object_get(o, "timings");
+        CHECK_STR(image_of(o), image_of(lp[i]));
+        CHECK_STR(text_of(o), text_of(lp[i]));  /* greedy: --json changes nothing but the members */
+        CHECK(json_object_get(o, "model") == NULL);
+        CHECK(json_object_get(lp[i], "usage") == NULL);
+        CHECK_STR(json_string_value(json_object_get(o, "finish_reason")), "length");
+        CHECK_EQ_INT((int)json_integer_value(json_object_get(u, "completion_tokens")),
+                     (int)json_integer_value(json_object_get(o, "tokens")));
+        CHECK(json_integer_value(json_object_get(u, "prompt_tokens")) > 100);
+        double ttft = json_number_value(json_object_get(t, "ttft_s")), total = json_number_value(json_object_get(t, "total_s"));
+        CHECKF(ttft > 0 && total >= ttft, "ttft %g total %g", ttft, total);
+    }
+    free_lines(lp, np), free_lines(lj, nj);
+    free(plain), free(js);
+    /* describe --json: the scene schema per image, given parsed as "scene" (null when cut short) */
+    snprintf(cmd, sizeof cmd, "%s describe examples/images/scene1.png examples/images/scene2.png --json "
+             "--temperature 0 --max-tokens 400 -q", bin());
+    char *d = iris_test_popen(cmd, &st);
+    CHECK_EQ_INT(st, 0);
+    int nd = parse_lines(d, lj, 4);
+    CHECK_EQ_INT(nd, 2);
+    for (int i = 0; i < nd; i++) {
+        json_t *sc = json_object_get(lj[i], "scene");
+        CHECKF(sc != NULL, "line %d has no \"scene\"", i);
+        const char *fr = json_string_value(json_object_get(lj[i], "finish_reason"));
+        if (fr && !strcmp(fr, "stop")) CHECK(json_is_object(sc) && json_is_array(json_object_get(sc, "objects")));
+        else CHECK(json_is_null(sc));
+    }
+    free_lines(lj, nd);
+    free(d);
+    /* --ignore-eos: the end token does not stop an answer; it needs --max-tokens */
+    snprintf(cmd, sizeof cmd, "%s caption examples/images/scene1.png examples/images/scene3.png --json --ignore-eos "
+             "--temperature 0 --max-tokens 40 -q", bin());
+    char *long_ = iris_test_popen(cmd, &st);
+    CHECK_EQ_INT(st, 0);
+    int nl = parse_lines(long_, lj, 4);
+    CHECK_EQ_INT(nl, 2);
+    for (int i = 0; i < nl; i++) {
+        CHECK_EQ_INT((int)json_integer_value(json_object_get(lj[i], "tokens")), 40);
+        CHECK_STR(json_string_value(json_object_get(lj[i], "finish_reason")), "length");
+    }
+    free_lines(lj, nl);
+    free(long_);
+    snprintf(cmd, sizeof cmd, "%s caption examples/images/scene1.png --ignore-eos 2>&1", bin());
+    char *bad = iris_test_popen(cmd, &st);
+    CHECK_EQ_INT(st, 2);
+    CHECK_CONTAINS(bad, "--max-tokens");
+    free(bad);
+}
+
+/* Picture k of the many-images test: a background and a square in one of nine cells, colours and
+ * cell from k, so every picture differs. */
+static int write_picture(const char *path, int k) {
+    static const uint8_t pal[6][3] = {{220, 35, 35}, {35, 160, 55}, {35, 75, 225}, {240, 210, 25}, {130, 50, 175},
+                                      {250, 250, 250}};
+    iris_image im = {.width = 96 + 8 * (k % 5), .height = 80 + 4 * (k % 7)};
+    im.rgb = malloc((size_t)im.width * im.height * 3);
+    if (!im.rgb) return -1;
+    const uint8_t *bg = pal[5 - k % 2 * 5], *fg = pal[k % 5];
+    int cx = (k / 5) % 3, cy = (k / 15) % 3, side = im.width / 4;
+    for (int y = 0; y < im.height; y++)
+        for (int x = 0; x < im.width; x++) {
+            int in = x >= cx * im.width / 3 + 4 && x < cx * im.width / 3 + 4 + side && y >= cy * im.height / 3 + 2 &&
+                     y < cy * im.height / 3 + 2 + side;
+            memcpy(im.rgb + ((size_t)y * im.width + x) * 3, in ? fg : bg, 3);
+        }
+    iris_err err = {0};
+    int rc = iris_image_write_png(&im, path, &err);
+    free(im.rgb);
+    return rc;
+}
+
+/* Many distinct images on the CPU (more than the engine's sequences and the workers' lookahead):
+ * one line each in input order, answers of exactly --max-tokens, and the first, a middle and the
+ * last image's texts the same as a run of that image alone. */
+IRIS_TEST(cli_batch_many_images) {
+    enum { N = 40 };
+    char dir[256], cmd[2048], path[512];
+    snprintf(dir, sizeof dir, "/tmp/iris-batch-many-%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+    REQUIRE(system(cmd) == 0);
+    for (int k = 0; k < N; k++) {
+        snprintf(path, sizeof path, "%s/p%02d.png", dir, k);
+        REQUIRE(write_picture(path, k) == 0);
+    }
+    int st;
+    snprintf(cmd, sizeof cmd, "%s caption %s --temperature 0 --max-tokens 8 --ignore-eos -q", bin(), dir);
+    char *out = iris_test_popen(cmd, &st);
+    CHECK_EQ_INT(st, 0);
+    json_t *l[N + 1];
+    int n = parse_lines(out, l, N + 1);
+    CHECK_EQ_INT(n, N);
+    for (int k = 0; k < n; k++) {
+        snprintf(path, sizeof path, "%s/p%02d.png", dir, k);
+        CHECKF(image_of(l[k]) && !strcmp(image_of(l[k]), path), "line %d: %s, want %s", k, image_of(l[k]), path);
+        CHECKF(text_of(l[k]) && *text_of(l[k]), "line %d has no text", k);
+        CHECK_EQ_INT((int)json_integer_value(json_object_get(l[k], "tokens")), 8);
+    }
+    const int alone[3] = {0, N / 2 + 1, N - 1};
+    for (int i = 0; i < 3 && n == N; i++) {
+        snprintf(cmd, sizeof cmd, "%s caption %s/p%02d.png --temperature 0 --max-tokens 8 --ignore-eos -q", bin(), dir,
+                 alone[i]);
+        char *one = iris_test_popen(cmd, &st);
+        CHECK_EQ_INT(st, 0);
+        if (one) one[strcspn(one, "\n")] = 0;
+        CHECKF(one && !strcmp(one, text_of(l[alone[i]]) ? text_of(l[alone[i]]) : ""), "image %d: alone \"%s\", in the batch \"%s\"",
+               alone[i], one, text_of(l[alone[i]]));
+        free(one);
+    }
+    free_lines(l, n);
+    free(out);
     rm_dir(dir);
 }

@@ -49,7 +49,8 @@ typedef struct item {
     char *err;                  /* the failure's message, or NULL */
     char *text;
     size_t len, cap;
-    int oom, tokens;
+    int oom, tokens, finish;
+    iris_usage usage;
     double t_build, t_start, ms;
     iris_request *req;
 } item;
@@ -303,6 +304,8 @@ static void on_event(void *ud, const iris_event *ev) {
     iris_batch *b = t->b;
     pthread_mutex_lock(&b->mu);
     t->tokens = ev->usage.completion_tokens;
+    t->usage = ev->usage;
+    t->finish = ev->finish_reason;
     t->ms = (t->t_build + iris_now_s() - t->t_start) * 1e3;
     if (ev->finish_reason == IRIS_FINISH_REASON_ERROR)
         t->err = strdup(ev->err.msg[0] ? ev->err.msg : iris_strerror(ev->err.code));
@@ -345,7 +348,10 @@ static int write_line(iris_batch *b, item *t) {
                        : json_pack("{s:s, s:s#, s:i, s:I}", "image", t->path, "text", t->text ? t->text : "",
                                    t->len, "tokens", t->tokens, "ms", (json_int_t)llround(t->ms));
     if (t->err) b->n_failed++;
-    int rc = o ? json_dumpf(o, b->out, JSON_COMPACT) : -1;
+    int rc = o ? 0 : -1;
+    if (o && !t->err && b->ops->fields)
+        rc = b->ops->fields(b->ops->ud, o, t->text ? t->text : "", t->len, t->finish, &t->usage);
+    if (!rc) rc = json_dumpf(o, b->out, JSON_COMPACT);
     json_decref(o);
     if (!rc && fputc('\n', b->out) == EOF) rc = -1;
     if (!rc) fflush(b->out);

@@ -10,12 +10,15 @@
  * prompt building and the request itself are the caller's (ops), so the
  * command keeps one request path for one image and for many.
  *
- * Output: one JSON line per image, {"image", "text", "tokens", "ms"} or
- * {"image", "error"}, in input order (or as they finish with unordered);
+ * Output: one JSON line per image, {"image", "text", "tokens", "ms"} (and
+ * what ops->fields adds) or {"image", "error"}, in input order (or as they
+ * finish with unordered);
  * progress on stderr: a bar on a terminal that the lines do not go to; a
  * summary line at the end. */
 #ifndef IRIS_CLI_BATCH_H
 #define IRIS_CLI_BATCH_H
+
+#include <jansson.h>
 
 #include "iris.h"
 
@@ -37,6 +40,9 @@ typedef struct iris_batch_ops {
     /* Submit a built prompt (taken over as iris_engine_submit does); events go to on_event(ev_ud). */
     int (*submit)(void *ud, struct iris_prompt *p, iris_event_fn on_event, void *ev_ud, iris_request **r,
                   iris_err *err);
+    /* Optional: more members for an answered image's line (the main thread), from its text and the
+     * request's end; 0, or -1 when out of memory. */
+    int (*fields)(void *ud, json_t *line, const char *text, size_t len, int finish_reason, const iris_usage *u);
 } iris_batch_ops;
 
 typedef struct iris_batch iris_batch;

@@ -27,7 +27,10 @@
  * caption, ask and describe also take many images (several, directories,
  * --from LIST): batch mode (batch.h) builds and submits each image's prompt
  * through the same two functions (build_prompt, submit_prompt) on an engine
- * of max_num_seqs sequences, and writes JSON lines.
+ * of max_num_seqs sequences, and writes JSON lines; with --json each line
+ * also has what --json prints for one image (finish reason, usage,
+ * timings, describe's "scene"), but "model".  --ignore-eos (with
+ * --max-tokens) makes answers of a fixed length, for benchmarks.
  *
  * Videos: `iris run --video PATH`, or one video file given to caption, ask
  * or describe (recognized by its first bytes), with --fps and --max-frames
@@ -99,7 +102,7 @@ typedef struct run_args {
     const char *stop[IRIS_MAX_STOP];
     int n_stop;
     long long threads;
-    int json, quiet, verbose, demo, json_object;
+    int json, quiet, verbose, demo, json_object, ignore_eos;
     int scene;            /* describe --json: the answer follows SCENE_SCHEMA */
     const char *reasoning;  /* --reasoning on|off (NULL: on) */
     int have[F_N];        /* which sampling flags were given, to write over the defaults */
@@ -158,6 +161,8 @@ static const iris_opt *own_table(run_args *a) {
                  &a->have[F_SEED]);
     t[n++] = OPT("--max-tokens", 0, IRIS_OPT_INT, &a->iv[F_MAXTOK], "N", "tokens to generate at most (0: no limit)", 0,
                  1 << 24, NULL, &a->have[F_MAXTOK]);
+    t[n++] = OPT("--ignore-eos", 0, IRIS_OPT_FLAG, &a->ignore_eos, NULL,
+                 "the model's end tokens do not stop the answer: --max-tokens does\n(benchmarks)", 0, 0, NULL, NULL);
     t[n] = OPT("--stop", 0, IRIS_OPT_LIST, a->stop, "TEXT",
                "stop when the answer contains TEXT (repeatable; TEXT is not printed)", 0, 0, NULL, &a->n_stop);
     t[n++].max = IRIS_MAX_STOP;
@@ -200,7 +205,8 @@ static const iris_opt *own_table(run_args *a) {
 #define BATCH_ABOUT                                                                                      \
     "\nMany images (several, a directory walked recursively, --from LIST) load the model\n"             \
     "once and run together: one JSON line per image, {\"image\", \"text\", \"tokens\", \"ms\"}\n"        \
-    "or {\"image\", \"error\"}, in input order; exit status 1 when any image failed."
+    "or {\"image\", \"error\"}, in input order (--json adds finish_reason, usage, timings);\n" \
+    "exit status 1 when any image failed."
 
 static void spec_of(run_args *a, iris_cli_spec *sp, int max_pos) {
     memset(sp, 0, sizeof *sp);
@@ -243,6 +249,7 @@ static void apply_flags(const run_args *a, iris_sampling *p) {
     if (a->have[F_SEED]) p->seed = a->iv[F_SEED];
     if (a->have[F_MAXTOK]) p->max_tokens = (int)a->iv[F_MAXTOK];
     if (a->have[F_TEMP] && a->fv[F_TEMP] > 0) p->do_sample = 1;
+    if (a->ignore_eos) p->ignore_eos = 1;
     for (int i = 0; i < a->n_stop; i++) p->stop[p->n_stop++] = a->stop[i];
 }
 
@@ -265,15 +272,28 @@ static int answer_add(answer *w, const char *s, size_t n) {
     return 0;
 }
 
-static void print_json(const run_args *a, const iris_event *ev, const answer *w, const answer *why) {
-    const iris_usage *u = &ev->usage;
+/* The members of an answer's --json object after "text" (and in batch mode, after "ms"): the finish
+ * reason, usage and timings, and describe --json's "scene" (null when cut short).  -1 when out of
+ * memory. */
+static int answer_fields(const run_args *a, json_t *o, const char *text, size_t len, int finish, const iris_usage *u) {
     double gen_s = u->total_s - u->ttft_s;
-    json_t *o = json_pack("{s:s, s:s#, s:s, s:{s:i, s:i}, s:{s:f, s:f, s:f}}", "model", a->model, "text",
-                          w->text ? w->text : "", w->len, "finish_reason", iris_finish_reason_name(ev->finish_reason),
-                          "usage", "prompt_tokens", u->prompt_tokens, "completion_tokens", u->completion_tokens,
-                          "timings", "ttft_s", u->ttft_s, "total_s", u->total_s, "decode_tok_per_s",
-                          u->completion_tokens > 1 && gen_s > 0 ? (u->completion_tokens - 1) / gen_s : 0.0);
-    if (o && a->scene) json_object_set_new(o, "scene", json_loadb(w->text ? w->text : "", w->len, 0, NULL));
+    int rc = json_object_set_new(o, "finish_reason", json_string(iris_finish_reason_name(finish)));
+    rc |= json_object_set_new(o, "usage", json_pack("{s:i, s:i}", "prompt_tokens", u->prompt_tokens,
+                                                    "completion_tokens", u->completion_tokens));
+    rc |= json_object_set_new(o, "timings", json_pack("{s:f, s:f, s:f}", "ttft_s", u->ttft_s, "total_s", u->total_s,
+                                                      "decode_tok_per_s",
+                                                      u->completion_tokens > 1 && gen_s > 0
+                                                          ? (u->completion_tokens - 1) / gen_s : 0.0));
+    if (a->scene) {
+        json_t *sc = json_loadb(text, len, 0, NULL);
+        rc |= json_object_set_new(o, "scene", sc ? sc : json_null());
+    }
+    return rc ? -1 : 0;
+}
+
+static void print_json(const run_args *a, const iris_event *ev, const answer *w, const answer *why) {
+    json_t *o = json_pack("{s:s, s:s#}", "model", a->model, "text", w->text ? w->text : "", w->len);
+    if (o && answer_fields(a, o, w->text ? w->text : "", w->len, ev->finish_reason, &ev->usage)) json_decref(o), o = NULL;
     if (o && why) json_object_set_new(o, "reasoning", json_stringn(why->text ? why->text : "", why->len));
     if (o) json_dumpf(o, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
     fputc('\n', stdout);
@@ -406,6 +426,12 @@ static int batch_submit(void *ud, iris_prompt *p, iris_event_fn on_event, void *
     return submit_prompt(u->e, u->a, p, on_event, ev_ud, r, err);
 }
 
+/* --json in batch mode: each line also has what --json prints for one image (but "model"). */
+static int batch_fields(void *ud, json_t *line, const char *text, size_t len, int finish, const iris_usage *u) {
+    batch_ud *b = ud;
+    return b->a->json ? answer_fields(b->a, line, text, len, finish, u) : 0;
+}
+
 /* Once, on stderr, when the demo model answers because no model was given. */
 static void demo_notice(const run_args *a) {
     if (a->quiet) return;
@@ -444,7 +470,7 @@ static int run_batch(run_args *a, iris_engine_opts *eo, const char *const *paths
     if (!rc) rc = iris_engine_open(eo, &e, err);
     if (!rc) {
         batch_ud u = {e, a};
-        iris_batch_ops ops = {&u, batch_build, batch_submit};
+        iris_batch_ops ops = {&u, batch_build, batch_submit, batch_fields};
         rc = iris_batch_run(b, &ops, err);
     }
     iris_engine_close(e);
@@ -460,6 +486,8 @@ static int run_common(run_args *a, const char *const *paths, int n_paths, int ba
             if (!*a->stop[i]) return iris_cli_usage_error(a->cmd, "--stop '': give a non-empty text");
     if (a->schema_file && a->json_object)
         return iris_cli_usage_error(a->cmd, "give --json-schema FILE or --json-object, not both");
+    if (a->ignore_eos && !(a->have[F_MAXTOK] && a->iv[F_MAXTOK] > 0))
+        return iris_cli_usage_error(a->cmd, "--ignore-eos: give --max-tokens N too");
     if (a->resume && !a->out) return iris_cli_usage_error(a->cmd, "--resume reads and appends to --out FILE: give it");
     if (a->schema_file && !(a->schema_buf = iris_cli_read_text(a->schema_file, &err))) return iris_cli_fail(&err);
     iris_cli_quiet(a->quiet);

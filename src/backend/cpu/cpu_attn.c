@@ -2,7 +2,10 @@
  * and bidirectional within segments (vision).  fp32 scores and softmax; work
  * is split over (row, head) pairs on the pool.  The cache is F32, or F8_E4M3
  * (--kv-cache-dtype fp8: each value's e4m3 code, scale 1, saturating at
- * +-448, written by kv_write and widened exactly on read). */
+ * +-448, written by kv_write and widened exactly on read).  Vision
+ * attention takes eight rows of a head at once where the CPU has AVX2
+ * (seg_tile_avx2), with the scalar row's arithmetic, bit for bit. */
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,45 +107,155 @@ int iris_cpu_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_lay
 
 typedef struct {
     const iris_tensor *qkv;
-    int nh, hd, n_seg, max_len;
+    int nh, hd, n_seg, max_len, n_rows, avx2;
     const int *cu;
     iris_tensor *o;
 } seg_ctx;
 
-static void seg_run(void *p, int64_t w0, int64_t w1) {
-    seg_ctx *c = p;
+/* Vision attention's rows go in tiles of up to SEG_TILE rows of one head and one segment. */
+#define SEG_TILE 8
+
+/* Row i, head h over keys [a, e_): the scalar reference (sc: e_ - a floats). */
+static void seg_row(const seg_ctx *c, int h, int64_t i, int a, int e_, float *sc) {
     int hd = c->hd, nh = c->nh;
     int64_t ld = iris_tensor_ld(c->qkv);
     const float *base = c->qkv->data;
     float scale = 1.0f / sqrtf((float)hd);
-    float *sc = malloc(sizeof(float) * (size_t)c->max_len);
-    if (!sc) return;
-    for (int64_t w = w0; w < w1; w++) {
-        int64_t i = w / nh;
-        int h = (int)(w % nh), s = 0;
+    const float *q = base + i * ld + h * hd;
+    float mx = -INFINITY;
+    for (int j = a; j < e_; j++) {
+        const float *k = base + (int64_t)j * ld + (int64_t)nh * hd + h * hd;
+        float d = 0;
+        for (int e = 0; e < hd; e++) d += q[e] * k[e];
+        sc[j - a] = d * scale;
+        mx = sc[j - a] > mx ? sc[j - a] : mx;
+    }
+    double sum = 0;
+    for (int j = 0; j < e_ - a; j++) sum += (sc[j] = expf(sc[j] - mx));
+    float inv = (float)(1.0 / sum);
+    float *o = (float *)c->o->data + i * iris_tensor_ld(c->o) + h * hd;
+    for (int e = 0; e < hd; e++) o[e] = 0;
+    for (int j = a; j < e_; j++) {
+        const float *v = base + (int64_t)j * ld + 2 * (int64_t)nh * hd + h * hd;
+        float pj = sc[j - a] * inv;
+        for (int e = 0; e < hd; e++) o[e] += pj * v[e];
+    }
+}
+
+/* o0[e], o1[e] = the sums over keys j in order of p[j * 8 + t] · v_j[e] and of p[j * 8 + t + 1] · v_j[e]
+ * (v_j = v + j · ldv), each from 0 by a multiply then an add per key, as the scalar row adds them;
+ * the sums stay in registers, 32 columns at a time, and each v row is read once for both rows. */
+__attribute__((target("avx2"))) static void pv_avx2(const float *p, int t, int len, const float *v, int64_t ldv, int hd,
+                                                    float *o0, float *o1) {
+    int e = 0;
+    for (; e + 32 <= hd; e += 32) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        for (int j = 0; j < len; j++) {
+            const float *vj = v + j * ldv + e;
+            __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8), v2 = _mm256_loadu_ps(vj + 16),
+                   v3 = _mm256_loadu_ps(vj + 24), pa = _mm256_set1_ps(p[j * 8 + t]), pb = _mm256_set1_ps(p[j * 8 + t + 1]);
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(pa, v0)), a1 = _mm256_add_ps(a1, _mm256_mul_ps(pa, v1));
+            a2 = _mm256_add_ps(a2, _mm256_mul_ps(pa, v2)), a3 = _mm256_add_ps(a3, _mm256_mul_ps(pa, v3));
+            b0 = _mm256_add_ps(b0, _mm256_mul_ps(pb, v0)), b1 = _mm256_add_ps(b1, _mm256_mul_ps(pb, v1));
+            b2 = _mm256_add_ps(b2, _mm256_mul_ps(pb, v2)), b3 = _mm256_add_ps(b3, _mm256_mul_ps(pb, v3));
+        }
+        _mm256_storeu_ps(o0 + e, a0), _mm256_storeu_ps(o0 + e + 8, a1), _mm256_storeu_ps(o0 + e + 16, a2);
+        _mm256_storeu_ps(o0 + e + 24, a3), _mm256_storeu_ps(o1 + e, b0), _mm256_storeu_ps(o1 + e + 8, b1);
+        _mm256_storeu_ps(o1 + e + 16, b2), _mm256_storeu_ps(o1 + e + 24, b3);
+    }
+    for (; e + 8 <= hd; e += 8) {
+        __m256 a0 = _mm256_setzero_ps(), b0 = a0;
+        for (int j = 0; j < len; j++) {
+            __m256 v0 = _mm256_loadu_ps(v + j * ldv + e);
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_set1_ps(p[j * 8 + t]), v0));
+            b0 = _mm256_add_ps(b0, _mm256_mul_ps(_mm256_set1_ps(p[j * 8 + t + 1]), v0));
+        }
+        _mm256_storeu_ps(o0 + e, a0), _mm256_storeu_ps(o1 + e, b0);
+    }
+    for (; e < hd; e++) {
+        float s0 = 0, s1 = 0;
+        for (int j = 0; j < len; j++) s0 += p[j * 8 + t] * v[j * ldv + e], s1 += p[j * 8 + t + 1] * v[j * ldv + e];
+        o0[e] = s0, o1[e] = s1;
+    }
+}
+
+/* Rows i0..i0+nt (nt <= SEG_TILE) of head h over keys [a, e_), as seg_row computes each of them, bit
+ * for bit: the same products and sums in the same order, eight rows a vector (separate multiplies
+ * and adds, no FMA: this file is built without -ffp-contract and the target has no FMA), so every
+ * key and value row is read once for the tile (a value row once a pair of rows, pv_avx2).  buf:
+ * hd * 8 + (e_ - a) * 8 + hd * 8 floats. */
+__attribute__((target("avx2"))) static void seg_tile_avx2(const seg_ctx *c, int h, int64_t i0, int nt, int a, int e_,
+                                                          float *buf) {
+    int hd = c->hd, nh = c->nh, len = e_ - a;
+    int64_t ld = iris_tensor_ld(c->qkv);
+    const float *base = c->qkv->data;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *qt = buf, *sc = buf + (size_t)hd * 8, *acc = sc + (size_t)len * 8;  /* [e][t], [j][t], [t][e] (t < 8) */
+    for (int e = 0; e < hd; e++)
+        for (int t = 0; t < 8; t++) qt[e * 8 + t] = t < nt ? base[(i0 + t) * ld + h * hd + e] : 0.0f;
+    __m256 vs = _mm256_set1_ps(scale);
+    int64_t kstep = ld;
+    const float *k0 = base + (int64_t)a * ld + (int64_t)nh * hd + h * hd;
+    int jk = 0;
+    for (; jk + 4 <= len; jk += 4) {  /* four keys' sums interleaved: each still in order over e */
+        const float *k = k0 + jk * kstep;
+        __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
+        for (int e = 0; e < hd; e++) {
+            __m256 qe = _mm256_loadu_ps(qt + e * 8);
+            d0 = _mm256_add_ps(d0, _mm256_mul_ps(qe, _mm256_set1_ps(k[e])));
+            d1 = _mm256_add_ps(d1, _mm256_mul_ps(qe, _mm256_set1_ps(k[kstep + e])));
+            d2 = _mm256_add_ps(d2, _mm256_mul_ps(qe, _mm256_set1_ps(k[2 * kstep + e])));
+            d3 = _mm256_add_ps(d3, _mm256_mul_ps(qe, _mm256_set1_ps(k[3 * kstep + e])));
+        }
+        _mm256_storeu_ps(sc + (size_t)jk * 8, _mm256_mul_ps(d0, vs));
+        _mm256_storeu_ps(sc + (size_t)(jk + 1) * 8, _mm256_mul_ps(d1, vs));
+        _mm256_storeu_ps(sc + (size_t)(jk + 2) * 8, _mm256_mul_ps(d2, vs));
+        _mm256_storeu_ps(sc + (size_t)(jk + 3) * 8, _mm256_mul_ps(d3, vs));
+    }
+    for (; jk < len; jk++) {
+        const float *k = k0 + jk * kstep;
+        __m256 d = _mm256_setzero_ps();
+        for (int e = 0; e < hd; e++) d = _mm256_add_ps(d, _mm256_mul_ps(_mm256_loadu_ps(qt + e * 8), _mm256_set1_ps(k[e])));
+        _mm256_storeu_ps(sc + (size_t)jk * 8, _mm256_mul_ps(d, vs));
+    }
+    float inv[SEG_TILE];
+    for (int t = 0; t < nt; t++) {
+        float mx = -INFINITY;
+        for (int j = 0; j < len; j++) mx = sc[j * 8 + t] > mx ? sc[j * 8 + t] : mx;
+        double sum = 0;
+        for (int j = 0; j < len; j++) sum += (sc[j * 8 + t] = expf(sc[j * 8 + t] - mx));
+        inv[t] = (float)(1.0 / sum);
+    }
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < len; j++) sc[j * 8 + t] *= inv[t];  /* the scalar row's pj */
+    const float *v = base + (int64_t)a * ld + 2 * (int64_t)nh * hd + h * hd;
+    for (int t = 0; t < nt; t += 2) pv_avx2(sc, t, len, v, ld, hd, acc + (size_t)t * hd, acc + (size_t)(t + 1) * hd);
+    for (int t = 0; t < nt; t++)
+        memcpy((float *)c->o->data + (i0 + t) * iris_tensor_ld(c->o) + h * hd, acc + (size_t)t * hd,
+               sizeof(float) * (size_t)hd);
+}
+
+/* Work item w: head w / n_rows, row w % n_rows, so a thread's range is runs of rows of one head,
+ * taken in tiles that stay within a segment. */
+static void seg_run(void *p, int64_t w0, int64_t w1) {
+    seg_ctx *c = p;
+    size_t n_buf = c->avx2 ? (size_t)c->hd * 16 + (size_t)c->max_len * 8 : (size_t)c->max_len;
+    float *buf = malloc(sizeof(float) * n_buf);
+    if (!buf) return;
+    for (int64_t w = w0; w < w1;) {
+        int h = (int)(w / c->n_rows), s = 0;
+        int64_t i = w % c->n_rows;
         while (s + 1 < c->n_seg && c->cu[s + 1] <= i) s++;
         int a = c->cu[s], e_ = c->cu[s + 1];
-        const float *q = base + i * ld + h * hd;
-        float mx = -INFINITY;
-        for (int j = a; j < e_; j++) {
-            const float *k = base + (int64_t)j * ld + (int64_t)nh * hd + h * hd;
-            float d = 0;
-            for (int e = 0; e < hd; e++) d += q[e] * k[e];
-            sc[j - a] = d * scale;
-            mx = sc[j - a] > mx ? sc[j - a] : mx;
-        }
-        double sum = 0;
-        for (int j = 0; j < e_ - a; j++) sum += (sc[j] = expf(sc[j] - mx));
-        float inv = (float)(1.0 / sum);
-        float *o = (float *)c->o->data + i * iris_tensor_ld(c->o) + h * hd;
-        for (int e = 0; e < hd; e++) o[e] = 0;
-        for (int j = a; j < e_; j++) {
-            const float *v = base + (int64_t)j * ld + 2 * (int64_t)nh * hd + h * hd;
-            float pj = sc[j - a] * inv;
-            for (int e = 0; e < hd; e++) o[e] += pj * v[e];
-        }
+        int64_t nt = w1 - w;
+        if (nt > e_ - i) nt = e_ - i;
+        if (!c->avx2) nt = 1;
+        else if (nt > SEG_TILE) nt = SEG_TILE;
+        if (c->avx2) seg_tile_avx2(c, h, i, (int)nt, a, e_, buf);
+        else seg_row(c, h, i, a, e_, buf);
+        w += nt;
     }
-    free(sc);
+    free(buf);
 }
 
 int iris_cpu_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
@@ -153,7 +266,9 @@ int iris_cpu_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads,
         if (len < 0) return iris_cpu_fail(b, IRIS_EINVAL, "attn_segments: segment %d has length %d", s, len);
         max_len = len > max_len ? len : max_len;
     }
-    seg_ctx c = {.qkv = qkv, .nh = n_heads, .hd = head_dim, .n_seg = n_seg, .max_len = max_len, .cu = cu_seqlens, .o = o};
+    iris_cpu_ctx *cc = b->ctx;
+    seg_ctx c = {.qkv = qkv, .nh = n_heads, .hd = head_dim, .n_seg = n_seg, .max_len = max_len,
+                 .n_rows = cu_seqlens[n_seg], .avx2 = cc->avx2, .cu = cu_seqlens, .o = o};
     iris_pool_for((int64_t)cu_seqlens[n_seg] * n_heads, seg_run, &c);
     return 0;
 }
