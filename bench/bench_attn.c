@@ -9,8 +9,9 @@
  * that holds the prompt up to them; also the whole prompt as one chunk (what SDPA computes in
  * transformers) and a 1,024-row prompt (a short one must not get slower).  For each case and each
  * kernel layout (iris_cuda_set_attn_impl: 2 the mma kernel before, a CTA a query head, row tiles
- * in order; 3 the same heaviest tiles first; 0 the default, heaviest first and two query heads a
- * CTA where the GQA group is even; 1 the WMMA kernel) one JSON line: the median time of 7 runs,
+ * in order; 0 the default, the same heaviest tiles first; 3 heaviest first and two query heads a
+ * CTA where the GQA group is even; 4 that with three K/V stages in flight (a BF16 cache); 1 the
+ * WMMA kernel) one JSON line: the median time of 7 runs,
  * TFLOP/s counting exactly the work a causal mask leaves (4 · head_dim flops a query head a visible
  * key), and whether the output has the same bits as layout 2's.  Figures are reported, never
  * asserted (tests/test_ops_attn.c asserts the bits). */
@@ -135,10 +136,10 @@ static void bench_chunk(const cache *k, const char *name, int past, int n, int f
     chunk_make(&c, k, past, n);
     size_t bytes = (size_t)n * (size_t)k->nq * (size_t)k->hd * 2;
     uint8_t *ref = malloc(bytes), *got = malloc(bytes);
-    static const int impls[] = {2, 3, 0, 1};
-    static const char *names[] = {"before: a CTA a head, tiles in order", "heaviest tiles first",
-                                  "default: heaviest first, 2 heads a CTA", "wmma"};
-    for (int i = 0; i < 4; i++) {
+    static const int impls[] = {2, 0, 3, 4, 1};
+    static const char *names[] = {"before: a CTA a head, tiles in order", "default: heaviest tiles first",
+                                  "heaviest first, 2 heads a CTA", "heaviest first, 2 heads a CTA, 3 stages", "wmma"};
+    for (int i = 0; i < 5; i++) {
         iris_cuda_set_attn_impl(B, impls[i]);
         double ms = time_chunk(k, &c);
         OK(B->sync(B));

@@ -26,9 +26,10 @@ typedef struct {
 static int g_impl; /* flash kernel under test: 0 mma.sync, 1 WMMA, 2-3 the mma kernel's earlier paged layouts */
 static int g_kv8;  /* the caches hold E4M3 codes (--kv-cache-dtype fp8) */
 static int g_nseqs = 1; /* CUDA's meta says how many sequences the step has (n_seqs), else 0 */
-static int g_layouts; /* check_paged also runs impls 2 and 3 and wants g_impl 0's bits from them */
+static int g_layouts; /* check_paged also runs impls 2, 3 and 4 and wants g_impl 0's bits from them */
 static int g_no_cpu;  /* check_paged skips the CPU reference (long steps at full head counts: bits only) */
-static const char *const impl_name[] = {"", " (wmma)", " (mma, a CTA a head)", " (mma, heaviest first)"};
+static const char *const impl_name[] = {"", " (wmma)", " (mma, tiles in order)", " (mma, 2 heads a CTA)",
+                                        " (mma, 2 heads a CTA, 3 stages)"};
 
 /* n bytes of device memory, downloaded. */
 static uint8_t *dev_read_bytes(const void *d, size_t n) {
@@ -119,7 +120,7 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     if (!g_no_cpu)
         ops_compare(what, got, (int64_t)nq * hd, ref, (int64_t)nq * hd, n_rows, (int64_t)nq * hd, 4e-3f, 4e-3f);
     /* The earlier layouts of the mma kernel compute each row as the default does: the same bits. */
-    for (int impl = 2; g_layouts && impl < 4; impl++) {
+    for (int impl = 2; g_layouts && impl < 5; impl++) {
         void *alt = ops_dev_poison((int64_t)n_rows * nq * hd);
         iris_tensor ga = ops_view(alt, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0);
         iris_cuda_set_attn_impl(ops_cuda, impl);
@@ -193,7 +194,7 @@ IRIS_TEST(gpu_ops_attn_paged) {
     g_nseqs = 1;
     check_paged(s2, 1, 6, 2, 128);
     check_paged(s3, 1, 16, 8, 128);
-    for (g_impl = 0; g_impl < 4; g_impl++) {
+    for (g_impl = 0; g_impl < 5; g_impl++) {
         iris_cuda_set_attn_impl(ops_cuda, g_impl);
         check_paged(p1, 4, 16, 8, 128);
         check_paged(p1, 4, 6, 2, 128);
@@ -223,16 +224,16 @@ IRIS_TEST(gpu_ops_attn_paged) {
 /* A long prompt as the engine prefills it: 11,982 tokens (a 30-second 720p clip's prompt at the
  * default sampling) in steps of 8,192 rows (an 80 GB card's token budget), so the second step's
  * 3,790 rows see 8,193 to 11,982 keys through the block table.  Against the CPU at small head
- * counts (GQA groups of 2 and 4: two query heads a CTA; of 3: one), at 2B's and 4B's heads the
- * layouts against each other bit for bit; the multi-sequence steps of gpu_ops_attn_paged too. */
+ * counts and few rows at the end of that context (GQA groups of 2 and 4: impls 3 and 4 take two
+ * query heads a CTA; of 3: one); both steps at 2B's and 4B's heads with every mma layout against
+ * the default bit for bit; the multi-sequence steps of gpu_ops_attn_paged too. */
 IRIS_TEST(gpu_ops_attn_paged_long) {
     OPS_BACKENDS();
-    step_seq c1[] = {{0, 8192}}, c2[] = {{8192, 3790}}, c3[] = {{11000, 982}};
+    step_seq c1[] = {{0, 8192}}, c2[] = {{8192, 3790}}, c3[] = {{11000, 982}}, c4[] = {{8192, 200}};
     step_seq p1[] = {{20, 150}, {40, 1}, {0, 9}, {0, 200}}, p3[] = {{700, 77}, {0, 64}, {5, 130}};
     g_layouts = 1;
-    check_paged(c1, 1, 4, 2, 128);
-    check_paged(c2, 1, 4, 2, 128);
-    check_paged(c2, 1, 8, 2, 64);
+    check_paged(c3, 1, 4, 2, 128);
+    check_paged(c4, 1, 8, 2, 64);
     check_paged(c3, 1, 6, 2, 128);
     check_paged(p1, 4, 16, 8, 128);
     check_paged(p1, 4, 8, 2, 32);

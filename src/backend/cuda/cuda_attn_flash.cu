@@ -272,8 +272,9 @@ int iris_cuda_flash_paged(iris_backend *b, const iris_tensor *q, const iris_kv_l
     a.row_ctx = meta->row_ctx;
     a.block_tables = meta->block_tables;
     a.max_blocks = meta->max_blocks;
-    int impl = cuda_of(b)->attn_impl; /* 2: the mma kernel's earlier layout, 3: heavy first only */
+    int impl = cuda_of(b)->attn_impl; /* 2: the earlier layout; 3: two heads a CTA; 4: and 3 stages */
     a.heavy_first = impl != 2;
-    a.pair_heads = impl != 2 && impl != 3;
+    a.pair_heads = impl == 3 || impl == 4;
+    a.three_stages = impl == 4;
     return run(b, a, kv->head_dim, n_q_heads, 1);
 }

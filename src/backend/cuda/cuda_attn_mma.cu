@@ -62,12 +62,13 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src, in
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+template <int N> /* all but the newest N groups have landed */
+static __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-/* Shared memory of one CTA: two stages of K and V tiles, [MK][HP + 8] each (8 columns of padding
+/* Shared memory of one CTA: ST stages of K and V tiles, [MK][HP + 8] each (8 columns of padding
  * put the 8 rows an ldmatrix reads in distinct banks). */
-template <int HD>
-static constexpr size_t flash_smem_bytes() { return (size_t)2 * 2 * MK * (flash_hp(HD) + 8) * sizeof(bf16); }
+template <int HD, int ST>
+static constexpr size_t flash_smem_bytes() { return (size_t)ST * 2 * MK * (flash_hp(HD) + 8) * sizeof(bf16); }
 
 /* Keys [j0, j0 + MK) of the kv head into stage (ks, vs); rows past n_keys are zeros (their scores
  * are masked, and zero V rows keep 0 · V finite).  BF16: cp.async, completing in the background
@@ -98,7 +99,7 @@ static __device__ __forceinline__ void stage_tile(const iris_flash_args &a, int 
  * 64-row tiles of flash_tile_ok; warp w takes head w / 4 of the group, rows 16 · (w % 4)).
  * SEGS: several segments in the launch (a.n_seg); an instance of its own, so the one-segment
  * kernel keeps its registers. */
-template <int HD, int PAGED, typename KT, int MW, int SEGS, int HG>
+template <int HD, int PAGED, typename KT, int MW, int SEGS, int HG, int ST>
 /* HD <= 64: at most 128 registers, so 16 warps fit an SM (131 would leave one 8-warp CTA per SM). */
 __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(iris_flash_args a) {
     constexpr int HP = flash_hp(HD), LK = HP + 8, MQ = 16 * MW / HG, NT = MW * 32;
@@ -138,7 +139,7 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     __syncthreads();
     if (lane == 0) atomicMax(&kmax_s, warp_lim);
     if (HP != HD) /* the padded columns of every stage's K and V (cp.async never writes them) */
-        for (int i = threadIdx.x; i < 4 * MK; i += NT) *(uint4 *)(sm + i * LK + HD) = make_uint4(0, 0, 0, 0);
+        for (int i = threadIdx.x; i < 2 * ST * MK; i += NT) *(uint4 *)(sm + i * LK + HD) = make_uint4(0, 0, 0, 0);
 
     /* Q as A fragments: qa[kc] covers columns [16 kc, 16 kc + 16); zeros past HD. */
     uint32_t qa[HP / 16][4];
@@ -161,17 +162,23 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     __syncthreads();
     int n_keys = kmax_s;
 
-    /* Two stages: tile i + 1 is in flight while tile i is multiplied. */
+    /* ST stages (2, or 3 for iris_cuda_set_attn_impl 4): tiles i + 1 .. i + ST - 1 are in flight
+     * while tile i is multiplied. */
     if (n_keys > 0) stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, 0, n_keys, kbase, sm, sm + MK * LK);
     cp_async_commit();
-    for (int j0 = 0, st = 0; j0 < n_keys; j0 += MK, st ^= 1) {
+    for (int i = 1; i < ST - 1; i++) {
+        bf16 *nk = sm + (size_t)i * 2 * MK * LK;
+        if (i * MK < n_keys) stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, i * MK, n_keys, kbase, nk, nk + MK * LK);
+        cp_async_commit();
+    }
+    for (int j0 = 0, st = 0; j0 < n_keys; j0 += MK, st = ST == 2 ? st ^ 1 : st + 1 == ST ? 0 : st + 1) {
         bf16 *Ks = sm + (size_t)st * 2 * MK * LK, *Vs = Ks + MK * LK;
-        if (j0 + MK < n_keys) {
-            bf16 *nk = sm + (size_t)(st ^ 1) * 2 * MK * LK;
-            stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, j0 + MK, n_keys, kbase, nk, nk + MK * LK);
+        if (j0 + (ST - 1) * MK < n_keys) { /* into the stage tile i - 1 was multiplied from */
+            bf16 *nk = sm + (size_t)(ST == 2 ? st ^ 1 : st == 0 ? ST - 1 : st - 1) * 2 * MK * LK;
+            stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, j0 + (ST - 1) * MK, n_keys, kbase, nk, nk + MK * LK);
         }
         cp_async_commit();
-        cp_async_wait1(); /* all but the newest group: this tile has landed */
+        cp_async_wait<ST - 1>(); /* all but the newest ST - 1 groups: this tile has landed */
         __syncthreads();
         if (j0 < warp_lim) {
             float s[MK / 8][4];
@@ -243,7 +250,7 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
                 }
             }
         }
-        __syncthreads(); /* this stage is refilled two tiles on */
+        __syncthreads(); /* this stage is refilled at the next tile */
     }
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -260,19 +267,19 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
 }
 
 /* tiles: CTA row tiles (grid x, or y heaviest first for a paged launch with a.heavy_first) */
-template <int HD, int PAGED, typename KT, int MW, int SEGS = 0, int HG = 1>
+template <int HD, int PAGED, typename KT, int MW, int SEGS = 0, int HG = 1, int ST = 2>
 static int launch_mw(iris_backend *b, const iris_flash_args &a, int n_heads, int tiles) {
-    constexpr size_t smem = flash_smem_bytes<HD>();
+    constexpr size_t smem = flash_smem_bytes<HD, ST>();
     static int attr_set; /* one engine thread owns the GPU (DESIGN.md) */
     if (!attr_set) {
-        if (cudaFuncSetAttribute(k_flash_mma<HD, PAGED, KT, MW, SEGS, HG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        if (cudaFuncSetAttribute(k_flash_mma<HD, PAGED, KT, MW, SEGS, HG, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem) != cudaSuccess)
             return iris_cuda_check(b, "attention (flash, mma): shared memory limit");
         attr_set = 1;
     }
     dim3 grid((unsigned)tiles, (unsigned)(n_heads / HG));
     if (PAGED && a.heavy_first) grid = dim3((unsigned)(n_heads / HG), (unsigned)tiles);
-    k_flash_mma<HD, PAGED, KT, MW, SEGS, HG><<<grid, MW * 32, smem, cuda_of(b)->stream>>>(a);
+    k_flash_mma<HD, PAGED, KT, MW, SEGS, HG, ST><<<grid, MW * 32, smem, cuda_of(b)->stream>>>(a);
     return iris_cuda_check(b, "attention (flash, mma)");
 }
 
@@ -288,6 +295,7 @@ static int launch(iris_backend *b, const iris_flash_args &a, int n_heads) {
         if (a.kv8)
             return pair ? launch_mw<HD, 1, kv8, 2 * FLASH_TILE / 16, 0, 2>(b, a, n_heads, tiles)
                         : launch_mw<HD, 1, kv8, FLASH_TILE / 16>(b, a, n_heads, tiles);
+        if (pair && a.three_stages) return launch_mw<HD, 1, bf16, 2 * FLASH_TILE / 16, 0, 2, 3>(b, a, n_heads, tiles);
         return pair ? launch_mw<HD, 1, bf16, 2 * FLASH_TILE / 16, 0, 2>(b, a, n_heads, tiles)
                     : launch_mw<HD, 1, bf16, FLASH_TILE / 16>(b, a, n_heads, tiles);
     }

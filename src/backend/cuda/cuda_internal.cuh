@@ -99,7 +99,7 @@ struct cuda_ctx {
     size_t ds_trace_n;
     int fp8_mma_noted;      /* said once that cuBLASLt had no block-scaled FP8 algorithm */
     int fp8_mma;            /* FP8 linears of larger batches on FP8 tensor cores (W8A8), iris_cuda_set_fp8_mma */
-    int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu), 2-3 (cuda_testing.h) */
+    int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu), 2-4 (cuda_testing.h) */
     uint16_t *pinned;       /* page-locked host staging for get_f32 (host memory, grown as needed) */
     size_t pinned_bytes;
     cudaEvent_t ev0, ev1;   /* iris_cuda_mark / iris_cuda_elapsed_ms */

@@ -22,9 +22,11 @@ void iris_cuda_set_gemv_rows(iris_backend *b, int rows);
 int iris_cuda_set_fp8_mma(iris_backend *b, int on);
 
 /* Flash attention kernel: 0 register-resident mma.sync (default), 1 WMMA with
- * the output tile in shared memory (kept as the check and the baseline); 2 and 3
- * the mma kernel with the paged layouts it had before (2: a CTA a query head, row
- * tiles in order; 3: heaviest tiles first), the same bits (bench/bench_attn.c). */
+ * the output tile in shared memory (kept as the check and the baseline); for
+ * prefill over the paged cache the mma kernel also as 2 (its layout before: a CTA
+ * a query head, row tiles in order; the default takes the heaviest tiles first),
+ * 3 (heaviest first, two query heads of a kv head a CTA) and 4 (3 with three K/V
+ * stages in flight); all the same bits as 0 (bench/bench_attn.c). */
 void iris_cuda_set_attn_impl(iris_backend *b, int impl);
 /* The tensor-core GEMV's weight tiles through shared memory where they fit one wave (1, the default)
  * or always through registers (0); the two give the same bits (tests/test_ops_linear.c). */
