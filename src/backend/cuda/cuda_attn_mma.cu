@@ -5,9 +5,10 @@
  *
  * Thread mapping: a CTA of MW warps owns 16·MW/HG consecutive query rows of HG
  * query heads (the vision encoder's segments: MW = 8, HG = 1, 128 rows; prefill
- * over the paged cache: its 64-row tiles, MW = 4 · HG, HG = 2 where the GQA
- * group is even — two query heads of one kv head share each staged K/V tile,
- * half the tile loads of a CTA a head — else 1); each warp 16 rows of one head,
+ * over the paged cache: its 64-row tiles, MW = 4 · HG, HG = 1; HG = 2 where the
+ * GQA group is even with iris_cuda_set_attn_impl 3 or 4 — two query heads of one
+ * kv head share each staged K/V tile, half the tile loads — until measured to be
+ * the better default); each warp 16 rows of one head,
  * held as mma A fragments for the whole run.  Per tile of 64 keys the CTA stages K and V [64, HD] in
  * shared memory, two stages deep (cp.async: the next tile lands while this
  * one is multiplied); each warp computes S = Q·Kᵀ (16 x 64, fp32 in registers:
