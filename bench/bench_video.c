@@ -1,6 +1,7 @@
 /* bench_video.c: time to first token for a video question, iris's side of bench/video_ttft.py.
  *
  *   make build/bench/bench_video && build/bench/bench_video MODEL [WxH] [SECONDS] [SRC_FPS] [DEVICE]
+ *   build/bench/bench_video --preprocess [WxH] [SECONDS] [SRC_FPS] [THREADS]
  *
  * Defaults: 1280x720, 30 s, 30 fps, cuda.  The clip is made in memory (a moving gradient and a
  * moving square: every frame differs) and given to the prompt builder as decoded frames, so no
@@ -9,6 +10,11 @@
  * cap).  Prints one JSON object: the grid, prompt tokens, preprocessing (sampling + resize +
  * patchify, on this thread), and the engine's time to first token (vision encoder over every
  * temporal patch, prefill, sampling), median of 5 after a warm-up, prefix cache off.
+ * --preprocess: no model and no engine; the prompt builder's video work alone, as it does it
+ * (Qwen3-VL's video settings, iris_video_opts_default): sampling and resize
+ * (iris_video_prepare_frames), each temporal patch's content key and its pixel_values rows, on
+ * the worker pool of THREADS threads (default: the machine's cores), median of 5 after a warm-up,
+ * and a SHA-256 of all the rows and keys (equal between runs with different THREADS).
  * Figures are reported, never asserted. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +23,9 @@
 
 #include "engine/engine.h"
 #include "engine/prompt.h"
+#include "formats/video.h"
+#include "pool.h"
+#include "sha256.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -29,9 +38,17 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+typedef struct frames_job {
+    uint8_t *rgb;
+    int w, h;
+} frames_job;
+
 /* Frame f: R a horizontal gradient shifted by f, G vertical, B a diagonal, a bright square moving. */
-static void make_frames(uint8_t *rgb, int64_t n, int w, int h) {
-    for (int64_t f = 0; f < n; f++) {
+static void make_frames_range(void *ctx, int64_t f0, int64_t f1) {
+    const frames_job *j = ctx;
+    uint8_t *rgb = j->rgb;
+    int w = j->w, h = j->h;
+    for (int64_t f = f0; f < f1; f++) {
         uint8_t *fr = rgb + (size_t)f * w * h * 3;
         for (int y = 0; y < h; y++)
             for (int x = 0; x < w; x++) {
@@ -45,11 +62,60 @@ static void make_frames(uint8_t *rgb, int64_t n, int w, int h) {
     }
 }
 
+static void make_frames(uint8_t *rgb, int64_t n, int w, int h) {
+    frames_job j = {rgb, w, h};
+    iris_pool_for(n, make_frames_range, &j);
+}
+
+/* The prompt builder's video work (engine/prompt.c's add_media) without a model: one JSON line. */
+static int bench_preprocess(const uint8_t *rgb, int64_t n, int w, int h, double src_fps) {
+    iris_video_opts o;
+    iris_video_opts_default(&o);
+    double pre[6], keys[6], rows[6];
+    unsigned char digest[32] = {0};
+    iris_video_prep p = {0};
+    iris_err err = {0};
+    for (int i = 0; i < 6; i++) {
+        double a = now_s();
+        if (iris_video_prepare_frames(rgb, n, w, h, src_fps, &o, &p, &err))
+            return fprintf(stderr, "bench_video: %s\n", err.msg), 1;
+        double b = now_s();
+        unsigned char (*k)[32] = malloc(32 * (size_t)p.grid_t);
+        for (int t = 0; k && t < p.grid_t; t++) iris_video_patch_key(&p, &o, t, k[t]);
+        double c = now_s();
+        int64_t per = (int64_t)p.grid_h * p.grid_w, dim = 3LL * o.temporal_patch_size * o.patch_size * o.patch_size;
+        size_t n_px = (size_t)(per * p.grid_t * dim);
+        float *px = malloc(n_px * sizeof(float));
+        if (!k || !px) return fprintf(stderr, "bench_video: out of memory\n"), 1;
+        for (int t = 0; t < p.grid_t; t++) iris_video_patch_rows(&p, &o, t, 0, per, px + (size_t)(t * per * dim));
+        double d = now_s();
+        pre[i] = (b - a) * 1e3, keys[i] = (c - b) * 1e3, rows[i] = (d - c) * 1e3;
+        if (i == 0) iris_sha256_pieces(px, n_px * sizeof(float), k, 32 * (size_t)p.grid_t, digest);
+        if (i < 5) iris_video_prep_free(&p);
+        free(k), free(px);
+    }
+    qsort(pre + 1, 5, sizeof *pre, cmp_double);
+    qsort(keys + 1, 5, sizeof *keys, cmp_double);
+    qsort(rows + 1, 5, sizeof *rows, cmp_double);
+    char hex[65];
+    for (int i = 0; i < 32; i++) sprintf(hex + 2 * i, "%02x", digest[i]);
+    printf("{\"clip\":{\"width\":%d,\"height\":%d,\"frames\":%lld,\"src_fps\":%g},\"threads\":%d,"
+           "\"sampled\":%d,\"resized\":[%d,%d],\"temporal_patches\":%d,\"resize_ms\":%.1f,\"keys_ms\":%.1f,"
+           "\"patchify_ms\":%.1f,\"preprocess_ms\":%.1f,\"sha256_rows_keys\":\"%s\"}\n",
+           w, h, (long long)n, src_fps, iris_pool_threads(), p.n_sampled, p.width, p.height, p.grid_t, pre[3],
+           keys[3], rows[3], pre[3] + keys[3] + rows[3], hex);
+    iris_video_prep_free(&p);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_video MODEL [WxH] [SECONDS] [SRC_FPS] [DEVICE]\n");
+        fprintf(stderr, "usage: bench_video MODEL [WxH] [SECONDS] [SRC_FPS] [DEVICE]\n"
+                        "       bench_video --preprocess [WxH] [SECONDS] [SRC_FPS] [THREADS]\n");
         return 2;
     }
+    int pre_only = strcmp(argv[1], "--preprocess") == 0;
+    if (pre_only && argc > 5) iris_pool_set_threads(atoi(argv[5]));
     int w = 1280, h = 720;
     double seconds = argc > 3 ? atof(argv[3]) : 30, src_fps = argc > 4 ? atof(argv[4]) : 30;
     if (argc > 2 && sscanf(argv[2], "%dx%d", &w, &h) != 2) return fprintf(stderr, "bad WxH %s\n", argv[2]), 2;
@@ -59,6 +125,11 @@ int main(int argc, char **argv) {
     double t0 = now_s();
     make_frames(rgb, n, w, h);
     fprintf(stderr, "bench_video: %lld frames of %dx%d made in %.1f s\n", (long long)n, w, h, now_s() - t0);
+    if (pre_only) {
+        int rc = bench_preprocess(rgb, n, w, h, src_fps);
+        free(rgb);
+        return rc;
+    }
     iris_engine_opts o;
     iris_engine_opts_default(&o);
     o.model = argv[1];

@@ -23,9 +23,13 @@ typedef struct {
     int n_past, n_new;
 } step_seq;
 
-static int g_impl; /* flash kernel under test: 0 mma.sync, 1 WMMA */
+static int g_impl; /* flash kernel under test: 0 mma.sync, 1 WMMA, 2-3 the mma kernel's earlier paged layouts */
 static int g_kv8;  /* the caches hold E4M3 codes (--kv-cache-dtype fp8) */
 static int g_nseqs = 1; /* CUDA's meta says how many sequences the step has (n_seqs), else 0 */
+static int g_layouts; /* check_paged also runs impls 2, 3 and 4 and wants g_impl 0's bits from them */
+static int g_no_cpu;  /* check_paged skips the CPU reference (long steps at full head counts: bits only) */
+static const char *const impl_name[] = {"", " (wmma)", " (mma, tiles in order)", " (mma, 2 heads a CTA)",
+                                        " (mma, 2 heads a CTA, 3 stages)"};
 
 /* n bytes of device memory, downloaded. */
 static uint8_t *dev_read_bytes(const void *d, size_t n) {
@@ -75,15 +79,19 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     /* CPU */
     /* (k and v are bf16 values: an E4M3 cache gets the same codes on both backends) */
     size_t ces = g_kv8 ? 1 : sizeof(float);
-    float *ck = calloc((size_t)n_blocks * 16 * width, ces), *cv = calloc((size_t)n_blocks * 16 * width, ces);
-    iris_kv_layer ckv = {ck, cv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_F32, n_blocks, nkv, hd};
-    iris_attn_meta hm = {n_hist, NULL, NULL, bt, max_blocks, slot_all, 0};
-    iris_tensor tk = ops_view(k, IRIS_DT_F32, n_hist, width, 0), tv = ops_view(v, IRIS_DT_F32, n_hist, width, 0);
-    REQUIRE(ops_cpu->kv_write(ops_cpu, &ckv, &tk, &tv, &hm) == 0);
-    float *ref = malloc(sizeof(float) * (size_t)n_rows * nq * hd);
-    iris_attn_meta cm = {n_rows, row_seq, row_ctx, bt, max_blocks, slot_new, 0};
-    iris_tensor cq = ops_view(q, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0), co = ops_view(ref, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0);
-    REQUIRE(ops_cpu->attn_paged(ops_cpu, &cq, &ckv, &cm, nq, &co) == 0);
+    float *ck = NULL, *cv = NULL, *ref = NULL;
+    if (!g_no_cpu) {
+        ck = calloc((size_t)n_blocks * 16 * width, ces), cv = calloc((size_t)n_blocks * 16 * width, ces);
+        iris_kv_layer ckv = {ck, cv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_F32, n_blocks, nkv, hd};
+        iris_attn_meta hm = {n_hist, NULL, NULL, bt, max_blocks, slot_all, 0};
+        iris_tensor tk = ops_view(k, IRIS_DT_F32, n_hist, width, 0), tv = ops_view(v, IRIS_DT_F32, n_hist, width, 0);
+        REQUIRE(ops_cpu->kv_write(ops_cpu, &ckv, &tk, &tv, &hm) == 0);
+        ref = malloc(sizeof(float) * (size_t)n_rows * nq * hd);
+        iris_attn_meta cm = {n_rows, row_seq, row_ctx, bt, max_blocks, slot_new, 0};
+        iris_tensor cq = ops_view(q, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0);
+        iris_tensor co = ops_view(ref, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0);
+        REQUIRE(ops_cpu->attn_paged(ops_cpu, &cq, &ckv, &cm, nq, &co) == 0);
+    }
 
     /* CUDA */
     size_t cache_elems = (size_t)n_blocks * 16 * width;
@@ -104,16 +112,30 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     CHECKF(rc == 0, "%s", ops_cuda->err.msg);
     float *got = ops_dev_read_bf16(dout, (int64_t)n_rows * nq * hd);
     char what[128];
-    int len = snprintf(what, sizeof what, "attn_paged%s%s %d/%d x %d:", g_impl ? " (wmma)" : "", g_kv8 ? " (fp8 cache)" : "",
+    int len = snprintf(what, sizeof what, "attn_paged%s%s %d/%d x %d:", impl_name[g_impl], g_kv8 ? " (fp8 cache)" : "",
                        nq, nkv, hd);
     for (int s = 0; s < n_seqs && len < (int)sizeof what - 16; s++)
         len += snprintf(what + len, sizeof what - (size_t)len, " %d+%d", ss[s].n_past, ss[s].n_new);
     /* P is rounded to bf16 in the flash kernel: 2^-9 of each weight, so at most that of max|v|. */
-    ops_compare(what, got, (int64_t)nq * hd, ref, (int64_t)nq * hd, n_rows, (int64_t)nq * hd, 4e-3f, 4e-3f);
+    if (!g_no_cpu)
+        ops_compare(what, got, (int64_t)nq * hd, ref, (int64_t)nq * hd, n_rows, (int64_t)nq * hd, 4e-3f, 4e-3f);
+    /* The earlier layouts of the mma kernel compute each row as the default does: the same bits. */
+    for (int impl = 2; g_layouts && impl < 5; impl++) {
+        void *alt = ops_dev_poison((int64_t)n_rows * nq * hd);
+        iris_tensor ga = ops_view(alt, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0);
+        iris_cuda_set_attn_impl(ops_cuda, impl);
+        rc = ops_cuda->attn_paged(ops_cuda, &gq, &gkv, &gm, nq, &ga);
+        iris_cuda_set_attn_impl(ops_cuda, g_impl);
+        CHECKF(rc == 0, "%s", ops_cuda->err.msg);
+        char tag[160];
+        snprintf(tag, sizeof tag, "%s vs%s", what, impl_name[impl]);
+        ops_same_bits(dout, alt, (int64_t)n_rows * nq * hd, tag);
+        ops_cuda->free(ops_cuda, alt);
+    }
 
     /* The cache itself holds exactly the written rows (E4M3: the CPU's codes, byte for byte). */
     int kv_ok = 1;
-    if (g_kv8) {
+    if (g_kv8 && !g_no_cpu) {
         uint8_t *gk8 = dev_read_bytes(gk, cache_elems), *gv8 = dev_read_bytes(gv, cache_elems);
         for (int i = 0; i < n_hist && kv_ok; i++)
             for (int e = 0; e < width; e++) {
@@ -121,7 +143,7 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
                 if (gk8[at] != ((uint8_t *)ck)[at] || gv8[at] != ((uint8_t *)cv)[at]) kv_ok = 0;
             }
         free(gk8), free(gv8);
-    } else {
+    } else if (!g_kv8) {
         float *cache_k = ops_dev_read_bf16(gk, (int64_t)cache_elems);
         for (int i = 0; i < n_hist && kv_ok; i++)
             for (int e = 0; e < width; e++)
@@ -172,7 +194,7 @@ IRIS_TEST(gpu_ops_attn_paged) {
     g_nseqs = 1;
     check_paged(s2, 1, 6, 2, 128);
     check_paged(s3, 1, 16, 8, 128);
-    for (g_impl = 0; g_impl < 2; g_impl++) {
+    for (g_impl = 0; g_impl < 5; g_impl++) {
         iris_cuda_set_attn_impl(ops_cuda, g_impl);
         check_paged(p1, 4, 16, 8, 128);
         check_paged(p1, 4, 6, 2, 128);
@@ -197,6 +219,38 @@ IRIS_TEST(gpu_ops_attn_paged) {
     }
     g_kv8 = 0, g_impl = 0;
     iris_cuda_set_attn_impl(ops_cuda, 0);
+}
+
+/* A long prompt as the engine prefills it: 11,982 tokens (a 30-second 720p clip's prompt at the
+ * default sampling) in steps of 8,192 rows (an 80 GB card's token budget), so the second step's
+ * 3,790 rows see 8,193 to 11,982 keys through the block table.  Against the CPU at small head
+ * counts and few rows at the end of that context (GQA groups of 2 and 4: impls 3 and 4 take two
+ * query heads a CTA; of 3: one); both steps at 2B's and 4B's heads with every mma layout against
+ * the default bit for bit; the multi-sequence steps of gpu_ops_attn_paged too. */
+IRIS_TEST(gpu_ops_attn_paged_long) {
+    OPS_BACKENDS();
+    step_seq c1[] = {{0, 8192}}, c2[] = {{8192, 3790}}, c3[] = {{11000, 982}}, c4[] = {{8192, 200}};
+    step_seq p1[] = {{20, 150}, {40, 1}, {0, 9}, {0, 200}}, p3[] = {{700, 77}, {0, 64}, {5, 130}};
+    g_layouts = 1;
+    check_paged(c3, 1, 4, 2, 128);
+    check_paged(c4, 1, 8, 2, 64);
+    check_paged(c3, 1, 6, 2, 128);
+    check_paged(p1, 4, 16, 8, 128);
+    check_paged(p1, 4, 8, 2, 32);
+    check_paged(p3, 3, 16, 8, 128);
+    check_paged(p3, 3, 4, 1, 16);
+    g_no_cpu = 1;
+    check_paged(c1, 1, 16, 8, 128);
+    check_paged(c2, 1, 16, 8, 128);
+    check_paged(c2, 1, 32, 8, 128);
+    g_kv8 = 1;
+    check_paged(c2, 1, 16, 8, 128);
+    g_kv8 = 0;
+    g_no_cpu = 0;
+    g_kv8 = 1;
+    check_paged(c3, 1, 4, 2, 128);
+    g_kv8 = 0;
+    g_layouts = 0;
 }
 
 /* ---- fused ops: CUDA's kernels against the CPU's plain sequence --------------------------------- */

@@ -311,3 +311,35 @@ IRIS_TEST(video_decoded_frames_equal_file) {
     iris_video_prep_free(&b);
     free(rgb);
 }
+
+/* The content keys made at preparation (on the worker pool) are the ones computed afresh for the
+ * same settings, one per temporal patch and all different here (every frame differs), and other
+ * settings get their own key, not the kept one. */
+IRIS_TEST(video_keys_kept) {
+    NEED_VIDEO();
+    iris_video_opts o;
+    iris_video_opts_default(&o);
+    iris_video_prep p;
+    iris_err err = {0};
+    REQUIRE(iris_video_prepare(VFIX "b_portrait.mkv", NULL, 0, NULL, &o, &p, &err) == 0);
+    REQUIRE(p.keys != NULL && p.grid_t >= 2);
+    unsigned char (*kept)[32] = p.keys;
+    int same = 1, distinct = 1;
+    for (int k = 0; k < p.grid_t; k++) {
+        unsigned char a[32], b[32];
+        CHECK(iris_video_patch_key(&p, &o, k, a) == 0);
+        p.keys = NULL; /* computed here */
+        CHECK(iris_video_patch_key(&p, &o, k, b) == 0);
+        p.keys = kept;
+        same &= !memcmp(a, b, 32) && !memcmp(a, kept[k], 32);
+        for (int j = 0; j < k; j++) distinct &= memcmp(kept[j], kept[k], 32) != 0;
+    }
+    CHECK(same);
+    CHECK(distinct);
+    iris_video_opts other = o;
+    other.image_mean[1] = 0.25f;
+    unsigned char c[32];
+    CHECK(iris_video_patch_key(&p, &other, 0, c) == 0);
+    CHECK(memcmp(c, kept[0], 32) != 0);
+    iris_video_prep_free(&p);
+}

@@ -3,6 +3,12 @@
  * and the preparation of frames already decoded.  The container and codec
  * work is in video_decode.c.
  *
+ * The per-frame work runs on the worker pool (base/pool.h): the sampled frames'
+ * resizes (a frame a job), each temporal patch's content key (computed once at
+ * preparation and kept), and a temporal patch's pixel_values rows (ranges of
+ * rows).  Each piece is computed exactly as one thread computes it, so the bytes
+ * do not depend on the thread count.  Not for use from inside a pool job.
+ *
  * Numerics follow the Python they reproduce: int() truncates, round() and
  * numpy's round() are half-to-even (nearbyint in the default rounding mode),
  * true division of ints is one correctly rounded double division (every
@@ -11,11 +17,13 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
+#include "pool.h"
 #include "sha256.h"
 
 void iris_video_opts_default(iris_video_opts *o) {
@@ -205,36 +213,99 @@ static const uint8_t *frame_at(const iris_video_prep *p, int f) {
     return p->rgb + (size_t)f * p->width * p->height * 3;
 }
 
-void iris_video_patch_rows(const iris_video_prep *p, const iris_video_opts *o, int k, int64_t r0, int64_t r1,
-                           float *out) {
-    iris_image_prep_opts io;
-    image_opts(o, &io);
+typedef struct rows_job {
     const uint8_t *frames[64];
-    for (int t = 0; t < o->temporal_patch_size && t < 64; t++) frames[t] = frame_at(p, k * o->temporal_patch_size + t);
-    iris_image_patch_frames(frames, p->width, p->grid_h, p->grid_w, &io, r0, r1, out);
+    const iris_video_prep *p;
+    iris_image_prep_opts io;
+    int64_t r0;
+    size_t dim;
+    float *out;
+} rows_job;
+
+static void rows_range(void *ctx, int64_t i0, int64_t i1) {
+    const rows_job *j = ctx;
+    iris_image_patch_frames(j->frames, j->p->width, j->p->grid_h, j->p->grid_w, &j->io, j->r0 + i0, j->r0 + i1,
+                            j->out + (size_t)i0 * j->dim);
 }
 
-int iris_video_patch_key(const iris_video_prep *p, const iris_video_opts *o, int k, unsigned char out[32]) {
-    struct {
-        char tag[16];
-        int32_t patch, merge, temporal, grid[2], w, h;
-        float mean[3], std[3];
-    } head;
-    memset(&head, 0, sizeof head);
-    memcpy(head.tag, "iris-video-u8-1", 15);
-    head.patch = o->patch_size, head.merge = o->merge_size, head.temporal = o->temporal_patch_size;
-    head.grid[0] = p->grid_h, head.grid[1] = p->grid_w;
-    head.w = p->width, head.h = p->height;
-    memcpy(head.mean, o->image_mean, sizeof head.mean);
-    memcpy(head.std, o->image_std, sizeof head.std);
+void iris_video_patch_rows(const iris_video_prep *p, const iris_video_opts *o, int k, int64_t r0, int64_t r1,
+                           float *out) {
+    rows_job j = {.p = p, .r0 = r0, .out = out};
+    image_opts(o, &j.io);
+    j.dim = (size_t)iris_image_row_dim(&j.io);
+    for (int t = 0; t < o->temporal_patch_size && t < 64; t++) j.frames[t] = frame_at(p, k * o->temporal_patch_size + t);
+    if (r1 - r0 < 64) rows_range(&j, 0, r1 - r0); /* not worth waking the workers */
+    else iris_pool_for(r1 - r0, rows_range, &j);
+}
+
+/* What a content key hashes before the frames: the settings and the size. */
+typedef struct key_head {
+    char tag[16];
+    int32_t patch, merge, temporal, grid[2], w, h;
+    float mean[3], std[3];
+} key_head;
+
+static void key_head_of(const iris_video_prep *p, const iris_video_opts *o, key_head *head) {
+    memset(head, 0, sizeof *head);
+    memcpy(head->tag, "iris-video-u8-1", 15);
+    head->patch = o->patch_size, head->merge = o->merge_size, head->temporal = o->temporal_patch_size;
+    head->grid[0] = p->grid_h, head->grid[1] = p->grid_w;
+    head->w = p->width, head->h = p->height;
+    memcpy(head->mean, o->image_mean, sizeof head->mean);
+    memcpy(head->std, o->image_std, sizeof head->std);
+}
+
+static int patch_key_compute(const iris_video_prep *p, const iris_video_opts *o, int k, unsigned char out[32]) {
+    key_head head;
+    key_head_of(p, o, &head);
     size_t frame = (size_t)p->width * p->height * 3;
     /* the pair's frames are adjacent in p->rgb */
     return iris_sha256_pieces(&head, sizeof head, frame_at(p, k * o->temporal_patch_size),
                               frame * (size_t)o->temporal_patch_size, out);
 }
 
+typedef struct keys_job {
+    const iris_video_prep *p;
+    const iris_video_opts *o;
+    unsigned char (*keys)[32];
+    int failed;
+} keys_job;
+
+static void keys_range(void *ctx, int64_t k0, int64_t k1) {
+    keys_job *j = ctx;
+    for (int64_t k = k0; k < k1; k++)
+        if (patch_key_compute(j->p, j->o, (int)k, j->keys[k])) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+}
+
+/* Every temporal patch's key, on the pool, kept in p with the head they were made with. */
+int iris_video_keys(iris_video_prep *p, const iris_video_opts *o, iris_err *err) {
+    free(p->keys);
+    p->keys = malloc(32 * (size_t)(p->grid_t > 0 ? p->grid_t : 1));
+    p->keys_head = malloc(sizeof(key_head));
+    if (!p->keys || !p->keys_head) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    key_head_of(p, o, p->keys_head);
+    keys_job j = {p, o, p->keys, 0};
+    iris_pool_for(p->grid_t, keys_range, &j);
+    if (!j.failed) return 0;
+    free(p->keys);
+    p->keys = NULL;
+    return iris_err_set(err, IRIS_ENOMEM, "SHA-256 failed (libcrypto)");
+}
+
+int iris_video_patch_key(const iris_video_prep *p, const iris_video_opts *o, int k, unsigned char out[32]) {
+    key_head head;
+    key_head_of(p, o, &head);
+    if (p->keys && p->keys_head && memcmp(&head, p->keys_head, sizeof head) == 0) {
+        memcpy(out, p->keys[k], 32);
+        return 0;
+    }
+    return patch_key_compute(p, o, k, out);
+}
+
 void iris_video_prep_free(iris_video_prep *p) {
     if (!p) return;
+    free(p->keys);
+    free(p->keys_head);
     free(p->indices);
     free(p->rgb);
     memset(p, 0, sizeof *p);
@@ -289,11 +360,46 @@ int iris_video_put_frame(iris_video_prep *p, int j, const uint8_t *rgb, int widt
     return 0;
 }
 
-/* The last sampled frame repeated up to n_frames (patchify's padding). */
-void iris_video_pad(iris_video_prep *p) {
+typedef struct put_job {
+    iris_video_prep *p;
+    const int *slot;
+    const uint8_t *const *src;
+    int width, height;
+    pthread_mutex_t mu;
+    int rc;
+    iris_err err;
+} put_job;
+
+static void put_range(void *ctx, int64_t i0, int64_t i1) {
+    put_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        iris_err e = {0};
+        int rc = iris_video_put_frame(j->p, j->slot[i], j->src[i], j->width, j->height, &e);
+        if (rc) {
+            pthread_mutex_lock(&j->mu);
+            if (!j->rc) j->rc = rc, j->err = e;
+            pthread_mutex_unlock(&j->mu);
+            return;
+        }
+    }
+}
+
+int iris_video_put_frames(iris_video_prep *p, const int *slot, const uint8_t *const *src, int n, int width, int height,
+                          iris_err *err) {
+    put_job j = {.p = p, .slot = slot, .src = src, .width = width, .height = height};
+    pthread_mutex_init(&j.mu, NULL);
+    iris_pool_for(n, put_range, &j);
+    pthread_mutex_destroy(&j.mu);
+    if (j.rc && err) *err = j.err;
+    return j.rc;
+}
+
+/* The last sampled frame repeated up to n_frames (patchify's padding), then the keys. */
+int iris_video_finish(iris_video_prep *p, const iris_video_opts *o, iris_err *err) {
     size_t frame = (size_t)p->width * p->height * 3;
     for (int j = p->n_sampled; j < p->n_frames; j++)
         memcpy(p->rgb + (size_t)j * frame, p->rgb + (size_t)(p->n_sampled - 1) * frame, frame);
+    return iris_video_keys(p, o, err);
 }
 
 int iris_video_prepare_frames(const uint8_t *rgb, int64_t n_frames, int width, int height, double fps,
@@ -308,14 +414,16 @@ int iris_video_prepare_frames(const uint8_t *rgb, int64_t n_frames, int width, i
     snprintf(info.codec, sizeof info.codec, "rgb24");
     int rc = iris_video_plan(&info, o, out, err);
     size_t frame = (size_t)width * height * 3;
-    for (int j = 0; !rc && j < out->n_sampled; j++)
-        rc = iris_video_put_frame(out, j, rgb + (size_t)out->indices[j] * frame, width, height, err);
-    if (rc) {
-        iris_video_prep_free(out);
-        return rc;
-    }
-    iris_video_pad(out);
-    return 0;
+    int *slot = rc ? NULL : malloc(sizeof *slot * (size_t)out->n_sampled);
+    const uint8_t **src = rc ? NULL : malloc(sizeof *src * (size_t)out->n_sampled);
+    if (!rc && (!slot || !src)) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    for (int j = 0; !rc && j < out->n_sampled; j++) slot[j] = j, src[j] = rgb + (size_t)out->indices[j] * frame;
+    if (!rc) rc = iris_video_put_frames(out, slot, src, out->n_sampled, width, height, err);
+    if (!rc) rc = iris_video_finish(out, o, err);
+    free(slot);
+    free(src);
+    if (rc) iris_video_prep_free(out);
+    return rc;
 }
 
 int iris_video_sniff(const void *data, size_t n) {

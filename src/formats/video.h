@@ -26,6 +26,10 @@
  * (max_decode_seconds); a long gap between sampled frames is crossed by a seek
  * to the keyframe before the next one.
  *
+ * The resizes, the content keys and the pixel_values rows run on the worker pool
+ * (base/pool.h; the same bytes for any thread count); decoding overlaps the
+ * resizes of the frames before (video_decode.c).
+ *
  * Memory: iris_video_prep owns its resized frames (iris_video_prep_free). */
 #ifndef IRIS_VIDEO_H
 #define IRIS_VIDEO_H
@@ -87,6 +91,8 @@ typedef struct iris_video_prep {
     int width, height;        /* resized */
     int grid_t, grid_h, grid_w;
     uint8_t *rgb;             /* n_frames * height * width * 3, HWC per frame, owned */
+    unsigned char (*keys)[32];/* grid_t content keys made at preparation (iris_video_patch_key), owned */
+    void *keys_head;          /* the settings they hash (owned) */
 } iris_video_prep;
 
 void iris_video_opts_default(iris_video_opts *o);
@@ -115,7 +121,8 @@ double iris_video_timestamp(const iris_video_prep *p, const iris_video_opts *o, 
 void iris_video_patch_rows(const iris_video_prep *p, const iris_video_opts *o, int k, int64_t r0, int64_t r1,
                            float *out);
 /* The content key of temporal patch k: SHA-256 of the settings, the grid and its
- * frames' resized bytes. 0, or -1 (libcrypto). */
+ * frames' resized bytes (made at preparation on the worker pool and kept; computed
+ * here for other settings). 0, or -1 (libcrypto). */
 int iris_video_patch_key(const iris_video_prep *p, const iris_video_opts *o, int k, unsigned char out[32]);
 
 /* 1 when this build decodes videos (libav found at build time). */

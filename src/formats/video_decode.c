@@ -18,6 +18,10 @@
  *  - only sampled frames are converted to RGB (swscale, the frame's own
  *    colorspace and range), turned by the display matrix (multiples of 90
  *    degrees), and handed to the caller's sink at once;
+ *  - iris_video_prepare's sink copies them into a batch (as many frames as the
+ *    worker pool has threads, at most BATCH_BYTES); a full batch is resized on
+ *    the pool by a helper thread while this one decodes into the other batch,
+ *    so decoding overlaps the resizes (the same bytes as one frame at a time);
  *  - the wall-clock budget is checked by the demuxer's interrupt callback and
  *    between frames.
  * Without libav at build time (IRIS_VIDEO undefined) every entry point fails
@@ -39,7 +43,10 @@
 #include <libavutil/imgutils.h>
 #include <libswscale/swscale.h>
 #include <math.h>
+#include <pthread.h>
 #include <time.h>
+
+#include "pool.h"
 
 int iris_video_supported(void) { return 1; }
 
@@ -370,24 +377,106 @@ static int decode_indices(vsrc *s, const iris_video_opts *o, const int64_t *idx,
     return rc;
 }
 
-static int sink_prep(void *ctx, int j, const uint8_t *rgb, int width, int height, iris_err *err) {
-    return iris_video_put_frame(ctx, j, rgb, width, height, err);
+#define BATCH_BYTES ((size_t)96 << 20) /* displayed frames a batch holds at most (two batches) */
+
+typedef struct batch {
+    uint8_t *rgb; /* cap displayed frames */
+    int *slot;
+    const uint8_t **src;
+    int n;
+} batch;
+
+/* Two batches of decoded frames: the current one filled by the sink, the other resized by a
+ * helper thread (running) on the worker pool. */
+typedef struct batcher {
+    iris_video_prep *p;
+    int width, height, cap;
+    size_t frame;
+    batch b[2], *job;
+    int cur, running, rc;
+    pthread_t th;
+    iris_err err;
+} batcher;
+
+static void *batch_run(void *arg) {
+    batcher *q = arg;
+    q->rc = iris_video_put_frames(q->p, q->job->slot, q->job->src, q->job->n, q->width, q->height, &q->err);
+    return NULL;
+}
+
+/* The helper's batch done: its result. */
+static int batch_wait(batcher *q, iris_err *err) {
+    if (!q->running) return 0;
+    pthread_join(q->th, NULL);
+    q->running = 0;
+    if (q->rc && err) *err = q->err;
+    return q->rc;
+}
+
+/* The current batch to the helper (here, with sync or when no thread starts), once the one
+ * before is done; the other batch becomes the current one. */
+static int batch_flush(batcher *q, int sync, iris_err *err) {
+    int rc = batch_wait(q, err);
+    batch *b = &q->b[q->cur];
+    if (rc || b->n == 0) return rc;
+    q->job = b, q->rc = 0;
+    if (!sync && pthread_create(&q->th, NULL, batch_run, q) == 0) q->running = 1;
+    else rc = iris_video_put_frames(q->p, b->slot, b->src, b->n, q->width, q->height, err);
+    q->cur ^= 1;
+    q->b[q->cur].n = 0;
+    return rc;
+}
+
+static int sink_batch(void *ctx, int j, const uint8_t *rgb, int width, int height, iris_err *err) {
+    batcher *q = ctx;
+    batch *b = &q->b[q->cur];
+    uint8_t *dst = b->rgb + (size_t)b->n * q->frame;
+    memcpy(dst, rgb, q->frame);
+    b->slot[b->n] = j, b->src[b->n] = dst, b->n++;
+    return b->n == q->cap ? batch_flush(q, 0, err) : 0;
+}
+
+static int batcher_init(batcher *q, iris_video_prep *p, const iris_video_info *info, iris_err *err) {
+    memset(q, 0, sizeof *q);
+    q->p = p, q->width = info->width, q->height = info->height;
+    q->frame = (size_t)info->width * info->height * 3;
+    size_t fit = BATCH_BYTES / q->frame;
+    int threads = iris_pool_threads();
+    q->cap = fit < 1 ? 1 : fit < (size_t)threads ? (int)fit : threads;
+    for (int i = 0; i < 2; i++) {
+        q->b[i].rgb = malloc(q->frame * (size_t)q->cap);
+        q->b[i].slot = malloc(sizeof(int) * (size_t)q->cap);
+        q->b[i].src = malloc(sizeof(uint8_t *) * (size_t)q->cap);
+        if (!q->b[i].rgb || !q->b[i].slot || !q->b[i].src) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static void batcher_free(batcher *q) {
+    batch_wait(q, NULL);
+    for (int i = 0; i < 2; i++) {
+        free(q->b[i].rgb);
+        free(q->b[i].slot);
+        free(q->b[i].src);
+    }
 }
 
 int iris_video_prepare(const char *path, const void *data, size_t n, const char *label, const iris_video_opts *o,
                        iris_video_prep *out, iris_err *err) {
     memset(out, 0, sizeof *out);
     vsrc s;
+    batcher q;
+    memset(&q, 0, sizeof q);
     int rc = src_open(&s, path, data, n, label, o, 1, err);
     if (!rc && (rc = iris_video_plan(&s.info, o, out, err))) iris_err_prefix(err, "%s", s.label);
-    if (!rc) rc = decode_indices(&s, o, out->indices, out->n_sampled, sink_prep, out, err);
+    if (!rc) rc = batcher_init(&q, out, &s.info, err);
+    if (!rc) rc = decode_indices(&s, o, out->indices, out->n_sampled, sink_batch, &q, err);
+    if (!rc) rc = batch_flush(&q, 1, err);
+    batcher_free(&q);
     src_close(&s);
-    if (rc) {
-        iris_video_prep_free(out);
-        return rc;
-    }
-    iris_video_pad(out);
-    return 0;
+    if (!rc) rc = iris_video_finish(out, o, err);
+    if (rc) iris_video_prep_free(out);
+    return rc;
 }
 
 int iris_video_probe(const char *path, const void *data, size_t n, const char *label, const iris_video_opts *o,

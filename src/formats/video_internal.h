@@ -11,7 +11,14 @@
 int iris_video_plan(const iris_video_info *info, const iris_video_opts *o, iris_video_prep *out, iris_err *err);
 /* Sampled frame j (displayed RGB of width x height) resized into its slot. */
 int iris_video_put_frame(iris_video_prep *p, int j, const uint8_t *rgb, int width, int height, iris_err *err);
-/* The last sampled frame repeated up to n_frames. */
-void iris_video_pad(iris_video_prep *p);
+/* Frames src[i] into slots slot[i], i < n, resized on the worker pool (a frame a job). */
+int iris_video_put_frames(iris_video_prep *p, const int *slot, const uint8_t *const *src, int n, int width, int height,
+                          iris_err *err);
+/* After the last frame: the last sampled frame repeated up to n_frames, then every temporal
+ * patch's content key (iris_video_keys). */
+int iris_video_finish(iris_video_prep *p, const iris_video_opts *o, iris_err *err);
+/* Every temporal patch's content key, on the pool, kept in p->keys (with the settings' head
+ * they hash, so iris_video_patch_key gives them only for the same settings). */
+int iris_video_keys(iris_video_prep *p, const iris_video_opts *o, iris_err *err);
 
 #endif

@@ -40,6 +40,11 @@ struct iris_flash_args {
      * the launch fills seg_tile (its first CTA row tile) */
     int n_seg;
     int seg_row[IRIS_FLASH_MAX_SEGS + 1], seg_tile[IRIS_FLASH_MAX_SEGS + 1];
+    /* Paged launches of the mma kernel: row tiles heaviest (last) first (1 but for
+     * iris_cuda_set_attn_impl 2, the layout it replaced); two query heads a CTA where the GQA group
+     * is even (impls 3 and 4: not the default until measured, bench/bench_attn.c); three_stages
+     * (impl 4, BF16 cache, two heads a CTA): three K/V stages in flight instead of two */
+    int heavy_first, pair_heads, three_stages;
 };
 
 /* Key j's row in K and V: its cache slot through the sequence's block table (paged), or j itself

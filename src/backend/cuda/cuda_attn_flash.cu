@@ -181,9 +181,9 @@ static int launch(iris_backend *b, const flash_args &a, int n_heads) {
     return iris_cuda_check(b, "attention (flash)");
 }
 
-/* The register-resident kernel unless the WMMA one was asked for (iris_cuda_set_attn_impl). */
+/* The register-resident kernel unless the WMMA one was asked for (iris_cuda_set_attn_impl 1). */
 static int run(iris_backend *b, const flash_args &a, int hd, int n_heads, int paged) {
-    if (cuda_of(b)->attn_impl == 0 || a.kv8) return iris_cuda_flash_mma(b, &a, hd, n_heads, paged);
+    if (cuda_of(b)->attn_impl != 1 || a.kv8) return iris_cuda_flash_mma(b, &a, hd, n_heads, paged);
     switch (hd) {
     case 16: return paged ? launch<16, 64, 1>(b, a, n_heads) : launch<16, 64, 0>(b, a, n_heads);
     case 32: return paged ? launch<32, 64, 1>(b, a, n_heads) : launch<32, 64, 0>(b, a, n_heads);
@@ -230,7 +230,7 @@ static int segments_mma(iris_backend *b, const iris_tensor *qkv, int n_heads, in
 int iris_cuda_flash_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
                              int n_seg, iris_tensor *o) {
     /* head_dim 72 (Qwen3-VL-8B's vision) has only the mma kernel's instance */
-    if (cuda_of(b)->attn_impl == 0 || head_dim == 72) return segments_mma(b, qkv, n_heads, head_dim, cu_seqlens, n_seg, o);
+    if (cuda_of(b)->attn_impl != 1 || head_dim == 72) return segments_mma(b, qkv, n_heads, head_dim, cu_seqlens, n_seg, o);
     int64_t ld = tld(qkv), w = (int64_t)n_heads * head_dim;
     for (int s = 0; s < n_seg; s++) {
         int a0 = cu_seqlens[s], len = cu_seqlens[s + 1] - a0;
@@ -272,5 +272,9 @@ int iris_cuda_flash_paged(iris_backend *b, const iris_tensor *q, const iris_kv_l
     a.row_ctx = meta->row_ctx;
     a.block_tables = meta->block_tables;
     a.max_blocks = meta->max_blocks;
+    int impl = cuda_of(b)->attn_impl; /* 2: the earlier layout; 3: two heads a CTA; 4: and 3 stages */
+    a.heavy_first = impl != 2;
+    a.pair_heads = impl == 3 || impl == 4;
+    a.three_stages = impl == 4;
     return run(b, a, kv->head_dim, n_q_heads, 1);
 }

@@ -3,10 +3,13 @@
  * sm_80 and newer) — the default flash kernel; cuda_attn_flash.cu's WMMA
  * kernel is the simpler one it is checked and timed against.
  *
- * Thread mapping: a CTA of MW warps owns 16·MW consecutive query rows of one
- * query head (MW = 8 for the vision encoder's segments, 4 for prefill over the
- * paged cache: its 64-row tiles); each warp 16 rows, held as mma A fragments
- * for the whole run.  Per tile of 64 keys the CTA stages K and V [64, HD] in
+ * Thread mapping: a CTA of MW warps owns 16·MW/HG consecutive query rows of HG
+ * query heads (the vision encoder's segments: MW = 8, HG = 1, 128 rows; prefill
+ * over the paged cache: its 64-row tiles, MW = 4 · HG, HG = 1; HG = 2 where the
+ * GQA group is even with iris_cuda_set_attn_impl 3 or 4 — two query heads of one
+ * kv head share each staged K/V tile, half the tile loads — until measured to be
+ * the better default); each warp 16 rows of one head,
+ * held as mma A fragments for the whole run.  Per tile of 64 keys the CTA stages K and V [64, HD] in
  * shared memory, two stages deep (cp.async: the next tile lands while this
  * one is multiplied); each warp computes S = Q·Kᵀ (16 x 64, fp32 in registers:
  * lane (g = lane/4, t = lane%4) holds rows g and g+8, columns 2t, 2t+1 of
@@ -19,6 +22,9 @@
  * The vision encoder's images go in one launch (n_seg segments, each in
  * whole 128-row tiles; a CTA finds its segment among the tile starts), so
  * small images fill the GPU together rather than a launch each.
+ * Paged CTAs are launched heaviest first (grid x the head group, y the row tile
+ * counted from the last): under a causal mask a tile's keys grow with its rows,
+ * so the long tiles no longer finish last in a half-empty final wave.
  * Row selection for the paged case is cuda_attn.cuh's flash_tile_ok.  An E4M3
  * cache (kv8) is widened to bf16 (exactly) as the tiles are staged.
  * A head size that is not a multiple of 16 (72: Qwen3-VL-8B's vision heads;
@@ -57,12 +63,13 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src, in
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+template <int N> /* all but the newest N groups have landed */
+static __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-/* Shared memory of one CTA: two stages of K and V tiles, [MK][HP + 8] each (8 columns of padding
+/* Shared memory of one CTA: ST stages of K and V tiles, [MK][HP + 8] each (8 columns of padding
  * put the 8 rows an ldmatrix reads in distinct banks). */
-template <int HD>
-static constexpr size_t flash_smem_bytes() { return (size_t)2 * 2 * MK * (flash_hp(HD) + 8) * sizeof(bf16); }
+template <int HD, int ST>
+static constexpr size_t flash_smem_bytes() { return (size_t)ST * 2 * MK * (flash_hp(HD) + 8) * sizeof(bf16); }
 
 /* Keys [j0, j0 + MK) of the kv head into stage (ks, vs); rows past n_keys are zeros (their scores
  * are masked, and zero V rows keep 0 · V finite).  BF16: cp.async, completing in the background
@@ -89,14 +96,16 @@ static __device__ __forceinline__ void stage_tile(const iris_flash_args &a, int 
     }
 }
 
-/* MW warps a CTA, 16 query rows each (the paged case: 4, the 64-row tiles of flash_tile_ok). */
-/* SEGS: several segments in the launch (a.n_seg); an instance of its own, so the one-segment
+/* MW warps a CTA, 16 query rows each, over HG query heads (the paged case: MW = 4 · HG, the
+ * 64-row tiles of flash_tile_ok; warp w takes head w / 4 of the group, rows 16 · (w % 4)).
+ * SEGS: several segments in the launch (a.n_seg); an instance of its own, so the one-segment
  * kernel keeps its registers. */
-template <int HD, int PAGED, typename KT, int MW, int SEGS>
+template <int HD, int PAGED, typename KT, int MW, int SEGS, int HG, int ST>
 /* HD <= 64: at most 128 registers, so 16 warps fit an SM (131 would leave one 8-warp CTA per SM). */
 __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(iris_flash_args a) {
-    constexpr int HP = flash_hp(HD), LK = HP + 8, MQ = 16 * MW, NT = MW * 32;
+    constexpr int HP = flash_hp(HD), LK = HP + 8, MQ = 16 * MW / HG, NT = MW * 32;
     static_assert(HD % 8 == 0, "the head is staged in 16-byte pieces; HP - HD is 0 or 8");
+    static_assert(HG == 1 || (PAGED && MW == 4 * HG), "head groups: the paged 64-row tiles only");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sm = (bf16 *)smem_raw;
     __shared__ int kmax_s;
@@ -105,7 +114,12 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     int rend = min(r0 + MQ, a.n_rows);
     int seq = 0, seg_keys = a.n_keys;
     int kbase = 0;       /* segments in one launch: this tile's segment starts at key row kbase */
+    int rw = HG == 1 ? warp : warp % (MW / HG); /* the warp's 16 rows within the CTA's */
     if (PAGED) {
+        int tile = blockIdx.x, grp = blockIdx.y;
+        if (a.heavy_first) tile = (int)gridDim.y - 1 - (int)blockIdx.y, grp = blockIdx.x;
+        r0 = tile * MQ, rend = min(r0 + MQ, a.n_rows);
+        h = grp * HG + (HG == 1 ? 0 : warp / (MW / HG)), kvh = h / a.g;
         if (!flash_tile_ok(a.row_seq, a.n_rows, r0, MQ)) return;
         seq = a.row_seq[r0];
     } else if (SEGS) {
@@ -116,7 +130,7 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
         seg_keys = a.seg_row[sg + 1] - a.seg_row[sg];
         kbase = a.seg_row[sg];
     }
-    int row0 = r0 + warp * 16 + g, row1 = row0 + 8;
+    int row0 = r0 + rw * 16 + g, row1 = row0 + 8;
     int lim0 = row0 < rend ? (PAGED ? a.row_ctx[row0] : seg_keys) : 0;
     int lim1 = row1 < rend ? (PAGED ? a.row_ctx[row1] : seg_keys) : 0;
     int warp_lim = max(lim0, lim1);
@@ -126,7 +140,7 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     __syncthreads();
     if (lane == 0) atomicMax(&kmax_s, warp_lim);
     if (HP != HD) /* the padded columns of every stage's K and V (cp.async never writes them) */
-        for (int i = threadIdx.x; i < 4 * MK; i += NT) *(uint4 *)(sm + i * LK + HD) = make_uint4(0, 0, 0, 0);
+        for (int i = threadIdx.x; i < 2 * ST * MK; i += NT) *(uint4 *)(sm + i * LK + HD) = make_uint4(0, 0, 0, 0);
 
     /* Q as A fragments: qa[kc] covers columns [16 kc, 16 kc + 16); zeros past HD. */
     uint32_t qa[HP / 16][4];
@@ -149,17 +163,23 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     __syncthreads();
     int n_keys = kmax_s;
 
-    /* Two stages: tile i + 1 is in flight while tile i is multiplied. */
+    /* ST stages (2, or 3 for iris_cuda_set_attn_impl 4): tiles i + 1 .. i + ST - 1 are in flight
+     * while tile i is multiplied. */
     if (n_keys > 0) stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, 0, n_keys, kbase, sm, sm + MK * LK);
     cp_async_commit();
-    for (int j0 = 0, st = 0; j0 < n_keys; j0 += MK, st ^= 1) {
+    for (int i = 1; i < ST - 1; i++) {
+        bf16 *nk = sm + (size_t)i * 2 * MK * LK;
+        if (i * MK < n_keys) stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, i * MK, n_keys, kbase, nk, nk + MK * LK);
+        cp_async_commit();
+    }
+    for (int j0 = 0, st = 0; j0 < n_keys; j0 += MK, st = ST == 2 ? st ^ 1 : st + 1 == ST ? 0 : st + 1) {
         bf16 *Ks = sm + (size_t)st * 2 * MK * LK, *Vs = Ks + MK * LK;
-        if (j0 + MK < n_keys) {
-            bf16 *nk = sm + (size_t)(st ^ 1) * 2 * MK * LK;
-            stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, j0 + MK, n_keys, kbase, nk, nk + MK * LK);
+        if (j0 + (ST - 1) * MK < n_keys) { /* into the stage tile i - 1 was multiplied from */
+            bf16 *nk = sm + (size_t)(ST == 2 ? st ^ 1 : st == 0 ? ST - 1 : st - 1) * 2 * MK * LK;
+            stage_tile<HD, PAGED, NT, KT>(a, seq, kvh, j0 + (ST - 1) * MK, n_keys, kbase, nk, nk + MK * LK);
         }
         cp_async_commit();
-        cp_async_wait1(); /* all but the newest group: this tile has landed */
+        cp_async_wait<ST - 1>(); /* all but the newest ST - 1 groups: this tile has landed */
         __syncthreads();
         if (j0 < warp_lim) {
             float s[MK / 8][4];
@@ -231,7 +251,7 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
                 }
             }
         }
-        __syncthreads(); /* this stage is refilled two tiles on */
+        __syncthreads(); /* this stage is refilled at the next tile */
     }
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -247,31 +267,38 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     }
 }
 
-/* tiles: CTA row tiles (grid x) */
-template <int HD, int PAGED, typename KT, int MW, int SEGS = 0>
+/* tiles: CTA row tiles (grid x, or y heaviest first for a paged launch with a.heavy_first) */
+template <int HD, int PAGED, typename KT, int MW, int SEGS = 0, int HG = 1, int ST = 2>
 static int launch_mw(iris_backend *b, const iris_flash_args &a, int n_heads, int tiles) {
-    constexpr size_t smem = flash_smem_bytes<HD>();
+    constexpr size_t smem = flash_smem_bytes<HD, ST>();
     static int attr_set; /* one engine thread owns the GPU (DESIGN.md) */
     if (!attr_set) {
-        if (cudaFuncSetAttribute(k_flash_mma<HD, PAGED, KT, MW, SEGS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        if (cudaFuncSetAttribute(k_flash_mma<HD, PAGED, KT, MW, SEGS, HG, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem) != cudaSuccess)
             return iris_cuda_check(b, "attention (flash, mma): shared memory limit");
         attr_set = 1;
     }
-    dim3 grid((unsigned)tiles, (unsigned)n_heads);
-    k_flash_mma<HD, PAGED, KT, MW, SEGS><<<grid, MW * 32, smem, cuda_of(b)->stream>>>(a);
+    dim3 grid((unsigned)tiles, (unsigned)(n_heads / HG));
+    if (PAGED && a.heavy_first) grid = dim3((unsigned)(n_heads / HG), (unsigned)tiles);
+    k_flash_mma<HD, PAGED, KT, MW, SEGS, HG, ST><<<grid, MW * 32, smem, cuda_of(b)->stream>>>(a);
     return iris_cuda_check(b, "attention (flash, mma)");
 }
 
-/* Paged (prefill over the cache): 64-row tiles, as flash_tile_ok decides with the decode kernel.
- * Segments (the vision encoder): 128 query rows a CTA, so each staged K/V tile serves twice the
- * rows (half the L2 traffic of 64). */
+/* Paged (prefill over the cache): 64-row tiles, as flash_tile_ok decides with the decode kernel;
+ * two query heads a CTA where the GQA group is even (a.pair_heads).  Segments (the vision
+ * encoder): 128 query rows a CTA, so each staged K/V tile serves twice the rows (half the L2
+ * traffic of 64). */
 template <int HD, int PAGED>
 static int launch(iris_backend *b, const iris_flash_args &a, int n_heads) {
     if constexpr (PAGED) {
         int tiles = (a.n_rows + FLASH_TILE - 1) / FLASH_TILE;
-        if (a.kv8) return launch_mw<HD, 1, kv8, FLASH_TILE / 16>(b, a, n_heads, tiles);
-        return launch_mw<HD, 1, bf16, FLASH_TILE / 16>(b, a, n_heads, tiles);
+        bool pair = a.pair_heads && a.g % 2 == 0;
+        if (a.kv8)
+            return pair ? launch_mw<HD, 1, kv8, 2 * FLASH_TILE / 16, 0, 2>(b, a, n_heads, tiles)
+                        : launch_mw<HD, 1, kv8, FLASH_TILE / 16>(b, a, n_heads, tiles);
+        if (pair && a.three_stages) return launch_mw<HD, 1, bf16, 2 * FLASH_TILE / 16, 0, 2, 3>(b, a, n_heads, tiles);
+        return pair ? launch_mw<HD, 1, bf16, 2 * FLASH_TILE / 16, 0, 2>(b, a, n_heads, tiles)
+                    : launch_mw<HD, 1, bf16, FLASH_TILE / 16>(b, a, n_heads, tiles);
     }
     if (a.n_seg <= 0) return launch_mw<HD, 0, bf16, 8>(b, a, n_heads, (a.n_rows + 127) / 128);
     /* several segments, each in whole tiles of 128 rows (a tile never holds two of them) */

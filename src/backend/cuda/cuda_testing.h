@@ -33,7 +33,11 @@ void iris_cuda_set_i4_warps(iris_backend *b, int kw);
 void iris_cuda_set_i4_rows(iris_backend *b, int rows);
 
 /* Flash attention kernel: 0 register-resident mma.sync (default), 1 WMMA with
- * the output tile in shared memory (kept as the check and the baseline). */
+ * the output tile in shared memory (kept as the check and the baseline); for
+ * prefill over the paged cache the mma kernel also as 2 (its layout before: a CTA
+ * a query head, row tiles in order; the default takes the heaviest tiles first),
+ * 3 (heaviest first, two query heads of a kv head a CTA) and 4 (3 with three K/V
+ * stages in flight); all the same bits as 0 (bench/bench_attn.c). */
 void iris_cuda_set_attn_impl(iris_backend *b, int impl);
 /* The tensor-core GEMV's weight tiles through shared memory where they fit one wave (1, the default)
  * or always through registers (0); the two give the same bits (tests/test_ops_linear.c). */
