@@ -68,7 +68,11 @@ static void i4_free(i4_weight *w) {
 /* x [n, in] on the host (fp32, bf16 values): random in [-1, 1], or one-hot (token t: 1 at column
  * (t · 37 + 5) mod in, the last column for the last token). */
 static float *i4_x(int64_t n, int64_t in, int onehot) {
-    if (!onehot) return ops_rnd_vec(n * in, -1, 1);
+    if (!onehot) { /* values the GPU's bf16 x holds exactly, so both sides multiply the same numbers */
+        float *x = ops_rnd_vec(n * in, -1, 1);
+        for (int64_t i = 0; i < n * in; i++) x[i] = ops_round_bf(x[i]);
+        return x;
+    }
     float *x = calloc((size_t)(n * in), sizeof(float));
     for (int64_t t = 0; t < n; t++) x[t * in + (t == n - 1 ? in - 1 : (t * 37 + 5) % in)] = 1.0f;
     return x;
@@ -128,9 +132,13 @@ IRIS_TEST(gpu_ops_linear_int4) {
     for (int n = 1; n <= 16; n++) check_i4(n, 288, 40, 32, n & 1, n % 3 == 0 ? IRIS_DT_F16 : IRIS_DT_BF16, 0, 1, 0, 1);
     check_i4(5, 256, 33, 64, 1, IRIS_DT_F32, 0, 1, 0, 1);
     check_i4(12, 1024, 48, 128, 0, IRIS_DT_BF16, 0, 1, 0, 1);
-    check_i4(17, 416, 70, 32, 1, IRIS_DT_BF16, 0, 1, 0, 0); /* dequantized tiles, bit for bit */
+    check_i4(17, 416, 70, 32, 1, IRIS_DT_BF16, 0, 1, 0, 2); /* launches of 16 tokens */
+    check_i4(64, 640, 33, 128, 0, IRIS_DT_F16, 0, 1, 0, 4);
+    check_i4(65, 416, 70, 32, 1, IRIS_DT_BF16, 0, 1, 0, 0); /* dequantized tiles, bit for bit */
+    iris_cuda_set_i4_rows(ops_cuda, 16);
     check_i4(40, 640, 33, 128, 0, IRIS_DT_F16, 0, 1, 0, 0);
     check_i4(24, 448, 65, 64, 1, IRIS_DT_F32, 0, 1, 0, 0);
+    iris_cuda_set_i4_rows(ops_cuda, 0);
     /* the reference GEMV (and its fallback past 8 tokens), and shapes the tensor-core one leaves to it */
     check_i4(1, 256, 77, 32, 0, IRIS_DT_BF16, 0, 0, 1, 0);
     check_i4(3, 512, 130, 64, 1, IRIS_DT_BF16, 1, 0, 1, 0);
@@ -146,15 +154,16 @@ IRIS_TEST(gpu_ops_linear_int4) {
         check_i4(9, 1184, 30, 32, kw & 1, IRIS_DT_F16, 0, 1, 0, 1);
     }
     iris_cuda_set_i4_warps(ops_cuda, 0);
-    /* more rows through the GEMV where allowed: launches of 16 tokens */
-    iris_cuda_set_i4_rows(ops_cuda, 64);
+    /* up to I4_GEMV_ROWS tokens through the GEMV: launches of 16 tokens */
     check_i4(40, 448, 70, 64, 1, IRIS_DT_BF16, 1, 0, 0, 3);
     check_i4(33, 416, 33, 32, 0, IRIS_DT_F16, 0, 1, 0, 3);
-    iris_cuda_set_i4_rows(ops_cuda, 0);
-    /* larger batches: dequantized tiles through cuBLASLt */
+    check_i4(64, 2048, 300, 32, 1, IRIS_DT_BF16, 0, 0, 0, 4);
+    /* larger batches (fewer where iris_cuda_set_i4_rows says): dequantized tiles through cuBLASLt */
     check_i4(9, 384, 200, 128, 0, IRIS_DT_BF16, 1, 0, 1, 0);
     check_i4(70, 2048, 300, 32, 1, IRIS_DT_BF16, 0, 0, 0, 0);
+    iris_cuda_set_i4_rows(ops_cuda, 16);
     check_i4(33, 640, 130, 128, 1, IRIS_DT_F32, 1, 0, 0, 0);
+    iris_cuda_set_i4_rows(ops_cuda, 0);
 }
 
 /* The fused decode launches on I4 weights: q/k/v in one (linear_n, three widths) and gate/up with
@@ -179,7 +188,7 @@ static void check_i4_fused(int64_t n, int64_t in, const int64_t *outs, int group
     char what[160];
     int runs = iris_cuda_i4_gemv_runs(ops_cuda);
     CHECKF(iris_backend_linear_n(ops_cuda, &gx, 3, ws, ys) == 0, "%s", ops_cuda->err.msg);
-    CHECKF(iris_cuda_i4_gemv_runs(ops_cuda) == runs + 1, "linear_n: one launch of the 4-bit GEMV");
+    CHECKF(iris_cuda_i4_gemv_runs(ops_cuda) == runs + (n + 15) / 16, "linear_n: a launch of the 4-bit GEMV a 16 tokens");
     for (int i = 0; i < 3; i++) {
         float *got = ops_dev_read_bf16(gy[i].data, n * outs[i]);
         snprintf(what, sizeof what, "linear_n n=%lld w%d [%lld,%lld] g%d%s %s%s", (long long)n, i, (long long)outs[i],
@@ -198,7 +207,7 @@ static void check_i4_fused(int64_t n, int64_t in, const int64_t *outs, int group
     iris_tensor u = ops_view(ops_dev_poison(n * outs[0]), IRIS_DT_BF16, n, outs[0], 0);
     runs = iris_cuda_i4_gemv_runs(ops_cuda);
     CHECKF(iris_backend_linear_swiglu(ops_cuda, &gx, &w[0].d, &wu.d, &gy[0], &u) == 0, "%s", ops_cuda->err.msg);
-    CHECKF(iris_cuda_i4_gemv_runs(ops_cuda) == runs + 1, "linear_swiglu: one launch of the 4-bit GEMV");
+    CHECKF(iris_cuda_i4_gemv_runs(ops_cuda) == runs + (n + 15) / 16, "linear_swiglu: a launch of the 4-bit GEMV a 16 tokens");
     float *got = ops_dev_read_bf16(gy[0].data, n * outs[0]);
     snprintf(what, sizeof what, "linear_swiglu n=%lld [%lld,%lld] g%d%s %s%s", (long long)n, (long long)outs[0],
              (long long)in, group, asym ? " asym" : "", sdt_name(sdt), onehot ? " one-hot" : "");
@@ -221,6 +230,8 @@ IRIS_TEST(gpu_ops_linear_int4_fused) {
     check_i4_fused(16, 1024, odd, 128, 1, IRIS_DT_BF16, 0);
     check_i4_fused(3, 288, odd, 32, 1, IRIS_DT_BF16, 1);
     check_i4_fused(11, 640, qkv, 128, 0, IRIS_DT_F16, 1);
+    check_i4_fused(40, 1024, odd, 64, 1, IRIS_DT_BF16, 0); /* launches of 16 tokens */
+    check_i4_fused(64, 448, qkv, 32, 0, IRIS_DT_BF16, 1);
 }
 
 #endif

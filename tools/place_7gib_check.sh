@@ -66,12 +66,15 @@ phase_run() {
   echo "run peak MiB (nvidia-smi, the process): $(smi_peak smi-run.csv)"
 }
 
+# the system's curl / python3, without the pack's libraries (its libcurl is not the system curl's)
+host() { env -u LD_LIBRARY_PATH "$@"; }
+
 post() {  # POST $OUT/req.json to the server into $1
   if command -v curl >/dev/null; then
-    curl -s -m 90 http://127.0.0.1:18931/v1/chat/completions -H 'Content-Type: application/json' \
+    host curl -s -m 90 http://127.0.0.1:18931/v1/chat/completions -H 'Content-Type: application/json' \
       --data-binary @"$OUT/req.json" >"$1"
   else
-    python3 -c 'import sys, urllib.request as u
+    host python3 -c 'import sys, urllib.request as u
 r = u.Request("http://127.0.0.1:18931/v1/chat/completions", data=open(sys.argv[1], "rb").read(),
               headers={"Content-Type": "application/json"})
 sys.stdout.write(u.urlopen(r, timeout=90).read().decode())' "$OUT/req.json" >"$1" 2>&1
@@ -79,8 +82,8 @@ sys.stdout.write(u.urlopen(r, timeout=90).read().decode())' "$OUT/req.json" >"$1
 }
 
 healthy() {
-  if command -v curl >/dev/null; then curl -sf http://127.0.0.1:18931/health >/dev/null 2>&1
-  else python3 -c 'import urllib.request as u; u.urlopen("http://127.0.0.1:18931/health", timeout=2)' 2>/dev/null; fi
+  if command -v curl >/dev/null; then host curl -sf http://127.0.0.1:18931/health >/dev/null 2>&1
+  else host python3 -c 'import urllib.request as u; u.urlopen("http://127.0.0.1:18931/health", timeout=2)' 2>/dev/null; fi
 }
 
 phase_serve() {

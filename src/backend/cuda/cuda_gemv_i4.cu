@@ -1,5 +1,5 @@
 /* cuda_gemv_i4.cu: 4-bit (I4, W4A16: backend.h) weights on CUDA — the decode GEMV for up to 16
- * tokens a launch on the tensor cores, the per-row reference GEMV, and the dequantization to BF16
+ * tokens a launch (I4_GEMV_ROWS in all) on the tensor cores, the per-row reference GEMV, and the dequantization to BF16
  * rows that larger products multiply through cuBLASLt (cuda_linear.cu linear_i4).
  *
  * The tensor-core GEMV (k_gemv4_mma): the shape of cuda_gemv_mma.cu's FP8 kernel.  A CTA owns 16

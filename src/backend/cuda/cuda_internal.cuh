@@ -172,12 +172,14 @@ struct gemv_set {
 void gemv8_mma_launch(const cuda_ctx *cx, const gemv_set &p, const __nv_bfloat16 *x, int64_t ldx, int n, int64_t in,
                       int swiglu);
 
-/* 4-bit (I4) weights (cuda_gemv_i4.cu).  iris_cuda_gemv_i4: x (n <= I4_GEMV_ROWS tokens) through
+/* 4-bit (I4) weights (cuda_gemv_i4.cu).  iris_cuda_gemv_i4: x (n <= I4_GEMV_ROWS tokens, 16 a launch) through
  * m <= 3 weights of one group and scale dtype on the tensor cores (m = 1 with an optional bias; swiglu:
  * ws[0] gate, ws[1] up into ys[0]); 0, an error, or 1 when it does not take them (nothing launched).
  * iris_cuda_gemv_i4_ref: the per-row reference kernel, n <= 8 (else 1).  iris_cuda_dequant_i4: rows
  * [r0, r0 + nr) of w as BF16 into dst [nr, w->cols]. */
-#define I4_GEMV_ROWS 16
+/* Up to 64 tokens through the GEMV, in launches of 16: at 8B's shapes on an H100 (bench_cuda int4,
+ * 2026-11-27) 64 tokens take 35-169 us a linear this way against 49-307 us dequantized + cuBLASLt. */
+#define I4_GEMV_ROWS 64
 int iris_cuda_gemv_i4(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws, const iris_tensor *bias,
                       iris_tensor *const *ys, int swiglu);
 int iris_cuda_gemv_i4_ref(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const void *bias, int bdt,
