@@ -44,17 +44,6 @@
 
 #include "err.h"
 
-static int grow(void **p, int *cap, int need, size_t elem) {
-    if (need <= *cap) return 0;
-    int nc = *cap ? *cap : 16;
-    while (nc < need) nc *= 2;
-    void *np = realloc(*p, (size_t)nc * elem);
-    if (!np) return -1;
-    *p = np;
-    *cap = nc;
-    return 0;
-}
-
 /* ---- matcher ---------------------------------------------------------------------------- */
 
 #define N_CACHE 8
@@ -195,7 +184,7 @@ static void push_buf(iris_grammar_matcher *m, int32_t x) {
         m->oom = 2;
         return;
     }
-    if (grow((void **)&m->buf, &m->cap_buf, m->n_buf + 1, sizeof *m->buf)) {
+    if (gm_grow((void **)&m->buf, &m->cap_buf, m->n_buf + 1, sizeof *m->buf)) {
         m->oom = 1;
         return;
     }
@@ -270,7 +259,7 @@ static int intern_set(iris_grammar_matcher *m, int off, int n) {
             return m->wht[s].id;
         }
     }
-    if (grow((void **)&m->ws, &m->cap_ws, m->n_ws + 1, sizeof *m->ws)) return m->oom = 1, -1;
+    if (gm_grow((void **)&m->ws, &m->cap_ws, m->n_ws + 1, sizeof *m->ws)) return m->oom = 1, -1;
     int id = m->n_ws++;
     wset *w = &m->ws[id];
     *w = (wset){.off = off, .n = n, .row = -1, .text_lo = 0, .text_fail = INT32_MAX, .text_next = -3, .text_max = -3,
@@ -299,8 +288,8 @@ static int intern_set(iris_grammar_matcher *m, int off, int n) {
  * only on which stacks match), so one step fills its whole class.  -1 when no row can be had. */
 static int memo_row(iris_grammar_matcher *m, int sid) {
     if (m->n_rows >= MAX_MEMO_ROWS) return -1;
-    if (grow((void **)&m->memo, &m->cap_rows, (m->n_rows + 1) * 256, sizeof *m->memo) ||
-        grow((void **)&m->cls, &m->cap_cls, (m->n_rows + 1) * 256, 1))
+    if (gm_grow((void **)&m->memo, &m->cap_rows, (m->n_rows + 1) * 256, sizeof *m->memo) ||
+        gm_grow((void **)&m->cls, &m->cap_cls, (m->n_rows + 1) * 256, 1))
         return m->oom = 1, -1;
     int row = m->ws[sid].row = m->n_rows++;
     int32_t *memo = m->memo + row * 256;
@@ -547,8 +536,8 @@ static int text_mask(iris_grammar_matcher *m, int sid) {
     int k = m->text_k, d = k + 1;
     if (!text_ok(m, sid, k) && (d = text_exact(m, sid, k)) <= 0) return 0;  /* 0: no text, a short walk */
     int n = d < v->mix_jmax ? d : v->mix_jmax;
-    if (grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof *m->chain) ||
-        grow((void **)&m->tstate, &m->cap_tstate, v->mix_len + 1, sizeof *m->tstate))
+    if (gm_grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof *m->chain) ||
+        gm_grow((void **)&m->tstate, &m->cap_tstate, v->mix_len + 1, sizeof *m->tstate))
         return m->oom = 1, 1;
     m->chain[0] = sid;
     for (int i = 1; i <= n; i++)
@@ -666,7 +655,7 @@ static void memo_reset(iris_grammar_matcher *m, int arena) {
 
 /* Replace the current set by buf[off .. off+n), sorted. */
 static int set_cur(iris_grammar_matcher *m, int off, int n) {
-    if (grow((void **)&m->cur, &m->cap_cur, n, sizeof *m->cur)) return -1;
+    if (gm_grow((void **)&m->cur, &m->cap_cur, n, sizeof *m->cur)) return -1;
     memcpy(m->cur, m->buf + off, (size_t)n * sizeof *m->cur);
     qsort(m->cur, (size_t)n, sizeof *m->cur, cmp_i32);
     m->n_cur = n;
@@ -799,7 +788,7 @@ int iris_grammar_matcher_mask(iris_grammar_matcher *m, uint32_t *mask, iris_err 
     memcpy(mask, m->mask, words * sizeof *mask);
     c = &m->cache[m->cache_next];
     if (!c->mask) c->mask = malloc(words * sizeof *c->mask);
-    if (c->mask && !grow((void **)&c->set, &c->cap, m->n_cur, sizeof *c->set)) {
+    if (c->mask && !gm_grow((void **)&c->set, &c->cap, m->n_cur, sizeof *c->set)) {
         uint32_t *old = c->mask;  /* the entry takes this mask; its old buffer is the next mask's */
         c->mask = m->mask;
         m->mask = old;

@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int grow(void **p, int *cap, int need, size_t elem) {
+/* *p (room for *cap elements of elem bytes) grown by doubling to hold need; -1 when out of memory. */
+int gm_grow(void **p, int *cap, int need, size_t elem) {
     if (need <= *cap) return 0;
     int nc = *cap ? *cap : 16;
     while (nc < need) nc *= 2;
@@ -32,13 +33,13 @@ int gb_init(iris_grammar *g) {
 }
 
 int gb_rule(iris_grammar *g) {
-    if (grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return -1;
+    if (gm_grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules)) return -1;
     memset(&g->rules[g->n_rules], 0, sizeof *g->rules);
     return g->n_rules++;
 }
 
 int gb_set(iris_grammar *g, const gset *s) {
-    if (grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) return -1;
+    if (gm_grow((void **)&g->sets, &g->cap_sets, g->n_sets + 1, sizeof *g->sets)) return -1;
     g->sets[g->n_sets] = *s;
     return g->n_sets++;
 }
@@ -55,7 +56,7 @@ int gb_set_byte(iris_grammar *g, int b) {
 }
 
 static void gseq_push(gseq *q, int type, int arg) {
-    if (q->bad || grow((void **)&q->e, &q->cap, q->n + 1, sizeof *q->e) || arg < 0) {
+    if (q->bad || gm_grow((void **)&q->e, &q->cap, q->n + 1, sizeof *q->e) || arg < 0) {
         q->bad = 1;
         return;
     }
@@ -77,9 +78,9 @@ int gb_alt(iris_grammar *g, int rule, gseq *q) {
     int over = g->n_el + q->n + 1 > (g->max_el ? g->max_el : GRAMMAR_MAX_ELEMS);
     int bad = q->bad || rule < 0 || over;
     if (over) g->over = 1;
-    if (!bad) bad = grow((void **)&g->el, &g->cap_el, g->n_el + q->n + 1, sizeof *g->el);
+    if (!bad) bad = gm_grow((void **)&g->el, &g->cap_el, g->n_el + q->n + 1, sizeof *g->el);
     grule *r = bad ? NULL : &g->rules[rule];
-    if (!bad) bad = grow((void **)&r->alts, &r->cap, r->n + 1, sizeof *r->alts);
+    if (!bad) bad = gm_grow((void **)&r->alts, &r->cap, r->n + 1, sizeof *r->alts);
     if (bad) {
         q->n = 0;
         q->bad = 0;

@@ -43,6 +43,10 @@ struct iris_grammar {
 
 static inline int gset_has(const gset *s, int b) { return (s->w[b >> 5] >> (b & 31)) & 1; }
 
+/* *p (room for *cap elements of elem bytes) grown by doubling to hold need; -1 when out of memory
+ * (grammar_build.c; the builder, the matcher and the vocabulary's tables use it). */
+int gm_grow(void **p, int *cap, int need, size_t elem);
+
 /* Builder: each returns an id (>= 0) or -1 when out of memory or past GRAMMAR_MAX_ELEMS. */
 int gb_init(iris_grammar *g);
 int gb_rule(iris_grammar *g);

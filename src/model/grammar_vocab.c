@@ -23,17 +23,6 @@
 
 #include "err.h"
 
-static int grow(void **p, int *cap, int need, size_t elem) {
-    if (need <= *cap) return 0;
-    int nc = *cap ? *cap : 16;
-    while (nc < need) nc *= 2;
-    void *np = realloc(*p, (size_t)nc * elem);
-    if (!np) return -1;
-    *p = np;
-    *cap = nc;
-    return 0;
-}
-
 static int cmp_tok(const void *a, const void *b, void *arg) {
     const iris_vocab *v = arg;
     int x = *(const int32_t *)a, y = *(const int32_t *)b;
@@ -48,7 +37,7 @@ static int cmp_tok(const void *a, const void *b, void *arg) {
  * Returns the most code points of string text below it, -1 when some token below is not
  * text, -2 when out of memory. */
 static int trie_fill(iris_vocab *v, int byte, int lo, int hi, size_t d, int st) {
-    if (grow((void **)&v->nodes, &v->cap_nodes, v->n_nodes + 1, sizeof *v->nodes)) return -2;
+    if (gm_grow((void **)&v->nodes, &v->cap_nodes, v->n_nodes + 1, sizeof *v->nodes)) return -2;
     int at = v->n_nodes++;
     int i = lo;
     while (i < hi && v->len[v->ids[i]] == d) i++;
