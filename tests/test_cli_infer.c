@@ -1,7 +1,8 @@
 /* test_cli_infer.c: `iris run|caption|ask|describe|logits` through the real
  * binary (env IRIS_BIN, default build/iris): usage, and bad input giving a
  * clear message and a non-zero exit (a missing tensor, a wrong shape, an
- * image that does not decode, a prompt longer than the context). */
+ * image that does not decode, a prompt longer than the context), and --max-image-pixels
+ * resizing on the CPU too. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,4 +121,24 @@ IRIS_TEST(cli_infer_bad_input) {
     snprintf(rm, sizeof rm, "rm -rf /tmp/iris-test-cli-%d-a /tmp/iris-test-cli-%d-b /tmp/iris-test-cli-%d-c",
              (int)getpid(), (int)getpid(), (int)getpid());
     CHECK(system(rm) == 0);
+}
+
+/* "N prompt tokens" of a `-v` statistics line, or -1. */
+static int prompt_tokens(const char *out) {
+    const char *p = strstr(out, " prompt tokens");
+    if (!p) return -1;
+    while (p > out && p[-1] >= '0' && p[-1] <= '9') p--;
+    return atoi(p);
+}
+
+/* --max-image-pixels resizes the image on every front door (the CLI here; the server's tests
+ * cover it there), also on the CPU, where no memory plan applies it: the demo model's 131,072-pixel
+ * scene (128 image tokens) comes down to at most 40,000 pixels (39 tokens of 32x32 pixels). */
+IRIS_TEST(cli_max_image_pixels_resizes) {
+    char out[8192];
+    CHECK_EQ_INT(iris("caption examples/images/scene1.png -v --max-tokens 4", out, sizeof out), 0);
+    int whole = prompt_tokens(out);
+    CHECK_EQ_INT(iris("caption examples/images/scene1.png -v --max-tokens 4 --max-image-pixels 40000", out, sizeof out), 0);
+    int capped = prompt_tokens(out);
+    CHECKF(whole > 128 && capped > 0 && capped <= whole - 128 + 39, "prompt tokens %d as given, %d capped", whole, capped);
 }

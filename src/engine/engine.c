@@ -64,6 +64,7 @@ void iris_engine_prompt_ctx(const iris_engine *e, iris_prompt_ctx *out) {
     out->chat_style = e->model->chat_style;
     out->text_only = !e->model->has_vision;
     out->video = &e->vopts;
+    out->max_image_pixels = e->o.max_image_pixels; /* --max-image-pixels, for every front door (0: the plan's) */
 }
 
 int iris_engine_reasoning(const iris_engine *e, int no_thinking) {
