@@ -177,8 +177,8 @@ void gemv8_mma_launch(const cuda_ctx *cx, const gemv_set &p, const __nv_bfloat16
  * ws[0] gate, ws[1] up into ys[0]); 0, an error, or 1 when it does not take them (nothing launched).
  * iris_cuda_gemv_i4_ref: the per-row reference kernel, n <= 8 (else 1).  iris_cuda_dequant_i4: rows
  * [r0, r0 + nr) of w as BF16 into dst [nr, w->cols]. */
-/* Up to 64 tokens through the GEMV, in launches of 16: at 8B's shapes on an H100 (bench_cuda int4,
- * 2026-11-27) 64 tokens take 35-169 us a linear this way against 49-307 us dequantized + cuBLASLt. */
+/* Up to 64 tokens through the GEMV, in launches of 16: at 8B's shapes on an H100 (bench_cuda int4)
+ * 64 tokens take 35-169 us a linear this way against 49-307 us dequantized + cuBLASLt. */
 #define I4_GEMV_ROWS 64
 int iris_cuda_gemv_i4(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws, const iris_tensor *bias,
                       iris_tensor *const *ys, int swiglu);
