@@ -1,6 +1,7 @@
 /* server_harness.c: the shared helpers of the `iris serve` tests (see
- * server_harness.h; no tests here). */
+ * server_harness.h), the node client tests' one body among them. */
 #include "server_harness.h"
+#include "test.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -363,4 +364,21 @@ char *ts_node_run(const char *script, int port, int timeout_s, int *rc) {
     char *out = iris_test_popen(cmd, &st);
     *rc = st;
     return out;
+}
+
+void ts_node_client_test(const char *pkg, const char *script) {
+    char why[160];
+    int ready = ts_node_ready(pkg, why, sizeof why) == 0;
+    CHECKF(ready, "%s", why);
+    if (!ready) return;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    ts_server s;
+    REQUIRE(ts_server_start(&s, NULL) == 0);
+    int rc = 0;
+    char *buf = ts_node_run(script, s.port, 300, &rc);
+    CHECKF(rc == 0, "%s failed:\n%s", script, buf ? buf : "");
+    if (getenv("IRIS_TEST_VERBOSE")) fprintf(stderr, "%s", buf ? buf : "");
+    CHECK_CONTAINS(buf, "PASS");
+    free(buf);
+    CHECK_EQ_INT(ts_server_stop(&s), 0);
 }

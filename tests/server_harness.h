@@ -59,6 +59,9 @@ int ts_node_ready(const char *pkg, char *why, size_t cap);
 /* `timeout T node tests/node/SCRIPT PORT tiny 2>&1`: its output (caller frees; NULL if it could
  * not start) and, in *rc, 0 when it exited 0. */
 char *ts_node_run(const char *script, int port, int timeout_s, int *rc);
+/* The body of a node client test: fails (naming scripts/setup) without node and pkg; else starts
+ * the tiny model's server, runs SCRIPT against it and checks it exits 0 having printed PASS. */
+void ts_node_client_test(const char *pkg, const char *script);
 /* Wait for the process to end (up to timeout_s); the exit status, -1 on a
  * signal, -2 when it is still running. */
 int ts_wait_exit(pid_t pid, double timeout_s);

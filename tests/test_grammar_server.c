@@ -51,18 +51,5 @@ IRIS_TEST(grammar_server_bad_schema) {
 }
 
 IRIS_TEST(grammar_server_node_client) {
-    char why[160];
-    int ready = ts_node_ready("ajv", why, sizeof why) == 0;
-    CHECKF(ready, "%s", why);
-    if (!ready) return;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    ts_server s;
-    REQUIRE(ts_server_start(&s, NULL) == 0);
-    int rc = 0;
-    char *buf = ts_node_run("structured_output.mjs", s.port, 300, &rc);
-    CHECKF(rc == 0, "structured_output.mjs failed:\n%s", buf ? buf : "");
-    if (getenv("IRIS_TEST_VERBOSE")) fprintf(stderr, "%s", buf ? buf : "");
-    CHECK_CONTAINS(buf, "PASS");
-    free(buf);
-    CHECK_EQ_INT(ts_server_stop(&s), 0);
+    ts_node_client_test("ajv", "structured_output.mjs");
 }

@@ -614,18 +614,5 @@ IRIS_TEST(server_sigterm_drains) {
 /* ---- the official openai npm client ---- */
 
 IRIS_TEST(server_openai_node_client) {
-    char why[160];
-    int ready = ts_node_ready("openai", why, sizeof why) == 0;
-    CHECKF(ready, "%s", why);
-    if (!ready) return;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    ts_server s;
-    REQUIRE(ts_server_start(&s, NULL) == 0);
-    int rc = 0;
-    char *buf = ts_node_run("openai_client.mjs", s.port, 300, &rc);
-    CHECKF(rc == 0, "openai_client.mjs failed:\n%s", buf ? buf : "");
-    if (getenv("IRIS_TEST_VERBOSE")) fprintf(stderr, "%s", buf ? buf : "");
-    CHECK_CONTAINS(buf, "PASS");
-    free(buf);
-    CHECK_EQ_INT(ts_server_stop(&s), 0);
+    ts_node_client_test("openai", "openai_client.mjs");
 }
