@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
 #include "tools/quantize.h"
 #include "test.h"
 
@@ -90,6 +91,20 @@ static iris_backend *cpu(void) {
     iris_err err = {0};
     if (!b && iris_backend_cpu_open(&b, &err)) return NULL;
     return b;
+}
+
+/* A backend opened with IRIS_CPU_AVX2=0 (the scalar reference paths); the caller destroys it. */
+static iris_backend *cpu_scalar(void) {
+    const char *was = getenv("IRIS_CPU_AVX2");
+    char *keep = was ? strdup(was) : NULL;
+    setenv("IRIS_CPU_AVX2", "0", 1);
+    iris_backend *b = NULL;
+    iris_err err = {0};
+    int rc = iris_backend_cpu_open(&b, &err);
+    if (keep) setenv("IRIS_CPU_AVX2", keep, 1);
+    else unsetenv("IRIS_CPU_AVX2");
+    free(keep);
+    return rc ? NULL : b;
 }
 
 /* Largest |got - want| / (|want| + scale) over n; NaN counts as failure. */
@@ -320,12 +335,14 @@ IRIS_TEST(backend_cpu_norms) {
         }
 }
 
-IRIS_TEST(backend_cpu_elementwise) {
-    iris_backend *b = cpu();
-    REQUIRE(b);
-    const int rows = 7, d = 101, ld = 103, n = rows * d;
+/* add, silu_mul, gelu_tanh, gelu_erf against double precision: on 7 rows (one thread) and 200
+ * (split across the pool), on the AVX2 activations and on a backend opened with IRIS_CPU_AVX2=0
+ * (libm's). */
+static void elementwise_case(iris_backend *b, int rows, const char *path) {
+    const int d = 101, ld = 103, n = rows * d;
     float *x = fvec((size_t)rows * ld), *u = fvec((size_t)rows * ld), *orig = malloc(sizeof(float) * rows * ld);
     for (int i = 0; i < rows * ld; i++) x[i] *= 6.0f; /* cover the tails of silu and gelu */
+    x[0] = -100.0f, x[1] = 100.0f, x[2] = -12.0f, x[3] = 0.0f; /* exp's clamps, the far tails, zero */
     double *want = malloc(sizeof(double) * n);
     float *got = malloc(sizeof(float) * n);
     for (int op = 0; op < 4; op++) {
@@ -344,12 +361,23 @@ IRIS_TEST(backend_cpu_elementwise) {
         CHECK(rc == 0);
         for (int r = 0; r < rows; r++) memcpy(got + r * d, x + r * ld, sizeof(float) * d);
         double e = rel_err(got, want, n, 1.0); /* fp32 1 + tanh(..) cancels in the far tail: absolute */
-        CHECKF(e < 2e-6, "elementwise op %d: rel err %g", op, e);
+        CHECKF(e < 2e-6, "%s, %d rows: elementwise op %d: rel err %g", path, rows, op, e);
+        for (int i = 0; i < n; i++) CHECKF(isfinite(got[i]), "%s op %d: element %d is %g", path, op, i, got[i]);
         for (int r = 0; r < rows; r++) /* the stride gap is untouched */
             CHECK(memcmp(x + r * ld + d, orig + r * ld + d, sizeof(float) * (ld - d)) == 0);
         memcpy(x, orig, sizeof(float) * rows * ld);
     }
     free(x), free(u), free(orig), free(want), free(got);
+}
+
+IRIS_TEST(backend_cpu_elementwise) {
+    iris_backend *b = cpu(), *scalar = cpu_scalar();
+    REQUIRE(b && scalar);
+    for (int rows = 7; rows <= 200; rows += 193) {
+        elementwise_case(b, rows, iris_cpu_has_avx2() ? "avx2" : "scalar");
+        elementwise_case(scalar, rows, "scalar");
+    }
+    scalar->destroy(scalar);
 }
 
 IRIS_TEST(backend_cpu_rope_mrope) {
@@ -461,11 +489,11 @@ static void ref_causal(const float *q, const float *k, const float *v, int past,
 }
 
 IRIS_TEST(backend_cpu_paged_attention) {
-    /* Two sequences in one step over shuffled blocks (GQA 6:2, hd 24): one with 21 tokens
+    /* Two sequences in one step over shuffled blocks (GQA 6:2, hd 28: a tail past eight lanes): one with 21 tokens
      * cached and 13 new (a prefill chunk), one decoding its 40th token. */
     iris_backend *b = cpu();
     REQUIRE(b);
-    enum { NQ = 6, NKV = 2, HD = 24, NB = 12, BLK = 16 };
+    enum { NQ = 6, NKV = 2, HD = 28, NB = 12, BLK = 16 };
     const int past[2] = {21, 39}, nnew[2] = {13, 1}, kd = NKV * HD, qd = NQ * HD;
     const int32_t tables[2][4] = {{9, 2, 11, -1}, {4, 0, 7, -1}};
     float *kc = poisoned((size_t)NB * BLK * kd), *vc = poisoned((size_t)NB * BLK * kd);
@@ -503,14 +531,21 @@ IRIS_TEST(backend_cpu_paged_attention) {
     iris_tensor kt = f32_view(k, R, kd, 0), vt = f32_view(v, R, kd, 0), qt = f32_view(q, R, qd, 0),
                 ot = f32_view(o, R, qd, 0);
     REQUIRE(b->kv_write(b, &kv, &kt, &vt, &m) == 0);
-    REQUIRE(b->attn_paged(b, &qt, &kv, &m, NQ, &ot) == 0);
-    for (int s = 0, r0 = 0; s < 2; r0 += nnew[s], s++) {
-        double *want = malloc(sizeof(double) * (size_t)nnew[s] * qd);
-        ref_causal(Q[s], K[s], Vv[s], past[s], nnew[s], NQ, NKV, HD, want);
-        double e = rel_err(o + r0 * qd, want, (int64_t)nnew[s] * qd, 1e-2);
-        CHECKF(e < 1e-5, "paged attention, sequence %d: rel err %g vs contiguous", s, e);
-        free(want);
+    iris_backend *scalar = cpu_scalar(); /* the AVX2 rows (where the CPU has it) and the scalar ones */
+    REQUIRE(scalar);
+    for (int pass = 0; pass < 2; pass++) {
+        iris_backend *bk = pass ? scalar : b;
+        for (int i = 0; i < R * qd; i++) o[i] = NAN;
+        REQUIRE(bk->attn_paged(bk, &qt, &kv, &m, NQ, &ot) == 0);
+        for (int s = 0, r0 = 0; s < 2; r0 += nnew[s], s++) {
+            double *want = malloc(sizeof(double) * (size_t)nnew[s] * qd);
+            ref_causal(Q[s], K[s], Vv[s], past[s], nnew[s], NQ, NKV, HD, want);
+            double e = rel_err(o + r0 * qd, want, (int64_t)nnew[s] * qd, 1e-2);
+            CHECKF(e < 1e-5, "paged attention (%s), sequence %d: rel err %g vs contiguous", pass ? "scalar" : "default", s, e);
+            free(want);
+        }
     }
+    scalar->destroy(scalar);
     /* a slot outside the cache and a row seeing more than its table are errors */
     int32_t bad_slot = NB * BLK;
     iris_attn_meta mb = m;
@@ -561,17 +596,8 @@ IRIS_TEST(backend_cpu_segment_attention) {
  * bit (a backend opened with IRIS_CPU_AVX2=0 runs the scalar rows), on segments shorter and longer
  * than a tile and head sizes with and without a tail of fewer than eight. */
 IRIS_TEST(backend_cpu_segment_attention_tiles_exact) {
-    iris_backend *b = cpu(), *scalar = NULL;
-    REQUIRE(b);
-    iris_err err = {0};
-    const char *was = getenv("IRIS_CPU_AVX2");
-    char *keep = was ? strdup(was) : NULL;
-    setenv("IRIS_CPU_AVX2", "0", 1);
-    int rc = iris_backend_cpu_open(&scalar, &err);
-    if (keep) setenv("IRIS_CPU_AVX2", keep, 1);
-    else unsetenv("IRIS_CPU_AVX2");
-    free(keep);
-    REQUIRE(rc == 0);
+    iris_backend *b = cpu(), *scalar = cpu_scalar();
+    REQUIRE(b && scalar);
     const int cu[7] = {0, 1, 8, 16, 25, 42, 82}, n_seg = 6, N = 82, NH = 3;
     const int hds[2] = {20, 64};
     for (int k = 0; k < 2; k++) {
@@ -593,13 +619,9 @@ IRIS_TEST(backend_cpu_segment_attention_tiles_exact) {
 
 /* The AVX2 decode kernel directly, FP8 included (the linear routes FP8 to the
  * table path by measurement, so the kernel's FP8 decode is pinned down here). */
-#include "backend/cpu/cpu_internal.h"
 
 IRIS_TEST(backend_cpu_avx2_kernel) {
-    if (!iris_cpu_has_avx2()) {
-        fprintf(stderr, "  (no AVX2 on this CPU: kernel not exercised)\n");
-        return;
-    }
+    if (!iris_cpu_has_avx2()) IRIS_TEST_SKIP("no AVX2 on this CPU: kernel not exercised");
     iris_fp8_table_init();
     /* every code, exactly: an 8-column row of code c, x = e_0, under two scales */
     const float scales[2] = {1.0f, 1.0f / 3.0f};

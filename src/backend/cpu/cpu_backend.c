@@ -5,6 +5,7 @@
  * · scale) per group, as compressed-tensors).  Memory is plain
  * malloc; ops run on the calling thread, fanning out over base/pool.h.
  * The matrix products live in cpu_linear.c, attention in cpu_attn.c. */
+#include <cblas.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -185,62 +186,127 @@ static int cpu_layer_norm(iris_backend *b, const iris_tensor *x, const iris_tens
     return norm_common(b, x, w, bias, eps, y, 1);
 }
 
-static int cpu_add(iris_backend *b, iris_tensor *y, const iris_tensor *x) {
-    for (int64_t r = 0; r < y->rows; r++) {
-        float *yr = ROW(y, r);
-        const float *xr = CROW(x, r);
-        for (int64_t i = 0; i < y->cols; i++) yr[i] += xr[i];
+/* Elementwise ops over rows: split across the pool when there is enough work to pay for waking it
+ * (the vision encoder's 560 x 768 GELU on the demo model), inline otherwise (a decode row).  Every
+ * element is computed as it would be alone: the same numbers at any thread count. */
+#define EW_MIN_ELEMS 16384
+
+typedef struct {
+    iris_tensor *y;
+    const iris_tensor *x;
+    int avx2; /* GELU and SiLU through cpu_act_avx2.c */
+} ew_ctx;
+
+static int cpu_avx2(const iris_backend *b) { return b->ctx && ((const iris_cpu_ctx *)b->ctx)->avx2; }
+
+static void ew_rows(int64_t rows, int64_t cols, iris_pool_fn fn, ew_ctx *c) {
+    if (rows * cols >= EW_MIN_ELEMS) iris_pool_for(rows, fn, c);
+    else fn(c, 0, rows);
+}
+
+static void add_rows(void *p, int64_t r0, int64_t r1) {
+    ew_ctx *c = p;
+    for (int64_t r = r0; r < r1; r++) {
+        float *yr = ROW(c->y, r);
+        const float *xr = CROW(c->x, r);
+        for (int64_t i = 0; i < c->y->cols; i++) yr[i] += xr[i];
     }
+}
+
+static void silu_mul_rows(void *p, int64_t r0, int64_t r1) {
+    ew_ctx *c = p;
+    for (int64_t r = r0; r < r1; r++) {
+        float *gr = ROW(c->y, r);
+        const float *ur = CROW(c->x, r);
+        if (c->avx2) {
+            iris_cpu_silu_mul_avx2(gr, ur, c->y->cols);
+            continue;
+        }
+        for (int64_t i = 0; i < c->y->cols; i++) gr[i] = gr[i] / (1.0f + expf(-gr[i])) * ur[i];
+    }
+}
+
+static void gelu_tanh_rows(void *p, int64_t r0, int64_t r1) {
+    ew_ctx *c = p;
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int64_t r = r0; r < r1; r++) {
+        float *v = ROW(c->y, r);
+        if (c->avx2) {
+            iris_cpu_gelu_tanh_avx2(v, c->y->cols);
+            continue;
+        }
+        for (int64_t i = 0; i < c->y->cols; i++) v[i] = 0.5f * v[i] * (1.0f + tanhf(k * (v[i] + 0.044715f * v[i] * v[i] * v[i])));
+    }
+}
+
+static void gelu_erf_rows(void *p, int64_t r0, int64_t r1) {
+    ew_ctx *c = p;
+    for (int64_t r = r0; r < r1; r++) {
+        float *v = ROW(c->y, r);
+        for (int64_t i = 0; i < c->y->cols; i++) v[i] = 0.5f * v[i] * (1.0f + erff(v[i] * 0.70710678118654752f));
+    }
+}
+
+static int cpu_add(iris_backend *b, iris_tensor *y, const iris_tensor *x) {
+    ew_ctx c = {y, x, 0};
+    ew_rows(y->rows, y->cols, add_rows, &c);
     return 0;
 }
 
 static int cpu_silu_mul(iris_backend *b, iris_tensor *g, const iris_tensor *u) {
-    for (int64_t r = 0; r < g->rows; r++) {
-        float *gr = ROW(g, r);
-        const float *ur = CROW(u, r);
-        for (int64_t i = 0; i < g->cols; i++) gr[i] = gr[i] / (1.0f + expf(-gr[i])) * ur[i];
-    }
+    ew_ctx c = {g, u, cpu_avx2(b)};
+    ew_rows(g->rows, g->cols, silu_mul_rows, &c);
     return 0;
 }
 
 static int cpu_gelu_tanh(iris_backend *b, iris_tensor *x) {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (int64_t r = 0; r < x->rows; r++) {
-        float *v = ROW(x, r);
-        for (int64_t i = 0; i < x->cols; i++) v[i] = 0.5f * v[i] * (1.0f + tanhf(k * (v[i] + 0.044715f * v[i] * v[i] * v[i])));
-    }
+    ew_ctx c = {x, NULL, cpu_avx2(b)};
+    ew_rows(x->rows, x->cols, gelu_tanh_rows, &c);
     return 0;
 }
 
 static int cpu_gelu_erf(iris_backend *b, iris_tensor *x) {
-    for (int64_t r = 0; r < x->rows; r++) {
-        float *v = ROW(x, r);
-        for (int64_t i = 0; i < x->cols; i++) v[i] = 0.5f * v[i] * (1.0f + erff(v[i] * 0.70710678118654752f));
-    }
+    ew_ctx c = {x, NULL, 0};
+    ew_rows(x->rows, x->cols, gelu_erf_rows, &c);
     return 0;
+}
+
+typedef struct {
+    iris_tensor *x;
+    int n_heads, hd, pos_stride;
+    const int32_t *pos;
+    const int *dim_of;
+    const float *inv_freq;
+} rope_ctx;
+
+static void rope_rows(void *p, int64_t r0, int64_t r1) {
+    rope_ctx *c = p;
+    int half = c->hd / 2;
+    float cs[512], sn[512];
+    for (int64_t r = r0; r < r1; r++) {
+        for (int j = 0; j < half; j++) {
+            float a = (float)c->pos[(int64_t)c->dim_of[j] * c->pos_stride + r] * c->inv_freq[j];
+            cs[j] = cosf(a);
+            sn[j] = sinf(a);
+        }
+        float *row = ROW(c->x, r);
+        for (int h = 0; h < c->n_heads; h++) {
+            float *q = row + h * c->hd;
+            for (int j = 0; j < half; j++) {
+                float a = q[j], d = q[j + half];
+                q[j] = a * cs[j] - d * sn[j];
+                q[j + half] = d * cs[j] + a * sn[j];
+            }
+        }
+    }
 }
 
 static int cpu_rope(iris_backend *b, iris_tensor *x, int n_heads, int hd, const int32_t *pos, int pos_stride,
                     const int *dim_of, const float *inv_freq) {
-    int half = hd / 2;
-    float cs[512], sn[512];
-    if (half > 512) return iris_cpu_fail(b, IRIS_EUNSUPPORTED, "rope: head_dim %d over 1024", hd);
-    for (int64_t r = 0; r < x->rows; r++) {
-        for (int j = 0; j < half; j++) {
-            float a = (float)pos[(int64_t)dim_of[j] * pos_stride + r] * inv_freq[j];
-            cs[j] = cosf(a);
-            sn[j] = sinf(a);
-        }
-        float *row = ROW(x, r);
-        for (int h = 0; h < n_heads; h++) {
-            float *q = row + h * hd;
-            for (int j = 0; j < half; j++) {
-                float a = q[j], c = q[j + half];
-                q[j] = a * cs[j] - c * sn[j];
-                q[j + half] = c * cs[j] + a * sn[j];
-            }
-        }
-    }
+    if (hd / 2 > 512) return iris_cpu_fail(b, IRIS_EUNSUPPORTED, "rope: head_dim %d over 1024", hd);
+    rope_ctx c = {x, n_heads, hd, pos_stride, pos, dim_of, inv_freq};
+    if (x->rows * n_heads * hd >= EW_MIN_ELEMS) iris_pool_for(x->rows, rope_rows, &c);
+    else rope_rows(&c, 0, x->rows);
     return 0;
 }
 
@@ -313,6 +379,7 @@ int iris_backend_cpu_open(iris_backend **out, iris_err *err) {
         return iris_err_set(err, IRIS_ENOMEM, "out of memory");
     }
     iris_fp8_table_init();
+    openblas_set_num_threads(1); /* sgemm is split across the pool (cpu_linear.c) */
     /* (FP8 rows stay on the table path even with AVX2: it measured faster, cpu_linear.c) */
     const char *avx2 = getenv("IRIS_CPU_AVX2");
     c->avx2 = iris_cpu_has_avx2() && !(avx2 && !strcmp(avx2, "0"));

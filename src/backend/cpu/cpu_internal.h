@@ -37,6 +37,9 @@ void iris_cpu_widen_row(const iris_tensor *w, int64_t r, float *dst);
  * of x; BF16 and FP8 (block[1] % 8 == 0) weights, same numbers as the scalar widening.
  * Returns -1, writing nothing, for anything else.  Call only when iris_cpu_has_avx2(). */
 int iris_cpu_has_avx2(void);
+/* The AVX2 activations (cpu_act_avx2.c), in place over n floats: GELU (tanh form), g = silu(g) · u. */
+void iris_cpu_gelu_tanh_avx2(float *v, int64_t n);
+void iris_cpu_silu_mul_avx2(float *g, const float *u, int64_t n);
 int iris_cpu_dot_row_avx2(const iris_tensor *w, int64_t r, const float *x, int n, int64_t ldx, float *y, int64_t ldy);
 
 int iris_cpu_fail(iris_backend *b, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -8,8 +8,11 @@
  * measured faster than the AVX2 bit decode (5.2 vs 3.2 GB/s of weights), so
  * FP8 takes the AVX2 kernel only in its own test, which keeps it exact.
  * Many rows (prefill, vision): W is widened to fp32 in tiles of LIN_CHUNK
- * rows (in parallel), each tile multiplied with OpenBLAS sgemm (which threads
- * by itself; the two never run at once). */
+ * rows (in parallel), and each tile multiplied with OpenBLAS sgemm, x's rows
+ * split across the pool, one single-threaded sgemm a worker (the backend sets
+ * OpenBLAS to one thread: its own threads spin in sched_yield between calls,
+ * which on the 2-core dev VM cost the pool's other ops their second core —
+ * demo captions in one process 1.3x faster with the pool's split). */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,8 @@ typedef struct {
     int64_t r0;
     float *tile;
     int simd;
+    int64_t m;       /* the tile's rows */
+    const float *bf; /* the bias as fp32, or NULL */
 } lin_ctx;
 
 /* FP8 rows: the 256 possible values of one 128x128 block, bf16(e4m3(code) · scale),
@@ -80,39 +85,55 @@ static void lin_widen(void *p, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) iris_cpu_widen_row(c->w, c->r0 + r, c->tile + r * c->w->cols);
 }
 
+/* x's rows [i0, i1) times the tile's m rows of W into y's columns [r0, r0 + m). */
+static void lin_gemm(void *p, int64_t i0, int64_t i1) {
+    lin_ctx *c = p;
+    int64_t in = c->w->cols, ldx = iris_tensor_ld(c->x), ldy = iris_tensor_ld(c->y);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(i1 - i0), (int)c->m, (int)in, 1.0f,
+                (const float *)c->x->data + i0 * ldx, (int)ldx, c->tile, (int)in, 0.0f,
+                (float *)c->y->data + i0 * ldy + c->r0, (int)ldy);
+    if (c->bf)
+        for (int64_t i = i0; i < i1; i++) {
+            float *yr = (float *)c->y->data + i * ldy + c->r0;
+            for (int64_t r = 0; r < c->m; r++) yr[r] += c->bf[c->r0 + r];
+        }
+}
+
 int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y) {
     int64_t out = w->rows, in = w->cols, n = x->rows;
     if (x->cols != in || y->cols != out || y->rows != n)
         return iris_cpu_fail(b, IRIS_EINVAL, "linear: x [%lld, %lld] · W[%lld, %lld]ᵀ into y [%lld, %lld]",
                              (long long)n, (long long)x->cols, (long long)out, (long long)in, (long long)y->rows,
                              (long long)y->cols);
+    float *bf = NULL;
+    if (bias) {
+        if (!(bf = malloc(sizeof(float) * (size_t)out))) return iris_cpu_fail(b, IRIS_ENOMEM, "out of memory");
+        iris_cpu_widen_row(bias, 0, bf);
+    }
     lin_ctx c = {.x = x, .w = w, .y = y};
-    int64_t ldx = iris_tensor_ld(x), ldy = iris_tensor_ld(y);
     if (n <= DOT_MAX_ROWS) {
         c.simd = b->ctx && ((const iris_cpu_ctx *)b->ctx)->avx2;
         iris_pool_for(out, lin_dot, &c);
+        int64_t ldy = iris_tensor_ld(y);
+        for (int64_t i = 0; bf && i < n; i++)
+            for (int64_t r = 0; r < out; r++) ((float *)y->data)[i * ldy + r] += bf[r];
     } else {
         int64_t rows = out < LIN_CHUNK ? out : LIN_CHUNK;
         c.tile = malloc((size_t)(rows * in) * sizeof(float));
-        if (!c.tile)
+        c.bf = bf;
+        if (!c.tile) {
+            free(bf);
             return iris_cpu_fail(b, IRIS_ENOMEM, "linear: out of memory for a %lld x %lld tile", (long long)rows,
                                  (long long)in);
+        }
         for (int64_t r0 = 0; r0 < out; r0 += rows) {
             int64_t m = out - r0 < rows ? out - r0 : rows;
-            c.r0 = r0;
+            c.r0 = r0, c.m = m;
             iris_pool_for(m, lin_widen, &c);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)in, 1.0f, (const float *)x->data,
-                        (int)ldx, c.tile, (int)in, 0.0f, (float *)y->data + r0, (int)ldy);
+            iris_pool_for(n, lin_gemm, &c); /* and the bias, where there is one */
         }
         free(c.tile);
     }
-    if (bias) {
-        float *bf = malloc(sizeof(float) * (size_t)out);
-        if (!bf) return iris_cpu_fail(b, IRIS_ENOMEM, "out of memory");
-        iris_cpu_widen_row(bias, 0, bf);
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t r = 0; r < out; r++) ((float *)y->data)[i * ldy + r] += bf[r];
-        free(bf);
-    }
+    free(bf);
     return 0;
 }
