@@ -7,7 +7,8 @@
 #          written when missing), given the demo tokenizer when it has none (config.json's special
 #          token ids set to that tokenizer's)
 #   plan   iris plan -> plan.txt
-#   run    iris run with an image and a 5,000-token prompt (IRIS_PLACE_TOKENS) -> run.out, run.log,
+#   run    iris run with an image (IRIS_PLACE_IMAGE, default examples/images/scene1.png) and a
+#          5,000-token prompt (IRIS_PLACE_TOKENS) -> run.out, run.log,
 #          smi-run.csv
 #   serve  iris serve, two chat completions (image + the long text) -> serve.log, reply1/2.json,
 #          smi-serve.csv
@@ -25,7 +26,7 @@ B=${BUILD:-build/gpu}
 [ -x "$B/iris" ] || B=build
 IRIS=$B/iris
 M=${IRIS_PLACE_MODEL:-/tmp/s8-int4}
-IMG=examples/images/scene1.png
+IMG=${IRIS_PLACE_IMAGE:-examples/images/scene1.png}
 CAP=${IRIS_PLACE_CAP:-"--gpu-memory-limit 7GiB --max-model-len 8192"}
 
 phase_synth() {
