@@ -12,8 +12,10 @@
 #include "err.h"
 
 /* Patches of one CPU encoder pass at most (fp32 buffers: ~31 KB a patch for the 2B's encoder),
- * unless one image alone has more. */
-#define CPU_ENCODE_PATCHES 8192
+ * unless one image alone has more: about two demo images.  Passes of 8,192 patches measured
+ * slower on the 2-core dev VM (40 demo captions: 4.7-5.1 s of CPU against 4.7, and 73K page
+ * faults against 54K: their buffers outgrow the heap and are mapped afresh each pass). */
+#define CPU_ENCODE_PATCHES 1024
 
 /* Does image i of r's chunk [n_computed, n_computed + n_new) need encoding now? */
 static int needs_encoding(const iris_request *r, int i) {
