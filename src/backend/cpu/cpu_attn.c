@@ -5,12 +5,14 @@
  * (--kv-cache-dtype fp8: each value's e4m3 code, scale 1, saturating at
  * +-448, written by kv_write and widened exactly on read).  Vision
  * attention takes eight rows of a head at once where the CPU has AVX2
- * (seg_tile_avx2), with the scalar row's arithmetic, bit for bit. */
+ * (seg_tile_avx2: FMA, a vector exp; each row's numbers its own, whatever
+ * tile it falls in), the scalar rows (seg_row) where it has not. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_avx2.h"
 #include "cpu_internal.h"
 #include "dtype.h"
 #include "pool.h"
@@ -175,10 +177,10 @@ static void seg_row(const seg_ctx *c, int h, int64_t i, int a, int e_, float *sc
 }
 
 /* o0[e], o1[e] = the sums over keys j in order of p[j * 8 + t] · v_j[e] and of p[j * 8 + t + 1] · v_j[e]
- * (v_j = v + j · ldv), each from 0 by a multiply then an add per key, as the scalar row adds them;
- * the sums stay in registers, 32 columns at a time, and each v row is read once for both rows. */
-__attribute__((target("avx2"))) static void pv_avx2(const float *p, int t, int len, const float *v, int64_t ldv, int hd,
-                                                    float *o0, float *o1) {
+ * (v_j = v + j · ldv), one FMA a key; the sums stay in registers, 32 columns at a time, and each v
+ * row is read once for both rows. */
+__attribute__((target("avx2,fma"))) static void pv_avx2(const float *p, int t, int len, const float *v, int64_t ldv,
+                                                        int hd, float *o0, float *o1) {
     int e = 0;
     for (; e + 32 <= hd; e += 32) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
@@ -186,10 +188,10 @@ __attribute__((target("avx2"))) static void pv_avx2(const float *p, int t, int l
             const float *vj = v + j * ldv + e;
             __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8), v2 = _mm256_loadu_ps(vj + 16),
                    v3 = _mm256_loadu_ps(vj + 24), pa = _mm256_set1_ps(p[j * 8 + t]), pb = _mm256_set1_ps(p[j * 8 + t + 1]);
-            a0 = _mm256_add_ps(a0, _mm256_mul_ps(pa, v0)), a1 = _mm256_add_ps(a1, _mm256_mul_ps(pa, v1));
-            a2 = _mm256_add_ps(a2, _mm256_mul_ps(pa, v2)), a3 = _mm256_add_ps(a3, _mm256_mul_ps(pa, v3));
-            b0 = _mm256_add_ps(b0, _mm256_mul_ps(pb, v0)), b1 = _mm256_add_ps(b1, _mm256_mul_ps(pb, v1));
-            b2 = _mm256_add_ps(b2, _mm256_mul_ps(pb, v2)), b3 = _mm256_add_ps(b3, _mm256_mul_ps(pb, v3));
+            a0 = _mm256_fmadd_ps(pa, v0, a0), a1 = _mm256_fmadd_ps(pa, v1, a1);
+            a2 = _mm256_fmadd_ps(pa, v2, a2), a3 = _mm256_fmadd_ps(pa, v3, a3);
+            b0 = _mm256_fmadd_ps(pb, v0, b0), b1 = _mm256_fmadd_ps(pb, v1, b1);
+            b2 = _mm256_fmadd_ps(pb, v2, b2), b3 = _mm256_fmadd_ps(pb, v3, b3);
         }
         _mm256_storeu_ps(o0 + e, a0), _mm256_storeu_ps(o0 + e + 8, a1), _mm256_storeu_ps(o0 + e + 16, a2);
         _mm256_storeu_ps(o0 + e + 24, a3), _mm256_storeu_ps(o1 + e, b0), _mm256_storeu_ps(o1 + e + 8, b1);
@@ -199,8 +201,8 @@ __attribute__((target("avx2"))) static void pv_avx2(const float *p, int t, int l
         __m256 a0 = _mm256_setzero_ps(), b0 = a0;
         for (int j = 0; j < len; j++) {
             __m256 v0 = _mm256_loadu_ps(v + j * ldv + e);
-            a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_set1_ps(p[j * 8 + t]), v0));
-            b0 = _mm256_add_ps(b0, _mm256_mul_ps(_mm256_set1_ps(p[j * 8 + t + 1]), v0));
+            a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j * 8 + t]), v0, a0);
+            b0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j * 8 + t + 1]), v0, b0);
         }
         _mm256_storeu_ps(o0 + e, a0), _mm256_storeu_ps(o1 + e, b0);
     }
@@ -211,13 +213,15 @@ __attribute__((target("avx2"))) static void pv_avx2(const float *p, int t, int l
     }
 }
 
-/* Rows i0..i0+nt (nt <= SEG_TILE) of head h over keys [a, e_), as seg_row computes each of them, bit
- * for bit: the same products and sums in the same order, eight rows a vector (separate multiplies
- * and adds, no FMA: this file is built without -ffp-contract and the target has no FMA), so every
- * key and value row is read once for the tile (a value row once a pair of rows, pv_avx2).  buf:
+/* Rows i0..i0+nt (nt <= SEG_TILE) of head h over keys [a, e_), eight rows a vector: every key and
+ * value row is read once for the tile (a value row once a pair of rows, pv_avx2).  Each lane is
+ * one row's own arithmetic, whatever rows share its tile (eight keys' FMA sums interleaved, each
+ * in order over e; the softmax's exp by iris_cpu_exp8 and its sum in double, in key order), so a
+ * row's numbers do not depend on how a batch's rows fall into tiles.  Against the scalar rows
+ * (seg_row: separate multiplies and adds, libm's expf): within float rounding.  buf:
  * hd * 8 + (e_ - a) * 8 + hd * 8 floats. */
-__attribute__((target("avx2"))) static void seg_tile_avx2(const seg_ctx *c, int h, int64_t i0, int nt, int a, int e_,
-                                                          float *buf) {
+__attribute__((target("avx2,fma"))) static void seg_tile_avx2(const seg_ctx *c, int h, int64_t i0, int nt, int a,
+                                                              int e_, float *buf) {
     int hd = c->hd, nh = c->nh, len = e_ - a;
     int64_t ld = iris_tensor_ld(c->qkv);
     const float *base = c->qkv->data;
@@ -226,40 +230,41 @@ __attribute__((target("avx2"))) static void seg_tile_avx2(const seg_ctx *c, int 
     for (int e = 0; e < hd; e++)
         for (int t = 0; t < 8; t++) qt[e * 8 + t] = t < nt ? base[(i0 + t) * ld + h * hd + e] : 0.0f;
     __m256 vs = _mm256_set1_ps(scale);
-    int64_t kstep = ld;
+    int64_t ks = ld;
     const float *k0 = base + (int64_t)a * ld + (int64_t)nh * hd + h * hd;
     int jk = 0;
-    for (; jk + 4 <= len; jk += 4) {  /* four keys' sums interleaved: each still in order over e */
-        const float *k = k0 + jk * kstep;
-        __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
+    for (; jk + 8 <= len; jk += 8) {  /* eight keys' sums interleaved: each still in order over e */
+        const float *k = k0 + jk * ks;
+        __m256 d[8];
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) d[u] = _mm256_setzero_ps();
         for (int e = 0; e < hd; e++) {
             __m256 qe = _mm256_loadu_ps(qt + e * 8);
-            d0 = _mm256_add_ps(d0, _mm256_mul_ps(qe, _mm256_set1_ps(k[e])));
-            d1 = _mm256_add_ps(d1, _mm256_mul_ps(qe, _mm256_set1_ps(k[kstep + e])));
-            d2 = _mm256_add_ps(d2, _mm256_mul_ps(qe, _mm256_set1_ps(k[2 * kstep + e])));
-            d3 = _mm256_add_ps(d3, _mm256_mul_ps(qe, _mm256_set1_ps(k[3 * kstep + e])));
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++) d[u] = _mm256_fmadd_ps(qe, _mm256_set1_ps(k[u * ks + e]), d[u]);
         }
-        _mm256_storeu_ps(sc + (size_t)jk * 8, _mm256_mul_ps(d0, vs));
-        _mm256_storeu_ps(sc + (size_t)(jk + 1) * 8, _mm256_mul_ps(d1, vs));
-        _mm256_storeu_ps(sc + (size_t)(jk + 2) * 8, _mm256_mul_ps(d2, vs));
-        _mm256_storeu_ps(sc + (size_t)(jk + 3) * 8, _mm256_mul_ps(d3, vs));
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) _mm256_storeu_ps(sc + (size_t)(jk + u) * 8, _mm256_mul_ps(d[u], vs));
     }
     for (; jk < len; jk++) {
-        const float *k = k0 + jk * kstep;
+        const float *k = k0 + jk * ks;
         __m256 d = _mm256_setzero_ps();
-        for (int e = 0; e < hd; e++) d = _mm256_add_ps(d, _mm256_mul_ps(_mm256_loadu_ps(qt + e * 8), _mm256_set1_ps(k[e])));
+        for (int e = 0; e < hd; e++) d = _mm256_fmadd_ps(_mm256_loadu_ps(qt + e * 8), _mm256_set1_ps(k[e]), d);
         _mm256_storeu_ps(sc + (size_t)jk * 8, _mm256_mul_ps(d, vs));
     }
-    float inv[SEG_TILE];
-    for (int t = 0; t < nt; t++) {
-        float mx = -INFINITY;
-        for (int j = 0; j < len; j++) mx = sc[j * 8 + t] > mx ? sc[j * 8 + t] : mx;
-        double sum = 0;
-        for (int j = 0; j < len; j++) sum += (sc[j * 8 + t] = expf(sc[j * 8 + t] - mx));
-        inv[t] = (float)(1.0 / sum);
+    /* softmax down each lane: the max, e^(s - max), the sum in double in key order, then s / sum */
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < len; j++) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc + (size_t)j * 8));
+    __m256d s_lo = _mm256_setzero_pd(), s_hi = s_lo;
+    for (int j = 0; j < len; j++) {
+        __m256 x = iris_cpu_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + (size_t)j * 8), mx));
+        _mm256_storeu_ps(sc + (size_t)j * 8, x);
+        s_lo = _mm256_add_pd(s_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));
+        s_hi = _mm256_add_pd(s_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));
     }
-    for (int t = 0; t < nt; t++)
-        for (int j = 0; j < len; j++) sc[j * 8 + t] *= inv[t];  /* the scalar row's pj */
+    const __m256d one = _mm256_set1_pd(1.0);
+    __m256 inv = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_div_pd(one, s_hi)), _mm256_cvtpd_ps(_mm256_div_pd(one, s_lo)));
+    for (int j = 0; j < len; j++) _mm256_storeu_ps(sc + (size_t)j * 8, _mm256_mul_ps(_mm256_loadu_ps(sc + (size_t)j * 8), inv));
     const float *v = base + (int64_t)a * ld + 2 * (int64_t)nh * hd + h * hd;
     for (int t = 0; t < nt; t += 2) pv_avx2(sc, t, len, v, ld, hd, acc + (size_t)t * hd, acc + (size_t)(t + 1) * hd);
     for (int t = 0; t < nt; t++)
