@@ -85,7 +85,8 @@ typedef struct iris_engine_opts {
     double gpu_memory_utilization;  /* a fraction of the device's memory (0: unset) */
     uint64_t gpu_memory_margin;     /* kept free when neither is set (0 with margin_set 0: 512 MiB) */
     int gpu_memory_margin_set;
-    long long max_image_pixels;     /* largest image after resizing (0: 1,048,576); larger ones are resized down */
+    long long max_image_pixels;     /* largest image after resizing (0: 1,048,576), for every caller of the engine's
+                                       prompt context (CLI and server) and the memory plan; larger ones are resized down */
     const char *kv_cache_dtype;     /* "bf16" (NULL: the default) or "fp8": e4m3 codes, half the bytes (CPU and CUDA) */
     const char *dense_weights;      /* CUDA, FP8 checkpoints: "auto" (NULL), "on" or "off": BF16 copies of the decoder
                                        linears for prefill and large batches (planner.h iris_dense_mode) */

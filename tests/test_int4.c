@@ -392,25 +392,20 @@ static void check_image_greedy(const char *variant) {
     iris_engine *e = NULL;
     iris_err err = {0};
     REQUIRE(iris_engine_open(&o, &e, &err) == 0);
-    const char *imgs[1] = {TINY_DIR "/images/a.png"};
-    iris_request_params rp;
-    iris_request_params_default(e, &rp);
-    rp.messages_json = "[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\","
-                       "\"text\":\"What is in this image?\"}]}]";
-    rp.image_paths = imgs;
-    rp.n_images = 1;
-    rp.sampling.do_sample = 0;
-    rp.sampling.max_tokens = 24;
-    rp.sampling.ignore_eos = 1;
-    iris_request *r = NULL;
-    int rc = iris_engine_submit(e, &rp, &r, &err), n = 0, same = 0;
-    CHECKF(rc == 0, "%s: %s", variant, err.msg);
-    iris_event ev;
-    while (!rc && iris_request_next(r, &ev, 60000) == IRIS_OK && ev.kind != IRIS_EVENT_DONE)
-        if (n < 24) same += ev.token == (int)greedy.i64[n], n++;
-    printf("  %s / image: %d of %d greedy tokens as transformers (engine, CPU)\n", variant, same, n);
-    CHECKF(n == 24 && same == 24, "%s: %d of %d greedy image tokens as transformers", variant, same, n);
-    iris_request_free(r);
+    tiny_greedy_run g;
+    CHECKF(tiny_image_greedy(e, greedy.i64, 24, 60000, &g, &err) == 0, "%s: %s", variant, err.msg);
+    printf("  %s / image: %d of %d greedy tokens as transformers (engine, CPU)\n", variant, g.same, g.n);
+    CHECKF(g.n == 24 && g.same == 24, "%s: %d of %d greedy image tokens as transformers", variant, g.same, g.n);
+    if (!strcmp(variant, variants[0])) {
+        /* The helper's two counts: one token changed in the reference is one fewer equal token by token,
+         * and the end of the equal prefix. */
+        int64_t moved[24];
+        memcpy(moved, greedy.i64, sizeof moved);
+        moved[5] ^= 1;
+        CHECK(tiny_image_greedy(e, moved, 24, 60000, &g, &err) == 0);
+        CHECKF(g.n == 24 && g.same == 23 && g.prefix == 5, "%d tokens, %d equal, %d before the difference", g.n,
+               g.same, g.prefix);
+    }
     iris_engine_close(e);
     tiny_free(&greedy);
 }

@@ -448,25 +448,11 @@ IRIS_TEST(gpu_ops_linear_int4_model) {
     o.gpu_memory_limit = (uint64_t)2 << 30;
     iris_engine *e = NULL;
     REQUIRE(iris_engine_open(&o, &e, &err) == 0);
-    const char *imgs[1] = {"tests/fixtures/tiny/images/a.png"};
-    iris_request_params rp;
-    iris_request_params_default(e, &rp);
-    rp.messages_json = "[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\","
-                       "\"text\":\"What is in this image?\"}]}]";
-    rp.image_paths = imgs;
-    rp.n_images = 1;
-    rp.sampling.do_sample = 0;
-    rp.sampling.max_tokens = 24;
-    rp.sampling.ignore_eos = 1;
-    iris_request *r = NULL;
-    int rc = iris_engine_submit(e, &rp, &r, &err), n = 0, same = 0;
-    CHECKF(rc == 0, "%s", err.msg);
-    iris_event ev;
-    while (!rc && iris_request_next(r, &ev, 300000) == IRIS_OK && ev.kind != IRIS_EVENT_DONE)
-        if (n < 24) same += same == n && ev.token == (int)greedy.i64[n], n++;
-    printf("  tiny-int4-sym / image on CUDA: %d of %d greedy tokens as transformers\n", same, n);
-    CHECKF(n == 24 && same == 24, "%d of %d greedy tokens as transformers before the first difference", same, n);
-    iris_request_free(r);
+    tiny_greedy_run g;
+    CHECKF(tiny_image_greedy(e, greedy.i64, 24, 300000, &g, &err) == 0, "%s", err.msg);
+    printf("  tiny-int4-sym / image on CUDA: %d of %d greedy tokens as transformers\n", g.prefix, g.n);
+    CHECKF(g.n == 24 && g.prefix == 24, "%d of %d greedy tokens as transformers before the first difference", g.prefix,
+           g.n);
     iris_engine_close(e);
     tiny_free(&greedy);
 }

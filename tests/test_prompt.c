@@ -216,7 +216,7 @@ IRIS_TEST(prompt_image_budget) {
     int64_t resize = 0, decode = 0;
     iris_prompt_image_bounds(&ctx, &resize, &decode);
     CHECK_EQ_INT(resize, 16777216);
-    CHECK_EQ_INT(decode, 178956970); /* the CLI's CPU path as before: Pillow's bound */
+    CHECK_EQ_INT(decode, 178956970); /* a context without a cap: Pillow's bound */
     ctx.max_image_pixels = 1048576;
     iris_prompt_image_bounds(&ctx, &resize, &decode);
     CHECK_EQ_INT(resize, 1048576);

@@ -1,5 +1,5 @@
 /* tiny_fixture.c: .npy reading for the tiny fixtures (int64 here; float32
- * through src/base/npy.h). */
+ * through src/base/npy.h), and the image conversation's greedy run (tiny_image_greedy). */
 #include "tiny_fixture.h"
 
 #include <math.h>
@@ -93,4 +93,32 @@ void tiny_free(tiny_arr *a) {
     free(a->i64);
     free(a->f32);
     memset(a, 0, sizeof *a);
+}
+
+int tiny_image_greedy(iris_engine *e, const int64_t *ref, int n_ref, int timeout_ms, tiny_greedy_run *out,
+                      iris_err *err) {
+    memset(out, 0, sizeof *out);
+    const char *imgs[1] = {TINY_DIR "/images/a.png"};
+    iris_request_params rp;
+    iris_request_params_default(e, &rp);
+    rp.messages_json = "[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\","
+                       "\"text\":\"What is in this image?\"}]}]";
+    rp.image_paths = imgs;
+    rp.n_images = 1;
+    rp.sampling.do_sample = 0;
+    rp.sampling.max_tokens = n_ref;
+    rp.sampling.ignore_eos = 1;
+    iris_request *r = NULL;
+    int rc = iris_engine_submit(e, &rp, &r, err);
+    if (rc) return rc;
+    iris_event ev;
+    while (iris_request_next(r, &ev, timeout_ms) == IRIS_OK && ev.kind != IRIS_EVENT_DONE) {
+        if (out->n >= n_ref) continue;
+        int eq = ev.token == (int)ref[out->n];
+        out->same += eq;
+        out->prefix += eq && out->prefix == out->n;
+        out->n++;
+    }
+    iris_request_free(r);
+    return IRIS_OK;
 }

@@ -1,10 +1,13 @@
 /* tiny_fixture.h: reading the tiny Qwen3-VL fixtures of tools/make_tiny_models.py
- * (tests/fixtures/tiny/): .npy arrays of int64 or float32 and the manifest.
+ * (tests/fixtures/tiny/): .npy arrays of int64 or float32 and the manifest, and the image
+ * conversation's greedy run through an engine (build/iris-test and build/iris-test-gpu).
  * Test-only helpers; every allocation is malloc'd and freed by the caller. */
 #ifndef IRIS_TINY_FIXTURE_H
 #define IRIS_TINY_FIXTURE_H
 
 #include <stdint.h>
+
+#include "iris.h"
 
 #define TINY_DIR "tests/fixtures/tiny"
 
@@ -23,5 +26,16 @@ int tiny_exists(const char *rel);
 /* Greedy agreement of logits `got` with `ref` ([rows, V] each): of the rows whose reference top-2
  * margin exceeds `margin` (*decided of them), how many have the same arg-max in got. */
 int tiny_greedy_same(const float *got, const float *ref, int rows, int V, float margin, int *decided);
+
+/* A greedy run against reference tokens: tokens received (at most the reference's count), equal
+ * one by one, and equal before the first difference. */
+typedef struct tiny_greedy_run {
+    int n, same, prefix;
+} tiny_greedy_run;
+/* The fixtures' image conversation (images/a.png, "What is in this image?") through the engine e,
+ * greedy, n_ref tokens with the end of sequence ignored, each compared with ref[i] (the scenario's
+ * greedy.npy); events wait up to timeout_ms each.  0, or the submit's error (in err). */
+int tiny_image_greedy(iris_engine *e, const int64_t *ref, int n_ref, int timeout_ms, tiny_greedy_run *out,
+                      iris_err *err);
 
 #endif

@@ -286,6 +286,48 @@ N_GREEDY = 24
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def config_kwargs(spec, tied):
+    """Qwen3VLConfig's keyword arguments for a spec of MODELS' kind (its "text" and "vision"
+    dicts): the one place the tiny Qwen3-VL configs are built (tools/ref_models.py's tiny-8b too).
+    Plain Python, no torch."""
+    t, v = spec["text"], spec["vision"]
+    text_cfg = dict(vocab_size=VOCAB, hidden_size=t["hidden_size"], intermediate_size=t["intermediate_size"],
+                    num_hidden_layers=t["num_hidden_layers"], num_attention_heads=t["num_attention_heads"],
+                    num_key_value_heads=t["num_key_value_heads"], head_dim=t["head_dim"], hidden_act="silu",
+                    max_position_embeddings=4096, rms_norm_eps=1e-6, initializer_range=0.08,
+                    tie_word_embeddings=tied, bos_token_id=ENDOFTEXT, eos_token_id=IM_END,
+                    pad_token_id=ENDOFTEXT, attention_bias=False,
+                    rope_parameters={"rope_type": "default", "rope_theta": t["rope_theta"],
+                                     "mrope_section": t["mrope_section"], "mrope_interleaved": True})
+    vis_cfg = dict(depth=v["depth"], hidden_size=v["hidden_size"], hidden_act="gelu_pytorch_tanh",
+                   intermediate_size=v["intermediate_size"], num_heads=v["num_heads"], in_channels=3,
+                   patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
+                   out_hidden_size=t["hidden_size"], num_position_embeddings=v["num_position_embeddings"],
+                   deepstack_visual_indexes=v["deepstack_visual_indexes"], initializer_range=0.08)
+    return dict(text_config=text_cfg, vision_config=vis_cfg, image_token_id=IMAGE_PAD,
+                video_token_id=SPECIAL_IDS["<|video_pad|>"], vision_start_token_id=SPECIAL_IDS["<|vision_start|>"],
+                vision_end_token_id=SPECIAL_IDS["<|vision_end|>"], tie_word_embeddings=tied)
+
+
+def init_weights(model, seed, torch):
+    """Our own init, whatever the library's defaults: weights N(0, 0.08) (QWEN3VL.md §11: the
+    default 0.02 gives nearly flat logits), norms 1 + N(0, 0.3), biases N(0, 0.1), so that a
+    wrong implementation is visible.  One generator seeded 100 + seed, parameters in order."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    for name, p in model.named_parameters():
+        if "norm" in name and name.endswith(".weight"):
+            p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
+        elif name.endswith(".bias"):
+            p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+        else:
+            p.copy_(0.08 * torch.randn(p.shape, generator=gen))
+
+
+def save_npy(d, name, arr):
+    os.makedirs(d, exist_ok=True)
+    np.save(os.path.join(d, name + ".npy"), np.ascontiguousarray(arr))
+
+
 def run_models(out_root):
     import torch
     import tokenizers
@@ -296,10 +338,6 @@ def run_models(out_root):
     log = lambda *a: print(*a, flush=True)
     log("torch", torch.__version__, "transformers", transformers.__version__,
         "cuda", torch.cuda.is_available())
-
-    def save_npy(d, name, arr):
-        os.makedirs(d, exist_ok=True)
-        np.save(os.path.join(d, name + ".npy"), np.ascontiguousarray(arr))
 
     tok_path = os.path.join(TOK_DIR, "tokenizer.json")
     tok = tokenizers.Tokenizer.from_file(tok_path)
@@ -383,36 +421,9 @@ def run_models(out_root):
         log(f"=== {mname}")
         torch.manual_seed(spec["seed"])
         t = spec["text"]
-        text_cfg = dict(vocab_size=VOCAB, hidden_size=t["hidden_size"], intermediate_size=t["intermediate_size"],
-                        num_hidden_layers=t["num_hidden_layers"], num_attention_heads=t["num_attention_heads"],
-                        num_key_value_heads=t["num_key_value_heads"], head_dim=t["head_dim"], hidden_act="silu",
-                        max_position_embeddings=4096, rms_norm_eps=1e-6, initializer_range=0.08,
-                        tie_word_embeddings=spec["tied"], bos_token_id=ENDOFTEXT, eos_token_id=IM_END,
-                        pad_token_id=ENDOFTEXT, attention_bias=False,
-                        rope_parameters={"rope_type": "default", "rope_theta": t["rope_theta"],
-                                         "mrope_section": t["mrope_section"], "mrope_interleaved": True})
-        v = spec["vision"]
-        vis_cfg = dict(depth=v["depth"], hidden_size=v["hidden_size"], hidden_act="gelu_pytorch_tanh",
-                       intermediate_size=v["intermediate_size"], num_heads=v["num_heads"], in_channels=3,
-                       patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
-                       out_hidden_size=t["hidden_size"], num_position_embeddings=v["num_position_embeddings"],
-                       deepstack_visual_indexes=v["deepstack_visual_indexes"], initializer_range=0.08)
-        cfg = Qwen3VLConfig(text_config=text_cfg, vision_config=vis_cfg, image_token_id=IMAGE_PAD,
-                            video_token_id=SPECIAL_IDS["<|video_pad|>"],
-                            vision_start_token_id=SPECIAL_IDS["<|vision_start|>"],
-                            vision_end_token_id=SPECIAL_IDS["<|vision_end|>"], tie_word_embeddings=spec["tied"])
+        cfg = Qwen3VLConfig(**config_kwargs(spec, spec["tied"]))
         model = Qwen3VLForConditionalGeneration(cfg)
-        # Our own init, whatever the library's defaults: weights N(0, 0.08) (QWEN3VL.md §11: the
-        # default 0.02 gives nearly flat logits), norms 1 + N(0, 0.3), biases N(0, 0.1), so that a
-        # wrong implementation is visible.
-        gen = torch.Generator().manual_seed(100 + spec["seed"])
-        for name, p in model.named_parameters():
-            if "norm" in name and name.endswith(".weight"):
-                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
-            elif name.endswith(".bias"):
-                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
-            else:
-                p.copy_(0.08 * torch.randn(p.shape, generator=gen))
+        init_weights(model, spec["seed"], torch)
         if spec["fp8"]:
             # Per-128-block gains so that every block of a linear gets a different scale.
             for name, p in model.named_parameters():

@@ -3,8 +3,8 @@
 
   python3 tools/ref_models.py ref OUTDIR   (the GPU machine: torch, transformers 5.17, no network)
 
-Extends tools/make_tiny_models.py (its tokenizer, images, conversations, rope index and init are
-reused, not copied) with:
+Extends tools/make_tiny_models.py (its tokenizer, images, conversations, rope index, Qwen3-VL
+config (config_kwargs), init and .npy writer are reused, not copied) with:
   (a) tiny-8b: a tiny Qwen3VLForConditionalGeneration shaped like Qwen3-VL-8B where the shape
       matters to the code: an untied lm_head, three DeepStack taps (the 8B's [8, 16, 24] of 27
       scaled to [1, 3, 4] of 5), GQA 4 (32/8 on the 8B), intermediate = 3 x hidden (12288/4096),
@@ -153,28 +153,11 @@ def cmd_chat(outdir, manifest):
     log(f"chat: {n['ok']} rendered, {n['error']} errors -> chat_expected.jsonl")
 
 
-def init_weights(model, seed, torch):
-    """make_tiny_models' init: N(0, 0.08) weights, norms 1 + N(0, 0.3), biases N(0, 0.1)."""
-    gen = torch.Generator().manual_seed(100 + seed)
-    for name, p in model.named_parameters():
-        if "norm" in name and name.endswith(".weight"):
-            p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
-        elif name.endswith(".bias"):
-            p.copy_(0.1 * torch.randn(p.shape, generator=gen))
-        else:
-            p.copy_(0.08 * torch.randn(p.shape, generator=gen))
-
-
 def pack(outdir, name, src):
     path = os.path.join(outdir, name + ".tar")
     with tarfile.open(path, "w") as tf:
         tf.add(src, arcname=name)
     log(f"wrote {path} ({os.path.getsize(path)} bytes)")
-
-
-def save_npy(d, name, arr):
-    os.makedirs(d, exist_ok=True)
-    np.save(os.path.join(d, name + ".npy"), np.ascontiguousarray(arr))
 
 
 def hidden_hooks(layers, rec):
@@ -251,27 +234,10 @@ def run_tiny_8b(outdir, work, manifest, torch):
         from transformers import Qwen2VLImageProcessor
     spec, name = TINY_8B, "tiny-8b"
     torch.manual_seed(spec["seed"])
-    t, v = spec["text"], spec["vision"]
-    text_cfg = dict(vocab_size=mtm.VOCAB, hidden_size=t["hidden_size"], intermediate_size=t["intermediate_size"],
-                    num_hidden_layers=t["num_hidden_layers"], num_attention_heads=t["num_attention_heads"],
-                    num_key_value_heads=t["num_key_value_heads"], head_dim=t["head_dim"], hidden_act="silu",
-                    max_position_embeddings=4096, rms_norm_eps=1e-6, initializer_range=0.08,
-                    tie_word_embeddings=False, bos_token_id=mtm.ENDOFTEXT, eos_token_id=mtm.IM_END,
-                    pad_token_id=mtm.ENDOFTEXT, attention_bias=False,
-                    rope_parameters={"rope_type": "default", "rope_theta": t["rope_theta"],
-                                     "mrope_section": t["mrope_section"], "mrope_interleaved": True})
-    vis_cfg = dict(depth=v["depth"], hidden_size=v["hidden_size"], hidden_act="gelu_pytorch_tanh",
-                   intermediate_size=v["intermediate_size"], num_heads=v["num_heads"], in_channels=3,
-                   patch_size=16, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=t["hidden_size"],
-                   num_position_embeddings=v["num_position_embeddings"],
-                   deepstack_visual_indexes=v["deepstack_visual_indexes"], initializer_range=0.08)
-    cfg = Qwen3VLConfig(text_config=text_cfg, vision_config=vis_cfg, image_token_id=mtm.IMAGE_PAD,
-                        video_token_id=mtm.SPECIAL_IDS["<|video_pad|>"],
-                        vision_start_token_id=mtm.SPECIAL_IDS["<|vision_start|>"],
-                        vision_end_token_id=mtm.SPECIAL_IDS["<|vision_end|>"], tie_word_embeddings=False)
+    cfg = Qwen3VLConfig(**mtm.config_kwargs(spec, tied=False))  # untied: the 8B stores its lm_head
     model = Qwen3VLForConditionalGeneration(cfg)
     with torch.no_grad():
-        init_weights(model, spec["seed"], torch)
+        mtm.init_weights(model, spec["seed"], torch)
     model = model.to(torch.bfloat16)
     mdir = os.path.join(work, name)
     ckpt = os.path.join(mdir, "model")
@@ -279,7 +245,7 @@ def run_tiny_8b(outdir, work, manifest, torch):
     mtm.write_tokenizer(ckpt)
     ref = Qwen3VLForConditionalGeneration.from_pretrained(ckpt, dtype=torch.float32,
                                                           attn_implementation="eager").float().eval()
-    names = sorted(mtm_list(ckpt))
+    names = sorted(mtm.list_tensors(ckpt))
     mani = dict(spec=spec, tensors=len(names), lm_head_stored="lm_head.weight" in names,
                 config=json.load(open(os.path.join(ckpt, "config.json"))), scenarios={})
     log(f"[{name}] lm_head stored: {mani['lm_head_stored']}, {len(names)} tensors")
@@ -306,13 +272,13 @@ def run_tiny_8b(outdir, work, manifest, torch):
             ids = np.array(raw.encode(expanded, add_special_tokens=False).ids, dtype=np.int64)
             mm = (ids == mtm.IMAGE_PAD).astype(np.int64)
             d = os.path.join(mdir, sname)
-            save_npy(d, "input_ids", ids)
-            save_npy(d, "mm_token_type_ids", mm)
-            save_npy(d, "image_grid_thw", grid)
+            mtm.save_npy(d, "input_ids", ids)
+            mtm.save_npy(d, "mm_token_type_ids", mm)
+            mtm.save_npy(d, "image_grid_thw", grid)
             if pv is not None:
-                save_npy(d, "pixel_values", pv.astype(np.float32))
+                mtm.save_npy(d, "pixel_values", pv.astype(np.float32))
             pos_np, delta_np = mtm.rope_index_np(ids.tolist(), grid.tolist())
-            save_npy(d, "position_ids", pos_np)
+            mtm.save_npy(d, "position_ids", pos_np)
 
             def make_inputs(ids_, mm_):
                 kw = dict(input_ids=torch.tensor(ids_[None]), attention_mask=torch.ones((1, len(ids_)), dtype=torch.long),
@@ -337,15 +303,15 @@ def run_tiny_8b(outdir, work, manifest, torch):
                 h.remove()
             hooks = []
             logits = out.logits[0].float().numpy()
-            save_npy(d, "logits", logits.astype(np.float32))
+            mtm.save_npy(d, "logits", logits.astype(np.float32))
             L = len(lm.layers)
-            save_npy(d, "hidden", np.stack([rec["layer_in"][i][0].numpy() for i in range(L)] +
+            mtm.save_npy(d, "hidden", np.stack([rec["layer_in"][i][0].numpy() for i in range(L)] +
                                            [rec["last_out"][0].numpy()]).astype(np.float32))
             info = dict(text=text, n_tokens=int(len(ids)), logits_max_abs=float(np.abs(logits).max()),
                         grid_thw=grid.tolist(), rope_delta_spec=delta_np)
             if mg:
-                save_npy(d, "image_embeds", torch.cat(mg[-1]).numpy().astype(np.float32))
-                save_npy(d, "deepstack", np.stack([torch.cat(mg[k]).numpy() for k in range(len(mg) - 1)])
+                mtm.save_npy(d, "image_embeds", torch.cat(mg[-1]).numpy().astype(np.float32))
+                mtm.save_npy(d, "deepstack", np.stack([torch.cat(mg[k]).numpy() for k in range(len(mg) - 1)])
                          .astype(np.float32))
                 info["n_deepstack"] = len(mg) - 1
             with torch.no_grad():
@@ -369,16 +335,6 @@ def run_tiny_8b(outdir, work, manifest, torch):
     pack(outdir, name, mdir)
 
 
-def mtm_list(ckpt):
-    from safetensors import safe_open
-    names = []
-    for fn in os.listdir(ckpt):
-        if fn.endswith(".safetensors"):
-            with safe_open(os.path.join(ckpt, fn), "pt") as f:
-                names += list(f.keys())
-    return names
-
-
 def run_tiny_qwen3(outdir, work, manifest, torch):
     import tokenizers
     from transformers import Qwen3Config, Qwen3ForCausalLM, PreTrainedTokenizerFast
@@ -393,7 +349,7 @@ def run_tiny_qwen3(outdir, work, manifest, torch):
                       rope_parameters={"rope_type": "default", "rope_theta": s["rope_theta"]})
     model = Qwen3ForCausalLM(cfg)
     with torch.no_grad():
-        init_weights(model, s["seed"], torch)
+        mtm.init_weights(model, s["seed"], torch)
     model = model.to(torch.bfloat16)
     mdir = os.path.join(work, name)
     ckpt = os.path.join(mdir, "model")
@@ -403,7 +359,7 @@ def run_tiny_qwen3(outdir, work, manifest, torch):
                                             "do_sample": True, "eos_token_id": [mtm.IM_END, mtm.ENDOFTEXT],
                                             "temperature": 0.6, "top_k": 20, "top_p": 0.95})
     ref = Qwen3ForCausalLM.from_pretrained(ckpt, dtype=torch.float32, attn_implementation="eager").float().eval()
-    names = sorted(mtm_list(ckpt))
+    names = sorted(mtm.list_tensors(ckpt))
     mani = dict(spec=s, tensors=len(names), lm_head_stored="lm_head.weight" in names,
                 config=json.load(open(os.path.join(ckpt, "config.json"))), scenarios={})
     log(f"[{name}] config: {json.dumps(mani['config'])}")
@@ -416,7 +372,7 @@ def run_tiny_qwen3(outdir, work, manifest, torch):
             text = tok.apply_chat_template(msgs, chat_template=tpl, tokenize=False, add_generation_prompt=True, **kw)
             ids = np.array(raw.encode(text, add_special_tokens=False).ids, dtype=np.int64)
             d = os.path.join(mdir, sname)
-            save_npy(d, "input_ids", ids)
+            mtm.save_npy(d, "input_ids", ids)
 
             def make_inputs(ids_, mm_):
                 return dict(input_ids=torch.tensor(ids_[None]),
@@ -429,9 +385,9 @@ def run_tiny_qwen3(outdir, work, manifest, torch):
                 h.remove()
             hooks = []
             logits = out.logits[0].float().numpy()
-            save_npy(d, "logits", logits.astype(np.float32))
+            mtm.save_npy(d, "logits", logits.astype(np.float32))
             L = len(ref.model.layers)
-            save_npy(d, "hidden", np.stack([rec["layer_in"][i][0].numpy() for i in range(L)] +
+            mtm.save_npy(d, "hidden", np.stack([rec["layer_in"][i][0].numpy() for i in range(L)] +
                                            [rec["last_out"][0].numpy()]).astype(np.float32))
             with torch.no_grad():
                 toks, margins = greedy(ref, make_inputs, ids, None, torch)

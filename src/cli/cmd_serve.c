@@ -196,7 +196,6 @@ static int parse(int argc, char **argv, serve_args *s) {
     if (s->seen_video_pixels) so->max_video_pixels = s->max_video_pixels;
     if (s->seen_workers) so->image_workers = (int)s->image_workers;
     if (s->seen_queue) so->image_queue = (int)s->image_queue;
-    if (s->ce.seen[CE_PIXELS]) so->max_image_pixels = s->ce.max_image_pixels;
     iris_cli_engine_apply(&s->ce, &s->eo);
     s->eo.model = s->model;
     so->model_arg = s->model;

@@ -64,7 +64,7 @@ void iris_engine_prompt_ctx(const iris_engine *e, iris_prompt_ctx *out) {
     out->chat_style = e->model->chat_style;
     out->text_only = !e->model->has_vision;
     out->video = &e->vopts;
-    out->max_image_pixels = e->o.max_image_pixels; /* --max-image-pixels, for every front door (0: the plan's) */
+    out->max_image_pixels = e->o.max_image_pixels; /* --max-image-pixels or its default, for every front door */
 }
 
 int iris_engine_reasoning(const iris_engine *e, int no_thinking) {
@@ -577,7 +577,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     ps.text_only = !e->model->has_vision;
     ps.embeddings = o->embeddings ? iris_plan_embed_parse(o->embeddings) : IRIS_EMBED_AUTO;
     ps.lm_head_dtype = o->lm_head_dtype ? iris_plan_lm_head_parse(o->lm_head_dtype) : IRIS_LM_HEAD_AUTO;
-    if (o->max_image_pixels > 0) ps.max_image_pixels = o->max_image_pixels;
+    ps.max_image_pixels = o->max_image_pixels;
     ps.max_video_pixels = e->vopts.max_pixels;
     int64_t max_pos = e->model->cfg.text_config.max_position_embeddings;
     int64_t min_ctx = max_pos < IRIS_PLAN_MIN_CONTEXT ? max_pos : IRIS_PLAN_MIN_CONTEXT;
@@ -770,7 +770,8 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
     e->o.gpu_memory_utilization = o->gpu_memory_utilization;
     e->o.gpu_memory_margin = o->gpu_memory_margin;
     e->o.gpu_memory_margin_set = o->gpu_memory_margin_set;
-    e->o.max_image_pixels = o->max_image_pixels;
+    /* The one image cap (iris.h): every front door's prompt context and the memory plan take it. */
+    e->o.max_image_pixels = o->max_image_pixels > 0 ? o->max_image_pixels : IRIS_PLAN_DEFAULT_MAX_IMAGE_PIXELS;
     e->o.kv_cache_dtype = o->kv_cache_dtype;
     e->kv_plan_dtype = o->kv_cache_dtype ? iris_plan_kv_dtype_parse(o->kv_cache_dtype) : IRIS_KV_BF16;
     if (e->kv_plan_dtype < 0) {

@@ -14,7 +14,9 @@
  *    the start, so the sampled frames are always the right ones;
  *  - a seek happens only where the stream's index has a keyframe after the
  *    current position and at or before the next sampled frame (else where the
- *    gap exceeds seek_gap frames without an index): it always saves decoding;
+ *    gap exceeds seek_gap frames without an index), each for a later frame than
+ *    the one before (an index of decode timestamps can promise a keyframe the
+ *    seek does not reach: the frames are then decoded up to the target);
  *  - only sampled frames are converted to RGB (swscale, the frame's own
  *    colorspace and range), turned by the display matrix (multiples of 90
  *    degrees), and handed to the caller's sink at once;
@@ -94,6 +96,7 @@ typedef struct vsrc {
     iris_video_info info;
     int64_t start_pts;
     double deadline;         /* 0: none */
+    double budget;           /* max_decode_seconds, for the message */
     int eof_sent;
 } vsrc;
 
@@ -122,7 +125,7 @@ static int av_fail(vsrc *s, int code, int averr, const char *what, iris_err *err
     av_strerror(averr, msg, sizeof msg);
     if (averr == AVERROR_EXIT || interrupted(s))
         return iris_err_set(err, IRIS_ELIMIT, "%s: decoding took longer than the budget of %.0f s", s->label,
-                            s->deadline > 0 ? s->deadline : 0.0);
+                            s->budget);
     return iris_err_set(err, code, "%s: %s (%s)", s->label, what, msg);
 }
 
@@ -171,7 +174,7 @@ static int src_open(vsrc *s, const char *path, const void *data, size_t n, const
     if ((path != NULL) == (data != NULL))
         return iris_err_set(err, IRIS_EINVAL, "%s: give exactly one of a path and bytes", s->label);
     if (data && n == 0) return iris_err_set(err, IRIS_EFORMAT, "%s: the video is empty (0 bytes)", s->label);
-    if (o->max_decode_seconds > 0) s->deadline = iris_now_s() + o->max_decode_seconds;
+    if (o->max_decode_seconds > 0) s->deadline = iris_now_s() + o->max_decode_seconds, s->budget = o->max_decode_seconds;
     av_log_set_level(AV_LOG_QUIET);
     if (!(s->fmt = avformat_alloc_context()) || !(s->pkt = av_packet_alloc()) || !(s->frame = av_frame_alloc()))
         return iris_err_set(err, IRIS_ENOMEM, "out of memory");
@@ -343,15 +346,19 @@ static int seek_to(vsrc *s, int64_t target, iris_err *err) {
 
 typedef int (*frame_sink)(void *ctx, int j, const uint8_t *rgb, int width, int height, iris_err *err);
 
-/* Decodes the frames at the ascending indices idx[0..n) and hands each to sink. */
+/* Decodes the frames at the ascending indices idx[0..n) and hands each to sink.  Each seek is
+ * for a later frame than the one before: where a seek lands short of where the index promised
+ * (an index of decode timestamps, B-frames), the frames up to the target are decoded, not sought
+ * again. */
 static int decode_indices(vsrc *s, const iris_video_opts *o, const int64_t *idx, int n, frame_sink sink, void *ctx,
                           iris_err *err) {
     int64_t cur = 0; /* the index of the next frame the decoder returns; -1: from its timestamp */
+    int64_t sought = -1; /* the target of the last seek */
     int may_seek = 1, rc = 0;
     for (int j = 0; j < n && !rc;) {
-        if (may_seek && cur >= 0 && worth_seeking(s, cur, idx[j], o)) {
+        if (may_seek && cur >= 0 && idx[j] > sought && worth_seeking(s, cur, idx[j], o)) {
             if ((rc = seek_to(s, idx[j], err))) break;
-            cur = -1;
+            cur = -1, sought = idx[j];
         }
         int got = next_frame(s, err);
         if (got < 0) return got;

@@ -11,10 +11,11 @@
  * Images: fetched on the connection's thread, then decoded and made into
  * the prompt in one of --image-workers decode slots; up to --image-queue
  * requests wait for a slot (a full queue is a 503 image_queue_full, like
- * the engine's queue_full).  The builder's budget (prompt.h) is the
- * server's: images resized to --max-image-pixels, each refused above
- * IRIS_PROMPT_DECODE_RATIO times that before decoding, a request's images
- * bounded by --max-request-pixels, all from the headers.
+ * the engine's queue_full).  The builder's budget (prompt.h): images
+ * resized to the engine's --max-image-pixels (iris_engine_prompt_ctx, the
+ * same cap as the CLI's), each refused above IRIS_PROMPT_DECODE_RATIO times
+ * that before decoding, and the server's own: a request's images bounded by
+ * --max-request-pixels, all from the headers.
  *
  * Disconnects: at least every 50 ms, whether tokens are flowing or not, we
  * peek at the client's socket (while waiting for a decode slot, and while
@@ -482,8 +483,8 @@ static int chat_prompt(iris_server *s, iris_engine *eng, const iris_oai_request 
         pim[i] = (iris_prompt_image){.data = im[i].data, .n = im[i].n, .label = im[i].label};
     iris_prompt_ctx ctx;
     iris_engine_prompt_ctx(eng, &ctx);
-    ctx.max_image_pixels = s->o.max_image_pixels;
-    ctx.max_total_pixels = s->o.max_request_pixels;
+    /* The image cap is the engine's (--max-image-pixels, for every front door); the request's is ours. */
+    ctx.max_total_pixels = s->o.max_request_pixels > 0 ? s->o.max_request_pixels : 64 * ctx.max_image_pixels;
     ctx.tools = q->tools;
     ctx.no_thinking = iris_reasoning_disabled_by(q->body);
     ctx.max_video_pixels = s->o.max_video_pixels;

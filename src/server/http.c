@@ -44,7 +44,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/planner.h"
 #include "err.h"
 #include "log.h"
 #include "server/page.h"
@@ -528,8 +527,6 @@ int iris_server_start(const iris_server_opts *o, iris_server **out, iris_err *er
     s->media_dir = dup_or_null(o->local_media_dir);
     s->origins = o->allowed_origins && *o->allowed_origins ? strdup(o->allowed_origins) : NULL;
     s->networks = dup_or_null(o->media_networks);
-    if (s->o.max_image_pixels <= 0) s->o.max_image_pixels = IRIS_PLAN_DEFAULT_MAX_IMAGE_PIXELS;
-    if (s->o.max_request_pixels <= 0) s->o.max_request_pixels = 64 * s->o.max_image_pixels;
     if (s->o.image_workers <= 0) s->o.image_workers = default_workers();
     if (s->o.image_queue < 0) s->o.image_queue = 0;
     if (s->o.max_connections <= 0) s->o.max_connections = 1024;

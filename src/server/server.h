@@ -42,9 +42,8 @@ typedef struct iris_server_opts {
     long image_timeout_ms;           /* an http(s) image's whole transfer (10 s) */
     int allow_private_media;         /* http(s) image URLs may reach private, loopback, link-local addresses (0) */
     const char *media_networks;      /* "CIDR,CIDR": private networks image URLs may reach anyway (NULL) */
-    long long max_image_pixels;      /* images resized to at most this (0: 1,048,576, the memory plan's default);
-                                        decoded images of more than IRIS_PROMPT_DECODE_RATIO times it refused */
-    long long max_request_pixels;    /* a request's images, decoded, added up (0: 64 x max_image_pixels) */
+    long long max_request_pixels;    /* a request's images, decoded, added up (0: 64 x the engine's
+                                        max_image_pixels, iris.h; images are resized and refused by that one) */
     long long max_video_pixels;      /* a video's sampled frames together resized to at most this (0: the
                                         model's video_preprocessor_config.json, 25,165,824) */
     int image_workers;               /* requests decoding images at once (0: the cores, 2 to 16) */
