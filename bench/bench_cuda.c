@@ -544,7 +544,7 @@ static void bench_int4(void) {
                    old * 1e3, bytes / (old * 1e-3) / 1e9);
             fflush(stdout);
             /* every weight stream x every split (0: the rule) */
-            for (int impl = 0; impl < 4; impl++)
+            for (int impl = 0; impl < 5; impl++)
                 for (int kw = 0; kw <= 8; kw = kw ? 2 * kw : 1) {
                     iris_cuda_set_i4_impl(B, impl);
                     iris_cuda_set_i4_warps(B, kw);
@@ -622,7 +622,7 @@ static void bench_int4_chain(void) {
         c.x = tview(xb, IRIS_DT_BF16, n, 4096), c.y = tview(yb, IRIS_DT_BF16, n, 4096);
         c.g = tview(gb, IRIS_DT_BF16, n, 12288), c.u = tview(ub, IRIS_DT_BF16, n, 12288);
         for (int i = 0; i < 3; i++) c.q[i] = tview(qb[i], IRIS_DT_BF16, n, outs[i]);
-        for (int impl = 0; impl < 4; impl++)
+        for (int impl = 0; impl < 5; impl++)
             for (int kw = 0; kw <= 8; kw = kw ? 2 * kw : 1) {
                 iris_cuda_set_i4_impl(B, impl); /* read as the graph is captured */
                 iris_cuda_set_i4_warps(B, kw);

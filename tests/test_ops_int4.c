@@ -81,7 +81,7 @@ static float *i4_x(int64_t n, int64_t in, int onehot) {
 }
 
 /* The weight streams of the tensor-core GEMV (iris_cuda_set_i4_impl), each under test. */
-#define I4_IMPLS 4
+#define I4_IMPLS 5
 
 /* Which stream the checks after it ran under, in the log when one fails; past stream 0 only the
  * checks that run the tensor-core GEMV (i4_mma_only). */

@@ -116,10 +116,11 @@ static __device__ __forceinline__ void step4(float (*c)[4], uint4 wa, uint4 wb, 
     }
 }
 
-/* 16 bytes global → shared without a register round trip; src_bytes 0 writes zeros. */
-static __device__ __forceinline__ void i4_cp16(void *dst, const void *src, int src_bytes) {
+/* 16 bytes global → shared without a register round trip; PF: with L2's 256-byte prefetch hint. */
+template <int PF> static __device__ __forceinline__ void i4_cp16(void *dst, const void *src) {
     const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+    if (PF) asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+    else asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
 }
 static __device__ __forceinline__ void i4_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 static __device__ __forceinline__ void i4_cp4(void *dst, const void *src) {
@@ -147,7 +148,7 @@ template <int SWIGLU, int NT, int IMPL> struct i4_ring {
  * the same bits): 0 rounds of U super-steps in registers, each loaded when the last is done; 1 the
  * same registers, each slot refilled with its next super-step once its mmas are issued; 2 a ring of
  * i4_ring::S super-steps in shared memory (cp.async), each stage refilled as soon as it is read; 3
- * the same ring twice as deep. */
+ * the same ring twice as deep; 4 ring 2 with L2's 256-byte prefetch hint on the weight copies. */
 template <int SDT, int SWIGLU, int NT, int IMPL>
 __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p, const bf16 *__restrict__ x,
                                                                 int64_t ldx, int n) {
@@ -233,8 +234,8 @@ __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p
 #pragma unroll
                 for (int m = 0; m < NM; m++) {
                     uint4 *d = ring + (k * NM + m) * 96;
-                    i4_cp16(d + lane, qa[m] + c / 8, 16);
-                    i4_cp16(d + 32 + lane, qb[m] + c / 8, 16);
+                    i4_cp16<IMPL == 4>(d + lane, qa[m] + c / 8);
+                    i4_cp16<IMPL == 4>(d + 32 + lane, qb[m] + c / 8);
                     uint32_t *pw = (uint32_t *)(d + 64 + lane);
                     const char *sb = (const char *)sc[m];
                     i4_cp4(pw, sb + ((ra * ng + gi) * es & ~(int64_t)3));
@@ -410,6 +411,7 @@ static void launch4_i(const cuda_ctx *cx, const gemv4_set &p, const bf16 *x, int
     if (i4_impl == 1) launch4<SDT, SWIGLU, NT, 1>(cx, p, x, ldx, n);
     else if (i4_impl == 2) launch4<SDT, SWIGLU, NT, 2>(cx, p, x, ldx, n);
     else if (i4_impl == 3) launch4<SDT, SWIGLU, NT, 3>(cx, p, x, ldx, n);
+    else if (i4_impl == 4) launch4<SDT, SWIGLU, NT, 4>(cx, p, x, ldx, n);
     else launch4<SDT, SWIGLU, NT, 0>(cx, p, x, ldx, n);
 }
 
