@@ -45,7 +45,7 @@ struct gemv4_set {
     const void *bias[3];
     bf16 *y[3];
     int64_t ldy[3], out[3];
-    int bdt[3], m, group;
+    int bdt[3], m, group, gsh; /* gsh: log2(group) where a power of two, else -1 */
     int64_t in;
 };
 
@@ -177,6 +177,8 @@ __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int k = 0; k < 4; k++) c0[nt][k] = c1[nt][k] = 0;
+    /* the group of column c (IMPL 0 divides, as before the streams were measured) */
+    auto group_of = [&](int64_t c) { return p.gsh >= 0 ? c >> p.gsh : c / p.group; };
     /* One super-step at column c of this lane: rows g, g + 8 of gate (w0, w1: words; s: raw scales;
      * z: zero words) and of up (v0, v1, ...) times token rows of x. */
     auto compute = [&](int64_t c, uint4 w0, uint4 w1, uint32_t s0, uint32_t s1, uint32_t z0, uint32_t z1, uint4 v0,
@@ -207,7 +209,7 @@ __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p
     auto load_sz = [&](const void *S, const uint32_t *Z, int64_t c, uint32_t &s0, uint32_t &s1, uint32_t &z0,
                        uint32_t &z1) {
         if (c < in) {
-            const int64_t gi = c / p.group;
+            const int64_t gi = IMPL == 0 ? c / p.group : group_of(c);
             s0 = i4_scale_raw<SDT>(S, ra * ng + gi);
             s1 = i4_scale_raw<SDT>(S, rb * ng + gi);
             z0 = Z ? __ldg(Z + (ra >> 3) * ng + gi) : 0x88888888u;
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p
         auto issue = [&](int k, int64_t st, int dep) {
             const int c = (int)(st * I4_COLS) + t * 32 + dep;
             if (st < steps && c < in) {
-                const int gi = c / p.group;
+                const int gi = (int)group_of(c);
 #pragma unroll
                 for (int m = 0; m < NM; m++) {
                     uint4 *d = ring + (k * NM + m) * 96;
@@ -273,7 +275,7 @@ __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p
                 issue(k, st + (int64_t)KW * S, i4_zero_of(w0.x ^ w1.x ^ v0.x ^ v1.x ^ pg.x ^ pu.x));
                 uint32_t s_0 = 0, s_1 = 0, u_0 = 0, u_1 = 0, z_0 = 0x88888888u, z_1 = z_0, y_0 = z_0, y_1 = z_0;
                 if (inb) {
-                    const int gi = c / p.group;
+                    const int gi = (int)group_of(c);
                     s_0 = scale_of(pg.x, ra * ng + gi), s_1 = scale_of(pg.y, rb * ng + gi);
                     u_0 = scale_of(pu.x, ra * ng + gi), u_1 = scale_of(pu.y, rb * ng + gi);
                     if (Z0) z_0 = pg.z, z_1 = pg.w;
@@ -448,7 +450,7 @@ int iris_cuda_gemv_i4(iris_backend *b, const iris_tensor *x, int m, const iris_t
         return 1;
     gemv4_set p;
     memset(&p, 0, sizeof p);
-    p.m = m, p.group = group, p.in = in;
+    p.m = m, p.group = group, p.in = in, p.gsh = (group & (group - 1)) ? -1 : __builtin_ctz((unsigned)group);
     for (int i = 0; i < m; i++) {
         const iris_tensor *w = ws[i], *y = ys[swiglu ? 0 : i];
         if (!gemv4_fits(w, in, group, sdt) || y->dtype != IRIS_DT_BF16 || y->rows != n || y->cols != ws[swiglu ? 0 : i]->rows)
