@@ -4,7 +4,8 @@
  * model part once text.c runs on the op table).
  *
  *   build/cuda/bench/bench_cuda [2B|4B] [fp8|bf16] [ctx=512]
- *   build/cuda/bench/bench_cuda int4        (the 4-bit GEMV alone, 8B's shapes)
+ *   build/cuda/bench/bench_cuda int4        (the 4-bit GEMV alone, 8B's shapes, and a decode
+ *                                           step's 4-bit GEMVs in one graph)
  *
  * Prints JSON lines: the device-to-device copy bandwidth (the ceiling of
  * every memory-bound op), the W8A16/W16A16 kernels' achieved bandwidth on the
@@ -457,18 +458,25 @@ static void bench_linear_shapes(int fp8, shape s) {
  * Qwen3-VL-8B's decode linears as W4A16 (group 128 symmetric, as `iris synth --dtype int4` writes
  * them; also zero points, and group 32): the tensor-core GEMV (cuda_gemv_i4.cu) and the per-row
  * reference kernel it replaced (iris_cuda_set_i4_ref; past 8 rows it dequantizes for cuBLASLt), by
- * rows, with the bytes read (words, scales, zero points) over the time. */
+ * rows, with the bytes read (words, scales, zero points) over the time.  Two timings of each: "us"
+ * reads one copy of the weights over and over (what fits the 50 MB L2 of an H100 stays there), and
+ * "cold_us" cycles through copies of at least 256 MB in all, as a decode step's layers do.
+ * gemv_int4_impl lines: every weight stream (iris_cuda_set_i4_impl) x every warps split
+ * (iris_cuda_set_i4_warps; 0 = the launch's rule), the same bits each. */
+#define I4_COPIES 32
 typedef struct {
-    iris_tensor x, w[3], y[3], u;
-    int m, swiglu;
+    iris_tensor x, w[I4_COPIES][3], y[3], u;
+    int m, swiglu, copies, k, cold;
 } i4_args;
 static void run_i4(void *p) {
     i4_args *a = p;
-    const iris_tensor *ws[3] = {&a->w[0], &a->w[1], &a->w[2]};
+    iris_tensor *w = a->w[a->cold ? a->k : 0];
+    if (a->cold) a->k = (a->k + 1) % a->copies;
+    const iris_tensor *ws[3] = {&w[0], &w[1], &w[2]};
     iris_tensor *ys[3] = {&a->y[0], &a->y[1], &a->y[2]};
-    if (a->swiglu) OK(iris_backend_linear_swiglu(B, &a->x, &a->w[0], &a->w[1], &a->y[0], &a->u));
+    if (a->swiglu) OK(iris_backend_linear_swiglu(B, &a->x, &w[0], &w[1], &a->y[0], &a->u));
     else if (a->m > 1) OK(iris_backend_linear_n(B, &a->x, a->m, ws, ys));
-    else OK(B->linear(B, &a->x, &a->w[0], NULL, &a->y[0]));
+    else OK(B->linear(B, &a->x, &w[0], NULL, &a->y[0]));
 }
 
 static iris_tensor weight_i4(int64_t out, int64_t in, int group, int asym) {
@@ -483,6 +491,14 @@ static size_t wbytes_i4(const iris_tensor *w) {
     return (size_t)(w->rows * w->cols / 2 + w->rows * ng * 2 + (w->qzero ? (w->rows + 7) / 8 * ng * 4 : 0));
 }
 
+/* The median time (ms) of a's product, one copy of the weights (hot) or cycling through them (cold). */
+static double time_i4(i4_args *a, int cold, int reps) {
+    a->cold = cold, a->k = 0;
+    double t = time_ms_n(run_i4, a, reps, 20);
+    a->cold = 0;
+    return t;
+}
+
 static void bench_int4(void) {
     struct { const char *op; int m, swiglu; int64_t in, out[3]; int group, asym; } cases[] = {
         {"qkv", 3, 0, 4096, {4096, 1024, 1024}, 128, 0},  {"o_proj", 1, 0, 4096, {4096}, 128, 0},
@@ -495,43 +511,52 @@ static void bench_int4(void) {
     void *yb[3] = {B->alloc(B, (size_t)64 * 151936 * 2), B->alloc(B, (size_t)64 * 12288 * 2), B->alloc(B, (size_t)64 * 1024 * 2)};
     void *ub = B->alloc(B, (size_t)64 * 12288 * 2);
     if (!yb[0] || !yb[1] || !yb[2] || !ub) die("arena exhausted");
+    static i4_args a;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        i4_args a;
         memset(&a, 0, sizeof a);
         a.m = cases[c].m, a.swiglu = cases[c].swiglu;
         size_t bytes = 0;
         for (int i = 0; i < a.m; i++) {
-            a.w[i] = weight_i4(cases[c].out[i], cases[c].in, cases[c].group, cases[c].asym);
+            a.w[0][i] = weight_i4(cases[c].out[i], cases[c].in, cases[c].group, cases[c].asym);
             a.y[i] = tview(yb[i], IRIS_DT_BF16, 1, cases[c].out[a.swiglu ? 0 : i]);
-            bytes += wbytes_i4(&a.w[i]);
+            bytes += wbytes_i4(&a.w[0][i]);
         }
+        a.copies = (int)((((size_t)256 << 20) + bytes - 1) / bytes);
+        if (a.copies > I4_COPIES) a.copies = I4_COPIES;
+        for (int k = 1; k < a.copies; k++)
+            for (int i = 0; i < a.m; i++) a.w[k][i] = weight_i4(cases[c].out[i], cases[c].in, cases[c].group, cases[c].asym);
         a.u = tview(ub, IRIS_DT_BF16, 1, cases[c].out[0]);
         a.x = tview(xb, IRIS_DT_BF16, 1, cases[c].in);
         int rows[] = {1, 2, 4, 8, 16};
         for (int r = 0; r < 5; r++) {
             a.x.rows = a.u.rows = rows[r];
             for (int i = 0; i < 3; i++) a.y[i].rows = rows[r];
-            double ms[2];
-            for (int ref = 0; ref < 2; ref++) {
-                iris_cuda_set_i4_ref(B, ref);
-                ms[ref] = time_ms_n(run_i4, &a, 15, 20);
-            }
+            iris_cuda_set_i4_ref(B, 1);
+            double old = time_i4(&a, 0, 15);
             iris_cuda_set_i4_ref(B, 0);
+            double hot = time_i4(&a, 0, 15), cold = time_i4(&a, 1, 15);
             printf("{\"bench\":\"gemv_int4\",\"op\":\"%s\",\"group\":%d,\"asym\":%d,\"rows\":%d,\"in\":%lld,\"out\":%lld,"
-                   "\"MB\":%.1f,\"us\":%.2f,\"GBps\":%.0f,\"old_us\":%.2f,\"old_GBps\":%.0f}\n",
+                   "\"MB\":%.1f,\"us\":%.2f,\"GBps\":%.0f,\"cold_us\":%.2f,\"cold_GBps\":%.0f,\"copies\":%d,"
+                   "\"old_us\":%.2f,\"old_GBps\":%.0f}\n",
                    cases[c].op, cases[c].group, cases[c].asym, rows[r], (long long)cases[c].in,
                    (long long)(cases[c].out[0] + (a.m == 3 ? cases[c].out[1] + cases[c].out[2] : 0)), bytes / 1e6,
-                   ms[0] * 1e3, bytes / (ms[0] * 1e-3) / 1e9, ms[1] * 1e3, bytes / (ms[1] * 1e-3) / 1e9);
+                   hot * 1e3, bytes / (hot * 1e-3) / 1e9, cold * 1e3, bytes / (cold * 1e-3) / 1e9, a.copies,
+                   old * 1e3, bytes / (old * 1e-3) / 1e9);
             fflush(stdout);
-            /* the split rule's alternatives: each warps-a-CTA forced */
-            for (int kw = 1; kw <= 8 && (rows[r] == 1 || rows[r] == 8); kw *= 2) {
-                iris_cuda_set_i4_warps(B, kw);
-                double t = time_ms_n(run_i4, &a, 15, 20);
-                printf("{\"bench\":\"gemv_int4_warps\",\"op\":\"%s\",\"group\":%d,\"asym\":%d,\"rows\":%d,\"warps\":%d,"
-                       "\"us\":%.2f,\"GBps\":%.0f,\"rule_us\":%.2f}\n",
-                       cases[c].op, cases[c].group, cases[c].asym, rows[r], kw, t * 1e3, bytes / (t * 1e-3) / 1e9, ms[0] * 1e3);
-            }
+            /* every weight stream x every split (0: the rule) */
+            for (int impl = 0; impl < 5; impl++)
+                for (int kw = 0; kw <= 8; kw = kw ? 2 * kw : 1) {
+                    iris_cuda_set_i4_impl(B, impl);
+                    iris_cuda_set_i4_warps(B, kw);
+                    double th = time_i4(&a, 0, 9), tc = time_i4(&a, 1, 9);
+                    printf("{\"bench\":\"gemv_int4_impl\",\"op\":\"%s\",\"group\":%d,\"asym\":%d,\"rows\":%d,\"impl\":%d,"
+                           "\"warps\":%d,\"us\":%.2f,\"GBps\":%.0f,\"cold_us\":%.2f,\"cold_GBps\":%.0f}\n",
+                           cases[c].op, cases[c].group, cases[c].asym, rows[r], impl, kw, th * 1e3,
+                           bytes / (th * 1e-3) / 1e9, tc * 1e3, bytes / (tc * 1e-3) / 1e9);
+                }
+            iris_cuda_set_i4_impl(B, 0);
             iris_cuda_set_i4_warps(B, 0);
+            fflush(stdout);
         }
         /* more rows: the GEMV in launches of 16 tokens against dequantization + cuBLASLt */
         int more[] = {24, 32, 48, 64};
@@ -545,13 +570,80 @@ static void bench_int4(void) {
             printf("{\"bench\":\"int4_switch\",\"op\":\"%s\",\"rows\":%d,\"gemv_us\":%.2f,\"dequant_cublaslt_us\":%.2f}\n",
                    cases[c].op, more[r], g * 1e3, d * 1e3);
         }
-        for (int i = 0; i < a.m; i++) {
-            B->free(B, a.w[i].data), B->free(B, (void *)a.w[i].qscale);
-            if (a.w[i].qzero) B->free(B, (void *)a.w[i].qzero);
-        }
+        for (int k = 0; k < a.copies; k++)
+            for (int i = 0; i < a.m; i++) {
+                B->free(B, a.w[k][i].data), B->free(B, (void *)a.w[k][i].qscale);
+                if (a.w[k][i].qzero) B->free(B, (void *)a.w[k][i].qzero);
+            }
     }
     B->free(B, xb), B->free(B, ub);
     for (int i = 0; i < 3; i++) B->free(B, yb[i]);
+}
+
+/* A decode step's 4-bit GEMVs alone: 8B's 36 layers of q/k/v (one launch), o_proj, gate/up with
+ * SiLU·mul and down_proj, each layer its own weights (3.6 GB: none stays in L2), in one CUDA graph
+ * replayed as the engine replays a step (with PDL between the launches), for each weight stream and
+ * split: what the step's GEMVs cost together, the other ops left out. */
+#define I4_LAYERS 36
+typedef struct {
+    iris_tensor w[I4_LAYERS][7], x, q[3], y, g, u; /* q, k, v, o_proj, gate, up, down_proj */
+} i4_chain;
+
+/* One step's GEMVs in order; the activations pass from one to the next (their values do not matter). */
+static void i4_chain_issue(i4_chain *c) {
+    for (int l = 0; l < I4_LAYERS; l++) {
+        iris_tensor *w = c->w[l];
+        const iris_tensor *ws[3] = {&w[0], &w[1], &w[2]};
+        iris_tensor *ys[3] = {&c->q[0], &c->q[1], &c->q[2]};
+        OK(iris_backend_linear_n(B, &c->x, 3, ws, ys));
+        OK(B->linear(B, &c->q[0], &w[3], NULL, &c->y));
+        OK(iris_backend_linear_swiglu(B, &c->y, &w[4], &w[5], &c->g, &c->u));
+        OK(B->linear(B, &c->g, &w[6], NULL, &c->x));
+    }
+}
+
+static void bench_int4_chain(void) {
+    static i4_chain c;
+    memset(&c, 0, sizeof c);
+    size_t bytes = 0;
+    const int64_t outs[7] = {4096, 1024, 1024, 4096, 12288, 12288, 4096};
+    for (int l = 0; l < I4_LAYERS; l++)
+        for (int i = 0; i < 7; i++) {
+            c.w[l][i] = weight_i4(outs[i], i == 6 ? 12288 : 4096, 128, 0);
+            bytes += wbytes_i4(&c.w[l][i]);
+        }
+    void *xb = dev_random((size_t)8 * 4096, IRIS_DT_BF16, 1.0f);
+    void *qb[3] = {B->alloc(B, (size_t)8 * 4096 * 2), B->alloc(B, (size_t)8 * 1024 * 2), B->alloc(B, (size_t)8 * 1024 * 2)};
+    void *yb = B->alloc(B, (size_t)8 * 4096 * 2), *gb = B->alloc(B, (size_t)8 * 12288 * 2), *ub = B->alloc(B, (size_t)8 * 12288 * 2);
+    if (!qb[0] || !qb[1] || !qb[2] || !yb || !gb || !ub) die("arena exhausted");
+    int rows[] = {1, 8};
+    for (int r = 0; r < 2; r++) {
+        const int n = rows[r];
+        c.x = tview(xb, IRIS_DT_BF16, n, 4096), c.y = tview(yb, IRIS_DT_BF16, n, 4096);
+        c.g = tview(gb, IRIS_DT_BF16, n, 12288), c.u = tview(ub, IRIS_DT_BF16, n, 12288);
+        for (int i = 0; i < 3; i++) c.q[i] = tview(qb[i], IRIS_DT_BF16, n, outs[i]);
+        for (int impl = 0; impl < 5; impl++)
+            for (int kw = 0; kw <= 8; kw = kw ? 2 * kw : 1) {
+                iris_cuda_set_i4_impl(B, impl); /* read as the graph is captured */
+                iris_cuda_set_i4_warps(B, kw);
+                OK(iris_cuda_graph_begin(B));
+                i4_chain_issue(&c);
+                OK(iris_cuda_graph_end(B, &g_graph));
+                double ms = time_ms(run_graph, NULL, 11);
+                iris_cuda_graph_free(g_graph);
+                g_graph = NULL;
+                printf("{\"bench\":\"int4_step_gemvs\",\"layers\":%d,\"rows\":%d,\"impl\":%d,\"warps\":%d,\"ms\":%.3f,"
+                       "\"GB\":%.2f,\"GBps\":%.0f}\n",
+                       I4_LAYERS, n, impl, kw, ms, bytes / 1e9, bytes / (ms * 1e-3) / 1e9);
+                fflush(stdout);
+            }
+    }
+    iris_cuda_set_i4_impl(B, 0);
+    iris_cuda_set_i4_warps(B, 0);
+    for (int l = 0; l < I4_LAYERS; l++)
+        for (int i = 0; i < 7; i++) B->free(B, c.w[l][i].data), B->free(B, (void *)c.w[l][i].qscale);
+    B->free(B, xb), B->free(B, yb), B->free(B, gb), B->free(B, ub);
+    for (int i = 0; i < 3; i++) B->free(B, qb[i]);
 }
 
 typedef struct {
@@ -668,8 +760,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("{\"bench\":\"open\",\"arena_GiB\":%.1f,\"ms\":%.1f}\n", arena / 1073741824.0, (now() - t0) * 1e3);
-    if (strcmp(like, "int4") == 0) { /* the 4-bit GEMV alone */
+    if (strcmp(like, "int4") == 0) { /* the 4-bit GEMV alone, then a decode step's GEMVs */
         bench_int4();
+        bench_int4_chain();
         B->destroy(B);
         return 0;
     }
