@@ -5,7 +5,6 @@
  * size.longest_edge (16,777,216) so that only the cap resizes it. */
 #include <curl/curl.h>
 #include <jansson.h>
-#include <spng.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,8 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "formats/grounding.h"
+#include "formats/image.h"
 #include "iris.h"
 #include "server_harness.h"
 #include "test.h"
@@ -20,28 +21,15 @@
 #define CAP_W 1536
 #define CAP_H 1024
 
-/* An 8-bit grey gradient PNG of w x h at path; 0 or -1. */
+/* A grey gradient PNG of w x h at path, through the project's PNG writer; 0 or -1. */
 static int write_png(const char *path, uint32_t w, uint32_t h) {
-    uint8_t *img = malloc((size_t)w * h);
-    spng_ctx *ctx = spng_ctx_new(SPNG_CTX_ENCODER);
-    struct spng_ihdr ih = {.width = w, .height = h, .bit_depth = 8, .color_type = SPNG_COLOR_TYPE_GRAYSCALE};
-    int rc = -1;
-    if (img) {
-        for (uint32_t y = 0; y < h; y++)
-            for (uint32_t x = 0; x < w; x++) img[(size_t)y * w + x] = (uint8_t)((x + y) & 0xff);
-    }
-    if (img && ctx && !spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1) && !spng_set_ihdr(ctx, &ih) &&
-        !spng_encode_image(ctx, img, (size_t)w * h, SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE)) {
-        size_t n = 0;
-        int e = 0;
-        void *png = spng_get_png_buffer(ctx, &n, &e);
-        FILE *f = png ? fopen(path, "wb") : NULL;
-        if (f && fwrite(png, 1, n, f) == n) rc = 0;
-        if (f) fclose(f);
-        free(png);
-    }
-    spng_ctx_free(ctx);
-    free(img);
+    iris_image im = {.width = (int)w, .height = (int)h, .rgb = malloc((size_t)w * h * 3)};
+    if (!im.rgb) return -1;
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < w; x++) memset(im.rgb + ((size_t)y * w + x) * 3, (x + y) & 0xff, 3);
+    iris_err err = {0};
+    int rc = iris_image_write_png(&im, path, &err) ? -1 : 0;
+    free(im.rgb);
     return rc;
 }
 
