@@ -18,7 +18,7 @@
  * match: for word i, pair k = (column 8i + k, 8i + k + 4); the x words are permuted the same way
  * (one byte-permute per pair).  Tokens are the mma's n: one or two tiles of 8; rows of x past n
  * are a copy of the last one, never stored.  The KW partial tiles are summed through shared
- * memory in warp order, then bias or SwiGLU and one rounding to bf16.  Columns past the last
+ * memory in warp order, then bias or SwiGLU and one rounding to bf16 (cuda_mma.cuh).  Columns past the last
  * whole super-step (in a multiple of 32, not of 128) weigh 0 (their x as 0, nothing loaded).
  *
  * Numerics: every weight is bf16((q - zero) · scale) as the CPU reference computes it.  q - zero
@@ -28,7 +28,7 @@
  * rounding.  Products and sums in fp32 (the tensor core's accumulation; the order of the sum
  * differs from the CPU's, as between any two GEMV schedules).
  * Memory-bound: each weight byte is read once; floor bytes(words + scales) / bandwidth. */
-#include "cuda_internal.cuh"
+#include "cuda_mma.cuh"
 
 #define I4_MAXW 8   /* warps a CTA */
 #define I4_COLS 128 /* columns a super-step: 4 lanes x 32 */
@@ -121,12 +121,10 @@ __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p
                                                                 int64_t ldx, int n) {
     extern __shared__ float red[]; /* [KW][1 + SWIGLU][NT * 128] */
     constexpr int U = (SWIGLU ? 2 : 4) / NT; /* super-steps in flight a warp: 4 KB of weights (2 KB for 9-16 tokens) */
-    const int KW = blockDim.x / 32, NM = 1 + SWIGLU, TW = NT * 128;
+    const int KW = blockDim.x / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int64_t tile = blockIdx.x;
-    int i = 0;
-    if (!SWIGLU)
-        while (i < p.m - 1 && tile >= (p.out[i] + 15) / 16) tile -= (p.out[i++] + 15) / 16;
+    int i;
+    const int64_t tile = gemv_mma_tile<SWIGLU>(p, i);
     const int j = SWIGLU ? 1 : i; /* the second matrix (up) */
     const int64_t r0 = tile * 16, out = p.out[i], in = p.in, wpr = in / 8, ng = in / p.group;
     const int64_t ra = min(r0 + g, out - 1), rb = min(r0 + g + 8, out - 1);
@@ -207,38 +205,7 @@ __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p
         }
     }
 
-    /* c[nt][0], c[nt][1]: row g, tokens 8 nt + 2t, + 1; c[nt][2], c[nt][3]: row g + 8.  Stored as
-     * [row][token] (8 NT tokens a row), summed over the warps in order. */
-    float *rw = red + (int64_t)warp * NM * TW;
-#pragma unroll
-    for (int m = 0; m < NM; m++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            const float *c = m ? c1[nt] : c0[nt];
-            const int tk = 8 * nt + 2 * t;
-            rw[m * TW + g * 8 * NT + tk] = c[0];
-            rw[m * TW + g * 8 * NT + tk + 1] = c[1];
-            rw[m * TW + (g + 8) * 8 * NT + tk] = c[2];
-            rw[m * TW + (g + 8) * 8 * NT + tk + 1] = c[3];
-        }
-    __syncthreads();
-    for (int e = threadIdx.x; e < TW; e += blockDim.x) {
-        const int row = e & 15, tok = e >> 4; /* consecutive threads, consecutive rows of one token */
-        const int64_t r = r0 + row;
-        if (tok >= n || r >= out) continue;
-        float v0 = 0, v1 = 0;
-        for (int w = 0; w < KW; w++) {
-            v0 += red[(int64_t)w * NM * TW + row * 8 * NT + tok];
-            if (SWIGLU) v1 += red[(int64_t)w * NM * TW + TW + row * 8 * NT + tok];
-        }
-        bf16 *y = p.y[i] + (int64_t)tok * p.ldy[i] + r;
-        if (SWIGLU) {
-            const float gg = round_bf16(v0), uu = round_bf16(v1);
-            *y = f2bf(round_bf16(gg / (1.0f + expf(-gg))) * uu);
-        } else {
-            *y = f2bf(v0 + (p.bias[i] ? load_vec(p.bias[i], p.bdt[i], r) : 0.0f));
-        }
-    }
+    gemv_mma_finish<SWIGLU, NT>(p, i, red, c0, c1, r0, out, n);
 }
 
 /* CTAs of kw warps (red bytes of shared memory) an SM holds at once, remembered per kernel for the
