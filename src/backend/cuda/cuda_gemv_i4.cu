@@ -18,8 +18,9 @@
  * match: for word i, pair k = (column 8i + k, 8i + k + 4); the x words are permuted the same way
  * (one byte-permute per pair).  Tokens are the mma's n: one or two tiles of 8; rows of x past n
  * are a copy of the last one, never stored.  The KW partial tiles are summed through shared
- * memory in warp order, then bias or SwiGLU and one rounding to bf16 (cuda_mma.cuh).  Columns past the last
- * whole super-step (in a multiple of 32, not of 128) weigh 0 (their x as 0, nothing loaded).
+ * memory in warp order, then bias or SwiGLU and one rounding to bf16 (cuda_mma.cuh).  Columns
+ * past the last whole super-step (in a multiple of 32, not of 128) weigh 0 (their x as 0, nothing
+ * loaded).
  *
  * Numerics: every weight is bf16((q - zero) · scale) as the CPU reference computes it.  q - zero
  * is exact in bf16 (a magic-number conversion: 0x4300 | nibble is 128 + nibble); with BF16 scales
