@@ -461,8 +461,7 @@ static void bench_linear_shapes(int fp8, shape s) {
  * rows, with the bytes read (words, scales, zero points) over the time.  Two timings of each: "us"
  * reads one copy of the weights over and over (what fits the 50 MB L2 of an H100 stays there), and
  * "cold_us" cycles through copies of at least 256 MB in all, as a decode step's layers do.
- * gemv_int4_impl lines: every weight stream (iris_cuda_set_i4_impl) x every warps split
- * (iris_cuda_set_i4_warps; 0 = the launch's rule), the same bits each. */
+ * gemv_int4_warps lines: every warps split forced (iris_cuda_set_i4_warps), against the rule's. */
 #define I4_COPIES 32
 typedef struct {
     iris_tensor x, w[I4_COPIES][3], y[3], u;
@@ -543,18 +542,15 @@ static void bench_int4(void) {
                    hot * 1e3, bytes / (hot * 1e-3) / 1e9, cold * 1e3, bytes / (cold * 1e-3) / 1e9, a.copies,
                    old * 1e3, bytes / (old * 1e-3) / 1e9);
             fflush(stdout);
-            /* every weight stream x every split (0: the rule) */
-            for (int impl = 0; impl < 5; impl++)
-                for (int kw = 0; kw <= 8; kw = kw ? 2 * kw : 1) {
-                    iris_cuda_set_i4_impl(B, impl);
-                    iris_cuda_set_i4_warps(B, kw);
-                    double th = time_i4(&a, 0, 9), tc = time_i4(&a, 1, 9);
-                    printf("{\"bench\":\"gemv_int4_impl\",\"op\":\"%s\",\"group\":%d,\"asym\":%d,\"rows\":%d,\"impl\":%d,"
-                           "\"warps\":%d,\"us\":%.2f,\"GBps\":%.0f,\"cold_us\":%.2f,\"cold_GBps\":%.0f}\n",
-                           cases[c].op, cases[c].group, cases[c].asym, rows[r], impl, kw, th * 1e3,
-                           bytes / (th * 1e-3) / 1e9, tc * 1e3, bytes / (tc * 1e-3) / 1e9);
-                }
-            iris_cuda_set_i4_impl(B, 0);
+            /* every split forced */
+            for (int kw = 1; kw <= 8; kw *= 2) {
+                iris_cuda_set_i4_warps(B, kw);
+                double th = time_i4(&a, 0, 9), tc = time_i4(&a, 1, 9);
+                printf("{\"bench\":\"gemv_int4_warps\",\"op\":\"%s\",\"group\":%d,\"asym\":%d,\"rows\":%d,\"warps\":%d,"
+                       "\"us\":%.2f,\"GBps\":%.0f,\"cold_us\":%.2f,\"cold_GBps\":%.0f,\"rule_cold_us\":%.2f}\n",
+                       cases[c].op, cases[c].group, cases[c].asym, rows[r], kw, th * 1e3, bytes / (th * 1e-3) / 1e9,
+                       tc * 1e3, bytes / (tc * 1e-3) / 1e9, cold * 1e3);
+            }
             iris_cuda_set_i4_warps(B, 0);
             fflush(stdout);
         }
@@ -582,8 +578,8 @@ static void bench_int4(void) {
 
 /* A decode step's 4-bit GEMVs alone: 8B's 36 layers of q/k/v (one launch), o_proj, gate/up with
  * SiLU·mul and down_proj, each layer its own weights (3.6 GB: none stays in L2), in one CUDA graph
- * replayed as the engine replays a step (with PDL between the launches), for each weight stream and
- * split: what the step's GEMVs cost together, the other ops left out. */
+ * replayed as the engine replays a step (with PDL between the launches), for the rule (warps 0) and
+ * each split forced: what the step's GEMVs cost together, the other ops left out. */
 #define I4_LAYERS 36
 typedef struct {
     iris_tensor w[I4_LAYERS][7], x, q[3], y, g, u; /* q, k, v, o_proj, gate, up, down_proj */
@@ -622,23 +618,20 @@ static void bench_int4_chain(void) {
         c.x = tview(xb, IRIS_DT_BF16, n, 4096), c.y = tview(yb, IRIS_DT_BF16, n, 4096);
         c.g = tview(gb, IRIS_DT_BF16, n, 12288), c.u = tview(ub, IRIS_DT_BF16, n, 12288);
         for (int i = 0; i < 3; i++) c.q[i] = tview(qb[i], IRIS_DT_BF16, n, outs[i]);
-        for (int impl = 0; impl < 5; impl++)
-            for (int kw = 0; kw <= 8; kw = kw ? 2 * kw : 1) {
-                iris_cuda_set_i4_impl(B, impl); /* read as the graph is captured */
-                iris_cuda_set_i4_warps(B, kw);
-                OK(iris_cuda_graph_begin(B));
-                i4_chain_issue(&c);
-                OK(iris_cuda_graph_end(B, &g_graph));
-                double ms = time_ms(run_graph, NULL, 11);
-                iris_cuda_graph_free(g_graph);
-                g_graph = NULL;
-                printf("{\"bench\":\"int4_step_gemvs\",\"layers\":%d,\"rows\":%d,\"impl\":%d,\"warps\":%d,\"ms\":%.3f,"
-                       "\"GB\":%.2f,\"GBps\":%.0f}\n",
-                       I4_LAYERS, n, impl, kw, ms, bytes / 1e9, bytes / (ms * 1e-3) / 1e9);
-                fflush(stdout);
-            }
+        for (int kw = 0; kw <= 8; kw = kw ? 2 * kw : 1) {
+            iris_cuda_set_i4_warps(B, kw); /* read as the graph is captured */
+            OK(iris_cuda_graph_begin(B));
+            i4_chain_issue(&c);
+            OK(iris_cuda_graph_end(B, &g_graph));
+            double ms = time_ms(run_graph, NULL, 11);
+            iris_cuda_graph_free(g_graph);
+            g_graph = NULL;
+            printf("{\"bench\":\"int4_step_gemvs\",\"layers\":%d,\"rows\":%d,\"warps\":%d,\"ms\":%.3f,\"GB\":%.2f,"
+                   "\"GBps\":%.0f}\n",
+                   I4_LAYERS, n, kw, ms, bytes / 1e9, bytes / (ms * 1e-3) / 1e9);
+            fflush(stdout);
+        }
     }
-    iris_cuda_set_i4_impl(B, 0);
     iris_cuda_set_i4_warps(B, 0);
     for (int l = 0; l < I4_LAYERS; l++)
         for (int i = 0; i < 7; i++) B->free(B, c.w[l][i].data), B->free(B, (void *)c.w[l][i].qscale);

@@ -5,8 +5,7 @@
  * shapes (rows not a multiple of 16, columns not a multiple of 128).  Random inputs within the
  * tolerance of the other linears; one-hot inputs, whose products are the dequantized weights
  * themselves, bit for bit (the dequantization's arithmetic, nibble order and the mma's permuted k
- * index).  The GEMV's weight streams (iris_cuda_set_i4_impl): the checks that run it under each,
- * and each stream bit for bit against stream 0 for every warps split (gpu_ops_linear_int4_streams).
+ * index), also under every split of the columns over deep rows (gpu_ops_linear_int4_splits).
  * Part of build/iris-test-gpu; without a CUDA device every test is skipped. */
 #include <math.h>
 #include <stdio.h>
@@ -80,17 +79,6 @@ static float *i4_x(int64_t n, int64_t in, int onehot) {
     return x;
 }
 
-/* The weight streams of the tensor-core GEMV (iris_cuda_set_i4_impl), each under test. */
-#define I4_IMPLS 5
-
-/* Which stream the checks after it ran under, in the log when one fails; past stream 0 only the
- * checks that run the tensor-core GEMV (i4_mma_only). */
-static int i4_mma_only;
-static void int_test_note_impl(int impl) {
-    fprintf(stderr, "test_ops_int4: the 4-bit GEMV's weight stream %d\n", impl);
-    i4_mma_only = impl > 0;
-}
-
 static const char *sdt_name(iris_dtype d) { return d == IRIS_DT_BF16 ? "bf16" : d == IRIS_DT_F16 ? "f16" : "f32"; }
 
 /* One linear y = x · Wᵀ (+ bias) on the GPU (the tensor-core GEMV, or with ref the per-row one)
@@ -98,7 +86,6 @@ static const char *sdt_name(iris_dtype d) { return d == IRIS_DT_BF16 ? "bf16" : 
  * the tensor-core GEMV must have run (1), must not have (0), or either (-1). */
 static void check_i4(int64_t n, int64_t in, int64_t out, int group, int asym, iris_dtype sdt, int bias, int onehot,
                      int ref, int expect_mma) {
-    if (i4_mma_only && expect_mma == 0) return; /* a path the weight stream does not touch: checked once */
     i4_weight w;
     i4_make(&w, out, in, group, asym, sdt);
     float *x = i4_x(n, in, onehot), *bv = bias ? ops_rnd_vec(out, -0.5f, 0.5f) : NULL;
@@ -128,7 +115,8 @@ static void check_i4(int64_t n, int64_t in, int64_t out, int group, int asym, ir
     free(x), free(bv), free(cy), free(got);
 }
 
-static void int4_linear_cases(void) {
+IRIS_TEST(gpu_ops_linear_int4) {
+    OPS_BACKENDS();
     /* every group, symmetry and scale dtype, 1-16 tokens, on odd shapes: 416 columns (3 whole
      * super-steps of 128 and one of 32), 77 and 200 rows (partial 16-row tiles, zero points padded) */
     const int groups[3] = {32, 64, 128};
@@ -233,7 +221,8 @@ static void check_i4_fused(int64_t n, int64_t in, const int64_t *outs, int group
     free(x), free(cu);
 }
 
-static void int4_fused_cases(void) {
+IRIS_TEST(gpu_ops_linear_int4_fused) {
+    OPS_BACKENDS();
     const int64_t qkv[3] = {160, 40, 40}, odd[3] = {77, 21, 21}, wide[3] = {512, 128, 128};
     check_i4_fused(1, 4096, qkv, 128, 0, IRIS_DT_BF16, 0);
     check_i4_fused(4, 4096, wide, 128, 1, IRIS_DT_BF16, 0);
@@ -246,109 +235,25 @@ static void int4_fused_cases(void) {
     check_i4_fused(64, 448, qkv, 32, 0, IRIS_DT_BF16, 1);
 }
 
-/* Against the CPU under each weight stream of the GEMV (iris_cuda_set_i4_impl). */
-IRIS_TEST(gpu_ops_linear_int4) {
+/* Every split of the columns (warps a CTA: the rule, 1, 2, 4, 8) over columns deep enough that each
+ * warp refills its slots several times (32 and 96 super-steps): one-hot x bit for bit, random x
+ * within tolerance, a linear (+bias), q/k/v and gate/up, 1-16 tokens. */
+IRIS_TEST(gpu_ops_linear_int4_splits) {
     OPS_BACKENDS();
-    for (int impl = 0; impl < I4_IMPLS; impl++) {
-        iris_cuda_set_i4_impl(ops_cuda, impl);
-        int_test_note_impl(impl);
-        int4_linear_cases();
-    }
-    iris_cuda_set_i4_impl(ops_cuda, 0);
-    i4_mma_only = 0;
-}
-
-IRIS_TEST(gpu_ops_linear_int4_fused) {
-    OPS_BACKENDS();
-    for (int impl = 0; impl < I4_IMPLS; impl++) {
-        iris_cuda_set_i4_impl(ops_cuda, impl);
-        int_test_note_impl(impl);
-        int4_fused_cases();
-    }
-    iris_cuda_set_i4_impl(ops_cuda, 0);
-    i4_mma_only = 0;
-}
-
-/* One product (a linear with optional bias, q/k/v in one launch, or gate/up with SiLU·mul) under
- * every weight stream and every warps split: each stream the same bits as stream 0 of the same split
- * (the same super-steps in the same order), and stream 0 of the rule within the CPU's tolerance. */
-static void same_i4_impl(int64_t n, int64_t in, const int64_t *outs, int m, int swiglu, int group, int asym,
-                         iris_dtype sdt, int bias) {
-    const int nw = swiglu ? 2 : m, ny = swiglu ? 1 : m;
-    i4_weight w[3];
-    const iris_tensor *ws[3];
-    for (int i = 0; i < nw; i++) i4_make(&w[i], outs[swiglu ? 0 : i], in, group, asym, sdt), ws[i] = &w[i].d;
-    float *x = i4_x(n, in, 0), *bv = bias ? ops_rnd_vec(outs[0], -0.5f, 0.5f) : NULL;
-    void *dx = ops_dev_bf16(x, n * in), *db = bias ? ops_dev_bf16(bv, outs[0]) : NULL;
-    iris_tensor gx = ops_view(dx, IRIS_DT_BF16, n, in, 0), gb = ops_view(db, IRIS_DT_BF16, 1, outs[0], 0);
-    iris_tensor y[I4_IMPLS][3], u = ops_view(ops_dev_poison(n * outs[0]), IRIS_DT_BF16, n, outs[0], 0);
-    for (int v = 0; v < I4_IMPLS; v++)
-        for (int i = 0; i < ny; i++) y[v][i] = ops_view(ops_dev_poison(n * outs[i]), IRIS_DT_BF16, n, outs[i], 0);
+    const int64_t qkv[3] = {160, 40, 40}, wide[3] = {300, 44, 44};
     const int kws[5] = {0, 1, 2, 4, 8};
     for (int ki = 0; ki < 5; ki++) {
         iris_cuda_set_i4_warps(ops_cuda, kws[ki]);
-        for (int v = 0; v < I4_IMPLS; v++) {
-            iris_cuda_set_i4_impl(ops_cuda, v);
-            iris_tensor *ys[3] = {&y[v][0], &y[v][1], &y[v][2]};
-            const int runs = iris_cuda_i4_gemv_runs(ops_cuda);
-            int rc = swiglu ? iris_backend_linear_swiglu(ops_cuda, &gx, ws[0], ws[1], ys[0], &u)
-                     : m > 1 ? iris_backend_linear_n(ops_cuda, &gx, m, ws, ys)
-                             : ops_cuda->linear(ops_cuda, &gx, ws[0], bias ? &gb : NULL, ys[0]);
-            CHECKF(rc == 0, "4-bit gemv stream %d: %s", v, ops_cuda->err.msg);
-            CHECKF(iris_cuda_i4_gemv_runs(ops_cuda) == runs + (int)((n + 15) / 16),
-                   "stream %d: the tensor-core GEMV ran %d times", v, iris_cuda_i4_gemv_runs(ops_cuda) - runs);
+        for (int n = 1; n <= 16; n *= 2) {
+            check_i4(n, 4096, 77, 128, n & 1, IRIS_DT_BF16, n == 2, 0, 0, 1);
+            check_i4(n, 12288, 40, 128, 0, n == 4 ? IRIS_DT_F16 : IRIS_DT_BF16, 0, 1, 0, 1);
+            check_i4(n < 16 ? n + 1 : 15, 12288, 33, 32, 1, IRIS_DT_F32, 1, 0, 0, 1);
         }
-        for (int v = 1; v < I4_IMPLS; v++)
-            for (int i = 0; i < ny; i++) {
-                char what[160];
-                snprintf(what, sizeof what, "stream %d vs 0, %d warps: %s n=%lld out %d [%lld,%lld] g%d%s %s%s", v,
-                         kws[ki], swiglu ? "swiglu" : m > 1 ? "linear_n" : "linear", (long long)n, i,
-                         (long long)outs[i], (long long)in, group, asym ? " asym" : "", sdt_name(sdt),
-                         bias ? " +bias" : "");
-                ops_same_bits(y[v][i].data, y[0][i].data, n * outs[i], what);
-            }
-        if (kws[ki] == 0 && !swiglu) { /* the rule's stream 0 against the CPU, so that agreement means something */
-            for (int i = 0; i < ny; i++) {
-                float *cy = malloc(sizeof(float) * (size_t)(n * outs[i]));
-                iris_tensor cx = ops_view(x, IRIS_DT_F32, n, in, 0), cb = ops_view(bv, IRIS_DT_F32, 1, outs[0], 0),
-                            cyv = ops_view(cy, IRIS_DT_F32, n, outs[i], 0);
-                REQUIRE(ops_cpu->linear(ops_cpu, &cx, &w[i].h, bias ? &cb : NULL, &cyv) == 0);
-                float *got = ops_dev_read_bf16(y[0][i].data, n * outs[i]);
-                ops_compare("stream 0 vs the CPU", got, outs[i], cy, outs[i], n, outs[i], 4e-3f, 2e-3f);
-                free(got), free(cy);
-            }
-        }
+        check_i4_fused(1, 4096, qkv, 128, 0, IRIS_DT_BF16, 1);
+        check_i4_fused(8, 12288, wide, 64, 1, IRIS_DT_BF16, 0);
+        check_i4_fused(16, 4096, wide, 128, 0, IRIS_DT_F16, 0);
     }
     iris_cuda_set_i4_warps(ops_cuda, 0);
-    iris_cuda_set_i4_impl(ops_cuda, 0);
-    for (int v = 0; v < I4_IMPLS; v++)
-        for (int i = 0; i < ny; i++) ops_cuda->free(ops_cuda, y[v][i].data);
-    for (int i = 0; i < nw; i++) i4_free(&w[i]);
-    ops_cuda->free(ops_cuda, u.data), ops_cuda->free(ops_cuda, dx), ops_cuda->free(ops_cuda, db);
-    free(x), free(bv);
-}
-
-IRIS_TEST(gpu_ops_linear_int4_streams) {
-    OPS_BACKENDS();
-    const int64_t one[1] = {77}, qkv[3] = {160, 40, 40}, odd[3] = {77, 21, 21}, wide[1] = {300};
-    const iris_dtype sdts[3] = {IRIS_DT_BF16, IRIS_DT_F16, IRIS_DT_F32};
-    const int groups[3] = {32, 64, 128};
-    /* 1-16 tokens; columns past the last whole super-step (416, 448, 640); more super-steps than a
-     * warp's ring (4096, 12288 columns: 32 and 96 super-steps, every split several rounds deep) */
-    for (int n = 1; n <= 16; n++) {
-        const int gi = n % 3, si = (n / 3) % 3, asym = n & 1;
-        const int64_t in = groups[gi] == 32 ? 416 : groups[gi] == 64 ? 448 : 640;
-        same_i4_impl(n, in, one, 1, 0, groups[gi], asym, sdts[si], n % 4 == 0);
-        same_i4_impl(n, 4096, qkv, 3, 0, 128, asym, sdts[(si + 1) % 3], 0);
-        same_i4_impl(n, in, odd, 2, 1, groups[gi], !asym, sdts[(si + 2) % 3], 0);
-    }
-    for (int n = 1; n <= 8; n *= 2) {
-        same_i4_impl(n, 12288, wide, 1, 0, 128, 0, IRIS_DT_BF16, 0);
-        same_i4_impl(n, 4096, wide, 2, 1, 128, n == 2, IRIS_DT_BF16, 0);
-        same_i4_impl(n, 4096, wide, 1, 0, 32, 1, IRIS_DT_F16, 1);
-    }
-    same_i4_impl(16, 12288, one, 2, 1, 64, 1, IRIS_DT_F32, 0);
-    same_i4_impl(40, 1184, odd, 3, 0, 32, 1, IRIS_DT_BF16, 0); /* launches of 16 tokens */
 }
 
 #endif

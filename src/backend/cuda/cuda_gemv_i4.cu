@@ -4,9 +4,13 @@
  *
  * The tensor-core GEMV (k_gemv4_mma): the shape of cuda_gemv_mma.cu's FP8 kernel.  A CTA owns 16
  * output rows (one m16 tile; rows past `out` are clamped on load and not stored) and KW warps
- * (launch4's rule: all CTAs in one wave where that can be) split its columns in 128-column
- * super-steps (warp w takes w, w + KW, ...; 4 KB of weights in flight a warp, the first round issued
- * before pdl_wait).  In a super-step lane (g = lane/4, t = lane%4)
+ * (launch4's measured rule) split its columns in 128-column super-steps (warp w takes w, w + KW,
+ * ...).  A warp holds U super-steps in registers (4 KB of weights; the first U loaded before
+ * pdl_wait) and refills each slot with its next super-step as soon as that slot's mmas are issued,
+ * so that the other slots' loads stay in flight behind the arithmetic.  Measured (H100, 8B's shapes,
+ * best split each, cold weights): 7-14% faster than loading U at a time and then computing them
+ * (o_proj, one round a warp: 3% slower), 3-19% faster than a cp.async ring in shared memory 8 KB a
+ * warp deep and 30-55% than one 16 KB deep.  In a super-step lane (g = lane/4, t = lane%4)
  * loads 16 bytes (4 words, 32 weights) of row g and of row g + 8 at columns [128 s + 32 t, +32),
  * the scale (and packed zero point) of each row's group there (a group is a multiple of 32
  * columns, so one per load), and token g's x at those columns.  Word i's nibbles k and k + 4 land
@@ -14,11 +18,9 @@
  * match: for word i, pair k = (column 8i + k, 8i + k + 4); the x words are permuted the same way
  * (one byte-permute per pair).  Tokens are the mma's n: one or two tiles of 8; rows of x past n
  * are a copy of the last one, never stored.  The KW partial tiles are summed through shared
- * memory in warp order, then bias or SwiGLU and one rounding to bf16.  Columns past the last
- * whole super-step (in a multiple of 32, not of 128) weigh 0 (their x as 0, nothing loaded).
- * How a warp keeps its weights in flight is k_gemv4_mma's IMPL (iris_cuda_set_i4_impl, measured by
- * bench_cuda int4): the same super-steps in the same order, so the same bits, from registers or
- * through a cp.async ring in shared memory.
+ * memory in warp order, then bias or SwiGLU and one rounding to bf16 (cuda_mma.cuh).  Columns
+ * past the last whole super-step (in a multiple of 32, not of 128) weigh 0 (their x as 0, nothing
+ * loaded).
  *
  * Numerics: every weight is bf16((q - zero) · scale) as the CPU reference computes it.  q - zero
  * is exact in bf16 (a magic-number conversion: 0x4300 | nibble is 128 + nibble); with BF16 scales
@@ -27,14 +29,10 @@
  * rounding.  Products and sums in fp32 (the tensor core's accumulation; the order of the sum
  * differs from the CPU's, as between any two GEMV schedules).
  * Memory-bound: each weight byte is read once; floor bytes(words + scales) / bandwidth. */
-#include "cuda_internal.cuh"
+#include "cuda_mma.cuh"
 
 #define I4_MAXW 8   /* warps a CTA */
 #define I4_COLS 128 /* columns a super-step: 4 lanes x 32 */
-
-/* The weight stream forced by iris_cuda_set_i4_impl (measurement only: one process-wide value, the
- * benchmark's and the tests' one backend), 0 by default. */
-static int i4_impl;
 
 /* Up to three I4 weights of one input width, group and scale dtype over the same x (one linear, the
  * q, k, v projections, or gate and up), by value to the kernel. */
@@ -116,51 +114,18 @@ static __device__ __forceinline__ void step4(float (*c)[4], uint4 wa, uint4 wb, 
     }
 }
 
-/* 16 bytes global → shared without a register round trip; PF: with L2's 256-byte prefetch hint. */
-template <int PF> static __device__ __forceinline__ void i4_cp16(void *dst, const void *src) {
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    if (PF) asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-    else asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void i4_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-static __device__ __forceinline__ void i4_cp4(void *dst, const void *src) {
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
-}
-/* 0, computed from v: what uses it waits for v (the compiler cannot fold it away). */
-static __device__ __forceinline__ int i4_zero_of(uint32_t v) {
-    int r;
-    asm("and.b32 %0, %1, 0;" : "=r"(r) : "r"(v));
-    return r;
-}
-template <int N> /* all but the newest N groups have landed */
-static __device__ __forceinline__ void i4_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
-/* The ring stages a warp of IMPL 2: 8 KB of weights (4 KB for 9-16 tokens), 12 KB (6 KB) with the
- * scales; IMPL 3 twice as many. */
-template <int SWIGLU, int NT, int IMPL> struct i4_ring {
-    static constexpr int S = (IMPL == 3 ? 2 : 1) * (SWIGLU ? 4 : 8) / NT;
-};
-
 /* SWIGLU: p.q[0] gate, p.q[1] up, y = silu(bf16(gate)) ⊙ bf16(up) into p.y[0] (the roundings of
  * linear, linear, silu_mul); else the CTAs walk p's matrices in order, bias added before the one
- * rounding.  IMPL: how a warp keeps its weights in flight (the same super-steps in the same order,
- * the same bits): 0 rounds of U super-steps in registers, each loaded when the last is done; 1 the
- * same registers, each slot refilled with its next super-step once its mmas are issued; 2 a ring of
- * i4_ring::S super-steps in shared memory (cp.async), each stage refilled as soon as it is read; 3
- * the same ring twice as deep; 4 ring 2 with L2's 256-byte prefetch hint on the weight copies. */
-template <int SDT, int SWIGLU, int NT, int IMPL>
+ * rounding. */
+template <int SDT, int SWIGLU, int NT>
 __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p, const bf16 *__restrict__ x,
                                                                 int64_t ldx, int n) {
-    extern __shared__ __align__(16) unsigned char i4_sm[]; /* IMPL 2 and 3: the ring, then red */
-    float *red = (float *)i4_sm;                              /* [KW][1 + SWIGLU][NT * 128] */
+    extern __shared__ float red[]; /* [KW][1 + SWIGLU][NT * 128] */
     constexpr int U = (SWIGLU ? 2 : 4) / NT; /* super-steps in flight a warp: 4 KB of weights (2 KB for 9-16 tokens) */
-    const int KW = blockDim.x / 32, NM = 1 + SWIGLU, TW = NT * 128;
+    const int KW = blockDim.x / 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int64_t tile = blockIdx.x;
-    int i = 0;
-    if (!SWIGLU)
-        while (i < p.m - 1 && tile >= (p.out[i] + 15) / 16) tile -= (p.out[i++] + 15) / 16;
+    int i;
+    const int64_t tile = gemv_mma_tile<SWIGLU>(p, i);
     const int j = SWIGLU ? 1 : i; /* the second matrix (up) */
     const int64_t r0 = tile * 16, out = p.out[i], in = p.in, wpr = in / 8, ng = in / p.group;
     const int64_t ra = min(r0 + g, out - 1), rb = min(r0 + g + 8, out - 1);
@@ -177,185 +142,71 @@ __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int k = 0; k < 4; k++) c0[nt][k] = c1[nt][k] = 0;
-    /* the group of column c (IMPL 0 divides, as before the streams were measured) */
-    auto group_of = [&](int64_t c) { return p.gsh >= 0 ? c >> p.gsh : c / p.group; };
-    /* One super-step at column c of this lane: rows g, g + 8 of gate (w0, w1: words; s: raw scales;
-     * z: zero words) and of up (v0, v1, ...) times token rows of x. */
-    auto compute = [&](int64_t c, uint4 w0, uint4 w1, uint32_t s0, uint32_t s1, uint32_t z0, uint32_t z1, uint4 v0,
-                       uint4 v1, uint32_t u0, uint32_t u1, uint32_t y0, uint32_t y1) {
-        uint32_t X[NT][16];
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int w = 0; w < 4; w++) {
-                uint4 v = c < in ? *(const uint4 *)(xr[nt] + c + 8 * w) : make_uint4(0, 0, 0, 0);
-                X[nt][4 * w] = __byte_perm(v.x, v.z, 0x5410);     /* columns 8w, 8w + 4 */
-                X[nt][4 * w + 1] = __byte_perm(v.x, v.z, 0x7632); /* 8w + 1, 8w + 5 */
-                X[nt][4 * w + 2] = __byte_perm(v.y, v.w, 0x5410);
-                X[nt][4 * w + 3] = __byte_perm(v.y, v.w, 0x7632);
-            }
-        /* -(128 + zero) as a bf16 pair: 0xc300 | zero, both halves */
-        const uint32_t nza = 0xc300c300u | ((z0 >> sha) & 15u) * 0x10001u;
-        const uint32_t nzb = 0xc300c300u | ((z1 >> shb) & 15u) * 0x10001u;
-        step4<SDT, NT>(c0, w0, w1, i4_scale_op<SDT>(s0), i4_scale_op<SDT>(s1), nza, nzb, X);
-        if (SWIGLU) {
-            const uint32_t nzu = 0xc300c300u | ((y0 >> sha) & 15u) * 0x10001u;
-            const uint32_t nzv = 0xc300c300u | ((y1 >> shb) & 15u) * 0x10001u;
-            step4<SDT, NT>(c1, v0, v1, i4_scale_op<SDT>(u0), i4_scale_op<SDT>(u1), nzu, nzv, X);
-        }
-    };
-    /* A super-step's scales and zero words (0x88888888, every nibble 8, when symmetric); a lane past
-     * the columns holds zero words and scales (its products are 0). */
+    /* The slots' loads: weights, raw scales and zero words (0x88888888, every nibble 8, when
+     * symmetric); a lane past the columns holds zero words and scales (its products are 0). */
+    uint4 wa[U], wb[U], ua[U], ub[U];
+    uint32_t sa[U], sb[U], su[U], sv[U], za[U], zb[U], zu[U], zv[U];
     auto load_sz = [&](const void *S, const uint32_t *Z, int64_t c, uint32_t &s0, uint32_t &s1, uint32_t &z0,
                        uint32_t &z1) {
+        const int64_t gi = p.gsh >= 0 ? c >> p.gsh : c / p.group;
+        s0 = i4_scale_raw<SDT>(S, ra * ng + gi);
+        s1 = i4_scale_raw<SDT>(S, rb * ng + gi);
+        z0 = Z ? __ldg(Z + (ra >> 3) * ng + gi) : 0x88888888u;
+        z1 = Z ? __ldg(Z + (rb >> 3) * ng + gi) : 0x88888888u;
+    };
+    /* slot u ← super-step st (nothing past the warp's last) */
+    auto load_slot = [&](int u, int64_t st) {
+        if (st >= steps) return;
+        const int64_t c = st * I4_COLS + t * 32;
         if (c < in) {
-            const int64_t gi = IMPL == 0 ? c / p.group : group_of(c);
-            s0 = i4_scale_raw<SDT>(S, ra * ng + gi);
-            s1 = i4_scale_raw<SDT>(S, rb * ng + gi);
-            z0 = Z ? __ldg(Z + (ra >> 3) * ng + gi) : 0x88888888u;
-            z1 = Z ? __ldg(Z + (rb >> 3) * ng + gi) : 0x88888888u;
+            wa[u] = __ldg((const uint4 *)(Q0 + ra * wpr + c / 8));
+            wb[u] = __ldg((const uint4 *)(Q0 + rb * wpr + c / 8));
+            load_sz(S0, Z0, c, sa[u], sb[u], za[u], zb[u]);
+            if (SWIGLU) {
+                ua[u] = __ldg((const uint4 *)(Q1 + ra * wpr + c / 8));
+                ub[u] = __ldg((const uint4 *)(Q1 + rb * wpr + c / 8));
+                load_sz(S1, Z1, c, su[u], sv[u], zu[u], zv[u]);
+            }
         } else {
-            s0 = s1 = 0, z0 = z1 = 0x88888888u;
+            wa[u] = wb[u] = ua[u] = ub[u] = make_uint4(0, 0, 0, 0);
+            sa[u] = sb[u] = su[u] = sv[u] = 0;
+            za[u] = zb[u] = zu[u] = zv[u] = 0x88888888u;
         }
     };
     pdl_launch_next();
-    if constexpr (IMPL >= 2) {
-        /* stage k of a warp: [NM][row g, row g + 8, params][32 lanes] uint4, params = the 4-byte words
-         * holding the scales of rows g and g + 8 (a 16-bit scale is one half of its word) and their
-         * zero words; a lane reads back only what it copied */
-        constexpr int S = i4_ring<SWIGLU, NT, IMPL>::S;
-        uint4 *ring = (uint4 *)i4_sm + (int64_t)warp * S * NM * 96;
-        const uint32_t *qa[2] = {Q0 + ra * wpr, Q1 + ra * wpr}, *qb[2] = {Q0 + rb * wpr, Q1 + rb * wpr};
-        const void *sc[2] = {S0, S1};
-        const uint32_t *zw[2] = {Z0, Z1};
-        const int es = SDT == 2 ? 4 : 2;
-        auto issue = [&](int k, int64_t st, int dep) {
-            const int c = (int)(st * I4_COLS) + t * 32 + dep;
-            if (st < steps && c < in) {
-                const int gi = (int)group_of(c);
 #pragma unroll
-                for (int m = 0; m < NM; m++) {
-                    uint4 *d = ring + (k * NM + m) * 96;
-                    i4_cp16<IMPL == 4>(d + lane, qa[m] + c / 8);
-                    i4_cp16<IMPL == 4>(d + 32 + lane, qb[m] + c / 8);
-                    uint32_t *pw = (uint32_t *)(d + 64 + lane);
-                    const char *sb = (const char *)sc[m];
-                    i4_cp4(pw, sb + ((ra * ng + gi) * es & ~(int64_t)3));
-                    i4_cp4(pw + 1, sb + ((rb * ng + gi) * es & ~(int64_t)3));
-                    if (zw[m]) {
-                        i4_cp4(pw + 2, zw[m] + (ra >> 3) * ng + gi);
-                        i4_cp4(pw + 3, zw[m] + (rb >> 3) * ng + gi);
-                    }
+    for (int u = 0; u < U; u++) load_slot(u, warp + (int64_t)u * KW);
+    pdl_wait();
+    for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)KW * U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t st = s0 + (int64_t)u * KW, c = st * I4_COLS + t * 32;
+            if (st >= steps) break;
+            uint32_t X[NT][16];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int w = 0; w < 4; w++) {
+                    uint4 v = c < in ? *(const uint4 *)(xr[nt] + c + 8 * w) : make_uint4(0, 0, 0, 0);
+                    X[nt][4 * w] = __byte_perm(v.x, v.z, 0x5410);     /* columns 8w, 8w + 4 */
+                    X[nt][4 * w + 1] = __byte_perm(v.x, v.z, 0x7632); /* 8w + 1, 8w + 5 */
+                    X[nt][4 * w + 2] = __byte_perm(v.y, v.w, 0x5410);
+                    X[nt][4 * w + 3] = __byte_perm(v.y, v.w, 0x7632);
                 }
+            /* -(128 + zero) as a bf16 pair: 0xc300 | zero, both halves */
+            const uint32_t nza = 0xc300c300u | ((za[u] >> sha) & 15u) * 0x10001u;
+            const uint32_t nzb = 0xc300c300u | ((zb[u] >> shb) & 15u) * 0x10001u;
+            step4<SDT, NT>(c0, wa[u], wb[u], i4_scale_op<SDT>(sa[u]), i4_scale_op<SDT>(sb[u]), nza, nzb, X);
+            if (SWIGLU) {
+                const uint32_t nzu = 0xc300c300u | ((zu[u] >> sha) & 15u) * 0x10001u;
+                const uint32_t nzv = 0xc300c300u | ((zv[u] >> shb) & 15u) * 0x10001u;
+                step4<SDT, NT>(c1, ua[u], ub[u], i4_scale_op<SDT>(su[u]), i4_scale_op<SDT>(sv[u]), nzu, nzv, X);
             }
-            i4_cp_commit();
-        };
-        /* a scale from its word, as i4_scale_raw reads it */
-        auto scale_of = [&](uint32_t word, int64_t idx) {
-            return SDT == 2 ? word : (word >> (16 * (int)(idx & 1))) & 0xffffu;
-        };
-#pragma unroll
-        for (int k = 0; k < S; k++) issue(k, warp + (int64_t)k * KW, 0);
-        pdl_wait();
-        for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)KW * S) {
-#pragma unroll
-            for (int k = 0; k < S; k++) {
-                const int64_t st = s0 + (int64_t)k * KW;
-                if (st >= steps) break;
-                i4_cp_wait<S - 1>(); /* stage k has landed */
-                const int c = (int)(st * I4_COLS) + t * 32;
-                const uint4 *d = ring + k * NM * 96, *e = d + (NM - 1) * 96;
-                const bool inb = c < in; /* past the columns: nothing copied, zero words as IMPL 0 */
-                const uint4 z4 = make_uint4(0, 0, 0, 0);
-                const uint4 w0 = inb ? d[lane] : z4, w1 = inb ? d[32 + lane] : z4;
-                const uint4 v0 = inb ? e[lane] : z4, v1 = inb ? e[32 + lane] : z4;
-                const uint4 pg = inb ? d[64 + lane] : z4, pu = inb ? e[64 + lane] : z4;
-                /* the refill's addresses wait for those reads (0 computed from them): no copy
-                 * lands in stage k before the lane has read it */
-                issue(k, st + (int64_t)KW * S, i4_zero_of(w0.x ^ w1.x ^ v0.x ^ v1.x ^ pg.x ^ pu.x));
-                uint32_t s_0 = 0, s_1 = 0, u_0 = 0, u_1 = 0, z_0 = 0x88888888u, z_1 = z_0, y_0 = z_0, y_1 = z_0;
-                if (inb) {
-                    const int gi = (int)group_of(c);
-                    s_0 = scale_of(pg.x, ra * ng + gi), s_1 = scale_of(pg.y, rb * ng + gi);
-                    u_0 = scale_of(pu.x, ra * ng + gi), u_1 = scale_of(pu.y, rb * ng + gi);
-                    if (Z0) z_0 = pg.z, z_1 = pg.w;
-                    if (Z1) y_0 = pu.z, y_1 = pu.w;
-                }
-                compute(c, w0, w1, s_0, s_1, z_0, z_1, v0, v1, u_0, u_1, y_0, y_1);
-            }
-        }
-        i4_cp_wait<0>();
-        __syncthreads(); /* red below takes the ring's place */
-    } else {
-        /* A round's loads: weights, raw scales and zero words */
-        uint4 wa[U], wb[U], ua[U], ub[U];
-        uint32_t sa[U], sb[U], su[U], sv[U], za[U], zb[U], zu[U], zv[U];
-        auto load_slot = [&](int u, int64_t st) {
-            if (st >= steps) return;
-            const int64_t c = st * I4_COLS + t * 32;
-            if (c < in) {
-                wa[u] = __ldg((const uint4 *)(Q0 + ra * wpr + c / 8));
-                wb[u] = __ldg((const uint4 *)(Q0 + rb * wpr + c / 8));
-                if (SWIGLU) {
-                    ua[u] = __ldg((const uint4 *)(Q1 + ra * wpr + c / 8));
-                    ub[u] = __ldg((const uint4 *)(Q1 + rb * wpr + c / 8));
-                }
-            } else {
-                wa[u] = wb[u] = ua[u] = ub[u] = make_uint4(0, 0, 0, 0);
-            }
-            load_sz(S0, Z0, c, sa[u], sb[u], za[u], zb[u]);
-            if (SWIGLU) load_sz(S1, Z1, c, su[u], sv[u], zu[u], zv[u]);
-        };
-#pragma unroll
-        for (int u = 0; u < U; u++) load_slot(u, warp + (int64_t)u * KW);
-        pdl_wait();
-        for (int64_t s0 = warp; s0 < steps; s0 += (int64_t)KW * U) {
-            if (IMPL == 0 && s0 != warp)
-#pragma unroll
-                for (int u = 0; u < U; u++) load_slot(u, s0 + (int64_t)u * KW);
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t st = s0 + (int64_t)u * KW;
-                if (st >= steps) break;
-                compute(st * I4_COLS + t * 32, wa[u], wb[u], sa[u], sb[u], za[u], zb[u], ua[u], ub[u], su[u], sv[u],
-                        zu[u], zv[u]);
-                if (IMPL == 1) load_slot(u, st + (int64_t)KW * U);
-            }
+            load_slot(u, st + (int64_t)KW * U); /* the slot's next super-step, in flight behind the others */
         }
     }
 
-    /* c[nt][0], c[nt][1]: row g, tokens 8 nt + 2t, + 1; c[nt][2], c[nt][3]: row g + 8.  Stored as
-     * [row][token] (8 NT tokens a row), summed over the warps in order. */
-    float *rw = red + (int64_t)warp * NM * TW;
-#pragma unroll
-    for (int m = 0; m < NM; m++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            const float *c = m ? c1[nt] : c0[nt];
-            const int tk = 8 * nt + 2 * t;
-            rw[m * TW + g * 8 * NT + tk] = c[0];
-            rw[m * TW + g * 8 * NT + tk + 1] = c[1];
-            rw[m * TW + (g + 8) * 8 * NT + tk] = c[2];
-            rw[m * TW + (g + 8) * 8 * NT + tk + 1] = c[3];
-        }
-    __syncthreads();
-    for (int e = threadIdx.x; e < TW; e += blockDim.x) {
-        const int row = e & 15, tok = e >> 4; /* consecutive threads, consecutive rows of one token */
-        const int64_t r = r0 + row;
-        if (tok >= n || r >= out) continue;
-        float v0 = 0, v1 = 0;
-        for (int w = 0; w < KW; w++) {
-            v0 += red[(int64_t)w * NM * TW + row * 8 * NT + tok];
-            if (SWIGLU) v1 += red[(int64_t)w * NM * TW + TW + row * 8 * NT + tok];
-        }
-        bf16 *y = p.y[i] + (int64_t)tok * p.ldy[i] + r;
-        if (SWIGLU) {
-            const float gg = round_bf16(v0), uu = round_bf16(v1);
-            *y = f2bf(round_bf16(gg / (1.0f + expf(-gg))) * uu);
-        } else {
-            *y = f2bf(v0 + (p.bias[i] ? load_vec(p.bias[i], p.bdt[i], r) : 0.0f));
-        }
-    }
+    gemv_mma_finish<SWIGLU, NT>(p, i, red, c0, c1, r0, out, n);
 }
 
 /* CTAs of kw warps (red bytes of shared memory) an SM holds at once, remembered per kernel for the
@@ -375,65 +226,47 @@ template <typename K> static int i4_slots(K kern, int kw, size_t red) {
     return blocks;
 }
 
-/* The split: the most warps a CTA (8, 4, then 2; no more than the super-steps) whose CTAs all fit one
- * wave, where a CTA's 16 rows are done by the time the last one starts; else 2, the most CTAs at
- * once (8B on an H100: q/k/v 384 tiles, 4 warps; o_proj and down_proj 256, 8; gate/up 768, 2).
- * cx->i4_kw forces one (bench_cuda int4 measures each). */
-template <int SDT, int SWIGLU, int NT, int IMPL>
+/* The split (no more warps than super-steps): 8 warps a CTA where the CTAs of 8 fit one wave; else 4
+ * where those of 4 do; past one wave, 8 for up to 4 waves of 8 at 1-8 tokens, else 4.  Measured on an
+ * H100 80GB HBM3 (bench_cuda int4, every split forced, weights cycled through 256 MB as a step reads
+ * them; us at 1 / 8 tokens): q/k/v (384 tiles) 4 warps 9.59 / 9.80 against 8 10.39 / 11.59; o_proj
+ * and down_proj (256) 8: 6.52 / 7.02 and 15.14 / 16.00, 4: 8.98 / 9.31 and 24.92 / 25.27; gate/up
+ * (768) 8: 26.62 / 27.78, 4: 26.88 / 28.97, 2: 30.84 / 31.83 (the one-wave rule before took 2),
+ * 16 tokens 4: 33.20, 8: 34.98; an I4 lm_head (151,936 rows, 9,496 tiles) 4: 154.99 / 164.79, 2:
+ * 152.35 / 178.32, 8: 175.31 / 186.85.  cx->i4_kw forces one (bench_cuda int4 measures each). */
+template <int SDT, int SWIGLU, int NT>
 static void launch4(const cuda_ctx *cx, const gemv4_set &p, const bf16 *x, int64_t ldx, int n) {
     const int64_t steps = (p.in + I4_COLS - 1) / I4_COLS;
     int64_t tiles = 0;
     for (int i = 0; i < (SWIGLU ? 1 : p.m); i++) tiles += (p.out[i] + 15) / 16;
-    auto kern = k_gemv4_mma<SDT, SWIGLU, NT, IMPL>;
-    auto smem_of = [](int kw) {
-        const size_t red = (size_t)kw * (1 + SWIGLU) * NT * 128 * sizeof(float);
-        const size_t ring = IMPL >= 2 ? (size_t)kw * i4_ring<SWIGLU, NT, IMPL>::S * (1 + SWIGLU) * 1536 : 0;
-        return red > ring ? red : ring;
-    };
-    static int sized; /* this kernel may take smem_of(I4_MAXW) bytes (over the 48 KB default) */
-    if (!sized) {
-        sized = 1;
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_of(I4_MAXW));
-    }
+    auto red_of = [](int kw) { return (size_t)kw * (1 + SWIGLU) * NT * 128 * sizeof(float); };
+    auto kern = k_gemv4_mma<SDT, SWIGLU, NT>;
     int kw = cx->i4_kw;
     if (kw <= 0 || kw > I4_MAXW) {
-        kw = 2;
-        for (int k = I4_MAXW; k > 2; k /= 2)
-            if (k <= steps && (int64_t)i4_slots(kern, k, smem_of(k)) * cx->prop.multiProcessorCount >= tiles) {
-                kw = k;
-                break;
-            }
+        const int64_t sms = cx->prop.multiProcessorCount;
+        const int64_t w8 = (int64_t)i4_slots(kern, 8, red_of(8)) * sms, w4 = (int64_t)i4_slots(kern, 4, red_of(4)) * sms;
+        kw = tiles <= w8 ? 8 : tiles <= w4 ? 4 : NT == 1 && tiles <= 4 * w8 ? 8 : 4;
     }
     if (kw > steps) kw = (int)steps;
-    launch(cx, kern, dim3((unsigned)tiles), dim3(kw * 32), smem_of(kw), p, x, ldx, n);
-}
-
-template <int SDT, int SWIGLU, int NT>
-static void launch4_i(const cuda_ctx *cx, const gemv4_set &p, const bf16 *x, int64_t ldx, int n) {
-    if (i4_impl == 1) launch4<SDT, SWIGLU, NT, 1>(cx, p, x, ldx, n);
-    else if (i4_impl == 2) launch4<SDT, SWIGLU, NT, 2>(cx, p, x, ldx, n);
-    else if (i4_impl == 3) launch4<SDT, SWIGLU, NT, 3>(cx, p, x, ldx, n);
-    else if (i4_impl == 4) launch4<SDT, SWIGLU, NT, 4>(cx, p, x, ldx, n);
-    else launch4<SDT, SWIGLU, NT, 0>(cx, p, x, ldx, n);
+    launch(cx, kern, dim3((unsigned)tiles), dim3(kw * 32), red_of(kw), p, x, ldx, n);
 }
 
 template <int SDT>
 static void launch4_n(const cuda_ctx *cx, const gemv4_set &p, const bf16 *x, int64_t ldx, int n, int swiglu) {
     if (swiglu) {
-        if (n <= 8) launch4_i<SDT, 1, 1>(cx, p, x, ldx, n);
-        else launch4_i<SDT, 1, 2>(cx, p, x, ldx, n);
+        if (n <= 8) launch4<SDT, 1, 1>(cx, p, x, ldx, n);
+        else launch4<SDT, 1, 2>(cx, p, x, ldx, n);
     } else {
-        if (n <= 8) launch4_i<SDT, 0, 1>(cx, p, x, ldx, n);
-        else launch4_i<SDT, 0, 2>(cx, p, x, ldx, n);
+        if (n <= 8) launch4<SDT, 0, 1>(cx, p, x, ldx, n);
+        else launch4<SDT, 0, 2>(cx, p, x, ldx, n);
     }
 }
 
-/* An I4 weight the tensor-core GEMV takes, of `in` columns, `group`, scales of `sdt` (scales and zero
- * points in 4-byte words: IMPL 2 and 3 copy the word holding each). */
+/* An I4 weight the tensor-core GEMV takes, of `in` columns, `group`, scales of `sdt`. */
 static int gemv4_fits(const iris_tensor *w, int64_t in, int group, int sdt) {
     return w->dtype == IRIS_DT_I4 && w->cols == in && w->group == group && (int)w->qscale_dtype == sdt &&
            group > 0 && group % 32 == 0 && in % group == 0 && w->qscale && tld(w) == w->cols &&
-           is_aligned16(w->data) && ((uintptr_t)w->qscale & 3) == 0 && ((uintptr_t)w->qzero & 3) == 0 && w->rows > 0;
+           is_aligned16(w->data) && w->rows > 0;
 }
 
 int iris_cuda_gemv_i4(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws, const iris_tensor *bias,
@@ -588,7 +421,3 @@ extern "C" void iris_cuda_set_i4_ref(iris_backend *b, int on) { cuda_of(b)->i4_r
 extern "C" int iris_cuda_i4_gemv_runs(iris_backend *b) { return cuda_of(b)->i4_runs; }
 extern "C" void iris_cuda_set_i4_warps(iris_backend *b, int kw) { cuda_of(b)->i4_kw = kw; }
 extern "C" void iris_cuda_set_i4_rows(iris_backend *b, int rows) { cuda_of(b)->i4_rows = rows; }
-extern "C" void iris_cuda_set_i4_impl(iris_backend *b, int impl) {
-    (void)b;
-    i4_impl = impl;
-}

@@ -17,7 +17,7 @@
  * (a dot product does not care about the order of its terms; A and B use the same permutation).
  * Tokens are the mma's n: one or two tiles of 8 (up to 16 tokens a launch); rows of x past n are
  * a copy of the last one, never stored.  The KW partial tiles are summed through shared memory in
- * warp order, then bias / SwiGLU and one rounding to bf16.
+ * warp order, then bias / SwiGLU and one rounding to bf16 (cuda_mma.cuh, shared with cuda_gemv_i4.cu).
  * Where that would take more than one wave of CTAs (2B's gate/up: 384 tiles, two CTAs an SM by
  * registers), a CTA instead copies its whole weight tile into shared memory before pdl_wait
  * (cp.async; no registers held, so three fit an SM) and reads the same 16-byte pieces from there:
@@ -27,7 +27,7 @@
  * (QWEN3VL.md §2), products and sums in fp32 (the tensor core's accumulation; the order of the
  * sum differs from the FMA kernel's, as it does between any two GEMV schedules).
  * Memory-bound: the weight bytes are read once; time floor bytes(W) / bandwidth. */
-#include "cuda_internal.cuh"
+#include "cuda_mma.cuh"
 
 #define GM_UNR 4    /* super-steps a warp has in flight */
 #define GM_MAXW 16  /* warps a CTA: 512 threads at <= 128 registers fill an SM's register file */
@@ -45,12 +45,10 @@ template <int SWIGLU, int NT, int SMEM>
 __global__ void __launch_bounds__(GM_MAXW * 32) k_gemv8_mma(const gemv_set p, const bf16 *__restrict__ x, int64_t ldx,
                                                             int n, int64_t in) {
     extern __shared__ float red[]; /* [KW][1 + SWIGLU][NT * 128]; SMEM: the weight tile, which red then reuses */
-    const int KW = blockDim.x / 32, NM = 1 + SWIGLU, TW = NT * 128; /* TW: one matrix's tile, [row][token] */
+    const int KW = blockDim.x / 32, NM = 1 + SWIGLU;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int64_t tile = blockIdx.x;
-    int i = 0;
-    if (!SWIGLU)
-        while (i < p.m - 1 && tile >= (p.out[i] + 15) / 16) tile -= (p.out[i++] + 15) / 16;
+    int i;
+    const int64_t tile = gemv_mma_tile<SWIGLU>(p, i);
     const int j = SWIGLU ? 1 : i; /* the second matrix (up) */
     const int64_t r0 = tile * 16, out = p.out[i], ldw = p.ldw[i], ldw1 = p.ldw[j];
     const int64_t ra = min(r0 + g, out - 1), rb = min(r0 + g + 8, out - 1);
@@ -137,39 +135,8 @@ __global__ void __launch_bounds__(GM_MAXW * 32) k_gemv8_mma(const gemv_set p, co
         }
     }
 
-    /* c[nt][0], c[nt][1]: row g, tokens 8 nt + 2t, + 1; c[nt][2], c[nt][3]: row g + 8.  Stored as
-     * [row][token] (8 NT tokens a row). */
     if (SMEM) __syncthreads(); /* every warp is done with the weight tile that red overwrites */
-    float *rw = red + (int64_t)warp * NM * TW;
-#pragma unroll
-    for (int m = 0; m < NM; m++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            const float *c = m ? c1[nt] : c0[nt];
-            int tk = 8 * nt + 2 * t;
-            rw[m * TW + g * 8 * NT + tk] = c[0];
-            rw[m * TW + g * 8 * NT + tk + 1] = c[1];
-            rw[m * TW + (g + 8) * 8 * NT + tk] = c[2];
-            rw[m * TW + (g + 8) * 8 * NT + tk + 1] = c[3];
-        }
-    __syncthreads();
-    for (int e = threadIdx.x; e < TW; e += blockDim.x) {
-        int row = e & 15, tok = e >> 4; /* consecutive threads, consecutive rows of one token */
-        int64_t r = r0 + row;
-        if (tok >= n || r >= out) continue;
-        float s0v = 0, s1v = 0;
-        for (int w = 0; w < KW; w++) {
-            s0v += red[(int64_t)w * NM * TW + row * 8 * NT + tok];
-            if (SWIGLU) s1v += red[(int64_t)w * NM * TW + TW + row * 8 * NT + tok];
-        }
-        bf16 *y = p.y[i] + (int64_t)tok * p.ldy[i] + r;
-        if (SWIGLU) {
-            float gg = round_bf16(s0v), uu = round_bf16(s1v);
-            *y = f2bf(round_bf16(gg / (1.0f + expf(-gg))) * uu);
-        } else {
-            *y = f2bf(s0v + (p.bias[i] ? load_vec(p.bias[i], p.bdt[i], r) : 0.0f));
-        }
-    }
+    gemv_mma_finish<SWIGLU, NT>(p, i, red, c0, c1, r0, out, n);
 }
 
 template <int SWIGLU, int NT>

@@ -31,11 +31,6 @@ int iris_cuda_i4_gemv_runs(iris_backend *b);
 void iris_cuda_set_i4_warps(iris_backend *b, int kw);
 /* The rows a product may have to take it (in launches of 16 tokens), or 0: the default, 16. */
 void iris_cuda_set_i4_rows(iris_backend *b, int rows);
-/* Its weight stream (measurement only; every one gives the same bits): 0 (the default) rounds of
- * super-steps in registers, 1 the registers refilled a slot at a time, 2 a ring in shared memory
- * (cp.async), 3 that ring twice as deep, 4 ring 2 with an L2 prefetch hint.  cuda_gemv_i4.cu
- * k_gemv4_mma says which is which. */
-void iris_cuda_set_i4_impl(iris_backend *b, int impl);
 
 /* Flash attention kernel: 0 register-resident mma.sync (default), 1 WMMA with
  * the output tile in shared memory (kept as the check and the baseline); for
