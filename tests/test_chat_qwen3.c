@@ -136,7 +136,8 @@ static const char *after_first_turn(const char *s) {
  * whose system message, if any, holds no image or video: Instruct renders its text parts only. */
 static char *expected_with_tools(json_t *instruct, json_t *row) {
     json_t *conv = json_object_get(row, "conv");
-    const char *src = json_string_value(json_object_get(conv, "src")), *want = json_string_value(json_object_get(row, "text"));
+    const char *src = json_string_value(json_object_get(conv, "src"));
+    const char *want = json_string_value(json_object_get(row, "text"));
     const json_t *m0 = json_array_get(json_object_get(conv, "messages"), 0);
     const char *role0 = json_string_value(json_object_get(m0, "role"));
     int sys = role0 && !strcmp(role0, "system");
