@@ -4,8 +4,11 @@
  * the template ("qwen3vl_thinking" or "qwen3"), the conversation (messages, add_generation_prompt,
  * add_vision_id, kwargs such as enable_thinking) and what transformers 5.17's
  * apply_chat_template(tokenize=False) rendered with the committed template, or the error it
- * raised.  Also: the templates pinned by size and hash, and the style each checkpoint layout is
- * recognised as. */
+ * raised; tools were given where kwargs holds them.  The conversations of tools/ref_chat.py keep
+ * their tools beside kwargs (the reference rendered them without): those are checked twice, as
+ * rendered, and with their tools against the rendering derived from transformers' own texts
+ * (expected_with_tools).  Also: the templates pinned by size and hash, and the style each
+ * checkpoint layout is recognised as. */
 #include "test.h"
 
 #include <jansson.h>
@@ -119,51 +122,106 @@ static size_t count(const char *s, const char *needle) {
     return n;
 }
 
+/* The text after the first "<|im_end|>\n" of s (a whole string when none). */
+static const char *after_first_turn(const char *s) {
+    const char *e = strstr(s, "<|im_end|>\n");
+    return e ? e + 11 : s;
+}
+
+/* What a row rendered with `tools` must be when the reference was rendered without them (the
+ * conversations of tools/ref_chat.py carry their tools beside "kwargs"): the tools change only the
+ * system turn, which is the same text in all three templates, so it is the first turn of
+ * transformers' Instruct rendering of that conversation with tools= (chat_expected.jsonl, line
+ * `src`'s number), followed by this template's rendering without its own system turn.  Only rows
+ * whose system message, if any, holds no image or video: Instruct renders its text parts only. */
+static char *expected_with_tools(json_t *instruct, json_t *row) {
+    json_t *conv = json_object_get(row, "conv");
+    const char *src = json_string_value(json_object_get(conv, "src"));
+    const char *want = json_string_value(json_object_get(row, "text"));
+    const json_t *m0 = json_array_get(json_object_get(conv, "messages"), 0);
+    const char *role0 = json_string_value(json_object_get(m0, "role"));
+    int sys = role0 && !strcmp(role0, "system");
+    char *c0 = sys ? json_dumps(json_object_get(m0, "content"), JSON_ENCODE_ANY) : NULL;
+    int media = c0 && (strstr(c0, "image") || strstr(c0, "video"));
+    free(c0);
+    if (!src || strncmp(src, "ref_chat:", 9) || !want || media) return NULL;
+    const char *inst = json_string_value(json_object_get(json_array_get(instruct, (size_t)atoi(src + 9)), "text"));
+    if (!inst || !strstr(inst, "# Tools\n")) return NULL;
+    const char *rest = sys ? after_first_turn(want) : want, *head_end = after_first_turn(inst);
+    size_t nh = (size_t)(head_end - inst), nr = strlen(rest);
+    char *out = malloc(nh + nr + 1);
+    memcpy(out, inst, nh);
+    memcpy(out + nh, rest, nr + 1);
+    return out;
+}
+
+/* One row: tools as given (the row's kwargs), or `tools` with `want` derived from the row. */
+static int check_row(json_t *row, const json_t *tools, const char *want, int *n_err) {
+    const char *tpl = json_string_value(json_object_get(row, "template"));
+    json_t *conv = json_object_get(row, "conv"), *kw = json_object_get(conv, "kwargs");
+    iris_chat_opts o = {.add_generation_prompt = json_is_true(json_object_get(conv, "add_generation_prompt")),
+                        .add_vision_id = json_is_true(json_object_get(conv, "add_vision_id")),
+                        .style = !strcmp(tpl, "qwen3") ? IRIS_CHAT_QWEN3 : IRIS_CHAT_QWEN3VL_THINKING,
+                        .no_thinking = json_is_false(json_object_get(kw, "enable_thinking"))};
+    char *text = NULL;
+    size_t len = 0;
+    iris_chat_info info = {0};
+    iris_err err = {0};
+    int rc = iris_chat_render(json_object_get(conv, "messages"), tools, &o, &text, &len, &info, &err);
+    const char *src = json_string_value(json_object_get(conv, "src"));
+    int ok = 1;
+    if (!want) {
+        (*n_err)++;
+        CHECKF(rc < 0, "%s %s%s: transformers raised %s but iris rendered \"%s\"", tpl, src, tools ? " (tools)" : "",
+               json_string_value(json_object_get(row, "error")), text ? text : "");
+        ok = rc < 0;
+    } else {
+        CHECKF(rc == 0, "%s %s%s: %s", tpl, src, tools ? " (tools)" : "", err.msg);
+        ok = rc == 0 && len == strlen(want) && !memcmp(text, want, len);
+        if (rc == 0) {
+            CHECKF(ok, "%s %s%s:\n  got  %s\n  want %s", tpl, src, tools ? " (tools)" : "", text, want);
+            /* pads the template wrote (a message quoting "<|image_pad|>" as text aside) */
+            char *m = json_dumps(json_object_get(conv, "messages"), 0);
+            if (m && !strstr(m, "_pad|>")) {
+                CHECK_EQ_INT(info.n_images, count(want, "<|image_pad|>"));
+                CHECK_EQ_INT(info.n_videos, count(want, "<|video_pad|>"));
+            }
+            free(m);
+        }
+    }
+    free(text);
+    return ok;
+}
+
 IRIS_TEST(chat_qwen3_matches_transformers) {
     json_t *rows = read_lines("tests/fixtures/chat/qwen3_expected.jsonl");
-    REQUIRE(rows);
+    json_t *instruct = read_lines("tests/fixtures/chat/chat_expected.jsonl");
+    REQUIRE(rows && instruct);
     CHECK(json_array_size(rows) >= 100);
-    size_t i, n_text = 0, n_err = 0;
+    size_t i;
+    int n_text = 0, n_err = 0, n_tools = 0, n_derived = 0, n_tools_err = 0;
     json_t *row;
     json_array_foreach(rows, i, row) {
-        const char *tpl = json_string_value(json_object_get(row, "template"));
         json_t *conv = json_object_get(row, "conv"), *kw = json_object_get(conv, "kwargs");
-        json_t *et = json_object_get(kw, "enable_thinking");
-        iris_chat_opts o = {.add_generation_prompt = json_is_true(json_object_get(conv, "add_generation_prompt")),
-                            .add_vision_id = json_is_true(json_object_get(conv, "add_vision_id")),
-                            .style = !strcmp(tpl, "qwen3") ? IRIS_CHAT_QWEN3 : IRIS_CHAT_QWEN3VL_THINKING,
-                            .no_thinking = json_is_false(et)};
-        char *text = NULL;
-        size_t len = 0;
-        iris_chat_info info = {0};
-        iris_err err = {0};
-        int rc = iris_chat_render(json_object_get(conv, "messages"), json_object_get(kw, "tools"), &o, &text, &len,
-                                  &info, &err);
-        const char *src = json_string_value(json_object_get(conv, "src"));
-        if (json_object_get(kw, "tools")) {
-            CHECKF(rc == IRIS_EUNSUPPORTED, "%s %s: tools are not rendered yet", tpl, src);
-        } else if (json_object_get(row, "error")) {
-            n_err++;
-            CHECKF(rc < 0, "%s %s: transformers raised %s but iris rendered \"%s\"", tpl, src,
-                   json_string_value(json_object_get(row, "error")), text ? text : "");
-        } else {
-            const char *want = json_string_value(json_object_get(row, "text"));
-            n_text++;
-            CHECKF(rc == 0, "%s %s: %s", tpl, src, err.msg);
-            if (rc == 0) {
-                CHECKF(len == strlen(want) && !memcmp(text, want, len), "%s %s:\n  got  %s\n  want %s", tpl, src,
-                       text, want);
-                /* pads the template wrote (a message quoting "<|image_pad|>" as text aside) */
-                char *m = json_dumps(json_object_get(conv, "messages"), 0);
-                if (m && !strstr(m, "_pad|>")) {
-                    CHECK_EQ_INT(info.n_images, count(want, "<|image_pad|>"));
-                    CHECK_EQ_INT(info.n_videos, count(want, "<|video_pad|>"));
-                }
-                free(m);
-            }
+        const json_t *tools = json_object_get(kw, "tools");
+        const char *want = json_string_value(json_object_get(row, "text"));
+        if (check_row(row, tools, want, &n_err) && want) n_text++;
+        n_tools += json_array_size(tools) > 0 && want;
+        /* the same conversation with the tools tools/ref_chat.py gives it */
+        const json_t *conv_tools = json_object_get(conv, "tools");
+        if (!json_array_size(conv_tools) || tools) continue;
+        if (!want) {
+            check_row(row, conv_tools, NULL, &n_tools_err);
+            continue;
         }
-        free(text);
+        char *w = expected_with_tools(instruct, row);
+        if (w && check_row(row, conv_tools, w, &n_err)) n_derived++;
+        free(w);
     }
-    printf("  %zu renderings equal, %zu errors matched\n", n_text, n_err);
+    printf("  %d renderings equal (%d with tools), %d errors matched; %d with ref_chat's tools equal, %d refused as "
+           "transformers does\n", n_text, n_tools, n_err, n_derived, n_tools_err);
+    CHECK(n_tools >= 2);
+    CHECK(n_derived >= 27);
     json_decref(rows);
+    json_decref(instruct);
 }

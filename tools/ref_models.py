@@ -119,7 +119,9 @@ def mtm_img():
 def conversations():
     rows = []
     for i, conv in enumerate(ref_chat.conversations()):
-        rows.append(dict(conv, kwargs={}, src=f"ref_chat:{i}"))
+        conv = dict(conv)
+        tools = conv.pop("tools", None)
+        rows.append(dict(conv, kwargs={} if tools is None else {"tools": tools}, src=f"ref_chat:{i}"))
     for i, conv in enumerate(reasoning_conversations()):
         rows.append(dict(conv, src=f"reasoning:{i}"))
     return rows

@@ -29,6 +29,7 @@
  * text, a non-object part) we refuse with IRIS_EINVAL instead.
  */
 #include "chat.h"
+#include "chat_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -232,8 +233,8 @@ static int put_content(render *r, const json_t *content, size_t mi, int text_onl
     return 0;
 }
 
-/* {%- if message.tool_calls %} ... {%- endif %} of an assistant turn. */
-static int put_tool_calls(render *r, const json_t *m, size_t mi, iris_err *err) {
+/* {%- if message.tool_calls %} ... {%- endif %} of an assistant turn (chat_internal.h). */
+int iris_chat_put_tool_calls(iris_sbuf *b, const json_t *m, size_t mi, int has_content, iris_err *err) {
     const json_t *calls = json_object_get(m, "tool_calls");
     if (!truthy(calls)) return 0;
     if (!json_is_array(calls)) return iris_err_set(err, IRIS_EINVAL, "message %zu: \"tool_calls\" must be an array", mi);
@@ -242,7 +243,7 @@ static int put_tool_calls(render *r, const json_t *m, size_t mi, iris_err *err) 
     json_array_foreach((json_t *)calls, ci, call) {
         if (!json_is_object(call))
             return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu is not an object", mi, ci);
-        if ((ci == 0 && truthy(json_object_get(m, "content"))) || ci > 0) iris_sbuf_puts(&r->out, "\n");
+        if ((ci == 0 && has_content) || ci > 0) iris_sbuf_puts(b, "\n");
         const json_t *fn = json_object_get(call, "function");
         if (truthy(fn)) call = (json_t *)fn;
         if (!json_is_object(call))
@@ -252,12 +253,12 @@ static int put_tool_calls(render *r, const json_t *m, size_t mi, iris_err *err) 
             return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu: \"name\" must be a string", mi, ci);
         if (!args)
             return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu has no \"arguments\"", mi, ci);
-        iris_sbuf_puts(&r->out, "<tool_call>\n{\"name\": \"");
-        if (name) iris_sbuf_put(&r->out, json_string_value(name), json_string_length(name));
-        iris_sbuf_puts(&r->out, "\", \"arguments\": ");
-        if (json_is_string(args)) iris_sbuf_put(&r->out, json_string_value(args), json_string_length(args));
-        else dump_json(&r->out, args);
-        iris_sbuf_puts(&r->out, "}\n</tool_call>");
+        iris_sbuf_puts(b, "<tool_call>\n{\"name\": \"");
+        if (name) iris_sbuf_put(b, json_string_value(name), json_string_length(name));
+        iris_sbuf_puts(b, "\", \"arguments\": ");
+        if (json_is_string(args)) iris_sbuf_put(b, json_string_value(args), json_string_length(args));
+        else dump_json(b, args);
+        iris_sbuf_puts(b, "}\n</tool_call>");
     }
     return 0;
 }
@@ -265,7 +266,7 @@ static int put_tool_calls(render *r, const json_t *m, size_t mi, iris_err *err) 
 static const char *role_of(const json_t *m) { return json_string_value(json_object_get(m, "role")); }
 
 /* {%- if tools %}: the system turn that lists the tools, messages[0]'s text first when it is a
- * system message, each tool as `tool | tojson` on its own line. */
+ * system message, then the tools block every template shares (iris_chat_put_tools). */
 static int put_tools(render *r, const json_t *tools, const json_t *first, iris_err *err) {
     iris_sbuf_puts(&r->out, "<|im_start|>system\n");
     const char *role0 = role_of(first);
@@ -274,18 +275,22 @@ static int put_tools(render *r, const json_t *tools, const json_t *first, iris_e
         if (rc) return rc;
         iris_sbuf_puts(&r->out, "\n\n");
     }
-    iris_sbuf_puts(&r->out, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
+    iris_chat_put_tools(&r->out, tools);
+    return 0;
+}
+
+void iris_chat_put_tools(iris_sbuf *b, const json_t *tools) {
+    iris_sbuf_puts(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
                    "with function signatures within <tools></tools> XML tags:\n<tools>");
     size_t i;
     json_t *t;
     json_array_foreach((json_t *)tools, i, t) {
-        iris_sbuf_puts(&r->out, "\n");
-        dump_json(&r->out, t);
+        iris_sbuf_puts(b, "\n");
+        dump_json(b, t);
     }
-    iris_sbuf_puts(&r->out, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    iris_sbuf_puts(b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
                    "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
                    "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
-    return 0;
 }
 
 int iris_chat_render(const json_t *messages, const json_t *tools, const iris_chat_opts *opts, char **out,
@@ -331,7 +336,7 @@ int iris_chat_render(const json_t *messages, const json_t *tools, const iris_cha
             /* Assistant content: text parts only. */
             iris_sbuf_puts(&r.out, "<|im_start|>assistant\n");
             rc = put_content(&r, content, mi, 1, err);
-            if (!rc) rc = put_tool_calls(&r, m, mi, err);
+            if (!rc) rc = iris_chat_put_tool_calls(&r.out, m, mi, truthy(content), err);
             iris_sbuf_puts(&r.out, "<|im_end|>\n");
         } else if (!strcmp(role, "tool")) {
             /* Consecutive tool turns share one user turn. */
@@ -390,14 +395,4 @@ int iris_chat_tokenize(const iris_tok *tok, const char *prompt, size_t len, cons
     if (rc) out->n = first;
     iris_tok_ids_free(&ids);
     return rc;
-}
-
-char *iris_chat_tojson(const json_t *v) {
-    iris_sbuf b = {0};
-    dump_json(&b, v);
-    if (b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
 }

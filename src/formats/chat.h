@@ -68,8 +68,6 @@ int iris_chat_reasoning(const iris_chat_opts *opts);
  * counts the image and video parts it dropped in *n_media. */
 int iris_chat_string_content(int style);
 json_t *iris_chat_flatten_text(const json_t *messages, int *n_media);
-/* Python's json.dumps(v, ensure_ascii=False), as the templates' tojson (caller frees). */
-char *iris_chat_tojson(const json_t *v);
 
 /* Tokenize a rendered prompt, expanding its k-th pad (<|image_pad|> or
  * <|video_pad|>, in the order they appear) into image_tokens[k] copies of

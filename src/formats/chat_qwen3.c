@@ -21,9 +21,14 @@
  * messages whose role renders nothing (not user, system, assistant or tool) still advance the
  * count.  Where Jinja fails (a null content in render_content, a list in plain Qwen3's system
  * message) or would render a Python repr, we answer IRIS_EINVAL; plain Qwen3 renders a null
- * content as '', as transformers does.  Tools: not rendered yet (IRIS_EUNSUPPORTED, as chat.c).
+ * content as '', as transformers does.
+ * Tools: the same system turn, <tool_call> blocks and <tool_response> user turns as Instruct's
+ * (chat_internal.h, shared with chat.c); what differs is the reasoning of assistant turns that
+ * carry tool_calls (kept after the last real query, so a multi-step tool loop shows each step's
+ * <think> block) and that a tool call's newline follows the content left after that split.
  */
 #include "chat.h"
+#include "chat_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,40 +171,6 @@ static const char *find_first(const char *s, size_t n, const char *needle) {
     return NULL;
 }
 
-/* {%- if message.tool_calls %}: as chat.c, but the first call's newline follows the content
- * left after the reasoning was split off. */
-static int put_tool_calls(render *r, const json_t *m, size_t mi, int has_content, iris_err *err) {
-    const json_t *calls = json_object_get(m, "tool_calls");
-    if (!calls || json_is_null(calls) || (json_is_array(calls) && json_array_size(calls) == 0)) return 0;
-    if (!json_is_array(calls)) return iris_err_set(err, IRIS_EINVAL, "message %zu: \"tool_calls\" must be an array", mi);
-    size_t ci;
-    json_t *call;
-    json_array_foreach((json_t *)calls, ci, call) {
-        if (!json_is_object(call))
-            return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu is not an object", mi, ci);
-        if ((ci == 0 && has_content) || ci > 0) iris_sbuf_puts(&r->out, "\n");
-        const json_t *fn = json_object_get(call, "function");
-        if (json_is_object(fn) && json_object_size(fn) > 0) call = (json_t *)fn;
-        const json_t *name = json_object_get(call, "name"), *args = json_object_get(call, "arguments");
-        if (name && !json_is_string(name))
-            return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu: \"name\" must be a string", mi, ci);
-        if (!args) return iris_err_set(err, IRIS_EINVAL, "message %zu, tool call %zu has no \"arguments\"", mi, ci);
-        iris_sbuf_puts(&r->out, "<tool_call>\n{\"name\": \"");
-        if (name) iris_sbuf_put(&r->out, json_string_value(name), json_string_length(name));
-        iris_sbuf_puts(&r->out, "\", \"arguments\": ");
-        if (json_is_string(args)) {
-            iris_sbuf_put(&r->out, json_string_value(args), json_string_length(args));
-        } else {
-            char *j = iris_chat_tojson(args);
-            if (!j) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-            iris_sbuf_puts(&r->out, j);
-            free(j);
-        }
-        iris_sbuf_puts(&r->out, "}\n</tool_call>");
-    }
-    return 0;
-}
-
 /* An assistant turn: the reasoning kept after the last query, dropped before it. */
 static int put_assistant(render *r, const json_t *m, size_t mi, size_t n, size_t lqi, iris_err *err) {
     piece pc;
@@ -240,7 +211,7 @@ static int put_assistant(render *r, const json_t *m, size_t mi, size_t n, size_t
     iris_sbuf_put(&r->out, c, cn);
     r->n_images += pc.n_images;
     r->n_videos += pc.n_videos;
-    rc = put_tool_calls(r, m, mi, cn > 0, err);
+    rc = iris_chat_put_tool_calls(&r->out, m, mi, cn > 0, err);
     free(pc.b.p);
     if (!rc) iris_sbuf_puts(&r->out, "<|im_end|>\n");
     return rc;
@@ -274,8 +245,9 @@ static int put_message(render *r, const json_t *messages, size_t mi, size_t n, s
 int iris_chat_render_qwen3(const json_t *messages, const json_t *tools, const iris_chat_opts *opts, char **out,
                            size_t *out_len, iris_chat_info *info, iris_err *err) {
     *out = NULL;
-    if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0))
-        return iris_err_set(err, IRIS_EUNSUPPORTED, "tools are not supported yet: send the request without \"tools\"");
+    if (tools && json_is_null(tools)) tools = NULL;
+    if (tools && !json_is_array(tools)) return iris_err_set(err, IRIS_EINVAL, "\"tools\" must be an array");
+    if (tools && json_array_size(tools) == 0) tools = NULL; /* an empty list is false */
     if (!json_is_array(messages)) return iris_err_set(err, IRIS_EINVAL, "\"messages\" must be an array");
     size_t n = json_array_size(messages), mi;
     if (n == 0) return iris_err_set(err, IRIS_EINVAL, "\"messages\" is empty");
@@ -286,7 +258,11 @@ int iris_chat_render_qwen3(const json_t *messages, const json_t *tools, const ir
     int rc = 0;
     const json_t *first = json_array_get(messages, 0);
     const char *role0 = role_of(first);
-    if (role0 && !strcmp(role0, "system")) {
+    /* {%- if tools %} the tools' system turn, messages[0]'s content + '\n\n' first when a system
+     * message; else that system message alone. */
+    int sys = role0 && !strcmp(role0, "system");
+    if (sys || tools) iris_sbuf_puts(&r.out, "<|im_start|>system\n");
+    if (sys) {
         const json_t *c = json_object_get(first, "content");
         if (!r.vl && !json_is_string(c)) {
             rc = iris_err_set(err, IRIS_EINVAL, "message 0: this model's template needs the system \"content\" as a "
@@ -294,12 +270,12 @@ int iris_chat_render_qwen3(const json_t *messages, const json_t *tools, const ir
         } else {
             piece pc;
             rc = content_of(&r, c, 0, 0, &pc, err);
-            iris_sbuf_puts(&r.out, "<|im_start|>system\n");
             if (!rc) emit(&r, &pc);
-            iris_sbuf_puts(&r.out, "<|im_end|>\n");
             free(pc.b.p);
         }
+        iris_sbuf_puts(&r.out, tools ? "\n\n" : "<|im_end|>\n");
     }
+    if (tools && !rc) iris_chat_put_tools(&r.out, tools);
     size_t lqi = 0;
     if (!rc) rc = last_query_index(&r, messages, n, &lqi, err);
     for (mi = 0; mi < n && !rc; mi++) rc = put_message(&r, messages, mi, n, lqi, err);

@@ -8,6 +8,11 @@
  * Parameters left out take the model's generation_config.json values (as
  * vLLM does), so a bare request samples the way the model card says.
  *
+ * The reply of a model that thinks: its reasoning split off first, then its
+ * <tool_call> blocks parsed from the rest (tool_calls.h iris_reply_feed); a
+ * forced tool_choice is refused there (a grammar from the first token would
+ * cut the reasoning).
+ *
  * Images: fetched on the connection's thread, then decoded and made into
  * the prompt in one of --image-workers decode slots; up to --image-queue
  * requests wait for a slot (a full queue is a 503 image_queue_full, like
@@ -36,6 +41,7 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "formats/chat.h"
 #include "err.h"
 #include "log.h"
 #include "server/server_internal.h"
@@ -228,43 +234,33 @@ static const char *model_name(srv_gen *g) {
     return g->s->served;
 }
 
-/* A Thinking model's delta: reasoning_content and content as the splitter cuts them (reasoning.h);
- * nothing when all of it is held back and there are no logprobs to send. */
-static int out_split(srv_gen *g, const char *text, size_t n, int final, json_t *lp) {
-    iris_reasoning_piece pc;
-    if (iris_reasoning_feed(&g->rs, text, n, final, &pc)) {
-        json_decref(lp);
-        return -1;
-    }
-    int rc = 0;
-    if (pc.reasoning || pc.content || lp) {
-        json_t *c = iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, "", 0, NULL, lp, g->include_usage);
-        rc = out_json(g, iris_reasoning_apply(c, 1, pc.reasoning, pc.reasoning_len, pc.content, pc.content_len));
-    }
-    iris_reasoning_piece_free(&pc);
-    return rc;
-}
-
-/* The one way generated text goes out when streamed: a chunk of content, or, when tool calls are
- * parsed, of what the parser makes of it (a Thinking model's: reasoning_content and content) (content and delta.tool_calls; the <tool_call> markup
- * never reaches content).  `final`: the end of the output.  lp is stolen. */
+/* The one way generated text goes out when streamed: a chunk of content, or of what the reply
+ * parser makes of it (tool_calls.h iris_reply_feed): a Thinking model's delta.reasoning_content,
+ * then content and delta.tool_calls (the <tool_call> markup never reaches content); nothing when
+ * all of it is held back and there are no logprobs to send.  `final`: the end of the output.
+ * lp is stolen. */
 static int stream_text(srv_gen *g, const char *text, size_t n, json_t *lp, int final) {
-    if (g->rs.on) return out_split(g, text, n, final, lp);
-    if (!g->tools) {
+    if (!g->rs.on && !g->tools) {
         if (n == 0 && !lp) return 0;
         return out_json(g, iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, text, n, NULL, lp,
                                           g->include_usage));
     }
-    iris_tool_delta d;
-    if (iris_tool_parser_feed(g->tools, text, n, final, &d)) {
+    iris_reply_piece pc;
+    if (iris_reply_feed(&g->rs, g->tools, text, n, final, &pc)) {
         json_decref(lp);
         return -1;
     }
-    if (!d.content_len && !d.calls && !lp) return 0;
-    json_t *ch = iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, d.content_len ? d.content : NULL,
-                                d.content_len, NULL, lp, g->include_usage);
-    if (d.calls) iris_oai_chunk_set_tool_calls(ch, d.calls);
-    return out_json(g, ch);
+    int rc = 0;
+    if (pc.r.reasoning || pc.content || pc.calls || lp) {
+        json_t *ch = iris_oai_chunk(g->kind, g->id, g->created, model_name(g), NULL, g->rs.on ? "" : pc.content,
+                                    g->rs.on ? 0 : pc.content_len, NULL, lp, g->include_usage);
+        if (g->rs.on) iris_reasoning_apply(ch, 1, pc.r.reasoning, pc.r.reasoning_len, pc.content, pc.content_len);
+        if (pc.calls) iris_oai_chunk_set_tool_calls(ch, pc.calls);
+        pc.calls = NULL;
+        rc = out_json(g, ch);
+    }
+    iris_reply_piece_free(&pc);
+    return rc;
 }
 
 /* Produce the next SSE bytes into g->out.  Returns 0, or -1 when the
@@ -352,21 +348,28 @@ static void stream_free(void *cls) {
 
 /* ---- the whole answer at once ---- */
 
-/* The chat.completion (or text_completion) of the whole text: when tool calls are parsed, the
- * same parser as streaming, fed everything at once (content before the calls, then
- * message.tool_calls).  lpo is stolen. */
+/* The chat.completion (or text_completion) of the whole text: a Thinking model's reasoning split
+ * off (reasoning.h), then, when tool calls are parsed, the same parser as streaming fed the rest
+ * at once (content before the calls, then message.tool_calls).  lpo is stolen. */
 static json_t *whole_answer(srv_gen *g, const char *text, size_t n, json_t *lpo, const iris_event *ev) {
+    const char *rs = NULL, *body = text ? text : "";
+    size_t rn = 0, bn = n;
+    if (g->rs.on) iris_reasoning_split(text ? text : "", n, &rs, &rn, &body, &bn);
+    if (!body) body = "", bn = 0;
     iris_tool_delta d = {0};
-    if (g->tools && iris_tool_parser_feed(g->tools, text, n, 1, &d)) {
+    if (g->tools && iris_tool_parser_feed(g->tools, body, bn, 1, &d)) {
         json_decref(lpo);
         return NULL;
     }
     json_decref(d.calls);
     int calls = g->tools && iris_tool_parser_n_calls(g->tools) > 0;
-    json_t *resp = iris_oai_response(g->kind, g->id, g->created, model_name(g), calls ? d.content : text,
-                                     calls ? d.content_len : n, finish_name(g, ev->finish_reason), lpo,
-                                     ev->usage.prompt_tokens, ev->usage.completion_tokens);
+    const char *c = calls ? d.content : body;
+    size_t cn = calls ? d.content_len : bn;
+    json_t *resp = iris_oai_response(g->kind, g->id, g->created, model_name(g), c, cn,
+                                     finish_name(g, ev->finish_reason), lpo, ev->usage.prompt_tokens,
+                                     ev->usage.completion_tokens);
     if (calls) iris_oai_response_set_tool_calls(resp, iris_tool_parser_calls(g->tools), d.content_len);
+    if (g->rs.on && resp) iris_reasoning_apply(resp, 0, rs, rn, c, cn);
     return resp;
 }
 
@@ -430,12 +433,6 @@ static enum MHD_Result collect(struct MHD_Connection *c, srv_conn *cc, srv_gen *
     } else {
         json_t *lpo = lps && g->kind == IRIS_OAI_CHAT ? json_pack("{s:o}", "content", lps) : lps;
         json_t *o = whole_answer(g, text, n, lpo, &ev);
-        if (g->rs.on && o) {
-            const char *rs, *cs;
-            size_t rn, cn;
-            iris_reasoning_split(text ? text : "", n, &rs, &rn, &cs, &cn);
-            iris_reasoning_apply(o, 0, rs, rn, cs, cn);
-        }
         ret = srv_reply_json(c, cc, 200, o);
     }
     free(text);
@@ -550,6 +547,19 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
         return reply(c, cc, &e, &q);
     }
 
+    /* A forced call (tool_choice "required" or a named function) is a grammar from the first token
+     * on, where a thinking model writes its reasoning: not offered there. */
+    int thinks = kind == IRIS_OAI_CHAT && iris_engine_reasoning(eng, iris_reasoning_disabled_by(q.body));
+    if (thinks && q.tool_mode == IRIS_OAI_TOOLS_REQUIRED) {
+        iris_prompt_ctx pctx;
+        iris_engine_prompt_ctx(eng, &pctx);
+        iris_oai_fail(&e, 400, "invalid_request_error", "tool_choice", NULL, "tool_choice \"required\" or a named "
+                      "function is not supported while the model thinks (its reasoning comes first): use \"auto\"%s",
+                      pctx.chat_style == IRIS_CHAT_QWEN3 ? ", or chat_template_kwargs.enable_thinking "
+                      "false" : "");
+        return reply(c, cc, &e, &q);
+    }
+
     iris_err err = {0};
     iris_prompt *prompt = NULL;
     if (kind == IRIS_OAI_CHAT) {
@@ -579,7 +589,7 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
     memset(g, 0, sizeof *g);
     g->s = s;
     g->kind = kind;
-    iris_reasoning_init(&g->rs, kind == IRIS_OAI_CHAT && iris_engine_reasoning(eng, iris_reasoning_disabled_by(q.body)));
+    iris_reasoning_init(&g->rs, thinks);
     g->created = (int64_t)time(NULL);
     uint64_t seq = atomic_fetch_add(&s->next_id, 1);
     snprintf(g->id, sizeof g->id, "%s%016" PRIx64 "%08" PRIx64, kind == IRIS_OAI_CHAT ? "chatcmpl-" : "cmpl-",

@@ -453,3 +453,32 @@ void iris_oai_response_set_tool_calls(json_t *resp, json_t *calls, size_t conten
     if (!content_len) json_object_set_new(msg, "content", json_null());
     json_object_set_new(msg, "tool_calls", calls);
 }
+
+int iris_reply_feed(iris_reasoning *rs, iris_tool_parser *tools, const char *s, size_t n, int final,
+                    iris_reply_piece *out) {
+    memset(out, 0, sizeof *out);
+    const char *c = s;
+    size_t cn = n;
+    if (rs->on) {
+        if (iris_reasoning_feed(rs, s, n, final, &out->r)) return IRIS_ENOMEM;
+        c = out->r.content, cn = out->r.content_len;
+    }
+    if (!tools) {
+        out->content = cn ? c : NULL, out->content_len = cn;
+        return 0;
+    }
+    iris_tool_delta d = {0};
+    if ((cn || final) && iris_tool_parser_feed(tools, cn ? c : "", cn, final, &d)) {
+        iris_reasoning_piece_free(&out->r);
+        return IRIS_ENOMEM;
+    }
+    out->content = d.content_len ? d.content : NULL, out->content_len = d.content_len;
+    out->calls = d.calls;
+    return 0;
+}
+
+void iris_reply_piece_free(iris_reply_piece *p) {
+    iris_reasoning_piece_free(&p->r);
+    json_decref(p->calls);
+    p->calls = NULL;
+}

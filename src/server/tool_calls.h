@@ -12,8 +12,11 @@
  * reaches content.  Fed everything at once it gives the same calls, which is how the
  * non-streamed answer is made: one parser for both.
  *
+ * A Thinking model's reply is split first (iris_reply_feed): its reasoning is never parsed.
+ *
  * Does not: check the arguments against the tool's parameters (the grammar made them so, see
- * model/grammar_tools.c) or render tools into the prompt (formats/chat.c).
+ * model/grammar_tools.c) or render tools into the prompt (formats/chat.c,
+ * chat_qwen3.c).
  */
 #ifndef IRIS_SERVER_TOOL_CALLS_H
 #define IRIS_SERVER_TOOL_CALLS_H
@@ -23,6 +26,7 @@
 #include <stdint.h>
 
 #include "server/openai.h"
+#include "server/reasoning.h"
 
 /* tools, tool_choice and parallel_tool_calls of body o into r (tools, tool_mode, tools_json,
  * tool_name) and s (tools_json, tools_required, tool_name, single_tool_call).  A 400 naming the
@@ -51,6 +55,21 @@ int iris_tool_parser_feed(iris_tool_parser *p, const char *s, size_t n, int fina
 int iris_tool_parser_n_calls(const iris_tool_parser *p);
 /* message.tool_calls: [{id, type, function: {name, arguments}}] (a new reference). */
 json_t *iris_tool_parser_calls(const iris_tool_parser *p);
+
+/* A chat reply as it goes out, piece by piece (final: the last): a Thinking model's reasoning is
+ * split off first (rs, reasoning.h; rs->on 0: none), then the rest's <tool_call> blocks are parsed
+ * (tools; NULL: none), so reasoning never reaches the tool parser and a call made after
+ * "</think>" is a tool call.  Fed the whole text at once (final), it gives the same parts. */
+typedef struct iris_reply_piece {
+    iris_reasoning_piece r;  /* r.reasoning: the reasoning (owned, NULL when none) */
+    const char *content;     /* valid until the next feed; NULL when none */
+    size_t content_len;
+    json_t *calls;           /* tool-call deltas (owned by the caller), NULL when none */
+} iris_reply_piece;
+/* 0, or IRIS_ENOMEM.  Free with iris_reply_piece_free. */
+int iris_reply_feed(iris_reasoning *rs, iris_tool_parser *tools, const char *s, size_t n, int final,
+                    iris_reply_piece *out);
+void iris_reply_piece_free(iris_reply_piece *p);
 
 /* Add delta.tool_calls to a chat chunk (iris_oai_chunk's), stealing calls. */
 void iris_oai_chunk_set_tool_calls(json_t *chunk, json_t *calls);
