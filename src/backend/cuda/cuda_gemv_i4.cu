@@ -209,23 +209,6 @@ __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p
     gemv_mma_finish<SWIGLU, NT>(p, i, red, c0, c1, r0, out, n);
 }
 
-/* CTAs of kw warps (red bytes of shared memory) an SM holds at once, remembered per kernel for the
- * last few shapes (one engine thread owns the GPU: no lock); 0 if the query fails. */
-template <typename K> static int i4_slots(K kern, int kw, size_t red) {
-    static struct { const void *fn; int kw; size_t red; int blocks; } seen[16];
-    static int next;
-    for (int i = 0; i < 16; i++)
-        if (seen[i].fn == (const void *)kern && seen[i].kw == kw && seen[i].red == red) return seen[i].blocks;
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kern, kw * 32, red) != cudaSuccess) {
-        cudaGetLastError();
-        blocks = 0;
-    }
-    seen[next].fn = (const void *)kern, seen[next].kw = kw, seen[next].red = red, seen[next].blocks = blocks;
-    next = (next + 1) % 16;
-    return blocks;
-}
-
 /* The split (no more warps than super-steps): 8 warps a CTA where the CTAs of 8 fit one wave; else 4
  * where those of 4 do; past one wave, 8 for up to 4 waves of 8 at 1-8 tokens, else 4.  Measured on an
  * H100 80GB HBM3 (bench_cuda int4, every split forced, weights cycled through 256 MB as a step reads
@@ -244,7 +227,7 @@ static void launch4(const cuda_ctx *cx, const gemv4_set &p, const bf16 *x, int64
     int kw = cx->i4_kw;
     if (kw <= 0 || kw > I4_MAXW) {
         const int64_t sms = cx->prop.multiProcessorCount;
-        const int64_t w8 = (int64_t)i4_slots(kern, 8, red_of(8)) * sms, w4 = (int64_t)i4_slots(kern, 4, red_of(4)) * sms;
+        const int64_t w8 = (int64_t)gemv_mma_slots(kern, 8, red_of(8)) * sms, w4 = (int64_t)gemv_mma_slots(kern, 4, red_of(4)) * sms;
         kw = tiles <= w8 ? 8 : tiles <= w4 ? 4 : NT == 1 && tiles <= 4 * w8 ? 8 : 4;
     }
     if (kw > steps) kw = (int)steps;

@@ -148,24 +148,6 @@ static size_t red_bytes(int kw) { return (size_t)kw * (1 + SWIGLU) * NT * 128 * 
  * 8, 10, 16 warps everywhere: 227, 242, 246, 217, 225 tok/s (16 loses on its 160-tile o_proj and
  * down_proj: two waves); 2B-FP8: 419, 430, 446, 416, 440, where 16 wins on down_proj (96
  * super-steps, 128 tiles: 6.6 vs 7.5 us). */
-/* CTAs of kw warps and `smem` bytes of dynamic shared memory that an SM holds at once (the occupancy
- * calculator's; 0 if it fails), remembered per kernel for the last few shapes (one engine thread owns
- * the GPU: no lock). */
-template <typename K> static int64_t waves_slots(K kern, int kw, size_t smem) {
-    static struct { int kw; size_t smem; int blocks; } seen[8];
-    static int next;
-    for (int i = 0; i < 8; i++)
-        if (seen[i].kw == kw && seen[i].smem == smem) return seen[i].blocks;
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kern, kw * 32, smem) != cudaSuccess) {
-        cudaGetLastError();
-        blocks = 0;
-    }
-    seen[next].kw = kw, seen[next].smem = smem, seen[next].blocks = blocks;
-    next = (next + 1) % 8;
-    return blocks;
-}
-
 template <int SWIGLU, int NT>
 static void launch_kw(const cuda_ctx *cx, const gemv_set &p, const bf16 *x, int64_t ldx, int n, int64_t in) {
     int64_t steps = in / 64, tiles = 0;
@@ -182,12 +164,12 @@ static void launch_kw(const cuda_ctx *cx, const gemv_set &p, const bf16 *x, int6
     size_t tile_bytes = (size_t)(1 + SWIGLU) * 16 * (size_t)(in + GM_PAD), red = red_bytes<SWIGLU, NT>(kw);
     size_t smem = tile_bytes > red ? tile_bytes : red;
     if (cx->gemv_smem && n <= 2 && smem <= cx->prop.sharedMemPerBlockOptin &&
-        waves_slots(k_gemv8_mma<SWIGLU, NT, 0>, kw, red) * cx->prop.multiProcessorCount < tiles) {
+        gemv_mma_slots(k_gemv8_mma<SWIGLU, NT, 0>, kw, red) * cx->prop.multiProcessorCount < tiles) {
         static size_t allowed = 48 << 10; /* dynamic shared memory past 48 KB is asked for once */
         if (smem > allowed && cudaFuncSetAttribute(k_gemv8_mma<SWIGLU, NT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    (int)smem) == cudaSuccess)
             allowed = smem;
-        if (smem <= allowed && waves_slots(k_gemv8_mma<SWIGLU, NT, 1>, kw, smem) * cx->prop.multiProcessorCount >= tiles) {
+        if (smem <= allowed && gemv_mma_slots(k_gemv8_mma<SWIGLU, NT, 1>, kw, smem) * cx->prop.multiProcessorCount >= tiles) {
             launch(cx, k_gemv8_mma<SWIGLU, NT, 1>, dim3((unsigned)tiles), dim3(kw * 32), smem, p, x, ldx, n, in);
             return;
         }

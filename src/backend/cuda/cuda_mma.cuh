@@ -6,7 +6,8 @@
  * row g + 8, the same tokens).  gemv_mma_tile finds the CTA's matrix and tile; gemv_mma_finish
  * sums the KW partial tiles through shared memory in warp order and stores each output once: bias
  * added before the one rounding to bf16, or SwiGLU (silu(bf16(gate)) ⊙ bf16(up), the roundings
- * of linear, linear, silu_mul).  Included by those two files only. */
+ * of linear, linear, silu_mul).  gemv_mma_slots: the occupancy their launch rules read, cached per
+ * kernel.  Included by those two files only. */
 #ifndef IRIS_CUDA_MMA_CUH
 #define IRIS_CUDA_MMA_CUH
 
@@ -58,6 +59,24 @@ static __device__ __forceinline__ void gemv_mma_finish(const P &p, int i, float 
             *y = f2bf(v0 + (p.bias[i] ? load_vec(p.bias[i], p.bdt[i], r) : 0.0f));
         }
     }
+}
+
+/* CTAs of kw warps with `smem` bytes of dynamic shared memory that an SM holds at once for kern (the
+ * occupancy calculator's; 0 if the query fails), remembered per (kernel, kw, smem) for the last 16
+ * asked (one engine thread owns the GPU: no lock). */
+template <typename K> static int gemv_mma_slots(K kern, int kw, size_t smem) {
+    static struct { const void *fn; int kw; size_t smem; int blocks; } seen[16];
+    static int next;
+    for (int i = 0; i < 16; i++)
+        if (seen[i].fn == (const void *)kern && seen[i].kw == kw && seen[i].smem == smem) return seen[i].blocks;
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kern, kw * 32, smem) != cudaSuccess) {
+        cudaGetLastError();
+        blocks = 0;
+    }
+    seen[next].fn = (const void *)kern, seen[next].kw = kw, seen[next].smem = smem, seen[next].blocks = blocks;
+    next = (next + 1) % 16;
+    return blocks;
 }
 
 #endif
