@@ -27,6 +27,21 @@
 #include "test.h"
 #include "tiny_fixture.h"
 
+/* Tiny fixture `name` loaded with the placement of planner.h (host: the table stays in host
+ * memory; fp8: the lm_head quantized at load), uploaded to b. */
+static void load_tiny_placed(const char *name, iris_backend *b, int host, int fp8, iris_st **st, iris_text *t) {
+    char dir[256];
+    iris_config cfg;
+    iris_err err = {0};
+    snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, name);
+    REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
+    REQUIRE(iris_st_open(dir, st, &err) == 0);
+    REQUIRE(iris_text_load(*st, &cfg, t, &err) == 0);
+    if (host) REQUIRE(iris_text_embed_host(t, &err) == 0);
+    if (fp8) REQUIRE(iris_text_lm_head_fp8(t, &err) == 0);
+    REQUIRE(iris_text_upload(t, b, &err) == 0);
+}
+
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_testing.h"
 
@@ -242,17 +257,6 @@ static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, int grap
     return rc;
 }
 
-/* Tiny fixture `name` loaded and uploaded to gpu (REQUIRE on failure). */
-static void load_tiny(const char *name, iris_backend *gpu, iris_st **st, iris_text *t) {
-    char dir[256];
-    iris_config cfg;
-    iris_err err = {0};
-    snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, name);
-    REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
-    REQUIRE(iris_st_open(dir, st, &err) == 0);
-    REQUIRE(iris_text_load(*st, &cfg, t, &err) == 0);
-    REQUIRE(iris_text_upload(t, gpu, &err) == 0);
-}
 
 /* Decode steps replayed from CUDA graphs give the same logits, bit for bit, as the same steps run
  * op by op (same kernels, same order, same buffers' contents), across block boundaries and with
@@ -266,7 +270,7 @@ IRIS_TEST(gpu_text_decode_graphs) {
     for (int mi = 0; mi < 2; mi++) {
         iris_st *st = NULL;
         iris_text t;
-        load_tiny(models[mi], gpu, &st, &t);
+        load_tiny_placed(models[mi], gpu, 0, 0, &st, &t);
         int V = t.cfg.vocab_size, steps = 40;
         for (int ns = 1; ns <= 3; ns += 2) {
             float *a = malloc(sizeof(float) * (size_t)steps * ns * V), *g = malloc(sizeof(float) * (size_t)steps * ns * V);
@@ -303,7 +307,7 @@ IRIS_TEST(gpu_text_decode_stack) {
         gpu->destroy(gpu);
         IRIS_TEST_SKIP("the kernels were built without sm_90 code (JIT from older PTX): no persistent decode kernel");
     }
-    load_tiny("tiny-fp8", gpu, &st, &t);
+    load_tiny_placed("tiny-fp8", gpu, 0, 0, &st, &t);
     int V = t.cfg.vocab_size, steps = 40;
     for (int ns = 1; ns <= 4; ns += 3) {
         size_t n = (size_t)steps * ns * V;
@@ -332,20 +336,6 @@ IRIS_TEST(gpu_text_decode_stack) {
 }
 #endif
 
-/* Tiny fixture `name` loaded with the placement of planner.h (host: the table stays in host
- * memory; fp8: the lm_head quantized at load), uploaded to b. */
-static void load_tiny_placed(const char *name, iris_backend *b, int host, int fp8, iris_st **st, iris_text *t) {
-    char dir[256];
-    iris_config cfg;
-    iris_err err = {0};
-    snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, name);
-    REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
-    REQUIRE(iris_st_open(dir, st, &err) == 0);
-    REQUIRE(iris_text_load(*st, &cfg, t, &err) == 0);
-    if (host) REQUIRE(iris_text_embed_host(t, &err) == 0);
-    if (fp8) REQUIRE(iris_text_lm_head_fp8(t, &err) == 0);
-    REQUIRE(iris_text_upload(t, b, &err) == 0);
-}
 
 /* --embeddings host on CUDA: decode steps (graphs replayed, the rows uploaded before each) give
  * the logits of the device lookup bit for bit, with 1 and 3 sequences; --lm-head-dtype fp8 on
