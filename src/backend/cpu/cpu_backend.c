@@ -200,9 +200,10 @@ typedef struct {
 
 static int cpu_avx2(const iris_backend *b) { return b->ctx && ((const iris_cpu_ctx *)b->ctx)->avx2; }
 
-static void ew_rows(int64_t rows, int64_t cols, iris_pool_fn fn, ew_ctx *c) {
-    if (rows * cols >= EW_MIN_ELEMS) iris_pool_for(rows, fn, c);
-    else fn(c, 0, rows);
+/* fn over [0, rows) of ctx: on the pool when the op touches at least EW_MIN_ELEMS floats. */
+static void ew_rows(int64_t rows, int64_t elems, iris_pool_fn fn, void *ctx) {
+    if (elems >= EW_MIN_ELEMS) iris_pool_for(rows, fn, ctx);
+    else fn(ctx, 0, rows);
 }
 
 static void add_rows(void *p, int64_t r0, int64_t r1) {
@@ -250,25 +251,25 @@ static void gelu_erf_rows(void *p, int64_t r0, int64_t r1) {
 
 static int cpu_add(iris_backend *b, iris_tensor *y, const iris_tensor *x) {
     ew_ctx c = {y, x, 0};
-    ew_rows(y->rows, y->cols, add_rows, &c);
+    ew_rows(y->rows, y->rows * y->cols, add_rows, &c);
     return 0;
 }
 
 static int cpu_silu_mul(iris_backend *b, iris_tensor *g, const iris_tensor *u) {
     ew_ctx c = {g, u, cpu_avx2(b)};
-    ew_rows(g->rows, g->cols, silu_mul_rows, &c);
+    ew_rows(g->rows, g->rows * g->cols, silu_mul_rows, &c);
     return 0;
 }
 
 static int cpu_gelu_tanh(iris_backend *b, iris_tensor *x) {
     ew_ctx c = {x, NULL, cpu_avx2(b)};
-    ew_rows(x->rows, x->cols, gelu_tanh_rows, &c);
+    ew_rows(x->rows, x->rows * x->cols, gelu_tanh_rows, &c);
     return 0;
 }
 
 static int cpu_gelu_erf(iris_backend *b, iris_tensor *x) {
     ew_ctx c = {x, NULL, 0};
-    ew_rows(x->rows, x->cols, gelu_erf_rows, &c);
+    ew_rows(x->rows, x->rows * x->cols, gelu_erf_rows, &c);
     return 0;
 }
 
@@ -306,8 +307,7 @@ static int cpu_rope(iris_backend *b, iris_tensor *x, int n_heads, int hd, const 
                     const int *dim_of, const float *inv_freq) {
     if (hd / 2 > 512) return iris_cpu_fail(b, IRIS_EUNSUPPORTED, "rope: head_dim %d over 1024", hd);
     rope_ctx c = {x, n_heads, hd, pos_stride, pos, dim_of, inv_freq};
-    if (x->rows * n_heads * hd >= EW_MIN_ELEMS) iris_pool_for(x->rows, rope_rows, &c);
-    else rope_rows(&c, 0, x->rows);
+    ew_rows(x->rows, x->rows * n_heads * hd, rope_rows, &c);
     return 0;
 }
 
