@@ -25,7 +25,7 @@ from trace_csv import read_rows
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly
 
 # kernels only: the copies' number varies with sampling
-rows = [(s, d, n) for s, d, n, _ in read_rows(sys.argv[1]) if not n.startswith("memcpy") and n != "memset"]
+rows = [(s, d, n) for s, d, n, _ in read_rows(sys.argv[1]) if not n.startswith(("memcpy", "api ")) and n != "memset"]
 marker = sys.argv[2] if len(sys.argv) > 2 else "k_topk_merge"
 starts = [i for i, (_, _, n) in enumerate(rows) if marker in n]
 if len(starts) < 4:

@@ -6,6 +6,8 @@
  *   CUDA_INJECTION64_PATH=$PWD/build/gpu/libcupti_trace.so IRIS_TRACE_OUT=trace.csv build/gpu/iris bench ...
  *   python3 bench/ttft_profile.py trace.csv
  *
+ * IRIS_TRACE_API=1 adds the host's runtime calls (rows named "api NAME", on the same clock), to
+ * see what the host does between a step's kernels.
  * The driver calls InitializeInjection at cuInit; the records are flushed at exit. */
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +35,12 @@ static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buf, 
             const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)r;
             fprintf(g_out, "%llu,%llu,%llu,\"memcpy kind %d\"\n", (unsigned long long)m->start,
                     (unsigned long long)(m->end - m->start), (unsigned long long)m->bytes, m->copyKind);
+        } else if (r->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+            const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)r;
+            const char *name = NULL;
+            cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name);
+            fprintf(g_out, "%llu,%llu,0,\"api %s\"\n", (unsigned long long)a->start,
+                    (unsigned long long)(a->end - a->start), name ? name : "?");
         } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)r;
             fprintf(g_out, "%llu,%llu,%llu,\"memset\"\n", (unsigned long long)m->start,
@@ -56,6 +64,8 @@ int InitializeInjection(void) {
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET);
+    const char *api = getenv("IRIS_TRACE_API");
+    if (api && *api == '1') cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
     atexit(flush_at_exit);
     return 1;
 }
