@@ -171,6 +171,10 @@ typedef struct iris_request_params {
     int n_images;
     const char *prompt_text;               /* a plain text prompt, tokenized as is (no chat template) */
     struct iris_prompt *prompt;            /* built by the caller; the engine takes it over on success */
+    int no_thinking;                       /* a chat prompt's enable_thinking=False (plain Qwen3's template):
+                                            * messages_json is built so, a caller's prompt must have been;
+                                            * a model that thinks for this prompt (iris_engine_reasoning)
+                                            * starts a json_schema or tools grammar after its "</think>" */
 
     iris_sampling sampling;
 

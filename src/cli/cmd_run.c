@@ -390,6 +390,7 @@ static int submit_prompt(iris_engine *e, const run_args *a, iris_prompt *p, iris
     else if (a->scene) rp.sampling.json_schema = SCENE_SCHEMA;
     else if (a->json_object) rp.sampling.json_schema = "{\"type\":\"object\"}";
     rp.prompt = p;
+    rp.no_thinking = reasoning_off(a);      /* as build_prompt: a grammar waits for a reasoning's end */
     rp.on_event = on_event;
     rp.ud = ud;
     int rc = iris_engine_submit(e, &rp, r, err);

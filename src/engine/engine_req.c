@@ -2,7 +2,8 @@
  * request on the caller's thread (the prompt through the one builder,
  * prompt.c; the sampling parameters, a JSON Schema or tools compiled to a grammar
  * (model/grammar.h; the vocabulary trie made once per engine, at the first
- * such request); the one context-length check; content
+ * such request), which a model that thinks starts after its "</think>"; the one
+ * context-length check; content
  * hashes of the images), the bounded queue into the engine, and the
  * per-request event channel (a callback on the engine thread, or a queue a
  * caller blocks on).
@@ -207,6 +208,7 @@ static int build_prompt(iris_engine *e, const iris_request_params *p, iris_promp
     memset(out, 0, sizeof *out);
     iris_prompt_ctx ctx;
     iris_engine_prompt_ctx(e, &ctx);
+    ctx.no_thinking = p->no_thinking;
     if (p->prompt_text) return iris_prompt_build_text(&ctx, p->prompt_text, out, err);
     if (p->n_images < 0 || (p->n_images > 0 && !p->image_paths))
         return iris_err_set(err, IRIS_EINVAL, "n_images %d without image_paths", p->n_images);
@@ -279,12 +281,29 @@ static const iris_vocab *engine_vocab(iris_engine *e, iris_err *err) {
     return v;
 }
 
+/* The token after which a constrained reply's grammar starts, -1 from the first: a chat reply that
+ * opens with reasoning (iris_engine_reasoning, as the server's and the CLI's reasoning split) is
+ * free until the "</think>" token, as vLLM starts the grammar once its reasoning parser says the
+ * reasoning ended.  A plain text prompt has no reasoning split: the grammar starts at once. */
+static int grammar_start(const iris_engine *e, const iris_request_params *p, int *after, iris_err *err) {
+    *after = -1;
+    if (p->prompt_text || !iris_engine_reasoning(e, p->no_thinking)) return IRIS_OK;
+    *after = iris_tok_find(e->model->tok, "</think>");
+    if (*after < 0 || *after >= e->model->cfg.text_config.vocab_size)
+        return iris_err_set(err, IRIS_EUNSUPPORTED, "this model thinks, but its vocabulary has no \"</think>\" token "
+                            "to start the grammar after");
+    return IRIS_OK;
+}
+
 /* Constrain the request's sampler to its JSON Schema or its tools, compiled here on the caller's
- * thread. */
-static int constrain(iris_engine *e, iris_request *r, const iris_sampling *sp, const iris_stop_ids *end,
+ * thread; the grammar starts after the reasoning of a model that thinks (grammar_start). */
+static int constrain(iris_engine *e, iris_request *r, const iris_request_params *p, const iris_stop_ids *end,
                      iris_err *err) {
+    const iris_sampling *sp = &p->sampling;
     iris_grammar *g = NULL;
-    int rc;
+    int after = -1;
+    int rc = grammar_start(e, p, &after, err);
+    if (rc) return rc;
     if (sp->json_schema && sp->tools_json)
         rc = iris_err_set(err, IRIS_EINVAL, "a JSON Schema and tools cannot constrain one request together");
     else if (sp->tools_json)
@@ -294,7 +313,11 @@ static int constrain(iris_engine *e, iris_request *r, const iris_sampling *sp, c
         rc = iris_grammar_from_schema(sp->json_schema, &g, err);
     const iris_vocab *v = rc ? NULL : engine_vocab(e, err);
     if (!rc && !v) rc = err && err->code ? err->code : IRIS_ENOMEM;
-    if (!rc) return iris_sampler_set_grammar(r->sampler, g, v, end, err);
+    if (!rc) {
+        rc = iris_sampler_set_grammar(r->sampler, g, v, end, err);    /* g is the sampler's */
+        if (!rc && after >= 0) rc = iris_sampler_grammar_after(r->sampler, after, err);
+        return rc;
+    }
     iris_grammar_free(g);
     if (err && rc == IRIS_EINVAL)
         snprintf(err->param, sizeof err->param, "%s",
@@ -333,7 +356,7 @@ int iris_engine_submit(iris_engine *e, const iris_request_params *p, iris_reques
     if (rc && r->prompt.n_videos > 0) video_hint(e, &r->prompt, cap, sp->max_tokens, err);
     if (!rc) rc = iris_sampler_init(&r->sampler, sp, &stop, e->model->cfg.text_config.vocab_size, err);
     if (!rc) rc = iris_sampler_add_prompt(r->sampler, r->prompt.ids.ids, n, err);
-    if (!rc && (sp->json_schema || sp->tools_json)) rc = constrain(e, r, sp, &stop, err);
+    if (!rc && (sp->json_schema || sp->tools_json)) rc = constrain(e, r, p, &stop, err);
     if (!rc) rc = iris_stop_init(&r->stop, sp->stop, sp->n_stop, err);
     if (!rc) rc = find_images(e, r, err);
     if (!rc) rc = iris_seq_init(&r->seq, 0, r->prompt.ids.ids, n, err);

@@ -5,7 +5,10 @@
  * Owns: per request, the PRNG state, the list of distinct prompt+generated
  * tokens (repetition penalty), the counts of generated tokens (presence and
  * frequency penalties), scratch of n_vocab floats/ints/doubles and, for a
- * constrained request, its grammar matcher and mask (model/grammar.h).
+ * constrained request, its grammar matcher and mask (model/grammar.h).  A grammar
+ * armed after a token (a Thinking model's "</think>") waits with gwait set: until
+ * then every grammar read below (mask, penalize, the candidates' check, the end
+ * stop) goes by armed(), so those rows cost and mean what a free row does.
  * Sampling never allocates, except a grammar matcher growing its stack arena.
  *
  * Numerics: logits are processed in fp32 as HF does (penalties, /T); the
@@ -48,6 +51,7 @@ struct iris_sampler {
     iris_err gerr;
     iris_stop_ids gend;     /* end tokens allowed once the grammar is complete */
     int gbroken;            /* a token the grammar refused was accepted */
+    int gwait;              /* the token that arms the grammar once sampled; -1: armed */
 };
 
 /* ---- PRNG: xoshiro256** seeded through splitmix64 (base/rng.h) ---- */
@@ -129,6 +133,7 @@ int iris_sampler_init(iris_sampler **out, const iris_sampling *p, const iris_sto
     s->p.n_stop = 0;
     if (stop && !p->ignore_eos) s->stop = *stop;
     s->n_vocab = n_vocab;
+    s->gwait = -1;
     s->work = malloc((size_t)n_vocab * sizeof *s->work);
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
     if (p->repetition_penalty != 1.0f) s->seen = calloc(((size_t)n_vocab + 7) / 8, 1);
@@ -202,10 +207,21 @@ static int grammar_mask(iris_sampler *s, iris_err *err) {
     return rc;
 }
 
-int iris_sampler_constrained(const iris_sampler *s) { return s->gm != NULL; }
+int iris_sampler_grammar_after(iris_sampler *s, int token, iris_err *err) {
+    if (!s->gm || s->n_generated > 0 || token < 0 || token >= s->n_vocab)
+        return iris_err_set(err, IRIS_EINVAL, "grammar: armed after token %d of %d, with %s grammar and %d token(s) "
+                            "generated", token, s->n_vocab, s->gm ? "a" : "no", s->n_generated);
+    s->gwait = token;
+    return 0;
+}
+
+/* The grammar constrains this step: set, and armed. */
+static int armed(const iris_sampler *s) { return s->gm != NULL && s->gwait < 0; }
+
+int iris_sampler_constrained(const iris_sampler *s) { return armed(s); }
 
 int iris_sampler_mask(iris_sampler *s, uint32_t *words, iris_err *err) {
-    if (!s->gm) return 0;
+    if (!armed(s)) return 0;
     int rc = grammar_mask(s, err);
     if (rc) return rc;
     memcpy(words, s->gmask, ((size_t)s->n_vocab + 31) / 32 * sizeof *words);
@@ -244,7 +260,9 @@ int iris_sampler_add_prompt(iris_sampler *s, const int *ids, int n, iris_err *er
 
 iris_finish iris_sampler_accept(iris_sampler *s, int token) {
     s->n_generated++;
-    if (s->gm) {
+    if (s->gm && !armed(s)) {
+        if (token == s->gwait) s->gwait = -1;   /* the grammar starts at the next token */
+    } else if (s->gm) {
         s->gmask_state = 0;
         int end = 0;
         for (int i = 0; i < s->gend.n; i++) end |= token == s->gend.ids[i];
@@ -290,7 +308,7 @@ static int penalize(iris_sampler *s, const float *logits) {
             int t = s->gen_uniq[k];
             w[t] -= s->p.frequency_penalty * (float)s->gen_count[t] + s->p.presence_penalty;
         }
-    if (s->gm)
+    if (armed(s))
         for (int i = 0; i < n; i++)
             if (!((s->gmask[i >> 5] >> (i & 31)) & 1)) w[i] = -INFINITY;
     int best = -1;
@@ -454,7 +472,7 @@ static void fill_logprobs(const iris_sampler *s, const float *logits, int token,
 }
 
 int iris_sampler_sample(iris_sampler *s, const float *logits, iris_sample_out *out, iris_err *err) {
-    int rc = s->gm ? grammar_mask(s, err) : 0;
+    int rc = armed(s) ? grammar_mask(s, err) : 0;
     if (rc) return rc;
     int top = penalize(s, logits);
     if (top < 0)
@@ -556,7 +574,7 @@ int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *va
         w[i] = v, id[i] = ids[i], nf++;
     }
     if (nf == 0) return iris_err_set(err, IRIS_EINVAL, "sampling: all %d logits are NaN or -inf", s->n_vocab);
-    if (s->gm) {
+    if (armed(s)) {
         /* the candidates of the masked row: every finite one allowed (a check; the mask is cached) */
         int rc = grammar_mask(s, err);
         if (rc) return rc;
@@ -629,7 +647,7 @@ int iris_sampler_sample_top(iris_sampler *s, const int32_t *ids, const float *va
 }
 
 int iris_sampler_probs(iris_sampler *s, const float *logits, float *probs, iris_err *err) {
-    int rc = s->gm ? grammar_mask(s, err) : 0;
+    int rc = armed(s) ? grammar_mask(s, err) : 0;
     if (rc) return rc;
     int top = penalize(s, logits);
     if (top < 0)

@@ -24,6 +24,10 @@
  * allowed only once the output is complete, and then end it whatever ignore_eos says.  Masking
  * commutes with the penalties (a -inf stays -inf), so the mask may be applied before them, on
  * the device, where the row's candidates are chosen (iris_sampler_sample_top).
+ * A grammar may wait for a token (iris_sampler_grammar_after: a Thinking model's "</think>", as
+ * vLLM starts the grammar once its reasoning parser sees the reasoning end): until that token is
+ * sampled the sampler is free in every respect (no mask, no end stop; iris_sampler_constrained
+ * 0), and from the token after it the grammar constrains as above, from its start.
  * Log-probabilities reported to callers are of the raw logits (before any of
  * the above), as vLLM's default `raw_logprobs`.
  *
@@ -89,13 +93,17 @@ void iris_sampler_free(iris_sampler *s);
  * the output once the grammar is complete. */
 int iris_sampler_set_grammar(iris_sampler *s, iris_grammar *g, const iris_vocab *v, const iris_stop_ids *end,
                              iris_err *err);
-/* 1 when s has a grammar. */
+/* Arm the grammar only once `token` has been sampled (the grammar starts at the next token; the
+ * token itself is not the grammar's).  After iris_sampler_set_grammar, before the first token;
+ * IRIS_EINVAL otherwise or for a token outside the vocabulary. */
+int iris_sampler_grammar_after(iris_sampler *s, int token, iris_err *err);
+/* 1 when s's grammar constrains this step (set and armed): the runner masks the row. */
 int iris_sampler_constrained(const iris_sampler *s);
 /* This step's allowed tokens into words [(n_vocab + 31) / 32] (bit t % 32 of word t / 32 set:
  * token t allowed, the end tokens included once the output is complete); returns 1, or 0 for
- * an unconstrained sampler (nothing written), or a negative error (the grammar cannot go on).
- * Computed once a step and kept (the sampling calls below reuse it, the error too) until
- * iris_sampler_accept.  Distinct samplers may be asked from distinct threads at once (the
+ * an unconstrained sampler or a grammar not yet armed (nothing written), or a negative error
+ * (the grammar cannot go on).  Computed once a step and kept (the sampling calls below reuse
+ * it, the error too) until iris_sampler_accept.  Distinct samplers may be asked from distinct threads at once (the
  * runner computes a step's masks on the thread pool while the device runs the forward). */
 int iris_sampler_mask(iris_sampler *s, uint32_t *words, iris_err *err);
 /* Record prompt tokens (repetition penalty only). */

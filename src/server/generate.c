@@ -10,8 +10,8 @@
  *
  * The reply of a model that thinks: its reasoning split off first, then its
  * <tool_call> blocks parsed from the rest (tool_calls.h iris_reply_feed); a
- * forced tool_choice is refused there (a grammar from the first token would
- * cut the reasoning).
+ * response_format or tools grammar (a forced tool_choice too) starts after
+ * the reasoning's "</think>" (the engine's, engine_req.c), as vLLM's.
  *
  * Images: fetched on the connection's thread, then decoded and made into
  * the prompt in one of --image-workers decode slots; up to --image-queue
@@ -41,7 +41,6 @@
 #include <time.h>
 
 #include "engine/engine.h"
-#include "formats/chat.h"
 #include "err.h"
 #include "log.h"
 #include "server/server_internal.h"
@@ -547,18 +546,10 @@ enum MHD_Result srv_generate(struct MHD_Connection *c, srv_conn *cc, iris_oai_ki
         return reply(c, cc, &e, &q);
     }
 
-    /* A forced call (tool_choice "required" or a named function) is a grammar from the first token
-     * on, where a thinking model writes its reasoning: not offered there. */
-    int thinks = kind == IRIS_OAI_CHAT && iris_engine_reasoning(eng, iris_reasoning_disabled_by(q.body));
-    if (thinks && q.tool_mode == IRIS_OAI_TOOLS_REQUIRED) {
-        iris_prompt_ctx pctx;
-        iris_engine_prompt_ctx(eng, &pctx);
-        iris_oai_fail(&e, 400, "invalid_request_error", "tool_choice", NULL, "tool_choice \"required\" or a named "
-                      "function is not supported while the model thinks (its reasoning comes first): use \"auto\"%s",
-                      pctx.chat_style == IRIS_CHAT_QWEN3 ? ", or chat_template_kwargs.enable_thinking "
-                      "false" : "");
-        return reply(c, cc, &e, &q);
-    }
+    /* A model that thinks: its reply is split here, and the engine starts a grammar (response_format,
+     * tools, a forced call) after the reasoning, by the same iris_engine_reasoning. */
+    rp.no_thinking = kind == IRIS_OAI_CHAT && iris_reasoning_disabled_by(q.body);
+    int thinks = kind == IRIS_OAI_CHAT && iris_engine_reasoning(eng, rp.no_thinking);
 
     iris_err err = {0};
     iris_prompt *prompt = NULL;
