@@ -441,6 +441,9 @@ IRIS_TEST(gpu_ops_fused) {
     check_add_rms(37, 264, 1);
     check_add_rms(5, 131, 1);
     check_add_rms(3, 2048, 0);
+    check_add_rms(1, 4096, 1); /* the block kernel's row in registers: 8B's width, 4B's, and past it */
+    check_add_rms(2, 2560, 1);
+    check_add_rms(1, 5120, 1);
     check_qk_prologue(23, 16, 8, 128);
     check_qk_prologue(9, 6, 2, 32);
     check_qk_prologue(1, 4, 1, 16);

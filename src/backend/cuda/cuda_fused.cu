@@ -92,6 +92,43 @@ __global__ void __launch_bounds__(256) k_add_rms_block(bf16 *x, int64_t ldx, con
 #pragma unroll
         for (int k = 0; k < E; k++) wv[it][k] = i0 + it * step < n ? load_vec(w, wdt, i0 + it * step + k) : 0.0f;
     pdl_wait();
+    if (VEC && n <= PRE * step) {
+        /* the whole row in registers: every load in flight at once, then the same sums and roundings */
+        uint4 xv[PRE], dv[PRE];
+        float v[PRE][E];
+#pragma unroll
+        for (int it = 0; it < PRE; it++)
+            if (i0 + it * step < n) {
+                xv[it] = *(const uint4 *)(xr + i0 + it * step);
+                if (dr) dv[it] = *(const uint4 *)(dr + i0 + it * step);
+            }
+        float ss = 0;
+#pragma unroll
+        for (int it = 0; it < PRE; it++) {
+            if (i0 + it * step >= n) break;
+            bf16 *e = (bf16 *)&xv[it];
+            const bf16 *de = (const bf16 *)&dv[it];
+#pragma unroll
+            for (int k = 0; k < E; k++) {
+                float f = bf2f(e[k]);
+                if (dr) f = round_bf16(f + bf2f(de[k])), e[k] = f2bf(f);
+                v[it][k] = f;
+                ss += f * f;
+            }
+            if (dr) *(uint4 *)(xr + i0 + it * step) = xv[it];
+        }
+        float inv = rsqrtf(block_sum(ss, red, 8) / (float)n + eps);
+#pragma unroll
+        for (int it = 0; it < PRE; it++) {
+            if (i0 + it * step >= n) break;
+            uint4 o;
+            bf16 *oe = (bf16 *)&o;
+#pragma unroll
+            for (int k = 0; k < E; k++) oe[k] = f2bf(wv[it][k] * round_bf16(v[it][k] * inv));
+            *(uint4 *)(yr + i0 + it * step) = o;
+        }
+        return;
+    }
     float ss = 0;
     for (int64_t i = i0; i < n; i += step) {
 #pragma unroll
