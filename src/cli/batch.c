@@ -431,8 +431,9 @@ int iris_batch_run(iris_batch *b, const iris_batch_ops *ops, iris_err *err) {
     progress(b, 1);
     double el = iris_now_s() - b->t0;
     if (!b->o.quiet)
-        fprintf(stderr, "iris: %d images in %.1f s (%.2f images/s), %d failed%s", b->n_emitted, el,
-                el > 0 ? b->n_emitted / el : 0.0, b->n_failed, b->n_skipped ? "" : "\n");
+        fprintf(stderr, "iris: %d image%s in %.1f s (%.2f images/s), %d failed%s", b->n_emitted,
+                b->n_emitted == 1 ? "" : "s", el, el > 0 ? b->n_emitted / el : 0.0, b->n_failed,
+                b->n_skipped ? "" : "\n");
     if (!b->o.quiet && b->n_skipped) fprintf(stderr, ", %d skipped (already in %s)\n", b->n_skipped, b->o.out);
     if (rc) return rc;
     return b->n_failed ? 1 : 0;
