@@ -134,14 +134,8 @@ __global__ void __launch_bounds__(I4_MAXW * 32, 2) k_gemv4_mma(const gemv4_set p
     const void *S0 = p.scale[i], *S1 = p.scale[j];
     const int64_t steps = (in + I4_COLS - 1) / I4_COLS;
     const bf16 *xr[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) xr[nt] = x + (int64_t)min(g + 8 * nt, n - 1) * ldx;
-
     float c0[NT][4], c1[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) c0[nt][k] = c1[nt][k] = 0;
+    gemv_mma_begin<NT>(x, ldx, n, g, xr, c0, c1);
     /* The slots' loads: weights, raw scales and zero words (0x88888888, every nibble 8, when
      * symmetric); a lane past the columns holds zero words and scales (its products are 0). */
     uint4 wa[U], wb[U], ua[U], ub[U];

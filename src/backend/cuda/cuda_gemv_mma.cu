@@ -56,16 +56,10 @@ __global__ void __launch_bounds__(GM_MAXW * 32) k_gemv8_mma(const gemv_set p, co
     const float *sc0 = p.scale[i] + (r0 / p.b0[i]) * p.sc_cols[i];
     const float *sc1 = p.scale[j] + (r0 / p.b0[j]) * p.sc_cols[j];
     const int b1 = p.b1[i];
-    const bf16 *xr[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) xr[nt] = x + (int64_t)min(g + 8 * nt, n - 1) * ldx;
     const int64_t steps = in / 64;
-
+    const bf16 *xr[NT];
     float c0[NT][4], c1[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) c0[nt][k] = c1[nt][k] = 0;
+    gemv_mma_begin<NT>(x, ldx, n, g, xr, c0, c1);
     /* A round's weight loads; the first is issued before pdl_wait (the weights do not depend on the
      * kernel before this one, so their fetch overlaps its tail: cuda_internal.cuh). */
     uint4 wa[GM_UNR], wb[GM_UNR], ua[GM_UNR], ub[GM_UNR];

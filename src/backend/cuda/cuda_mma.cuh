@@ -1,9 +1,10 @@
 /* cuda_mma.cuh: what the tensor-core decode GEMVs share (cuda_gemv_mma.cu with FP8 weights,
  * cuda_gemv_i4.cu with 4-bit ones).  Both give a CTA 16 output rows (one m16 tile) of one matrix of
  * a set (gemv_set, gemv4_set: the q/k/v matrices one after another, or gate and up together) and
- * split its columns over KW warps; each warp ends with a partial tile of every matrix, c[nt][0..3]
- * in mma.sync's accumulator layout (lane g = lane/4, t = lane%4: row g, tokens 8 nt + 2t, + 1;
- * row g + 8, the same tokens).  gemv_mma_tile finds the CTA's matrix and tile; gemv_mma_finish
+ * split its columns over KW warps (gemv_mma_begin: a lane's x rows, zeroed accumulators); each
+ * warp ends with a partial tile of every matrix, c[nt][0..3] in mma.sync's accumulator layout
+ * (lane g = lane/4, t = lane%4: row g, tokens 8 nt + 2t, + 1; row g + 8, the same tokens).
+ * gemv_mma_tile finds the CTA's matrix and tile; gemv_mma_finish
  * sums the KW partial tiles through shared memory in warp order and stores each output once: bias
  * added before the one rounding to bf16, or SwiGLU (silu(bf16(gate)) ⊙ bf16(up), the roundings
  * of linear, linear, silu_mul).  gemv_mma_slots: the occupancy their launch rules read, cached per
@@ -20,6 +21,18 @@ template <int SWIGLU, typename P> static __device__ __forceinline__ int64_t gemv
     if (!SWIGLU)
         while (i < p.m - 1 && tile >= (p.out[i] + 15) / 16) tile -= (p.out[i++] + 15) / 16;
     return tile;
+}
+
+/* A lane's x rows (token g + 8 nt, the last token's again past n) and zeroed accumulators. */
+template <int NT>
+static __device__ __forceinline__ void gemv_mma_begin(const bf16 *x, int64_t ldx, int n, int g, const bf16 **xr,
+                                                      float (*c0)[4], float (*c1)[4]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        xr[nt] = x + (int64_t)min(g + 8 * nt, n - 1) * ldx;
+#pragma unroll
+        for (int k = 0; k < 4; k++) c0[nt][k] = c1[nt][k] = 0;
+    }
 }
 
 /* The warps' partial tiles c0 (and c1, up, for SWIGLU) into red ([KW][1 + SWIGLU][NT * 128] floats,
