@@ -90,8 +90,7 @@ int iris_engine_encode_images(iris_engine *e, const iris_sched_batch *b, iris_er
         while (k1 < n && (e->on_gpu ? iris_vision_scratch_bytes(v, e->be->act, sum + patches[k1]) <= sb
                                     : sum + patches[k1] <= CPU_ENCODE_PATCHES))
             sum += patches[k1++];
-        rc = e->on_gpu ? iris_vision_encode_each(v, e->be, scratch, sb, 1, px + k0, grid + 3 * k0, k1 - k0, outs + k0, err)
-                       : iris_vision_encode_each(v, NULL, NULL, 0, 0, px + k0, grid + 3 * k0, k1 - k0, outs + k0, err);
+        rc = iris_vision_encode_each(v, e->be, scratch, sb, e->on_gpu, px + k0, grid + 3 * k0, k1 - k0, outs + k0, err);
         if (!rc) rc = take_outputs(e, it + k0, outs + k0, k1 - k0, err);
         k0 = k1;
     }

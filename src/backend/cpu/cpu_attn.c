@@ -56,6 +56,7 @@ typedef struct {
     const iris_attn_meta *m;
     int nq, max_ctx, avx2;
     iris_tensor *o;
+    iris_cpu_ctx *cc;
 } paged_ctx;
 
 /* q · k and o += p v over hd floats, eight lanes at a time with FMA (the text attention's own
@@ -88,7 +89,7 @@ static void paged_run(void *p, int64_t w0, int64_t w1) {
     paged_ctx *c = p;
     int hd = c->kv->head_dim, grp = c->nq / c->kv->n_kv_heads;
     float scale = 1.0f / sqrtf((float)hd);
-    float *sc = malloc(sizeof(float) * ((size_t)c->max_ctx + (size_t)hd));
+    float *sc = iris_cpu_scratch(c->cc, (size_t)c->max_ctx + (size_t)hd);
     if (!sc) return;
     float *tmp = sc + c->max_ctx;
     for (int64_t w = w0; w < w1; w++) {
@@ -119,7 +120,6 @@ static void paged_run(void *p, int64_t w0, int64_t w1) {
                 for (int e = 0; e < hd; e++) o[e] += pj * v[e];
         }
     }
-    free(sc);
 }
 
 int iris_cpu_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
@@ -133,8 +133,10 @@ int iris_cpu_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_lay
                                  meta->max_blocks * KV_BLOCK);
         max_ctx = meta->row_ctx[r] > max_ctx ? meta->row_ctx[r] : max_ctx;
     }
-    const iris_cpu_ctx *cc = b->ctx;
-    paged_ctx c = {.q = q, .kv = kv, .m = meta, .nq = n_q_heads, .max_ctx = max_ctx, .avx2 = cc && cc->avx2, .o = o};
+    iris_cpu_ctx *cc = b->ctx;
+    paged_ctx c = {.q = q, .kv = kv, .m = meta, .nq = n_q_heads, .max_ctx = max_ctx, .avx2 = cc->avx2, .o = o, .cc = cc};
+    if (iris_cpu_scratch_reserve(cc, (size_t)max_ctx + (size_t)kv->head_dim))
+        return iris_cpu_fail(b, IRIS_ENOMEM, "attn_paged: out of memory for %d scores", max_ctx);
     iris_pool_for((int64_t)meta->n_rows * n_q_heads, paged_run, &c);
     return 0;
 }
@@ -144,6 +146,7 @@ typedef struct {
     int nh, hd, n_seg, max_len, n_rows, avx2;
     const int *cu;
     iris_tensor *o;
+    iris_cpu_ctx *cc;
 } seg_ctx;
 
 /* Vision attention's rows go in tiles of up to SEG_TILE rows of one head and one segment. */
@@ -272,12 +275,16 @@ __attribute__((target("avx2,fma"))) static void seg_tile_avx2(const seg_ctx *c, 
                sizeof(float) * (size_t)hd);
 }
 
+/* The scratch floats of a worker: a tile's (seg_tile_avx2) or a row's scores (seg_row). */
+static size_t seg_floats(const seg_ctx *c) {
+    return c->avx2 ? (size_t)c->hd * 16 + (size_t)c->max_len * 8 : (size_t)c->max_len;
+}
+
 /* Work item w: head w / n_rows, row w % n_rows, so a thread's range is runs of rows of one head,
  * taken in tiles that stay within a segment. */
 static void seg_run(void *p, int64_t w0, int64_t w1) {
     seg_ctx *c = p;
-    size_t n_buf = c->avx2 ? (size_t)c->hd * 16 + (size_t)c->max_len * 8 : (size_t)c->max_len;
-    float *buf = malloc(sizeof(float) * n_buf);
+    float *buf = iris_cpu_scratch(c->cc, seg_floats(c));
     if (!buf) return;
     for (int64_t w = w0; w < w1;) {
         int h = (int)(w / c->n_rows), s = 0;
@@ -292,7 +299,6 @@ static void seg_run(void *p, int64_t w0, int64_t w1) {
         else seg_row(c, h, i, a, e_, buf);
         w += nt;
     }
-    free(buf);
 }
 
 int iris_cpu_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
@@ -305,7 +311,9 @@ int iris_cpu_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads,
     }
     iris_cpu_ctx *cc = b->ctx;
     seg_ctx c = {.qkv = qkv, .nh = n_heads, .hd = head_dim, .n_seg = n_seg, .max_len = max_len,
-                 .n_rows = cu_seqlens[n_seg], .avx2 = cc->avx2, .cu = cu_seqlens, .o = o};
+                 .n_rows = cu_seqlens[n_seg], .avx2 = cc->avx2, .cu = cu_seqlens, .o = o, .cc = cc};
+    if (iris_cpu_scratch_reserve(cc, seg_floats(&c)))
+        return iris_cpu_fail(b, IRIS_ENOMEM, "attn_segments: out of memory for segments of %d rows", max_len);
     iris_pool_for((int64_t)cu_seqlens[n_seg] * n_heads, seg_run, &c);
     return 0;
 }
