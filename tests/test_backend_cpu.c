@@ -266,6 +266,35 @@ IRIS_TEST(backend_cpu_linear_vs_scalar) {
     free_weight(&w);
 }
 
+/* The sgemm path's BF16 tiles widened eight values at a time (AVX2) hold the scalar widening's bits:
+ * the product is bit for bit the scalar reference backend's (IRIS_CPU_AVX2=0), over one tile and
+ * several (in = 1100: out 2000 in two), with a bias, strided x and y. */
+IRIS_TEST(backend_cpu_linear_bf16_tiles_bits) {
+    iris_backend *b = cpu(), *scalar = cpu_scalar();
+    REQUIRE(b && scalar);
+    uint64_t rng = g_rng; /* the later tests' data as without this one: several have tight bounds */
+    const int64_t shapes[][3] = {{37, 2000, 1100}, {576, 768, 192}, {9, 5, 61}}; /* n, out, in */
+    for (int si = 0; si < 3; si++) {
+        int64_t n = shapes[si][0], out = shapes[si][1], in = shapes[si][2], ldx = in + 3, ldy = out + 1;
+        wt w = make_weight(IRIS_DT_BF16, out, in, 0);
+        float *bias = fvec((size_t)out), *x = fvec((size_t)(n * ldx));
+        float *y = poisoned((size_t)(n * ldy)), *want = poisoned((size_t)(n * ldy));
+        iris_tensor xv = f32_view(x, n, in, ldx), yv = f32_view(y, n, out, ldy), bv = f32_view(bias, 1, out, 0),
+                    wv = f32_view(want, n, out, ldy);
+        CHECKF(b->linear(b, &xv, &w.w, &bv, &yv) == 0, "%s", b->err.msg);
+        CHECKF(scalar->linear(scalar, &xv, &w.w, &bv, &wv) == 0, "%s", scalar->err.msg);
+        int64_t diff = 0;
+        for (int64_t i = 0; i < n; i++) diff += memcmp(y + i * ldy, want + i * ldy, sizeof(float) * (size_t)out) != 0;
+        CHECKF(diff == 0, "[%lld x %lld] · [%lld x %lld]ᵀ: %lld rows differ from the scalar widening's", (long long)n,
+               (long long)in, (long long)out, (long long)in, (long long)diff);
+        CHECK(isnan(y[ldy - 1]) && !isnan(y[0]));
+        free(bias), free(x), free(y), free(want);
+        free_weight(&w);
+    }
+    scalar->destroy(scalar);
+    g_rng = rng;
+}
+
 /* b->alloc and b->free keep freed blocks for reuse: the same block back for a size of its class
  * (64-byte aligned), none for a size under half its class or for small blocks, a bound on what is
  * kept (blocks and bytes), and every block the system gave either in use or in the cache. */

@@ -43,6 +43,8 @@ int iris_cpu_has_avx2(void);
 void iris_cpu_gelu_tanh_avx2(float *v, int64_t n);
 void iris_cpu_silu_mul_avx2(float *g, const float *u, int64_t n);
 int iris_cpu_dot_row_avx2(const iris_tensor *w, int64_t r, const float *x, int n, int64_t ldx, float *y, int64_t ldy);
+/* n BF16 values widened to fp32 (exact), eight at a time. */
+void iris_cpu_widen_bf16_avx2(const uint16_t *src, float *dst, int64_t n);
 
 int iris_cpu_fail(iris_backend *b, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* backend.h get_topk over fp32 rows (cpu_sample.c). */

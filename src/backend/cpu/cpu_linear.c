@@ -82,7 +82,13 @@ static void lin_dot(void *p, int64_t r0, int64_t r1) {
 
 static void lin_widen(void *p, int64_t r0, int64_t r1) {
     lin_ctx *c = p;
-    for (int64_t r = r0; r < r1; r++) iris_cpu_widen_row(c->w, c->r0 + r, c->tile + r * c->w->cols);
+    const iris_tensor *w = c->w;
+    for (int64_t r = r0; r < r1; r++) {
+        if (c->simd && w->dtype == IRIS_DT_BF16)
+            iris_cpu_widen_bf16_avx2((const uint16_t *)w->data + (c->r0 + r) * iris_tensor_ld(w), c->tile + r * w->cols, w->cols);
+        else
+            iris_cpu_widen_row(w, c->r0 + r, c->tile + r * w->cols);
+    }
 }
 
 /* x's rows [i0, i1) times the tile's m rows of W into y's columns [r0, r0 + m). */
