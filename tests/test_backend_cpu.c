@@ -748,6 +748,37 @@ IRIS_TEST(backend_cpu_segment_attention_tiles) {
     scalar->destroy(scalar);
 }
 
+/* Vision attention sixteen rows a vector (AVX-512) gives the eight-row AVX2 tiles' bits, on segments
+ * shorter and longer than either tile and head sizes with tails of every kind (20: 16 + 4, 36: 32 +
+ * 4, 64, 72: 64 + 8). */
+IRIS_TEST(backend_cpu_segment_attention_avx512) {
+    if (!iris_cpu_has_avx512() || !iris_cpu_has_avx2()) IRIS_TEST_SKIP("no AVX-512F on this CPU");
+    iris_backend *b = NULL, *b2 = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_backend_cpu_open(&b, &err) == 0 && iris_backend_cpu_open(&b2, &err) == 0);
+    REQUIRE(((iris_cpu_ctx *)b->ctx)->avx512);
+    ((iris_cpu_ctx *)b2->ctx)->avx512 = 0;
+    uint64_t rng = g_rng;
+    const int cu[8] = {0, 1, 8, 16, 33, 50, 90, 119}, n_seg = 7, N = 119, NH = 3;
+    const int hds[4] = {20, 36, 64, 72};
+    for (int k = 0; k < 4; k++) {
+        int hd = hds[k], ld = 3 * NH * hd + 5, W = NH * hd;
+        float *qkv = fvec((size_t)N * ld);
+        for (size_t i = 0; i < (size_t)N * ld; i++) qkv[i] *= 3.0f;
+        float *o1 = poisoned((size_t)N * W), *o2 = poisoned((size_t)N * W);
+        iris_tensor qv = f32_view(qkv, N, 3 * W, ld), ov1 = f32_view(o1, N, W, 0), ov2 = f32_view(o2, N, W, 0);
+        CHECK(b->attn_segments(b, &qv, NH, hd, cu, n_seg, &ov1) == 0);
+        CHECK(b2->attn_segments(b2, &qv, NH, hd, cu, n_seg, &ov2) == 0);
+        int diff = 0;
+        for (int i = 0; i < N * W; i++) diff += memcmp(&o1[i], &o2[i], sizeof(float)) != 0;
+        CHECKF(diff == 0, "head size %d: %d of %d outputs differ from the AVX2 tiles'", hd, diff, N * W);
+        CHECK(!isnan(o1[0]) && !isnan(o1[N * W - 1]));
+        free(qkv), free(o1), free(o2);
+    }
+    g_rng = rng;
+    b->destroy(b), b2->destroy(b2);
+}
+
 /* The AVX2 decode kernel directly, FP8 included (the linear routes FP8 to the
  * table path by measurement, so the kernel's FP8 decode is pinned down here). */
 

@@ -480,6 +480,7 @@ int iris_backend_cpu_open(iris_backend **out, iris_err *err) {
     /* (FP8 rows stay on the table path even with AVX2: it measured faster, cpu_linear.c) */
     const char *avx2 = getenv("IRIS_CPU_AVX2");
     c->avx2 = iris_cpu_has_avx2() && !(avx2 && !strcmp(avx2, "0"));
+    c->avx512 = c->avx2 && iris_cpu_has_avx512();
     b->ctx = c;
     b->name = "cpu";
     b->act = IRIS_DT_F32;

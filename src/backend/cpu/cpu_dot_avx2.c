@@ -19,6 +19,15 @@
 
 #include "cpu_internal.h"
 
+int iris_cpu_has_avx512(void) {
+    static int has = -1;
+    if (has < 0) {
+        __builtin_cpu_init();
+        has = __builtin_cpu_supports("avx512f");
+    }
+    return has;
+}
+
 int iris_cpu_has_avx2(void) {
     static int has = -1;
     if (has < 0) {

@@ -39,6 +39,7 @@ void iris_cpu_widen_row(const iris_tensor *w, int64_t r, float *dst);
  * of x; BF16 and FP8 (block[1] % 8 == 0) weights, same numbers as the scalar widening.
  * Returns -1, writing nothing, for anything else.  Call only when iris_cpu_has_avx2(). */
 int iris_cpu_has_avx2(void);
+int iris_cpu_has_avx512(void);
 /* The AVX2 activations (cpu_act_avx2.c), in place over n floats: GELU (tanh form), g = silu(g) · u. */
 void iris_cpu_gelu_tanh_avx2(float *v, int64_t n);
 void iris_cpu_silu_mul_avx2(float *g, const float *u, int64_t n);
@@ -56,6 +57,7 @@ int iris_cpu_get_topk(iris_backend *b, const iris_tensor *x, int k, const iris_t
 #define IRIS_CPU_CACHE_SLOTS 32
 typedef struct iris_cpu_ctx {
     int avx2;                   /* decode-sized BF16 products through the AVX2 kernel (where the CPU has it) */
+    int avx512;                 /* vision attention sixteen rows a vector (AVX-512F, with avx2; same bits) */
     /* Freed blocks of at least IRIS_CPU_CACHE_MIN_BYTES kept for the next alloc of their size class
      * (oldest first out), IRIS_CPU_CACHE_BYTES in all at most; freed at destroy. */
     pthread_mutex_t mu;
