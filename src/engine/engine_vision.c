@@ -12,9 +12,10 @@
 #include "err.h"
 
 /* Patches of one CPU encoder pass at most (fp32 buffers: ~31 KB a patch for the 2B's encoder),
- * unless one image alone has more: about two demo images.  Passes of 8,192 patches measured
- * slower on the 2-core dev VM (40 demo captions: 4.7-5.1 s of CPU against 4.7, and 73K page
- * faults against 54K: their buffers outgrow the heap and are mapped afresh each pass). */
+ * unless one image alone has more: one demo image (544-576 patches) a pass.  The CPU backend keeps
+ * a pass's buffers for the next (its block cache); passes of up to 2,400 and 8,192 patches still
+ * measured slower on the 2-core dev VM (200 demo captions in one process: 9.7 and 10.9 s against
+ * 10.2 and 11.5 s, and 11.1 s). */
 #define CPU_ENCODE_PATCHES 1024
 
 /* Does image i of r's chunk [n_computed, n_computed + n_new) need encoding now? */
