@@ -6,7 +6,10 @@
  * +-448, written by kv_write and widened exactly on read).  Vision
  * attention takes eight rows of a head at once where the CPU has AVX2
  * (seg_tile_avx2: FMA, a vector exp; each row's numbers its own, whatever
- * tile it falls in), the scalar rows (seg_row) where it has not. */
+ * tile it falls in), sixteen where it also has AVX-512F (seg_tile_avx512:
+ * the same instructions lane for lane, so the same bits, in half as many),
+ * the scalar rows (seg_row) where it has neither.  Scores and tiles live in
+ * per-pool-worker scratch (cpu_internal.h). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
