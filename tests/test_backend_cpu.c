@@ -8,12 +8,14 @@
  * blocks equal to contiguous causal attention, vision attention confined to
  * its segments. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_internal.h"
+#include "pool.h"
 #include "tools/quantize.h"
 #include "test.h"
 
@@ -262,6 +264,114 @@ IRIS_TEST(backend_cpu_linear_vs_scalar) {
     iris_tensor xv = f32_view(x, 1, 4, 0), yv = f32_view(y, 1, 2, 0);
     CHECK(b->linear(b, &xv, &w.w, NULL, &yv) == IRIS_EINVAL);
     free_weight(&w);
+}
+
+/* The sgemm path's BF16 tiles widened eight values at a time (AVX2) hold the scalar widening's bits:
+ * the product is bit for bit the scalar reference backend's (IRIS_CPU_AVX2=0), over one tile and
+ * several (in = 1100: out 2000 in two), with a bias, strided x and y. */
+IRIS_TEST(backend_cpu_linear_bf16_tiles_bits) {
+    iris_backend *b = cpu(), *scalar = cpu_scalar();
+    REQUIRE(b && scalar);
+    uint64_t rng = g_rng; /* the later tests' data as without this one: several have tight bounds */
+    const int64_t shapes[][3] = {{37, 2000, 1100}, {576, 768, 192}, {9, 5, 61}}; /* n, out, in */
+    for (int si = 0; si < 3; si++) {
+        int64_t n = shapes[si][0], out = shapes[si][1], in = shapes[si][2], ldx = in + 3, ldy = out + 1;
+        wt w = make_weight(IRIS_DT_BF16, out, in, 0);
+        float *bias = fvec((size_t)out), *x = fvec((size_t)(n * ldx));
+        float *y = poisoned((size_t)(n * ldy)), *want = poisoned((size_t)(n * ldy));
+        iris_tensor xv = f32_view(x, n, in, ldx), yv = f32_view(y, n, out, ldy), bv = f32_view(bias, 1, out, 0),
+                    wv = f32_view(want, n, out, ldy);
+        CHECKF(b->linear(b, &xv, &w.w, &bv, &yv) == 0, "%s", b->err.msg);
+        CHECKF(scalar->linear(scalar, &xv, &w.w, &bv, &wv) == 0, "%s", scalar->err.msg);
+        int64_t diff = 0;
+        for (int64_t i = 0; i < n; i++) diff += memcmp(y + i * ldy, want + i * ldy, sizeof(float) * (size_t)out) != 0;
+        CHECKF(diff == 0, "[%lld x %lld] · [%lld x %lld]ᵀ: %lld rows differ from the scalar widening's", (long long)n,
+               (long long)in, (long long)out, (long long)in, (long long)diff);
+        CHECK(isnan(y[ldy - 1]) && !isnan(y[0]));
+        free(bias), free(x), free(y), free(want);
+        free_weight(&w);
+    }
+    scalar->destroy(scalar);
+    g_rng = rng;
+}
+
+/* b->alloc and b->free keep freed blocks for reuse: the same block back for a size of its class
+ * (64-byte aligned), none for a size under half its class or for small blocks, a bound on what is
+ * kept (blocks and bytes), and every block the system gave either in use or in the cache. */
+IRIS_TEST(backend_cpu_block_cache) {
+    iris_backend *b = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_backend_cpu_open(&b, &err) == 0);
+    iris_cpu_ctx *c = b->ctx;
+    char *p = b->alloc(b, 1 << 20);
+    REQUIRE(p);
+    CHECK((uintptr_t)p % 64 == 0);
+    memset(p, 1, 1 << 20);
+    b->free(b, p);
+    CHECK_EQ_INT(c->n_cached, 1);
+    char *q = b->alloc(b, (1 << 20) - 1000); /* the same class */
+    CHECK(q == p);
+    CHECK_EQ_INT(c->n_cached, 0);
+    CHECK_EQ_INT(c->cached_bytes, 0);
+    char *r = b->alloc(b, 400 << 10); /* under half the cached block's class: a new block */
+    b->free(b, q);
+    char *s = b->alloc(b, 400 << 10);
+    CHECK(s != q && r != q);
+    CHECK_EQ_INT(c->n_cached, 1);
+    b->free(b, r), b->free(b, s);
+    CHECK_EQ_INT(c->n_cached, 3);
+    int64_t live = c->n_live;
+    void *t = b->alloc(b, 1000); /* small blocks go back to malloc */
+    b->free(b, t);
+    CHECK_EQ_INT(c->n_cached, 3);
+    CHECK_EQ_INT(c->n_live, live);
+    /* the bound: 40 blocks of 16 MiB freed (never touched, so never paged in) */
+    enum { NB = 40 };
+    void *big[NB];
+    for (int i = 0; i < NB; i++) REQUIRE((big[i] = b->alloc(b, (size_t)16 << 20)));
+    for (int i = 0; i < NB; i++) b->free(b, big[i]);
+    CHECK(c->n_cached <= IRIS_CPU_CACHE_SLOTS);
+    CHECK(c->cached_bytes <= IRIS_CPU_CACHE_BYTES);
+    CHECK_EQ_INT(c->cached_bytes, IRIS_CPU_CACHE_BYTES); /* 16 of them, the newest, exactly at the bound */
+    CHECK_EQ_INT(c->n_live, c->n_cached);
+    void *u = b->alloc(b, (size_t)16 << 20);
+    CHECK(u == big[NB - 1] || u == big[NB - 16]); /* one of those kept */
+    b->free(b, u);
+    CHECK_EQ_INT(c->n_live, c->n_cached);
+    b->destroy(b); /* gives the cache back: valgrind's leak check on this test shows none */
+}
+
+/* Each pool worker's scratch is its own: reserved for every worker up front, a worker finds its
+ * slot already that size, and no two workers share one. */
+typedef struct {
+    iris_cpu_ctx *c;
+    int worker[IRIS_POOL_MAX_THREADS];
+    float *buf[IRIS_POOL_MAX_THREADS];
+} scratch_probe;
+
+static void probe_scratch(void *p, int64_t i0, int64_t i1) {
+    scratch_probe *s = p;
+    s->worker[i0] = iris_pool_worker();
+    s->buf[i0] = iris_cpu_scratch(s->c, 5000);
+    for (int i = 0; s->buf[i0] && i < 5000; i++) s->buf[i0][i] = (float)i0;
+}
+
+IRIS_TEST(backend_cpu_worker_scratch) {
+    iris_backend *b = cpu();
+    REQUIRE(b);
+    int n = iris_pool_threads();
+    if (n < 2) IRIS_TEST_SKIP("one pool thread: no workers to tell apart");
+    scratch_probe s = {.c = b->ctx};
+    REQUIRE(iris_cpu_scratch_reserve(s.c, 5000) == 0);
+    float *before[IRIS_POOL_MAX_THREADS];
+    memcpy(before, s.c->scratch, sizeof(float *) * (size_t)n);
+    iris_pool_for(n, probe_scratch, &s); /* one item a worker */
+    for (int i = 0; i < n; i++) {
+        CHECKF(s.buf[i] == before[s.worker[i]], "worker %d's scratch moved after the reserve", s.worker[i]);
+        for (int j = 0; j < i; j++) CHECK(s.worker[i] != s.worker[j] && s.buf[i] != s.buf[j]);
+        CHECK(s.buf[i] && s.buf[i][4999] == (float)i);
+    }
+    CHECK_EQ_INT(s.worker[0], 0); /* the caller runs the first range */
 }
 
 /* FP8 weights give the product of their dequantized BF16 form (transformers' dequant). */
@@ -636,6 +746,39 @@ IRIS_TEST(backend_cpu_segment_attention_tiles) {
         free(qkv2), free(o1), free(o2), free(o3);
     }
     scalar->destroy(scalar);
+}
+
+/* Vision attention sixteen rows a vector (AVX-512) gives the eight-row AVX2 tiles' bits, on segments
+ * shorter and longer than either tile and head sizes with tails of every kind (20: 16 + 4, 36: 32 +
+ * 4, 64, 72: 64 + 8). */
+IRIS_TEST(backend_cpu_segment_attention_avx512) {
+    if (!iris_cpu_has_avx512() || !iris_cpu_has_avx2()) IRIS_TEST_SKIP("no AVX-512F on this CPU");
+    const char *sw = getenv("IRIS_CPU_AVX2");
+    if (sw && !strcmp(sw, "0")) IRIS_TEST_SKIP("IRIS_CPU_AVX2=0: the AVX2 and AVX-512 tiles are off");
+    iris_backend *b = NULL, *b2 = NULL;
+    iris_err err = {0};
+    REQUIRE(iris_backend_cpu_open(&b, &err) == 0 && iris_backend_cpu_open(&b2, &err) == 0);
+    CHECK(((iris_cpu_ctx *)b->ctx)->avx512);
+    ((iris_cpu_ctx *)b2->ctx)->avx512 = 0;
+    uint64_t rng = g_rng;
+    const int cu[8] = {0, 1, 8, 16, 33, 50, 90, 119}, n_seg = 7, N = 119, NH = 3;
+    const int hds[4] = {20, 36, 64, 72};
+    for (int k = 0; k < 4; k++) {
+        int hd = hds[k], ld = 3 * NH * hd + 5, W = NH * hd;
+        float *qkv = fvec((size_t)N * ld);
+        for (size_t i = 0; i < (size_t)N * ld; i++) qkv[i] *= 3.0f;
+        float *o1 = poisoned((size_t)N * W), *o2 = poisoned((size_t)N * W);
+        iris_tensor qv = f32_view(qkv, N, 3 * W, ld), ov1 = f32_view(o1, N, W, 0), ov2 = f32_view(o2, N, W, 0);
+        CHECK(b->attn_segments(b, &qv, NH, hd, cu, n_seg, &ov1) == 0);
+        CHECK(b2->attn_segments(b2, &qv, NH, hd, cu, n_seg, &ov2) == 0);
+        int diff = 0;
+        for (int i = 0; i < N * W; i++) diff += memcmp(&o1[i], &o2[i], sizeof(float)) != 0;
+        CHECKF(diff == 0, "head size %d: %d of %d outputs differ from the AVX2 tiles'", hd, diff, N * W);
+        CHECK(!isnan(o1[0]) && !isnan(o1[N * W - 1]));
+        free(qkv), free(o1), free(o2);
+    }
+    g_rng = rng;
+    b->destroy(b), b2->destroy(b2);
 }
 
 /* The AVX2 decode kernel directly, FP8 included (the linear routes FP8 to the

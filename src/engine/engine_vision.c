@@ -12,9 +12,10 @@
 #include "err.h"
 
 /* Patches of one CPU encoder pass at most (fp32 buffers: ~31 KB a patch for the 2B's encoder),
- * unless one image alone has more: about two demo images.  Passes of 8,192 patches measured
- * slower on the 2-core dev VM (40 demo captions: 4.7-5.1 s of CPU against 4.7, and 73K page
- * faults against 54K: their buffers outgrow the heap and are mapped afresh each pass). */
+ * unless one image alone has more: one demo image (544-576 patches) a pass.  The CPU backend keeps
+ * a pass's buffers for the next (its block cache); passes of up to 2,400 and 8,192 patches still
+ * measured slower on the 2-core dev VM (200 demo captions in one process: 9.7 and 10.9 s against
+ * 10.2 and 11.5 s, and 11.1 s). */
 #define CPU_ENCODE_PATCHES 1024
 
 /* Does image i of r's chunk [n_computed, n_computed + n_new) need encoding now? */
@@ -90,8 +91,7 @@ int iris_engine_encode_images(iris_engine *e, const iris_sched_batch *b, iris_er
         while (k1 < n && (e->on_gpu ? iris_vision_scratch_bytes(v, e->be->act, sum + patches[k1]) <= sb
                                     : sum + patches[k1] <= CPU_ENCODE_PATCHES))
             sum += patches[k1++];
-        rc = e->on_gpu ? iris_vision_encode_each(v, e->be, scratch, sb, 1, px + k0, grid + 3 * k0, k1 - k0, outs + k0, err)
-                       : iris_vision_encode_each(v, NULL, NULL, 0, 0, px + k0, grid + 3 * k0, k1 - k0, outs + k0, err);
+        rc = iris_vision_encode_each(v, e->be, scratch, sb, e->on_gpu, px + k0, grid + 3 * k0, k1 - k0, outs + k0, err);
         if (!rc) rc = take_outputs(e, it + k0, outs + k0, k1 - k0, err);
         k0 = k1;
     }

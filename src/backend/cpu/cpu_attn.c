@@ -6,7 +6,10 @@
  * +-448, written by kv_write and widened exactly on read).  Vision
  * attention takes eight rows of a head at once where the CPU has AVX2
  * (seg_tile_avx2: FMA, a vector exp; each row's numbers its own, whatever
- * tile it falls in), the scalar rows (seg_row) where it has not. */
+ * tile it falls in), sixteen where it also has AVX-512F (seg_tile_avx512:
+ * the same instructions lane for lane, so the same bits, in half as many),
+ * the scalar rows (seg_row) where it has neither.  Scores and tiles live in
+ * per-pool-worker scratch (cpu_internal.h). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -56,6 +59,7 @@ typedef struct {
     const iris_attn_meta *m;
     int nq, max_ctx, avx2;
     iris_tensor *o;
+    iris_cpu_ctx *cc;
 } paged_ctx;
 
 /* q · k and o += p v over hd floats, eight lanes at a time with FMA (the text attention's own
@@ -88,7 +92,7 @@ static void paged_run(void *p, int64_t w0, int64_t w1) {
     paged_ctx *c = p;
     int hd = c->kv->head_dim, grp = c->nq / c->kv->n_kv_heads;
     float scale = 1.0f / sqrtf((float)hd);
-    float *sc = malloc(sizeof(float) * ((size_t)c->max_ctx + (size_t)hd));
+    float *sc = iris_cpu_scratch(c->cc, (size_t)c->max_ctx + (size_t)hd);
     if (!sc) return;
     float *tmp = sc + c->max_ctx;
     for (int64_t w = w0; w < w1; w++) {
@@ -119,7 +123,6 @@ static void paged_run(void *p, int64_t w0, int64_t w1) {
                 for (int e = 0; e < hd; e++) o[e] += pj * v[e];
         }
     }
-    free(sc);
 }
 
 int iris_cpu_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
@@ -133,17 +136,20 @@ int iris_cpu_attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_lay
                                  meta->max_blocks * KV_BLOCK);
         max_ctx = meta->row_ctx[r] > max_ctx ? meta->row_ctx[r] : max_ctx;
     }
-    const iris_cpu_ctx *cc = b->ctx;
-    paged_ctx c = {.q = q, .kv = kv, .m = meta, .nq = n_q_heads, .max_ctx = max_ctx, .avx2 = cc && cc->avx2, .o = o};
+    iris_cpu_ctx *cc = b->ctx;
+    paged_ctx c = {.q = q, .kv = kv, .m = meta, .nq = n_q_heads, .max_ctx = max_ctx, .avx2 = cc->avx2, .o = o, .cc = cc};
+    if (iris_cpu_scratch_reserve(cc, (size_t)max_ctx + (size_t)kv->head_dim))
+        return iris_cpu_fail(b, IRIS_ENOMEM, "attn_paged: out of memory for %d scores", max_ctx);
     iris_pool_for((int64_t)meta->n_rows * n_q_heads, paged_run, &c);
     return 0;
 }
 
 typedef struct {
     const iris_tensor *qkv;
-    int nh, hd, n_seg, max_len, n_rows, avx2;
+    int nh, hd, n_seg, max_len, n_rows, avx2, avx512;
     const int *cu;
     iris_tensor *o;
+    iris_cpu_ctx *cc;
 } seg_ctx;
 
 /* Vision attention's rows go in tiles of up to SEG_TILE rows of one head and one segment. */
@@ -272,12 +278,141 @@ __attribute__((target("avx2,fma"))) static void seg_tile_avx2(const seg_ctx *c, 
                sizeof(float) * (size_t)hd);
 }
 
+/* The scratch floats of a worker: a tile's (seg_tile_avx2) or a row's scores (seg_row). */
+static size_t seg_floats(const seg_ctx *c) {
+    if (c->avx512) return (size_t)c->hd * 32 + (size_t)c->max_len * 16;
+    return c->avx2 ? (size_t)c->hd * 16 + (size_t)c->max_len * 8 : (size_t)c->max_len;
+}
+
+/* e^x in sixteen lanes: iris_cpu_exp8's instructions lane for lane (cpu_avx2.h), so the same bits. */
+__attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+/* pv_avx2 for four rows t..t+3 of a sixteen-row tile (p: [j][16]): each o[e] the same chain of FMAs
+ * over the keys as pv_avx2's, sixteen columns a vector while they last, then eight, then pv_avx2's
+ * scalar tail (multiply, add). */
+__attribute__((target("avx512f,avx2,fma"))) static void pv_avx512(const float *p, int t, int len, const float *v,
+                                                                 int64_t ldv, int hd, float *o) {
+    int e = 0;
+    for (; e + 64 <= hd; e += 64) {
+        __m512 a[4][4];
+        for (int r = 0; r < 4; r++)
+            for (int q = 0; q < 4; q++) a[r][q] = _mm512_setzero_ps();
+        for (int j = 0; j < len; j++) {
+            const float *vj = v + j * ldv + e;
+            __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16), v2 = _mm512_loadu_ps(vj + 32),
+                   v3 = _mm512_loadu_ps(vj + 48);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m512 pr = _mm512_set1_ps(p[j * 16 + t + r]);
+                a[r][0] = _mm512_fmadd_ps(pr, v0, a[r][0]), a[r][1] = _mm512_fmadd_ps(pr, v1, a[r][1]);
+                a[r][2] = _mm512_fmadd_ps(pr, v2, a[r][2]), a[r][3] = _mm512_fmadd_ps(pr, v3, a[r][3]);
+            }
+        }
+        for (int r = 0; r < 4; r++)
+            for (int q = 0; q < 4; q++) _mm512_storeu_ps(o + (size_t)r * hd + e + 16 * q, a[r][q]);
+    }
+    for (; e + 16 <= hd; e += 16) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int j = 0; j < len; j++) {
+            __m512 vj = _mm512_loadu_ps(v + j * ldv + e);
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j * 16 + t]), vj, a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(p[j * 16 + t + 1]), vj, a1);
+            a2 = _mm512_fmadd_ps(_mm512_set1_ps(p[j * 16 + t + 2]), vj, a2);
+            a3 = _mm512_fmadd_ps(_mm512_set1_ps(p[j * 16 + t + 3]), vj, a3);
+        }
+        _mm512_storeu_ps(o + e, a0), _mm512_storeu_ps(o + hd + e, a1);
+        _mm512_storeu_ps(o + 2 * (size_t)hd + e, a2), _mm512_storeu_ps(o + 3 * (size_t)hd + e, a3);
+    }
+    for (; e + 8 <= hd; e += 8)
+        for (int r = 0; r < 4; r++) {
+            __m256 a0 = _mm256_setzero_ps();
+            for (int j = 0; j < len; j++)
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j * 16 + t + r]), _mm256_loadu_ps(v + j * ldv + e), a0);
+            _mm256_storeu_ps(o + (size_t)r * hd + e, a0);
+        }
+    for (; e < hd; e++)
+        for (int r = 0; r < 4; r++) {
+            float s0 = 0;
+            for (int j = 0; j < len; j++) s0 += p[j * 16 + t + r] * v[j * ldv + e];
+            o[(size_t)r * hd + e] = s0;
+        }
+}
+
+/* seg_tile_avx2 over sixteen rows a vector (AVX-512, where the CPU has it): every lane the same
+ * instructions as there, so each row's numbers are seg_tile_avx2's bits (the test
+ * backend_cpu_segment_attention_avx512 holds them to that), with half the instructions.  buf:
+ * hd * 16 + (e_ - a) * 16 + hd * 16 floats. */
+__attribute__((target("avx512f,avx2,fma"))) static void seg_tile_avx512(const seg_ctx *c, int h, int64_t i0, int nt,
+                                                                       int a, int e_, float *buf) {
+    int hd = c->hd, nh = c->nh, len = e_ - a;
+    int64_t ld = iris_tensor_ld(c->qkv);
+    const float *base = c->qkv->data;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *qt = buf, *sc = buf + (size_t)hd * 16, *acc = sc + (size_t)len * 16;  /* [e][t], [j][t], [t][e] (t < 16) */
+    for (int e = 0; e < hd; e++)
+        for (int t = 0; t < 16; t++) qt[e * 16 + t] = t < nt ? base[(i0 + t) * ld + h * hd + e] : 0.0f;
+    __m512 vs = _mm512_set1_ps(scale);
+    const float *k0 = base + (int64_t)a * ld + (int64_t)nh * hd + h * hd;
+    int jk = 0;
+    for (; jk + 8 <= len; jk += 8) {
+        const float *k = k0 + jk * ld;
+        __m512 d[8];
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) d[u] = _mm512_setzero_ps();
+        for (int e = 0; e < hd; e++) {
+            __m512 qe = _mm512_loadu_ps(qt + e * 16);
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++) d[u] = _mm512_fmadd_ps(qe, _mm512_set1_ps(k[u * ld + e]), d[u]);
+        }
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) _mm512_storeu_ps(sc + (size_t)(jk + u) * 16, _mm512_mul_ps(d[u], vs));
+    }
+    for (; jk < len; jk++) {
+        const float *k = k0 + jk * ld;
+        __m512 d = _mm512_setzero_ps();
+        for (int e = 0; e < hd; e++) d = _mm512_fmadd_ps(_mm512_loadu_ps(qt + e * 16), _mm512_set1_ps(k[e]), d);
+        _mm512_storeu_ps(sc + (size_t)jk * 16, _mm512_mul_ps(d, vs));
+    }
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < len; j++) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc + (size_t)j * 16));
+    __m512d s_lo = _mm512_setzero_pd(), s_hi = s_lo;
+    for (int j = 0; j < len; j++) {
+        __m512 x = exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + (size_t)j * 16), mx));
+        _mm512_storeu_ps(sc + (size_t)j * 16, x);
+        s_lo = _mm512_add_pd(s_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
+        s_hi = _mm512_add_pd(s_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+    }
+    const __m512d one = _mm512_set1_pd(1.0);
+    __m512 inv = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(_mm512_div_pd(one, s_lo)))),
+                                                     _mm256_castps_pd(_mm512_cvtpd_ps(_mm512_div_pd(one, s_hi))), 1));
+    for (int j = 0; j < len; j++) _mm512_storeu_ps(sc + (size_t)j * 16, _mm512_mul_ps(_mm512_loadu_ps(sc + (size_t)j * 16), inv));
+    const float *v = base + (int64_t)a * ld + 2 * (int64_t)nh * hd + h * hd;
+    for (int t = 0; t < nt; t += 4) pv_avx512(sc, t, len, v, ld, hd, acc + (size_t)t * hd);
+    for (int t = 0; t < nt; t++)
+        memcpy((float *)c->o->data + (i0 + t) * iris_tensor_ld(c->o) + h * hd, acc + (size_t)t * hd,
+               sizeof(float) * (size_t)hd);
+}
+
 /* Work item w: head w / n_rows, row w % n_rows, so a thread's range is runs of rows of one head,
  * taken in tiles that stay within a segment. */
 static void seg_run(void *p, int64_t w0, int64_t w1) {
     seg_ctx *c = p;
-    size_t n_buf = c->avx2 ? (size_t)c->hd * 16 + (size_t)c->max_len * 8 : (size_t)c->max_len;
-    float *buf = malloc(sizeof(float) * n_buf);
+    float *buf = iris_cpu_scratch(c->cc, seg_floats(c));
     if (!buf) return;
     for (int64_t w = w0; w < w1;) {
         int h = (int)(w / c->n_rows), s = 0;
@@ -287,12 +422,12 @@ static void seg_run(void *p, int64_t w0, int64_t w1) {
         int64_t nt = w1 - w;
         if (nt > e_ - i) nt = e_ - i;
         if (!c->avx2) nt = 1;
-        else if (nt > SEG_TILE) nt = SEG_TILE;
-        if (c->avx2) seg_tile_avx2(c, h, i, (int)nt, a, e_, buf);
+        else if (nt > (c->avx512 ? 2 * SEG_TILE : SEG_TILE)) nt = c->avx512 ? 2 * SEG_TILE : SEG_TILE;
+        if (c->avx512) seg_tile_avx512(c, h, i, (int)nt, a, e_, buf);
+        else if (c->avx2) seg_tile_avx2(c, h, i, (int)nt, a, e_, buf);
         else seg_row(c, h, i, a, e_, buf);
         w += nt;
     }
-    free(buf);
 }
 
 int iris_cpu_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads, int head_dim, const int *cu_seqlens,
@@ -305,7 +440,9 @@ int iris_cpu_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads,
     }
     iris_cpu_ctx *cc = b->ctx;
     seg_ctx c = {.qkv = qkv, .nh = n_heads, .hd = head_dim, .n_seg = n_seg, .max_len = max_len,
-                 .n_rows = cu_seqlens[n_seg], .avx2 = cc->avx2, .cu = cu_seqlens, .o = o};
+                 .n_rows = cu_seqlens[n_seg], .avx2 = cc->avx2, .avx512 = cc->avx512, .cu = cu_seqlens, .o = o, .cc = cc};
+    if (iris_cpu_scratch_reserve(cc, seg_floats(&c)))
+        return iris_cpu_fail(b, IRIS_ENOMEM, "attn_segments: out of memory for segments of %d rows", max_len);
     iris_pool_for((int64_t)cu_seqlens[n_seg] * n_heads, seg_run, &c);
     return 0;
 }

@@ -2,15 +2,17 @@
  *
  * Activations are fp32; weights are widened to fp32 exactly (BF16, F16) or
  * dequantized as transformers does (FP8: bf16(q · scale); I4: bf16((q - zero)
- * · scale) per group, as compressed-tensors).  Memory is plain
- * malloc; ops run on the calling thread, fanning out over base/pool.h.
+ * · scale) per group, as compressed-tensors).  Memory (b->alloc and the
+ * ops' own buffers) comes from a bounded cache of freed blocks by size class,
+ * and each pool worker has its own scratch (cpu_internal.h), both released at
+ * destroy; ops run on the calling thread, fanning out over base/pool.h.
  * The matrix products live in cpu_linear.c, attention in cpu_attn.c. */
 #include <cblas.h>
-#include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "cpu_internal.h"
 #include "pool.h"
@@ -115,8 +117,97 @@ int iris_cpu_fail(iris_backend *b, int code, const char *fmt, ...) {
 
 /* ---- memory ---------------------------------------------------------------------------- */
 
-static void *cpu_alloc(iris_backend *b, size_t bytes) { return malloc(bytes ? bytes : 1); }
-static void cpu_free(iris_backend *b, void *p) { free(p); }
+/* Blocks carry their capacity in a 64-byte header.  Capacities are size classes (eight a power of two,
+ * so a block is at most 12.5% over what was asked): the vision encoder's buffers, a little different
+ * in size from one image to the next, come back from the cache instead of being mapped and
+ * page-faulted afresh each pass, and so do the matrix products' weight tiles.  Blocks of HUGE_BYTES
+ * and more ask for transparent huge pages (where the kernel gives them on request): the KV cache's
+ * layers are touched a block at a time as requests come, 4 KiB pages made that ~36K page faults on
+ * the engine thread over 200 demo captions in one process. */
+#define BLK_HDR 64
+#define HUGE_BYTES ((size_t)4 << 20)
+
+static size_t size_class(size_t bytes) {
+    if (bytes < 1024) return (bytes + 63) & ~(size_t)63;
+    int lg = 63 - __builtin_clzll(bytes);
+    size_t step = (size_t)1 << (lg - 3);
+    return (bytes + step - 1) & ~(step - 1);
+}
+
+static size_t blk_cap(const void *p) { return *(const size_t *)((const char *)p - BLK_HDR); }
+
+static void blk_release(iris_cpu_ctx *c, void *p) {
+    free((char *)p - BLK_HDR);
+    c->n_live--;
+}
+
+void *iris_cpu_buf(iris_cpu_ctx *c, size_t bytes) {
+    size_t cap = size_class(bytes ? bytes : 1);
+    pthread_mutex_lock(&c->mu);
+    int best = -1;
+    for (int i = 0; cap >= IRIS_CPU_CACHE_MIN_BYTES && i < c->n_cached; i++) {
+        size_t ci = blk_cap(c->cached[i]);
+        if (ci >= cap && ci / 2 <= cap && (best < 0 || ci < blk_cap(c->cached[best]))) best = i;
+    }
+    void *p = NULL;
+    if (best >= 0) {
+        p = c->cached[best];
+        c->cached_bytes -= blk_cap(p);
+        memmove(&c->cached[best], &c->cached[best + 1], sizeof(void *) * (size_t)(--c->n_cached - best));
+    } else {
+        char *raw = aligned_alloc(BLK_HDR, BLK_HDR + cap);
+        if (raw && cap >= HUGE_BYTES) { /* the whole 2 MiB pages inside the block */
+            uintptr_t a = ((uintptr_t)raw + (2 << 20) - 1) & ~(uintptr_t)((2 << 20) - 1);
+            uintptr_t e = ((uintptr_t)raw + BLK_HDR + cap) & ~(uintptr_t)((2 << 20) - 1);
+            if (e > a) madvise((void *)a, e - a, MADV_HUGEPAGE);
+        }
+        if (raw) {
+            *(size_t *)raw = cap;
+            p = raw + BLK_HDR;
+            c->n_live++;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return p;
+}
+
+void iris_cpu_buf_free(iris_cpu_ctx *c, void *p) {
+    if (!p) return;
+    size_t cap = blk_cap(p);
+    pthread_mutex_lock(&c->mu);
+    if (cap < IRIS_CPU_CACHE_MIN_BYTES || cap > IRIS_CPU_CACHE_BYTES) {
+        blk_release(c, p);
+    } else {
+        while (c->n_cached == IRIS_CPU_CACHE_SLOTS || c->cached_bytes + cap > IRIS_CPU_CACHE_BYTES) {
+            c->cached_bytes -= blk_cap(c->cached[0]);
+            blk_release(c, c->cached[0]);
+            memmove(&c->cached[0], &c->cached[1], sizeof(void *) * (size_t)--c->n_cached);
+        }
+        c->cached[c->n_cached++] = p;
+        c->cached_bytes += cap;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static float *scratch_of(iris_cpu_ctx *c, int k, size_t n) {
+    if (c->scratch_n[k] < n) {
+        free(c->scratch[k]);
+        c->scratch[k] = malloc(sizeof(float) * n);
+        c->scratch_n[k] = c->scratch[k] ? n : 0;
+    }
+    return c->scratch[k];
+}
+
+float *iris_cpu_scratch(iris_cpu_ctx *c, size_t n) { return scratch_of(c, iris_pool_worker(), n); }
+
+int iris_cpu_scratch_reserve(iris_cpu_ctx *c, size_t n) {
+    for (int k = 0, threads = iris_pool_threads(); k < threads; k++)
+        if (!scratch_of(c, k, n)) return IRIS_ENOMEM;
+    return 0;
+}
+
+static void *cpu_alloc(iris_backend *b, size_t bytes) { return iris_cpu_buf(b->ctx, bytes); }
+static void cpu_free(iris_backend *b, void *p) { iris_cpu_buf_free(b->ctx, p); }
 static int cpu_copy(iris_backend *b, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
     return 0;
@@ -367,7 +458,11 @@ int iris_cpu_attn_segments(iris_backend *b, const iris_tensor *qkv, int n_heads,
 
 static void cpu_destroy(iris_backend *b) {
     if (!b) return;
-    free(b->ctx);
+    iris_cpu_ctx *c = b->ctx;
+    for (int i = 0; i < c->n_cached; i++) blk_release(c, c->cached[i]);
+    for (int k = 0; k < IRIS_POOL_MAX_THREADS; k++) free(c->scratch[k]);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
     free(b);
 }
 
@@ -381,16 +476,11 @@ int iris_backend_cpu_open(iris_backend **out, iris_err *err) {
     }
     iris_fp8_table_init();
     openblas_set_num_threads(1); /* sgemm is split across the pool (cpu_linear.c) */
-    /* Activations are malloc'd per pass and per op.  glibc's defaults map blocks over 128 KiB (its
-     * threshold moves up only to what was last freed) and hand the top of the heap back, so every
-     * pass page-faulted its buffers afresh: keep blocks up to 32 MiB in the heap and the heap's
-     * top (40 demo captions in one process, 1,024-patch encoder passes: 131K minor faults without
-     * this, 54K with it). */
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    pthread_mutex_init(&c->mu, NULL);
     /* (FP8 rows stay on the table path even with AVX2: it measured faster, cpu_linear.c) */
     const char *avx2 = getenv("IRIS_CPU_AVX2");
     c->avx2 = iris_cpu_has_avx2() && !(avx2 && !strcmp(avx2, "0"));
+    c->avx512 = c->avx2 && iris_cpu_has_avx512();
     b->ctx = c;
     b->name = "cpu";
     b->act = IRIS_DT_F32;

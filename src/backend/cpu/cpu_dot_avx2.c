@@ -13,10 +13,20 @@
  *
  * Compiled for the baseline ISA with per-function target attributes; the
  * caller checks iris_cpu_has_avx2() once.  Not for the prefill path (that is
- * sgemm on widened tiles, cpu_linear.c). */
+ * sgemm on widened tiles, cpu_linear.c), which takes only the BF16 widening
+ * here (iris_cpu_widen_bf16_avx2: exact, the scalar loop's bits). */
 #include <immintrin.h>
 
 #include "cpu_internal.h"
+
+int iris_cpu_has_avx512(void) {
+    static int has = -1;
+    if (has < 0) {
+        __builtin_cpu_init();
+        has = __builtin_cpu_supports("avx512f");
+    }
+    return has;
+}
 
 int iris_cpu_has_avx2(void) {
     static int has = -1;
@@ -111,4 +121,13 @@ __attribute__((target("avx2,fma"))) int iris_cpu_dot_row_avx2(const iris_tensor 
         y[i * ldy] = s;
     }
     return 0;
+}
+
+__attribute__((target("avx2"))) void iris_cpu_widen_bf16_avx2(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_slli_epi32(h, 16));
+    }
+    for (; i < n; i++) dst[i] = iris_bf16_to_f32(src[i]);
 }

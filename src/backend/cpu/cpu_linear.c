@@ -14,6 +14,7 @@
  * which on the 2-core dev VM cost the pool's other ops their second core —
  * demo captions in one process 1.3x faster with the pool's split). */
 #include <cblas.h>
+#include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,7 @@ typedef struct {
     int simd;
     int64_t m;       /* the tile's rows */
     const float *bf; /* the bias as fp32, or NULL */
+    iris_cpu_ctx *cc;
 } lin_ctx;
 
 /* FP8 rows: the 256 possible values of one 128x128 block, bf16(e4m3(code) · scale),
@@ -49,7 +51,7 @@ static void lin_dot(void *p, int64_t r0, int64_t r1) {
     int64_t in = w->cols, n = c->x->rows, ldx = iris_tensor_ld(c->x), ldy = iris_tensor_ld(c->y);
     int fp8 = w->dtype == IRIS_DT_F8_E4M3;
     int64_t n_cb = fp8 ? (in + w->block[1] - 1) / w->block[1] : 0, cur_rb = -1;
-    float *row = malloc((size_t)in * sizeof(float) + (size_t)n_cb * 256 * sizeof(float));
+    float *row = iris_cpu_scratch(c->cc, (size_t)in + (size_t)n_cb * 256);
     if (!row) return;
     float *tab = row + in;
     for (int64_t r = r0; r < r1; r++) {
@@ -77,12 +79,27 @@ static void lin_dot(void *p, int64_t r0, int64_t r1) {
             ((float *)c->y->data)[i * ldy + r] = s;
         }
     }
-    free(row);
 }
 
 static void lin_widen(void *p, int64_t r0, int64_t r1) {
     lin_ctx *c = p;
-    for (int64_t r = r0; r < r1; r++) iris_cpu_widen_row(c->w, c->r0 + r, c->tile + r * c->w->cols);
+    const iris_tensor *w = c->w;
+    for (int64_t r = r0; r < r1; r++) {
+        if (c->simd && w->dtype == IRIS_DT_BF16)
+            iris_cpu_widen_bf16_avx2((const uint16_t *)w->data + (c->r0 + r) * iris_tensor_ld(w), c->tile + r * w->cols, w->cols);
+        else
+            iris_cpu_widen_row(w, c->r0 + r, c->tile + r * w->cols);
+    }
+}
+
+/* y[r] += b[r] over m: one rounding each, as the scalar loop (vectorized: y and b never overlap). */
+static void add_bias(float *restrict y, const float *restrict b, int64_t m) {
+    int64_t r = 0;
+    for (; r + 4 <= m; r += 4) {
+        __m128 v = _mm_add_ps(_mm_loadu_ps(y + r), _mm_loadu_ps(b + r));
+        _mm_storeu_ps(y + r, v);
+    }
+    for (; r < m; r++) y[r] += b[r];
 }
 
 /* x's rows [i0, i1) times the tile's m rows of W into y's columns [r0, r0 + m). */
@@ -93,10 +110,7 @@ static void lin_gemm(void *p, int64_t i0, int64_t i1) {
                 (const float *)c->x->data + i0 * ldx, (int)ldx, c->tile, (int)in, 0.0f,
                 (float *)c->y->data + i0 * ldy + c->r0, (int)ldy);
     if (c->bf)
-        for (int64_t i = i0; i < i1; i++) {
-            float *yr = (float *)c->y->data + i * ldy + c->r0;
-            for (int64_t r = 0; r < c->m; r++) yr[r] += c->bf[c->r0 + r];
-        }
+        for (int64_t i = i0; i < i1; i++) add_bias((float *)c->y->data + i * ldy + c->r0, c->bf + c->r0, c->m);
 }
 
 int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y) {
@@ -105,24 +119,28 @@ int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w,
         return iris_cpu_fail(b, IRIS_EINVAL, "linear: x [%lld, %lld] · W[%lld, %lld]ᵀ into y [%lld, %lld]",
                              (long long)n, (long long)x->cols, (long long)out, (long long)in, (long long)y->rows,
                              (long long)y->cols);
+    iris_cpu_ctx *cc = b->ctx;
     float *bf = NULL;
     if (bias) {
-        if (!(bf = malloc(sizeof(float) * (size_t)out))) return iris_cpu_fail(b, IRIS_ENOMEM, "out of memory");
+        if (!(bf = iris_cpu_buf(cc, sizeof(float) * (size_t)out))) return iris_cpu_fail(b, IRIS_ENOMEM, "out of memory");
         iris_cpu_widen_row(bias, 0, bf);
     }
-    lin_ctx c = {.x = x, .w = w, .y = y};
+    lin_ctx c = {.x = x, .w = w, .y = y, .cc = cc, .simd = cc->avx2};
     if (n <= DOT_MAX_ROWS) {
-        c.simd = b->ctx && ((const iris_cpu_ctx *)b->ctx)->avx2;
+        int64_t n_cb = w->dtype == IRIS_DT_F8_E4M3 ? (in + w->block[1] - 1) / w->block[1] : 0;
+        if (iris_cpu_scratch_reserve(cc, (size_t)in + (size_t)n_cb * 256)) {
+            iris_cpu_buf_free(cc, bf);
+            return iris_cpu_fail(b, IRIS_ENOMEM, "linear: out of memory for a row of %lld", (long long)in);
+        }
         iris_pool_for(out, lin_dot, &c);
         int64_t ldy = iris_tensor_ld(y);
-        for (int64_t i = 0; bf && i < n; i++)
-            for (int64_t r = 0; r < out; r++) ((float *)y->data)[i * ldy + r] += bf[r];
+        for (int64_t i = 0; bf && i < n; i++) add_bias((float *)y->data + i * ldy, bf, out);
     } else {
         int64_t rows = out < LIN_CHUNK ? out : LIN_CHUNK;
-        c.tile = malloc((size_t)(rows * in) * sizeof(float));
+        c.tile = iris_cpu_buf(cc, (size_t)(rows * in) * sizeof(float));
         c.bf = bf;
         if (!c.tile) {
-            free(bf);
+            iris_cpu_buf_free(cc, bf);
             return iris_cpu_fail(b, IRIS_ENOMEM, "linear: out of memory for a %lld x %lld tile", (long long)rows,
                                  (long long)in);
         }
@@ -132,8 +150,8 @@ int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w,
             iris_pool_for(m, lin_widen, &c);
             iris_pool_for(n, lin_gemm, &c); /* and the bias, where there is one */
         }
-        free(c.tile);
+        iris_cpu_buf_free(cc, c.tile);
     }
-    free(bf);
+    iris_cpu_buf_free(cc, bf);
     return 0;
 }
