@@ -284,24 +284,6 @@ static size_t seg_floats(const seg_ctx *c) {
     return c->avx2 ? (size_t)c->hd * 16 + (size_t)c->max_len * 8 : (size_t)c->max_len;
 }
 
-/* e^x in sixteen lanes: iris_cpu_exp8's instructions lane for lane (cpu_avx2.h), so the same bits. */
-__attribute__((target("avx512f"))) static inline __m512 exp16(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-}
-
 /* pv_avx2 for four rows t..t+3 of a sixteen-row tile (p: [j][16]): each o[e] the same chain of FMAs
  * over the keys as pv_avx2's, sixteen columns a vector while they last, then eight, then pv_avx2's
  * scalar tail (multiply, add). */
@@ -392,7 +374,7 @@ __attribute__((target("avx512f,avx2,fma"))) static void seg_tile_avx512(const se
     for (int j = 0; j < len; j++) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc + (size_t)j * 16));
     __m512d s_lo = _mm512_setzero_pd(), s_hi = s_lo;
     for (int j = 0; j < len; j++) {
-        __m512 x = exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + (size_t)j * 16), mx));
+        __m512 x = iris_cpu_exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + (size_t)j * 16), mx));
         _mm512_storeu_ps(sc + (size_t)j * 16, x);
         s_lo = _mm512_add_pd(s_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
         s_hi = _mm512_add_pd(s_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
