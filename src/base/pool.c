@@ -45,23 +45,17 @@ static inline void relax(void) {
 #endif
 }
 
-/* Spin up to SPIN_S while the job is still number seen / workers are pending: 1 when that ended. */
-static int spin_gen(unsigned long seen) {
-    double t0 = 0;
-    for (unsigned i = 1; atomic_load_explicit(&g_gen, memory_order_acquire) == seen; i++) {
-        if (i % 64 == 0) {
-            double t = iris_now_s();
-            if (!t0) t0 = t;
-            else if (t - t0 > SPIN_S) return 0;
-        }
-        relax();
-    }
-    return 1;
+static int gen_is(unsigned long seen) { return atomic_load_explicit(&g_gen, memory_order_acquire) == seen; }
+static int pending(unsigned long unused) {
+    (void)unused;
+    return atomic_load_explicit(&g_pending, memory_order_acquire) > 0;
 }
 
-static int spin_pending(void) {
+/* Spin up to SPIN_S while busy(arg) (the job still number seen: gen_is; workers pending: pending):
+ * 1 when that ended, 0 when the time did. */
+static int spin_while(int (*busy)(unsigned long), unsigned long arg) {
     double t0 = 0;
-    for (unsigned i = 1; atomic_load_explicit(&g_pending, memory_order_acquire) > 0; i++) {
+    for (unsigned i = 1; busy(arg); i++) {
         if (i % 64 == 0) {
             double t = iris_now_s();
             if (!t0) t0 = t;
@@ -81,7 +75,7 @@ static void *worker(void *arg) {
     t_worker = k;
     unsigned long seen = 0;
     for (;;) {
-        spin_gen(seen);
+        spin_while(gen_is, seen);
         pthread_mutex_lock(&g_mu);
         while (atomic_load(&g_gen) == seen) pthread_cond_wait(&g_go, &g_mu);
         seen = atomic_load(&g_gen);
@@ -149,7 +143,7 @@ void iris_pool_for(int64_t n, iris_pool_fn fn, void *ctx) {
     int64_t i0, i1;
     range(n, parts, 0, &i0, &i1);
     if (i1 > i0) fn(ctx, i0, i1);
-    if (!spin_pending()) {
+    if (!spin_while(pending, 0)) {
         pthread_mutex_lock(&g_mu);
         while (atomic_load(&g_pending) > 0) pthread_cond_wait(&g_done, &g_mu);
         pthread_mutex_unlock(&g_mu);
