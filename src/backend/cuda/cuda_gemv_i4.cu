@@ -119,13 +119,6 @@ static __device__ __forceinline__ void step4(float (*c)[4], uint4 wa, uint4 wb, 
     }
 }
 
-/* 16 bytes of a weight, read once: not kept in L1, where x stays for the CTAs after. */
-static __device__ __forceinline__ uint4 ldg_stream(const uint4 *p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-
 /* SWIGLU: p.q[0] gate, p.q[1] up, y = silu(bf16(gate)) ⊙ bf16(up) into p.y[0] (the roundings of
  * linear, linear, silu_mul); else the CTAs walk p's matrices in order, bias added before the one
  * rounding. */

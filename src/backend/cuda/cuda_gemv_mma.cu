@@ -10,7 +10,10 @@
  * Thread mapping: a CTA owns 16 output rows (one m16 tile; rows past `out` are clamped on load
  * and not stored) and KW warps (16, 8 or 4: launch_kw) split its columns (split-K): warp w takes
  * the 64-column super-steps w, w + KW, ..., GM_UNR of them with all their loads in flight before
- * the first is used (the first round issued before pdl_wait: cuda_internal.cuh).  In a super-step lane (g = lane/4, t = lane%4) loads 16 weight bytes of row g and of
+ * the first is used (the first round issued before pdl_wait: cuda_internal.cuh), read past L1
+ * (cuda_mma.cuh ldg_stream: x stays there; H100, iris bench at a 1,024-token context, batch 8:
+ * 8B-FP8 1,378-1,382 -> 1,436-1,439 tok/s, 4B 1,962-1,973 -> 1,995-2,026, 2B 4,225-4,257 ->
+ * 4,258-4,303; batch 1 and 64 the same).  In a super-step lane (g = lane/4, t = lane%4) loads 16 weight bytes of row g and of
  * row g + 8 at columns [64 s + 16 t, +16) and the same 16 columns of token g's x.  The mma's k
  * index is permuted so that these registers are the fragments as they are: for the j-th of four
  * mmas, k = 2t, 2t+1 → columns 16 t + 4 j + {0, 1} and k = 2t + 8, 2t + 9 → 16 t + 4 j + {2, 3}
@@ -68,11 +71,11 @@ __global__ void __launch_bounds__(GM_MAXW * 32) k_gemv8_mma(const gemv_set p, co
         for (int u = 0; u < GM_UNR; u++) {
             int64_t st = s0 + (int64_t)u * KW, c = st * 64 + t * 16;
             if (st < steps) {
-                wa[u] = __ldg((const uint4 *)(W0 + ra * ldw + c));
-                wb[u] = __ldg((const uint4 *)(W0 + rb * ldw + c));
+                wa[u] = ldg_stream((const uint4 *)(W0 + ra * ldw + c));
+                wb[u] = ldg_stream((const uint4 *)(W0 + rb * ldw + c));
                 if (SWIGLU) {
-                    ua[u] = __ldg((const uint4 *)(W1 + ra * ldw1 + c));
-                    ub[u] = __ldg((const uint4 *)(W1 + rb * ldw1 + c));
+                    ua[u] = ldg_stream((const uint4 *)(W1 + ra * ldw1 + c));
+                    ub[u] = ldg_stream((const uint4 *)(W1 + rb * ldw1 + c));
                 }
             }
         }

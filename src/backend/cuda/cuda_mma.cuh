@@ -8,11 +8,19 @@
  * sums the KW partial tiles through shared memory in warp order and stores each output once: bias
  * added before the one rounding to bf16, or SwiGLU (silu(bf16(gate)) ⊙ bf16(up), the roundings
  * of linear, linear, silu_mul).  gemv_mma_slots: the occupancy their launch rules read, cached per
- * kernel.  Included by those two files only. */
+ * kernel; ldg_stream: a weight's 16 bytes read past L1 (each is read once; x stays in L1).
+ * Included by those two files only. */
 #ifndef IRIS_CUDA_MMA_CUH
 #define IRIS_CUDA_MMA_CUH
 
 #include "cuda_internal.cuh"
+
+/* 16 bytes of a weight, read once: not kept in L1, where x stays for the CTAs after. */
+static __device__ __forceinline__ uint4 ldg_stream(const uint4 *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
 
 /* The CTA's matrix i of set p (SWIGLU: 0, gate and up share the tile) and its 16-row tile there. */
 template <int SWIGLU, typename P> static __device__ __forceinline__ int64_t gemv_mma_tile(const P &p, int &i) {
