@@ -192,16 +192,36 @@ static int grammar_accepts(const char *s, size_t n) {
     return ok;
 }
 
+/* An engine on model with kv_blocks KV blocks (max_num_seqs too, when not 0), or NULL with the
+ * failure recorded. */
+static iris_engine *open_engine(const char *model, int kv_blocks, int max_num_seqs) {
+    iris_engine_opts o;
+    iris_engine_opts_default(&o);
+    o.model = model;
+    o.kv_blocks = kv_blocks;
+    if (max_num_seqs) o.max_num_seqs = max_num_seqs;
+    iris_engine *e = NULL;
+    iris_err err = {0};
+    if (iris_engine_open(&o, &e, &err)) iris_test_fail(__FILE__, __LINE__, "engine open on %s: %s", model, err.msg);
+    return e;
+}
+
+/* A request for SCHEMA's object: the user asks for it (the chat template renders the turn), or
+ * prompt_text is the whole prompt when given. */
+static void schema_params(iris_engine *e, const char *prompt_text, iris_request_params *p) {
+    iris_request_params_default(e, p);
+    if (prompt_text) p->prompt_text = prompt_text;
+    else p->messages_json = "[{\"role\":\"user\",\"content\":\"Give me a JSON object.\"}]";
+    p->sampling.json_schema = SCHEMA;
+}
+
 static int submit(iris_engine *e, int64_t seed, int no_thinking, const char *prompt_text, iris_request **r) {
     iris_request_params p;
-    iris_request_params_default(e, &p);
-    if (prompt_text) p.prompt_text = prompt_text;
-    else p.messages_json = "[{\"role\":\"user\",\"content\":\"Give me a JSON object.\"}]";
+    schema_params(e, prompt_text, &p);
     p.no_thinking = no_thinking;
     p.sampling.seed = seed;
     p.sampling.max_tokens = 700;
     p.sampling.do_sample = 1, p.sampling.temperature = 1.0f, p.sampling.top_k = 0, p.sampling.top_p = 1.0f;
-    p.sampling.json_schema = SCHEMA;
     iris_err err = {0};
     int rc = iris_engine_submit(e, &p, r, &err);
     CHECKF(rc == 0, "seed %lld: %s", (long long)seed, err.msg);
@@ -209,14 +229,8 @@ static int submit(iris_engine *e, int64_t seed, int no_thinking, const char *pro
 }
 
 IRIS_TEST(grammar_thinking_engine) {
-    iris_engine_opts o;
-    iris_engine_opts_default(&o);
-    o.model = QWEN3;
-    o.kv_blocks = 512;
-    o.max_num_seqs = 8;
-    iris_engine *e = NULL;
-    iris_err err = {0};
-    REQUIRE(iris_engine_open(&o, &e, &err) == 0);
+    iris_engine *e = open_engine(QWEN3, 512, 8);
+    REQUIRE(e);
     REQUIRE(iris_engine_reasoning(e, 0) && !iris_engine_reasoning(e, 1) && qwen3_vocab());
     enum { N = 16 };
     iris_request *r[N] = {0};
@@ -281,18 +295,12 @@ IRIS_TEST(grammar_thinking_no_end_token) {
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     CHECK(json_dump_file(tj, path, 0) == 0);
     json_decref(tj);
-    iris_engine_opts o;
-    iris_engine_opts_default(&o);
-    o.model = dir;
-    o.kv_blocks = 64;
-    iris_engine *e = NULL;
-    iris_err err = {0};
-    if (iris_engine_open(&o, &e, &err) == 0) {
+    iris_engine *e = open_engine(dir, 64, 0);
+    if (e) {
         iris_request_params p;
-        iris_request_params_default(e, &p);
-        p.messages_json = "[{\"role\":\"user\",\"content\":\"Give me a JSON object.\"}]";
+        schema_params(e, NULL, &p);
         p.sampling.max_tokens = 4;
-        p.sampling.json_schema = SCHEMA;
+        iris_err err = {0};
         iris_request *r = NULL;
         CHECK_EQ_INT(iris_engine_submit(e, &p, &r, &err), IRIS_EUNSUPPORTED);
         CHECK_CONTAINS(err.msg, "\"</think>\"");
@@ -300,8 +308,6 @@ IRIS_TEST(grammar_thinking_no_end_token) {
         CHECK_EQ_INT(iris_engine_submit(e, &p, &r, &err), 0);
         iris_request_free(r);
         iris_engine_close(e);
-    } else {
-        iris_test_fail(__FILE__, __LINE__, "engine open: %s", err.msg);
     }
     snprintf(path, sizeof path, "rm -rf '%s'", dir);
     CHECK(system(path) == 0);
@@ -390,6 +396,21 @@ static long post(int port, const char *body, char **out) {
     return ts_post(port, "/v1/chat/completions", body, out);
 }
 
+/* A call to get_weather forced at seed (tool_choice "required", or the function by name when
+ * named), streamed when stream, its reply read into c: the HTTP status (the body on stderr when
+ * not 200). */
+static long forced_call(int port, int seed, int named, int stream, call_reply *c) {
+    char body[2048], *out = NULL;
+    snprintf(body, sizeof body, "{" ASK ",\"tools\":[" TOOL "],\"tool_choice\":%s,\"seed\":%d%s}",
+             named ? "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}" : "\"required\"", seed,
+             stream ? ",\"stream\":true" : "");
+    long status = post(port, body, &out);
+    if (status != 200 || getenv("IRIS_TEST_VERBOSE")) fprintf(stderr, "seed %d: %s\n", seed, out ? out : "");
+    (stream ? read_stream : read_whole)(out ? out : "", c);
+    free(out);
+    return status;
+}
+
 IRIS_TEST(grammar_thinking_server) {
     ts_server s;
     REQUIRE(ts_server_start_model(&s, QWEN3, "") == 0);
@@ -397,11 +418,7 @@ IRIS_TEST(grammar_thinking_server) {
     call_reply whole, streamed;
     int calls = 0, first = 0;
     for (int seed = 1; seed <= 32 && calls < 2; seed++) {
-        snprintf(body, sizeof body, "{" ASK ",\"tools\":[" TOOL "],\"tool_choice\":\"required\",\"seed\":%d}", seed);
-        CHECKF(post(s.port, body, &out) == 200, "seed %d: %s", seed, out ? out : "");
-        read_whole(out ? out : "", &whole);
-        if (getenv("IRIS_TEST_VERBOSE")) fprintf(stderr, "seed %d: %s\n", seed, out);
-        free(out);
+        CHECKF(forced_call(s.port, seed, 0, 0, &whole) == 200, "seed %d: the forced call failed", seed);
         if (check_call(&whole, seed, "required") && !calls++) first = seed;
     }
     printf("  %d forced calls after </think>, the first at seed %d\n", calls, first);
@@ -409,24 +426,13 @@ IRIS_TEST(grammar_thinking_server) {
     if (first) {
         /* streamed: the same reasoning and call */
         call_reply again;
-        snprintf(body, sizeof body, "{" ASK ",\"tools\":[" TOOL "],\"tool_choice\":\"required\",\"seed\":%d}", first);
-        CHECK(post(s.port, body, &out) == 200);
-        read_whole(out ? out : "", &again);
-        free(out);
-        snprintf(body, sizeof body, "{" ASK ",\"tools\":[" TOOL "],\"tool_choice\":\"required\",\"seed\":%d,"
-                 "\"stream\":true}", first);
-        CHECK(post(s.port, body, &out) == 200);
-        read_stream(out ? out : "", &streamed);
-        free(out);
+        CHECK(forced_call(s.port, first, 0, 0, &again) == 200);
+        CHECK(forced_call(s.port, first, 0, 1, &streamed) == 200);
         CHECK(check_call(&streamed, first, "streamed"));
         CHECK_STR(streamed.reasoning, again.reasoning);
         CHECK_STR(streamed.args, again.args);
         /* a named function, forced the same way */
-        snprintf(body, sizeof body, "{" ASK ",\"tools\":[" TOOL "],\"tool_choice\":{\"type\":\"function\","
-                 "\"function\":{\"name\":\"get_weather\"}},\"seed\":%d}", first);
-        CHECK(post(s.port, body, &out) == 200);
-        read_whole(out ? out : "", &whole);
-        free(out);
+        CHECK(forced_call(s.port, first, 1, 0, &whole) == 200);
         CHECK(check_call(&whole, first, "named"));
     }
     /* response_format: the object after the reasoning */

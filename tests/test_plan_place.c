@@ -55,6 +55,19 @@ static uint64_t limit_budget(uint64_t limit) {
     return iris_plan_budget(&o, 80 * GIB, 79 * GIB, &b, how, sizeof how, &err) ? 0 : b;
 }
 
+/* A test's plan: preset which's model in m, default settings in st, and a zeroed plan (the
+ * caller frees it); NULL, the failure recorded, when the preset does not load. */
+static iris_plan *plan_setup(int which, iris_plan_model *m, iris_plan_settings *st) {
+    iris_plan_settings_default(st);
+    if (load_preset(which, m)) {
+        iris_test_fail(__FILE__, __LINE__, "preset %d does not load", which);
+        return NULL;
+    }
+    iris_plan *p = calloc(1, sizeof *p);
+    if (!p) iris_test_fail(__FILE__, __LINE__, "out of memory");
+    return p;
+}
+
 static void show(const iris_plan *p) {
     if (!getenv("IRIS_PLANNER_VERBOSE")) return;
     char *t = iris_plan_format(p);
@@ -83,15 +96,13 @@ IRIS_TEST(plan_place_8b_int4_model) {
 /* The issue's figure: 8B-INT4 under --gpu-memory-limit 7GiB with --max-model-len 8192 fits,
  * auto taking both the host table and the FP8 lm_head, and the plan says so with the bytes. */
 IRIS_TEST(plan_place_8b_int4_7gib_8k) {
-    iris_plan_model m;
-    REQUIRE(load_preset(0, &m) == 0);
     uint64_t budget = limit_budget(7 * GIB);
     REQUIRE(budget == 7 * GIB);
+    iris_plan_model m;
     iris_plan_settings st;
-    iris_plan_settings_default(&st);
-    st.max_model_len = 8192;
-    iris_plan *p = calloc(1, sizeof *p);
+    iris_plan *p = plan_setup(0, &m, &st);
     REQUIRE(p);
+    st.max_model_len = 8192;
     iris_err err = {0};
     int rc = iris_plan_make(&m, &st, budget, "--gpu-memory-limit 7.00 GiB", 0, p, &err);
     show(p);
@@ -134,10 +145,8 @@ IRIS_TEST(plan_place_8b_int4_7gib_8k) {
  * stored lm_head: the logits change only when nothing else fits. */
 IRIS_TEST(plan_place_8b_int4_7gib_auto_context) {
     iris_plan_model m;
-    REQUIRE(load_preset(0, &m) == 0);
     iris_plan_settings st;
-    iris_plan_settings_default(&st);
-    iris_plan *p = calloc(1, sizeof *p);
+    iris_plan *p = plan_setup(0, &m, &st);
     REQUIRE(p);
     iris_err err = {0};
     CHECKF(iris_plan_make(&m, &st, 7 * GIB, "", 0, p, &err) == 0, "%s", err.msg);
@@ -155,14 +164,12 @@ IRIS_TEST(plan_place_8b_int4_7gib_auto_context) {
 /* Flags pin the choice; pinned so that it cannot fit, the refusal names what would. */
 IRIS_TEST(plan_place_8b_int4_flags) {
     iris_plan_model m;
-    REQUIRE(load_preset(0, &m) == 0);
     iris_plan_settings st;
-    iris_plan_settings_default(&st);
+    iris_plan *p = plan_setup(0, &m, &st);
+    REQUIRE(p);
     st.max_model_len = 8192;
     st.embeddings = IRIS_EMBED_DEVICE;
     st.lm_head_dtype = IRIS_LM_HEAD_STORED;
-    iris_plan *p = calloc(1, sizeof *p);
-    REQUIRE(p);
     iris_err err = {0};
     CHECK_EQ_INT(iris_plan_make(&m, &st, 7 * GIB, "--gpu-memory-limit 7.00 GiB", 0, p, &err), IRIS_ELIMIT);
     show(p);
@@ -228,10 +235,8 @@ IRIS_TEST(plan_place_8b_int4_flags) {
  * not quantize the lm_head of a plan that fits: the plan is the one it always was. */
 IRIS_TEST(plan_place_4b_fp8_unchanged) {
     iris_plan_model m;
-    REQUIRE(load_preset(1, &m) == 0);
     iris_plan_settings st;
-    iris_plan_settings_default(&st);
-    iris_plan *p = calloc(1, sizeof *p);
+    iris_plan *p = plan_setup(1, &m, &st);
     REQUIRE(p);
     iris_err err = {0};
     CHECKF(iris_plan_make(&m, &st, 7 * GIB - (512ull << 20), "", 0, p, &err) == 0, "%s", err.msg);
@@ -258,16 +263,14 @@ IRIS_TEST(plan_place_4b_fp8_unchanged) {
  * enough, so auto quantizes the lm_head too; 8K then needs the FP8 KV cache, and the refusal says
  * so, the setting planned with the placement chosen again (as a run with it would be). */
 IRIS_TEST(plan_place_8b_int4_8gib_card) {
-    iris_plan_model m;
-    REQUIRE(load_preset(0, &m) == 0);
     iris_plan_budget_opts o = {0};
     uint64_t budget = 0;
     char how[128];
     iris_err err = {0};
     REQUIRE(iris_plan_budget(&o, 8 * GIB, 7 * GIB, &budget, how, sizeof how, &err) == 0);
+    iris_plan_model m;
     iris_plan_settings st;
-    iris_plan_settings_default(&st);
-    iris_plan *p = calloc(1, sizeof *p);
+    iris_plan *p = plan_setup(0, &m, &st);
     REQUIRE(p);
     CHECKF(iris_plan_make(&m, &st, budget, how, 0, p, &err) == 0, "%s", err.msg);
     show(p);

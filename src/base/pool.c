@@ -18,7 +18,8 @@
 static pthread_mutex_t g_call = PTHREAD_MUTEX_INITIALIZER;  /* serializes iris_pool_for */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;   /* the job; sleeping and waking */
 static pthread_cond_t g_go = PTHREAD_COND_INITIALIZER, g_done = PTHREAD_COND_INITIALIZER;
-static int g_threads = 0, g_started = 0;
+static int g_threads = 0;
+static atomic_int g_started; /* set (release) once g_threads is final: read without g_call after */
 static atomic_ulong g_gen;     /* the job's number: a new job is published (under g_mu) by its increment */
 static atomic_int g_pending;   /* workers not yet done with the job */
 static struct {
@@ -110,10 +111,12 @@ static void start(void) {
         }
         pthread_detach(th);
     }
-    g_started = 1;
+    atomic_store_explicit(&g_started, 1, memory_order_release);
 }
 
+/* Never waits for a job in progress (a caller sizing its own work beside the pool's). */
 int iris_pool_threads(void) {
+    if (atomic_load_explicit(&g_started, memory_order_acquire)) return g_threads;
     pthread_mutex_lock(&g_call);
     if (!g_started) start();
     int n = g_threads;

@@ -3,7 +3,10 @@
  * iris_pool_for(n, fn, ctx) runs fn(ctx, i0, i1) over [0, n) split into one
  * contiguous range per worker and returns when all are done.  One pool per
  * process (created on first use with iris_pool_set_threads' count, default the
- * machine's online cores); calls from several threads are serialized.  Not for
+ * machine's online cores); calls from several threads are serialized, so a
+ * long job holds up every other caller (work of milliseconds a piece, such as
+ * a video's frame resizes, belongs on threads of its own, sized by
+ * iris_pool_threads(), which never waits for a job in progress).  Not for
  * nested use (a worker must not call iris_pool_for).  iris_pool_worker() is the
  * calling thread's index: k in [1, threads) on pool worker k, 0 on any other
  * thread (a caller runs the first range itself), so per-worker scratch can be

@@ -26,9 +26,10 @@
  * (max_decode_seconds); a long gap between sampled frames is crossed by a seek
  * to the keyframe before the next one.
  *
- * The resizes, the content keys and the pixel_values rows run on the worker pool
- * (base/pool.h; the same bytes for any thread count); decoding overlaps the
- * resizes of the frames before (video_decode.c).
+ * The content keys, the pixel_values rows and the resizes of frames given
+ * decoded run on the worker pool (base/pool.h); a clip's resizes run on its
+ * prepare's own threads beside its decoding, never holding the pool
+ * (video_decode.c).  The same bytes for any thread count.
  *
  * Memory: iris_video_prep owns its resized frames (iris_video_prep_free). */
 #ifndef IRIS_VIDEO_H

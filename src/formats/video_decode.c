@@ -20,10 +20,15 @@
  *  - only sampled frames are converted to RGB (swscale, the frame's own
  *    colorspace and range), turned by the display matrix (multiples of 90
  *    degrees), and handed to the caller's sink at once;
- *  - iris_video_prepare's sink copies them into a batch (as many frames as the
- *    worker pool has threads, at most BATCH_BYTES); a full batch is resized on
- *    the pool by a helper thread while this one decodes into the other batch,
- *    so decoding overlaps the resizes (the same bytes as one frame at a time);
+ *  - iris_video_prepare's sink copies each into a free slot of a ring that the
+ *    prepare's own resize threads take frames from (as many threads as the
+ *    worker pool has, twice as many slots, half of them at most
+ *    HALF_RING_BYTES), so decoding overlaps the resizes (the same bytes as one
+ *    frame at a time).  Not the worker pool: a frame's resize takes
+ *    milliseconds, and the pool runs one caller's job at a time, so the CPU
+ *    backend's ops and other requests' preprocessing would wait behind each
+ *    round of resizes; the prepare takes the pool only for the content keys
+ *    at its end;
  *  - the wall-clock budget is checked by the demuxer's interrupt callback and
  *    between frames.
  * Without libav at build time (IRIS_VIDEO undefined) every entry point fails
@@ -384,102 +389,137 @@ static int decode_indices(vsrc *s, const iris_video_opts *o, const int64_t *idx,
     return rc;
 }
 
-#define BATCH_BYTES ((size_t)96 << 20) /* displayed frames a batch holds at most (two batches) */
+#define HALF_RING_BYTES ((size_t)96 << 20) /* displayed frames in half the ring, at most */
 
-typedef struct batch {
-    uint8_t *rgb; /* cap displayed frames */
-    int *slot;
-    const uint8_t **src;
-    int n;
-} batch;
+enum { SLOT_FREE, SLOT_READY, SLOT_TAKEN };
 
-/* Two batches of decoded frames: the current one filled by the sink, the other resized by a
- * helper thread (running) on the worker pool. */
-typedef struct batcher {
+/* The sampled frames from the decoding thread (the sink) to the prepare's own resize threads
+ * through a ring of slots, each free, ready (a displayed frame copied in, its sample index in
+ * sample[]) or taken by a resize thread.  As many threads as the pool has (at most as many as
+ * half the ring holds, or as frames are sampled), twice as many slots: decoding goes on while
+ * every thread resizes. */
+typedef struct resizer {
     iris_video_prep *p;
-    int width, height, cap;
+    int width, height, n_slots, n_threads;
     size_t frame;
-    batch b[2], *job;
-    int cur, running, rc;
-    pthread_t th;
-    iris_err err;
-} batcher;
+    uint8_t *rgb;        /* n_slots displayed frames */
+    int *state, *sample; /* per slot */
+    pthread_t *th;
+    pthread_mutex_t mu;
+    pthread_cond_t ready, freed;
+    int n_ready, closing, drop, rc;
+    iris_err err;        /* the first failed resize's */
+} resizer;
 
-static void *batch_run(void *arg) {
-    batcher *q = arg;
-    q->rc = iris_video_put_frames(q->p, q->job->slot, q->job->src, q->job->n, q->width, q->height, &q->err);
+static void *resize_main(void *arg) {
+    resizer *q = arg;
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        while (!q->n_ready && !q->closing) pthread_cond_wait(&q->ready, &q->mu);
+        if (!q->n_ready) break;
+        int k = 0, skip = q->rc || q->drop;
+        while (q->state[k] != SLOT_READY) k++;
+        q->state[k] = SLOT_TAKEN, q->n_ready--;
+        pthread_mutex_unlock(&q->mu);
+        iris_err e = {0};
+        int rc = skip ? 0 : iris_video_put_frame(q->p, q->sample[k], q->rgb + (size_t)k * q->frame, q->width,
+                                                 q->height, &e);
+        pthread_mutex_lock(&q->mu);
+        if (rc && !q->rc) q->rc = rc, q->err = e;
+        q->state[k] = SLOT_FREE;
+        pthread_cond_signal(&q->freed);
+    }
+    pthread_mutex_unlock(&q->mu);
     return NULL;
 }
 
-/* The helper's batch done: its result. */
-static int batch_wait(batcher *q, iris_err *err) {
-    if (!q->running) return 0;
-    pthread_join(q->th, NULL);
-    q->running = 0;
+static int free_slot(const resizer *q) {
+    for (int k = 0; k < q->n_slots; k++)
+        if (q->state[k] == SLOT_FREE) return k;
+    return -1;
+}
+
+/* Frame j into a free slot (waiting for one) for the resize threads; resized here when none
+ * started.  A resize that failed fails this. */
+static int sink_resize(void *ctx, int j, const uint8_t *rgb, int width, int height, iris_err *err) {
+    resizer *q = ctx;
+    if (!q->n_threads) return iris_video_put_frame(q->p, j, rgb, width, height, err);
+    int k = -1;
+    pthread_mutex_lock(&q->mu);
+    while (!q->rc && (k = free_slot(q)) < 0) pthread_cond_wait(&q->freed, &q->mu);
+    int rc = q->rc;
+    if (rc && err) *err = q->err;
+    pthread_mutex_unlock(&q->mu);
+    if (rc) return rc;
+    memcpy(q->rgb + (size_t)k * q->frame, rgb, q->frame); /* a free slot: only this thread touches it */
+    pthread_mutex_lock(&q->mu);
+    q->sample[k] = j, q->state[k] = SLOT_READY, q->n_ready++;
+    pthread_cond_signal(&q->ready);
+    pthread_mutex_unlock(&q->mu);
+    return 0;
+}
+
+static int resizer_init(resizer *q, iris_video_prep *p, const iris_video_info *info, iris_err *err) {
+    memset(q, 0, sizeof *q);
+    q->p = p, q->width = info->width, q->height = info->height;
+    q->frame = (size_t)info->width * info->height * 3;
+    size_t fit = HALF_RING_BYTES / q->frame;
+    int threads = iris_pool_threads();
+    int half = fit < 1 ? 1 : fit < (size_t)threads ? (int)fit : threads;
+    if (half > p->n_sampled) half = p->n_sampled > 0 ? p->n_sampled : 1;
+    q->n_slots = 2 * half;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->ready, NULL);
+    pthread_cond_init(&q->freed, NULL);
+    q->rgb = malloc(q->frame * (size_t)q->n_slots);
+    q->state = calloc((size_t)q->n_slots, sizeof *q->state);
+    q->sample = calloc((size_t)q->n_slots, sizeof *q->sample);
+    q->th = calloc((size_t)half, sizeof *q->th);
+    if (!q->rgb || !q->state || !q->sample || !q->th) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    while (q->n_threads < half && pthread_create(&q->th[q->n_threads], NULL, resize_main, q) == 0) q->n_threads++;
+    return 0;
+}
+
+/* Every frame handed over resized (dropped unused when !keep), the threads gone: the first failure
+ * of a resize, or 0.  Safe on a resizer whose init failed or never ran. */
+static int resizer_close(resizer *q, int keep, iris_err *err) {
+    if (q->n_threads) {
+        pthread_mutex_lock(&q->mu);
+        q->closing = 1, q->drop = !keep;
+        pthread_cond_broadcast(&q->ready);
+        pthread_mutex_unlock(&q->mu);
+        for (int i = 0; i < q->n_threads; i++) pthread_join(q->th[i], NULL);
+        q->n_threads = 0;
+    }
     if (q->rc && err) *err = q->err;
     return q->rc;
 }
 
-/* The current batch to the helper (here, with sync or when no thread starts), once the one
- * before is done; the other batch becomes the current one. */
-static int batch_flush(batcher *q, int sync, iris_err *err) {
-    int rc = batch_wait(q, err);
-    batch *b = &q->b[q->cur];
-    if (rc || b->n == 0) return rc;
-    q->job = b, q->rc = 0;
-    if (!sync && pthread_create(&q->th, NULL, batch_run, q) == 0) q->running = 1;
-    else rc = iris_video_put_frames(q->p, b->slot, b->src, b->n, q->width, q->height, err);
-    q->cur ^= 1;
-    q->b[q->cur].n = 0;
-    return rc;
-}
-
-static int sink_batch(void *ctx, int j, const uint8_t *rgb, int width, int height, iris_err *err) {
-    batcher *q = ctx;
-    batch *b = &q->b[q->cur];
-    uint8_t *dst = b->rgb + (size_t)b->n * q->frame;
-    memcpy(dst, rgb, q->frame);
-    b->slot[b->n] = j, b->src[b->n] = dst, b->n++;
-    return b->n == q->cap ? batch_flush(q, 0, err) : 0;
-}
-
-static int batcher_init(batcher *q, iris_video_prep *p, const iris_video_info *info, iris_err *err) {
+static void resizer_free(resizer *q) {
+    if (!q->n_slots) return;
+    resizer_close(q, 0, NULL);
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->ready);
+    pthread_cond_destroy(&q->freed);
+    free(q->rgb);
+    free(q->state);
+    free(q->sample);
+    free(q->th);
     memset(q, 0, sizeof *q);
-    q->p = p, q->width = info->width, q->height = info->height;
-    q->frame = (size_t)info->width * info->height * 3;
-    size_t fit = BATCH_BYTES / q->frame;
-    int threads = iris_pool_threads();
-    q->cap = fit < 1 ? 1 : fit < (size_t)threads ? (int)fit : threads;
-    for (int i = 0; i < 2; i++) {
-        q->b[i].rgb = malloc(q->frame * (size_t)q->cap);
-        q->b[i].slot = malloc(sizeof(int) * (size_t)q->cap);
-        q->b[i].src = malloc(sizeof(uint8_t *) * (size_t)q->cap);
-        if (!q->b[i].rgb || !q->b[i].slot || !q->b[i].src) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    }
-    return 0;
-}
-
-static void batcher_free(batcher *q) {
-    batch_wait(q, NULL);
-    for (int i = 0; i < 2; i++) {
-        free(q->b[i].rgb);
-        free(q->b[i].slot);
-        free(q->b[i].src);
-    }
 }
 
 int iris_video_prepare(const char *path, const void *data, size_t n, const char *label, const iris_video_opts *o,
                        iris_video_prep *out, iris_err *err) {
     memset(out, 0, sizeof *out);
     vsrc s;
-    batcher q;
+    resizer q;
     memset(&q, 0, sizeof q);
     int rc = src_open(&s, path, data, n, label, o, 1, err);
     if (!rc && (rc = iris_video_plan(&s.info, o, out, err))) iris_err_prefix(err, "%s", s.label);
-    if (!rc) rc = batcher_init(&q, out, &s.info, err);
-    if (!rc) rc = decode_indices(&s, o, out->indices, out->n_sampled, sink_batch, &q, err);
-    if (!rc) rc = batch_flush(&q, 1, err);
-    batcher_free(&q);
+    if (!rc) rc = resizer_init(&q, out, &s.info, err);
+    if (!rc) rc = decode_indices(&s, o, out->indices, out->n_sampled, sink_resize, &q, err);
+    if (!rc) rc = resizer_close(&q, 1, err);
+    resizer_free(&q);
     src_close(&s);
     if (!rc) rc = iris_video_finish(out, o, err);
     if (rc) iris_video_prep_free(out);
