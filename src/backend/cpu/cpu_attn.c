@@ -88,6 +88,38 @@ __attribute__((target("avx2,fma"))) static void axpy_avx2(float *o, float p, con
     for (; e < n; e++) o[e] += p * v[e];
 }
 
+/* o[e] = the sum over the row's keys j in order of (sc[j] · inv) · v_j[e] from 0, one FMA a key
+ * (axpy_avx2's chain for every element, its scalar tail's multiply and add), with the sums kept
+ * in registers 64 columns a pass instead of loaded from o and stored back once a key.  F32 cache. */
+__attribute__((target("avx2,fma"))) static void pv_paged_avx2(const iris_kv_layer *kv, const int32_t *bt, int kvh,
+                                                              const float *sc, float inv, int n_ctx, float *o) {
+    int hd = kv->head_dim, e0 = 0;
+    for (; e0 + 64 <= hd; e0 += 64) {
+        __m256 a[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
+        for (int j = 0; j < n_ctx; j++) {
+            const float *v = kv_head(kv, kv->v, bt, j, kvh, NULL) + e0;
+            __m256 pj = _mm256_set1_ps(sc[j] * inv);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) a[k] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * k), a[k]);
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) _mm256_storeu_ps(o + e0 + 8 * k, a[k]);
+    }
+    for (; e0 + 8 <= hd; e0 += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int j = 0; j < n_ctx; j++)
+            a = _mm256_fmadd_ps(_mm256_set1_ps(sc[j] * inv), _mm256_loadu_ps(kv_head(kv, kv->v, bt, j, kvh, NULL) + e0), a);
+        _mm256_storeu_ps(o + e0, a);
+    }
+    for (; e0 < hd; e0++) {
+        float a = 0;
+        for (int j = 0; j < n_ctx; j++) a += sc[j] * inv * kv_head(kv, kv->v, bt, j, kvh, NULL)[e0];
+        o[e0] = a;
+    }
+}
+
 static void paged_run(void *p, int64_t w0, int64_t w1) {
     paged_ctx *c = p;
     int hd = c->kv->head_dim, grp = c->nq / c->kv->n_kv_heads;
@@ -114,6 +146,10 @@ static void paged_run(void *p, int64_t w0, int64_t w1) {
         for (int j = 0; j < n_ctx; j++) sum += (sc[j] = expf(sc[j] - mx));
         float inv = (float)(1.0 / sum);
         float *o = (float *)c->o->data + r * iris_tensor_ld(c->o) + h * hd;
+        if (c->avx2 && c->kv->dtype == IRIS_DT_F32) {
+            pv_paged_avx2(c->kv, bt, kvh, sc, inv, n_ctx, o);
+            continue;
+        }
         for (int e = 0; e < hd; e++) o[e] = 0;
         for (int j = 0; j < n_ctx; j++) {
             const float *v = kv_head(c->kv, c->kv->v, bt, j, kvh, tmp);
