@@ -223,6 +223,18 @@ static void vec_f32(const iris_tensor *t, float *dst) { iris_cpu_widen_row(t, 0,
 
 static int cpu_avx2(const iris_backend *b) { return b->ctx && ((const iris_cpu_ctx *)b->ctx)->avx2; }
 
+/* Row-wise ops (the norms, elementwise ops): split across the pool when there is enough work to pay
+ * for waking it (the vision encoder's 560 x 768 GELU on the demo model), inline otherwise (a decode
+ * step's rows: 16 x 256 for the demo model's norms).  Every row is computed as it would be alone:
+ * the same numbers at any thread count. */
+#define EW_MIN_ELEMS 16384
+
+/* fn over [0, rows) of ctx: on the pool when the op touches at least EW_MIN_ELEMS floats. */
+static void ew_rows(int64_t rows, int64_t elems, iris_pool_fn fn, void *ctx) {
+    if (elems >= EW_MIN_ELEMS) iris_pool_for(rows, fn, ctx);
+    else fn(ctx, 0, rows);
+}
+
 typedef struct {
     const iris_tensor *x, *w, *bias;
     iris_tensor *y;
@@ -285,7 +297,7 @@ static int norm_common(iris_backend *b, const iris_tensor *x, const iris_tensor 
     vec_f32(w, wf);
     if (bias) vec_f32(bias, wf + d);
     norm_ctx c = {.x = x, .w = w, .bias = bias, .y = y, .eps = eps, .wf = wf, .bf = wf + d, .avx2 = cpu_avx2(b)};
-    iris_pool_for(x->rows, layer ? ln_rows : rms_rows, &c);
+    ew_rows(x->rows, x->rows * d, layer ? ln_rows : rms_rows, &c);
     free(wf);
     return 0;
 }
@@ -299,22 +311,12 @@ static int cpu_layer_norm(iris_backend *b, const iris_tensor *x, const iris_tens
     return norm_common(b, x, w, bias, eps, y, 1);
 }
 
-/* Elementwise ops over rows: split across the pool when there is enough work to pay for waking it
- * (the vision encoder's 560 x 768 GELU on the demo model), inline otherwise (a decode row).  Every
- * element is computed as it would be alone: the same numbers at any thread count. */
-#define EW_MIN_ELEMS 16384
 
 typedef struct {
     iris_tensor *y;
     const iris_tensor *x;
     int avx2; /* GELU and SiLU through cpu_act_avx2.c */
 } ew_ctx;
-
-/* fn over [0, rows) of ctx: on the pool when the op touches at least EW_MIN_ELEMS floats. */
-static void ew_rows(int64_t rows, int64_t elems, iris_pool_fn fn, void *ctx) {
-    if (elems >= EW_MIN_ELEMS) iris_pool_for(rows, fn, ctx);
-    else fn(ctx, 0, rows);
-}
 
 static void add_rows(void *p, int64_t r0, int64_t r1) {
     ew_ctx *c = p;
