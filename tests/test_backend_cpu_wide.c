@@ -1,9 +1,10 @@
 /* test_backend_cpu_wide.c: the CPU backend's widened weights (cpu_wide.c).  A BF16 weight and
- * bias are widened once and kept; every product of many rows (the sgemm path) and of few (the
+ * bias are noted on first use, widened and kept on the second; every product of many rows (the sgemm path) and of few (the
  * dot path, its bias) is bit for bit the product with the same values given as an F32 weight;
  * a weight or bias written in place, under the same pointer and shape, is widened again (the CRC
- * of its bytes no longer matches), never read stale; the same memory seen as another shape is
- * its own entry; and a weight over the cache's bound is widened per call as before. */
+ * of its bytes no longer matches), never read stale, only the tile that changed for a weight of
+ * several; the same memory seen as another shape is its own entry; and a weight over the cache's
+ * bound is widened per call as before. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,8 +68,10 @@ IRIS_TEST(backend_cpu_wide_cache) {
     iris_tensor bias = {.data = bh, .dtype = IRIS_DT_BF16, .rows = 1, .cols = OUT};
 
     CHECK(same_product(b, x, N, &w, &bias, wf, bf));
-    CHECK_EQ_INT(c->n_wide, 2); /* the weight and its bias */
+    CHECK_EQ_INT(c->n_wide, 2); /* the weight and its bias, noted */
+    CHECK_EQ_INT(c->wide_bytes, 0);
     CHECK(same_product(b, x, N, &w, &bias, wf, bf));
+    CHECK_EQ_INT(c->wide_bytes, sizeof(float) * (OUT * IN + OUT)); /* kept */
     CHECK(same_product(b, x, 3, &w, &bias, wf, bf)); /* the dot path takes the kept bias */
     CHECK_EQ_INT(c->n_wide, 2);
     CHECK_EQ_INT(c->n_rewidened, 0);
@@ -95,6 +98,25 @@ IRIS_TEST(backend_cpu_wide_cache) {
     CHECK_EQ_INT(c->n_wide, 3);
     CHECK(same_product(b, x, N, &w, &bias, wf, bf));
 
+    /* several tiles (1024 rows each), few x rows for many blocks: a change in the middle tile only is
+     * found and widened again, the other tiles' rows kept */
+    enum { TALL = 2100 };
+    uint16_t *th = malloc(sizeof(uint16_t) * TALL * IN);
+    float *tf = malloc(sizeof(float) * TALL * IN);
+    REQUIRE(th && tf);
+    fill_bf16(th, tf, (size_t)TALL * IN);
+    iris_tensor tall = {.data = th, .dtype = IRIS_DT_BF16, .rows = TALL, .cols = IN};
+    CHECK(same_product(b, x, 9, &tall, NULL, tf, NULL));
+    CHECK(same_product(b, x, 9, &tall, NULL, tf, NULL));
+    int64_t re = c->n_rewidened;
+    fill_bf16(th + 1500 * IN, tf + 1500 * IN, IN); /* row 1500: the second tile */
+    CHECK(same_product(b, x, 9, &tall, NULL, tf, NULL));
+    CHECK_EQ_INT(c->n_rewidened, re + 1);
+    CHECK(same_product(b, x, 9, &tall, NULL, tf, NULL));
+    CHECK_EQ_INT(c->n_rewidened, re + 1);
+    free(th), free(tf);
+    CHECK_EQ_INT(c->n_wide, 4);
+
     /* over the bound: not kept, the product as before */
     int64_t big_out = (int64_t)(IRIS_CPU_WIDE_BYTES / sizeof(float) / IN) + 1;
     uint16_t *bigh = malloc(sizeof(uint16_t) * (size_t)(big_out * IN));
@@ -104,7 +126,8 @@ IRIS_TEST(backend_cpu_wide_cache) {
     iris_tensor big = {.data = bigh, .dtype = IRIS_DT_BF16, .rows = big_out, .cols = IN};
     size_t kept = c->wide_bytes;
     CHECK(same_product(b, x, 9, &big, NULL, bigf, NULL));
-    CHECK_EQ_INT(c->n_wide, 3);
+    CHECK(same_product(b, x, 9, &big, NULL, bigf, NULL));
+    CHECK_EQ_INT(c->n_wide, 5); /* noted, never kept */
     CHECK_EQ_INT(c->wide_bytes, kept);
     free(bigh), free(bigf);
 

@@ -65,13 +65,16 @@ int iris_cpu_get_topk(iris_backend *b, const iris_tensor *x, int k, const iris_t
 #define IRIS_CPU_CACHE_SLOTS 32
 #define IRIS_CPU_WIDE_SLOTS 256
 
-/* A weight widened to fp32 (cpu_wide.c): the view it was made from, the CRC-32C of its bytes then. */
+/* A weight widened to fp32 (cpu_wide.c): the view it was made from, the CRC-32Cs of its bytes then,
+ * one per block of IRIS_CPU_WIDE_BLOCK rows. */
+#define IRIS_CPU_WIDE_BLOCK 16
 typedef struct iris_cpu_wide {
     const void *data;
     iris_dtype dtype;
     int64_t rows, cols, ld;
-    uint32_t crc[4];
-    float *f;                   /* [rows, cols] */
+    int64_t n_blk;
+    uint32_t (*crc)[4];         /* [n_blk] */
+    float *f;                   /* [rows, cols]; NULL: seen once, not kept yet */
 } iris_cpu_wide;
 
 typedef struct iris_cpu_ctx {
@@ -111,10 +114,17 @@ float *iris_cpu_scratch(iris_cpu_ctx *c, size_t n);
  * workers take it: 0, or IRIS_ENOMEM. */
 int iris_cpu_scratch_reserve(iris_cpu_ctx *c, size_t n);
 
-/* A BF16 or F16 weight (or bias) as fp32 rows [rows, cols] (the exact widening), from the cache of
- * widened weights (cpu_wide.c), widened and kept on first use while the cache has room; NULL for
- * another dtype, when full, or out of memory (the caller widens as it would without).  Owned by the
- * backend, valid until its destroy. */
+/* The widened weights (cpu_wide.c).  iris_cpu_wide_find: a BF16 or F16 weight's entry, made (widened,
+ * its CRCs taken) on its second use while the cache has room (the first only notes it); NULL on
+ * first use, for another dtype, when full, or out of memory (the caller widens as it would
+ * without).  Its rows are what the weight held when they were last widened: iris_cpu_wide_check
+ * says whether blocks [b0, b1) still hold those bytes (any thread; read only),
+ * iris_cpu_wide_refresh widens them again (the driving thread).  iris_cpu_wide_get: the rows
+ * checked whole (a bias), widened again where they changed.  Owned by the backend, valid until
+ * its destroy. */
+iris_cpu_wide *iris_cpu_wide_find(iris_cpu_ctx *c, const iris_tensor *w);
+int iris_cpu_wide_check(const iris_cpu_wide *e, const iris_tensor *w, int64_t b0, int64_t b1);
+void iris_cpu_wide_refresh(iris_cpu_ctx *c, iris_cpu_wide *e, const iris_tensor *w, int64_t b0, int64_t b1);
 const float *iris_cpu_wide_get(iris_cpu_ctx *c, const iris_tensor *w);
 void iris_cpu_wide_free(iris_cpu_ctx *c);
 
