@@ -482,7 +482,6 @@ static void cpu_destroy(iris_backend *b) {
     iris_cpu_ctx *c = b->ctx;
     for (int i = 0; i < c->n_cached; i++) blk_release(c, c->cached[i]);
     for (int k = 0; k < IRIS_POOL_MAX_THREADS; k++) free(c->scratch[k]);
-    iris_cpu_wide_free(c);
     pthread_mutex_destroy(&c->mu);
     free(c);
     free(b);

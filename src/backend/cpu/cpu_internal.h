@@ -63,20 +63,6 @@ int iris_cpu_get_topk(iris_backend *b, const iris_tensor *x, int k, const iris_t
 /* The CPU backend's context (b->ctx): its choices, made once at open, and its memory.  IRIS_CPU_AVX2=0,
  * the one developers' switch of this backend (docs/env.md), is read there and nowhere else. */
 #define IRIS_CPU_CACHE_SLOTS 32
-#define IRIS_CPU_WIDE_SLOTS 256
-
-/* A weight widened to fp32 (cpu_wide.c): the view it was made from, the CRC-32Cs of its bytes then,
- * one per block of IRIS_CPU_WIDE_BLOCK rows. */
-#define IRIS_CPU_WIDE_BLOCK 16
-typedef struct iris_cpu_wide {
-    const void *data;
-    iris_dtype dtype;
-    int64_t rows, cols, ld;
-    int64_t n_blk;
-    uint32_t (*crc)[4];         /* [n_blk] */
-    float *f;                   /* [rows, cols]; NULL: seen once, not kept yet */
-} iris_cpu_wide;
-
 typedef struct iris_cpu_ctx {
     int avx2;                   /* decode-sized BF16 products through the AVX2 kernel (where the CPU has it) */
     int avx512;                 /* vision attention sixteen rows a vector (AVX-512F, with avx2; same bits) */
@@ -90,14 +76,7 @@ typedef struct iris_cpu_ctx {
     /* per pool worker (iris_pool_worker()) scratch of the ops, grown on demand; freed at destroy */
     float *scratch[IRIS_POOL_MAX_THREADS];
     size_t scratch_n[IRIS_POOL_MAX_THREADS];
-    /* BF16 and F16 weights widened once (cpu_wide.c), IRIS_CPU_WIDE_BYTES in all at most; freed at destroy */
-    iris_cpu_wide wide[IRIS_CPU_WIDE_SLOTS];
-    int n_wide;
-    size_t wide_bytes;
-    int64_t n_rewidened;        /* entries widened again: their bytes had changed (tests read it) */
 } iris_cpu_ctx;
-
-#define IRIS_CPU_WIDE_BYTES ((size_t)64 << 20)
 
 #define IRIS_CPU_CACHE_MIN_BYTES ((size_t)64 << 10)
 #define IRIS_CPU_CACHE_BYTES ((size_t)256 << 20)
@@ -113,19 +92,5 @@ float *iris_cpu_scratch(iris_cpu_ctx *c, size_t n);
 /* Every pool worker's scratch grown to n floats now, on the calling thread, before a pool call whose
  * workers take it: 0, or IRIS_ENOMEM. */
 int iris_cpu_scratch_reserve(iris_cpu_ctx *c, size_t n);
-
-/* The widened weights (cpu_wide.c).  iris_cpu_wide_find: a BF16 or F16 weight's entry, made (widened,
- * its CRCs taken) on its second use while the cache has room (the first only notes it); NULL on
- * first use, for another dtype, when full, or out of memory (the caller widens as it would
- * without).  Its rows are what the weight held when they were last widened: iris_cpu_wide_check
- * says whether blocks [b0, b1) still hold those bytes (any thread; read only),
- * iris_cpu_wide_refresh widens them again (the driving thread).  iris_cpu_wide_get: the rows
- * checked whole (a bias), widened again where they changed.  Owned by the backend, valid until
- * its destroy. */
-iris_cpu_wide *iris_cpu_wide_find(iris_cpu_ctx *c, const iris_tensor *w);
-int iris_cpu_wide_check(const iris_cpu_wide *e, const iris_tensor *w, int64_t b0, int64_t b1);
-void iris_cpu_wide_refresh(iris_cpu_ctx *c, iris_cpu_wide *e, const iris_tensor *w, int64_t b0, int64_t b1);
-const float *iris_cpu_wide_get(iris_cpu_ctx *c, const iris_tensor *w);
-void iris_cpu_wide_free(iris_cpu_ctx *c);
 
 #endif

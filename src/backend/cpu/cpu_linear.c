@@ -7,18 +7,17 @@
  * on the 2-core dev VM.  FP8 rows use per-block tables of their 256 values:
  * measured faster than the AVX2 bit decode (5.2 vs 3.2 GB/s of weights), so
  * FP8 takes the AVX2 kernel only in its own test, which keeps it exact.
- * Many rows (prefill, vision): W as fp32 (F32 as it is; BF16 and F16 from the
- * backend's widened weights, cpu_wide.c, kept after the first such product,
- * their bytes' CRCs checked by the workers alongside the product, which is
- * redone where they changed; else widened here) in tiles of LIN_CHUNK rows,
- * each tile multiplied with OpenBLAS sgemm, x's rows split across the pool,
- * one single-threaded sgemm a worker (the backend sets OpenBLAS to one
- * thread: its own threads spin in sched_yield between calls, which on the
- * 2-core dev VM cost the pool's other ops their second core —
- * demo captions in one process 1.3x faster with the pool's split). */
+ * Many rows (prefill, vision): W as fp32 (F32 with dense rows as it is, else
+ * widened here in tiles of LIN_CHUNK rows, in parallel), each tile multiplied
+ * with OpenBLAS sgemm, x's rows split across the pool, one single-threaded
+ * sgemm a worker (the backend sets OpenBLAS to one thread: its own threads
+ * spin in sched_yield between calls, which on the 2-core dev VM cost the
+ * pool's other ops their second core — demo captions in one process 1.3x
+ * faster with the pool's split).  Widening each BF16 weight once and keeping
+ * it (checked by a CRC of its bytes each use) measured no faster here: the
+ * CRC and sgemm packing from the colder fp32 copy cost what widening did. */
 #include <cblas.h>
 #include <immintrin.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +25,6 @@
 #include "pool.h"
 
 #define LIN_CHUNK 1024
-_Static_assert(LIN_CHUNK % IRIS_CPU_WIDE_BLOCK == 0, "a tile is whole blocks of the widened weights");
 #define DOT_MAX_ROWS 8
 
 typedef struct {
@@ -38,9 +36,6 @@ typedef struct {
     int64_t m;       /* the tile's rows */
     const float *bf; /* the bias as fp32, or NULL */
     iris_cpu_ctx *cc;
-    const iris_cpu_wide *e; /* the tile's rows from there: its blocks [kb0, kb0 + nb) checked in the job */
-    int64_t kb0, nb;
-    atomic_int changed;     /* a block's bytes differ from when they were widened */
 } lin_ctx;
 
 /* FP8 rows: the 256 possible values of one 128x128 block, bf16(e4m3(code) · scale),
@@ -119,9 +114,6 @@ static void lin_gemm(void *p, int64_t i0, int64_t i1) {
                 (float *)c->y->data + i0 * ldy + c->r0, (int)ldy);
     if (c->bf)
         for (int64_t i = i0; i < i1; i++) add_bias((float *)c->y->data + i * ldy + c->r0, c->bf + c->r0, c->m);
-    int64_t n = c->x->rows; /* this range's share of the tile's blocks: the ranges cover them all */
-    if (c->nb && !iris_cpu_wide_check(c->e, c->w, c->kb0 + c->nb * i0 / n, c->kb0 + c->nb * i1 / n))
-        atomic_store(&c->changed, 1);
 }
 
 int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y) {
@@ -131,14 +123,14 @@ int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w,
                              (long long)n, (long long)x->cols, (long long)out, (long long)in, (long long)y->rows,
                              (long long)y->cols);
     iris_cpu_ctx *cc = b->ctx;
-    const float *bf = !bias ? NULL : bias->dtype == IRIS_DT_F32 ? bias->data : iris_cpu_wide_get(cc, bias);
-    float *own_bf = NULL; /* the bias widened here when the cache has none */
+    const float *bf = bias && bias->dtype == IRIS_DT_F32 ? bias->data : NULL;
+    float *own_bf = NULL; /* the bias widened here (not F32) */
     if (bias && !bf) {
         if (!(own_bf = iris_cpu_buf(cc, sizeof(float) * (size_t)out))) return iris_cpu_fail(b, IRIS_ENOMEM, "out of memory");
         iris_cpu_widen_row(bias, 0, own_bf);
         bf = own_bf;
     }
-    lin_ctx c = {.x = x, .w = w, .y = y, .cc = cc, .simd = cc->avx2, .changed = 0};
+    lin_ctx c = {.x = x, .w = w, .y = y, .cc = cc, .simd = cc->avx2};
     if (n <= DOT_MAX_ROWS) {
         int64_t n_cb = w->dtype == IRIS_DT_F8_E4M3 ? (in + w->block[1] - 1) / w->block[1] : 0;
         if (iris_cpu_scratch_reserve(cc, (size_t)in + (size_t)n_cb * 256)) {
@@ -149,9 +141,8 @@ int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w,
         int64_t ldy = iris_tensor_ld(y);
         for (int64_t i = 0; bf && i < n; i++) add_bias((float *)y->data + i * ldy, bf, out);
     } else {
-        /* W's fp32 rows: the weight itself (F32, dense rows), the cache's (cpu_wide.c), else tiles widened here */
-        iris_cpu_wide *e = w->dtype == IRIS_DT_F32 && iris_tensor_ld(w) == in ? NULL : iris_cpu_wide_find(cc, w);
-        const float *wf = e ? e->f : w->dtype == IRIS_DT_F32 && iris_tensor_ld(w) == in ? w->data : NULL;
+        /* W's fp32 rows: the weight itself (F32, dense rows), else tiles widened here */
+        const float *wf = w->dtype == IRIS_DT_F32 && iris_tensor_ld(w) == in ? w->data : NULL;
         int64_t rows = out < LIN_CHUNK ? out : LIN_CHUNK;
         float *tile = wf ? NULL : iris_cpu_buf(cc, (size_t)(rows * in) * sizeof(float));
         c.bf = bf;
@@ -169,17 +160,7 @@ int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w,
                 c.tile = tile;
                 iris_pool_for(m, lin_widen, &c);
             }
-            if (e) { /* the product on the kept rows, their bytes checked alongside; redone if they changed */
-                c.e = e, c.kb0 = r0 / IRIS_CPU_WIDE_BLOCK;
-                c.nb = (r0 + m + IRIS_CPU_WIDE_BLOCK - 1) / IRIS_CPU_WIDE_BLOCK - c.kb0;
-                atomic_store(&c.changed, 0);
-            }
             iris_pool_for(n, lin_gemm, &c); /* and the bias, where there is one */
-            if (e && atomic_load(&c.changed)) {
-                iris_cpu_wide_refresh(cc, e, w, c.kb0, c.kb0 + c.nb);
-                c.nb = 0;
-                iris_pool_for(n, lin_gemm, &c);
-            }
         }
         iris_cpu_buf_free(cc, tile);
     }
