@@ -21,9 +21,17 @@
  * positions, the vision encoder and the prefix cache (one content key per
  * temporal patch) treat it as they treat an image.  Its <|video_pad|> is
  * written out per temporal patch with its timestamp, as Qwen3VLProcessor
- * does.  A prompt without videos takes the images-only path unchanged. */
+ * does.  A prompt without videos takes the images-only path unchanged.
+ *
+ * Pixel rows are recycled: iris_prompt_free keeps the array (up to
+ * PIXELS_KEEP of them, PIXELS_KEEP_BYTES in all, process-wide: prompts are
+ * built and freed on several threads) and the next build whose rows fit
+ * takes it, its pages already mapped.  A fresh array of that size is mapped
+ * and page-faulted afresh each time (~860 faults a demo image, 3.4 MB). */
 #include "prompt.h"
 
+#include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,12 +66,68 @@ oom:
     return NULL;
 }
 
+/* ---- pixel rows, recycled ---------------------------------------------------------------------- */
+
+#define PIXELS_KEEP 16
+#define PIXELS_KEEP_BYTES ((size_t)128 << 20)
+
+static pthread_mutex_t pixels_mu = PTHREAD_MUTEX_INITIALIZER;
+static float *pixels_kept[PIXELS_KEEP]; /* oldest first */
+static int n_pixels_kept;
+static size_t pixels_kept_bytes;
+
+/* Sizes rounded up to a power of two, so images of nearly the same size share arrays (the pages
+ * past what an image writes are never touched: address space, not memory). */
+static size_t pixels_class(size_t bytes) {
+    size_t c = 4096;
+    while (c < bytes) c *= 2;
+    return c;
+}
+
+/* An array of at least bytes: the smallest kept one that fits and is not over twice that (the newest
+ * of those: its pages the likeliest in cache), else malloc'd. */
+static float *pixels_alloc(size_t bytes) {
+    size_t cap = pixels_class(bytes);
+    pthread_mutex_lock(&pixels_mu);
+    int best = -1;
+    for (int i = n_pixels_kept - 1; i >= 0; i--) {
+        size_t ci = malloc_usable_size(pixels_kept[i]);
+        if (ci >= cap && ci / 2 <= cap && (best < 0 || ci < malloc_usable_size(pixels_kept[best]))) best = i;
+    }
+    float *p = NULL;
+    if (best >= 0) {
+        p = pixels_kept[best];
+        pixels_kept_bytes -= malloc_usable_size(p);
+        memmove(&pixels_kept[best], &pixels_kept[best + 1], sizeof(float *) * (size_t)(--n_pixels_kept - best));
+    }
+    pthread_mutex_unlock(&pixels_mu);
+    return p ? p : malloc(cap);
+}
+
+static void pixels_free(float *p) {
+    if (!p) return;
+    size_t cap = malloc_usable_size(p);
+    if (cap < 4096 || cap > PIXELS_KEEP_BYTES) {
+        free(p);
+        return;
+    }
+    pthread_mutex_lock(&pixels_mu);
+    while (n_pixels_kept == PIXELS_KEEP || pixels_kept_bytes + cap > PIXELS_KEEP_BYTES) {
+        pixels_kept_bytes -= malloc_usable_size(pixels_kept[0]);
+        free(pixels_kept[0]);
+        memmove(&pixels_kept[0], &pixels_kept[1], sizeof(float *) * (size_t)--n_pixels_kept);
+    }
+    pixels_kept[n_pixels_kept++] = p;
+    pixels_kept_bytes += cap;
+    pthread_mutex_unlock(&pixels_mu);
+}
+
 void iris_prompt_free(iris_prompt *p) {
     if (!p) return;
     free(p->text);
     iris_tok_ids_free(&p->ids);
     free(p->grid_thw);
-    free(p->pixel_values);
+    pixels_free(p->pixel_values);
     free(p->image_keys);
     free(p->pos);
     memset(p, 0, sizeof *p);
@@ -199,7 +263,7 @@ static int add_images(const iris_prompt_ctx *ctx, const iris_prompt_image *image
         rows += iris_image_prep_rows(&preps[i]);
     }
     int dim = iris_image_row_dim(&popts);
-    if (!rc && !(out->pixel_values = malloc((size_t)rows * (size_t)dim * sizeof(float))))
+    if (!rc && !(out->pixel_values = pixels_alloc((size_t)rows * (size_t)dim * sizeof(float))))
         rc = iris_err_set(err, IRIS_ENOMEM, "out of memory for %lld x %d pixel values", (long long)rows, dim);
     for (int64_t i = 0, r0 = 0; !rc && i < n_images; i++) {
         int64_t k = iris_image_prep_rows(&preps[i]);
@@ -363,7 +427,7 @@ static int add_media(const iris_prompt_ctx *ctx, const iris_prompt_image *images
     }
     int dim = 3 * ctx->cfg->vision_config.temporal_patch_size * ctx->cfg->vision_config.patch_size *
               ctx->cfg->vision_config.patch_size;
-    if (!rc && !(out->pixel_values = malloc((size_t)rows * (size_t)dim * sizeof(float))))
+    if (!rc && !(out->pixel_values = pixels_alloc((size_t)rows * (size_t)dim * sizeof(float))))
         rc = iris_err_set(err, IRIS_ENOMEM, "out of memory for %lld x %d pixel values", (long long)rows, dim);
     for (int64_t t = 0, r0 = 0; !rc && t < n_items; t++) {
         const media_item *x = &items[t];

@@ -88,6 +88,38 @@ __attribute__((target("avx2,fma"))) static void axpy_avx2(float *o, float p, con
     for (; e < n; e++) o[e] += p * v[e];
 }
 
+/* o[e] = the sum over the row's keys j in order of (sc[j] · inv) · v_j[e] from 0, one FMA a key
+ * (axpy_avx2's chain for every element, its scalar tail's multiply and add), with the sums kept
+ * in registers 64 columns a pass instead of loaded from o and stored back once a key.  F32 cache. */
+__attribute__((target("avx2,fma"))) static void pv_paged_avx2(const iris_kv_layer *kv, const int32_t *bt, int kvh,
+                                                              const float *sc, float inv, int n_ctx, float *o) {
+    int hd = kv->head_dim, e0 = 0;
+    for (; e0 + 64 <= hd; e0 += 64) {
+        __m256 a[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
+        for (int j = 0; j < n_ctx; j++) {
+            const float *v = kv_head(kv, kv->v, bt, j, kvh, NULL) + e0;
+            __m256 pj = _mm256_set1_ps(sc[j] * inv);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) a[k] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * k), a[k]);
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) _mm256_storeu_ps(o + e0 + 8 * k, a[k]);
+    }
+    for (; e0 + 8 <= hd; e0 += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int j = 0; j < n_ctx; j++)
+            a = _mm256_fmadd_ps(_mm256_set1_ps(sc[j] * inv), _mm256_loadu_ps(kv_head(kv, kv->v, bt, j, kvh, NULL) + e0), a);
+        _mm256_storeu_ps(o + e0, a);
+    }
+    for (; e0 < hd; e0++) {
+        float a = 0;
+        for (int j = 0; j < n_ctx; j++) a += sc[j] * inv * kv_head(kv, kv->v, bt, j, kvh, NULL)[e0];
+        o[e0] = a;
+    }
+}
+
 static void paged_run(void *p, int64_t w0, int64_t w1) {
     paged_ctx *c = p;
     int hd = c->kv->head_dim, grp = c->nq / c->kv->n_kv_heads;
@@ -114,6 +146,10 @@ static void paged_run(void *p, int64_t w0, int64_t w1) {
         for (int j = 0; j < n_ctx; j++) sum += (sc[j] = expf(sc[j] - mx));
         float inv = (float)(1.0 / sum);
         float *o = (float *)c->o->data + r * iris_tensor_ld(c->o) + h * hd;
+        if (c->avx2 && c->kv->dtype == IRIS_DT_F32) {
+            pv_paged_avx2(c->kv, bt, kvh, sc, inv, n_ctx, o);
+            continue;
+        }
         for (int e = 0; e < hd; e++) o[e] = 0;
         for (int j = 0; j < n_ctx; j++) {
             const float *v = kv_head(c->kv, c->kv->v, bt, j, kvh, tmp);
@@ -219,65 +255,6 @@ __attribute__((target("avx2,fma"))) static void pv_avx2(const float *p, int t, i
     }
 }
 
-/* Rows i0..i0+nt (nt <= SEG_TILE) of head h over keys [a, e_), eight rows a vector: every key and
- * value row is read once for the tile (a value row once a pair of rows, pv_avx2).  Each lane is
- * one row's own arithmetic, whatever rows share its tile (eight keys' FMA sums interleaved, each
- * in order over e; the softmax's exp by iris_cpu_exp8 and its sum in double, in key order), so a
- * row's numbers do not depend on how a batch's rows fall into tiles.  Against the scalar rows
- * (seg_row: separate multiplies and adds, libm's expf): within float rounding.  buf:
- * hd * 8 + (e_ - a) * 8 + hd * 8 floats. */
-__attribute__((target("avx2,fma"))) static void seg_tile_avx2(const seg_ctx *c, int h, int64_t i0, int nt, int a,
-                                                              int e_, float *buf) {
-    int hd = c->hd, nh = c->nh, len = e_ - a;
-    int64_t ld = iris_tensor_ld(c->qkv);
-    const float *base = c->qkv->data;
-    float scale = 1.0f / sqrtf((float)hd);
-    float *qt = buf, *sc = buf + (size_t)hd * 8, *acc = sc + (size_t)len * 8;  /* [e][t], [j][t], [t][e] (t < 8) */
-    for (int e = 0; e < hd; e++)
-        for (int t = 0; t < 8; t++) qt[e * 8 + t] = t < nt ? base[(i0 + t) * ld + h * hd + e] : 0.0f;
-    __m256 vs = _mm256_set1_ps(scale);
-    int64_t ks = ld;
-    const float *k0 = base + (int64_t)a * ld + (int64_t)nh * hd + h * hd;
-    int jk = 0;
-    for (; jk + 8 <= len; jk += 8) {  /* eight keys' sums interleaved: each still in order over e */
-        const float *k = k0 + jk * ks;
-        __m256 d[8];
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) d[u] = _mm256_setzero_ps();
-        for (int e = 0; e < hd; e++) {
-            __m256 qe = _mm256_loadu_ps(qt + e * 8);
-#pragma GCC unroll 8
-            for (int u = 0; u < 8; u++) d[u] = _mm256_fmadd_ps(qe, _mm256_set1_ps(k[u * ks + e]), d[u]);
-        }
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) _mm256_storeu_ps(sc + (size_t)(jk + u) * 8, _mm256_mul_ps(d[u], vs));
-    }
-    for (; jk < len; jk++) {
-        const float *k = k0 + jk * ks;
-        __m256 d = _mm256_setzero_ps();
-        for (int e = 0; e < hd; e++) d = _mm256_fmadd_ps(_mm256_loadu_ps(qt + e * 8), _mm256_set1_ps(k[e]), d);
-        _mm256_storeu_ps(sc + (size_t)jk * 8, _mm256_mul_ps(d, vs));
-    }
-    /* softmax down each lane: the max, e^(s - max), the sum in double in key order, then s / sum */
-    __m256 mx = _mm256_set1_ps(-INFINITY);
-    for (int j = 0; j < len; j++) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc + (size_t)j * 8));
-    __m256d s_lo = _mm256_setzero_pd(), s_hi = s_lo;
-    for (int j = 0; j < len; j++) {
-        __m256 x = iris_cpu_exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + (size_t)j * 8), mx));
-        _mm256_storeu_ps(sc + (size_t)j * 8, x);
-        s_lo = _mm256_add_pd(s_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));
-        s_hi = _mm256_add_pd(s_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));
-    }
-    const __m256d one = _mm256_set1_pd(1.0);
-    __m256 inv = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_div_pd(one, s_hi)), _mm256_cvtpd_ps(_mm256_div_pd(one, s_lo)));
-    for (int j = 0; j < len; j++) _mm256_storeu_ps(sc + (size_t)j * 8, _mm256_mul_ps(_mm256_loadu_ps(sc + (size_t)j * 8), inv));
-    const float *v = base + (int64_t)a * ld + 2 * (int64_t)nh * hd + h * hd;
-    for (int t = 0; t < nt; t += 2) pv_avx2(sc, t, len, v, ld, hd, acc + (size_t)t * hd, acc + (size_t)(t + 1) * hd);
-    for (int t = 0; t < nt; t++)
-        memcpy((float *)c->o->data + (i0 + t) * iris_tensor_ld(c->o) + h * hd, acc + (size_t)t * hd,
-               sizeof(float) * (size_t)hd);
-}
-
 /* The scratch floats of a worker: a tile's (seg_tile_avx2) or a row's scores (seg_row). */
 static size_t seg_floats(const seg_ctx *c) {
     if (c->avx512) return (size_t)c->hd * 32 + (size_t)c->max_len * 16;
@@ -335,60 +312,70 @@ __attribute__((target("avx512f,avx2,fma"))) static void pv_avx512(const float *p
         }
 }
 
-/* seg_tile_avx2 over sixteen rows a vector (AVX-512, where the CPU has it): every lane the same
- * instructions as there, so each row's numbers are seg_tile_avx2's bits (the test
- * backend_cpu_segment_attention_avx512 holds them to that), with half the instructions.  buf:
- * hd * 16 + (e_ - a) * 16 + hd * 16 floats. */
-__attribute__((target("avx512f,avx2,fma"))) static void seg_tile_avx512(const seg_ctx *c, int h, int64_t i0, int nt,
-                                                                       int a, int e_, float *buf) {
-    int hd = c->hd, nh = c->nh, len = e_ - a;
-    int64_t ld = iris_tensor_ld(c->qkv);
-    const float *base = c->qkv->data;
-    float scale = 1.0f / sqrtf((float)hd);
-    float *qt = buf, *sc = buf + (size_t)hd * 16, *acc = sc + (size_t)len * 16;  /* [e][t], [j][t], [t][e] (t < 16) */
-    for (int e = 0; e < hd; e++)
-        for (int t = 0; t < 16; t++) qt[e * 16 + t] = t < nt ? base[(i0 + t) * ld + h * hd + e] : 0.0f;
-    __m512 vs = _mm512_set1_ps(scale);
-    const float *k0 = base + (int64_t)a * ld + (int64_t)nh * hd + h * hd;
-    int jk = 0;
-    for (; jk + 8 <= len; jk += 8) {
-        const float *k = k0 + jk * ld;
-        __m512 d[8];
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) d[u] = _mm512_setzero_ps();
-        for (int e = 0; e < hd; e++) {
-            __m512 qe = _mm512_loadu_ps(qt + e * 16);
-#pragma GCC unroll 8
-            for (int u = 0; u < 8; u++) d[u] = _mm512_fmadd_ps(qe, _mm512_set1_ps(k[u * ld + e]), d[u]);
-        }
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; u++) _mm512_storeu_ps(sc + (size_t)(jk + u) * 16, _mm512_mul_ps(d[u], vs));
-    }
-    for (; jk < len; jk++) {
-        const float *k = k0 + jk * ld;
-        __m512 d = _mm512_setzero_ps();
-        for (int e = 0; e < hd; e++) d = _mm512_fmadd_ps(_mm512_loadu_ps(qt + e * 16), _mm512_set1_ps(k[e]), d);
-        _mm512_storeu_ps(sc + (size_t)jk * 16, _mm512_mul_ps(d, vs));
-    }
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < len; j++) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc + (size_t)j * 16));
-    __m512d s_lo = _mm512_setzero_pd(), s_hi = s_lo;
-    for (int j = 0; j < len; j++) {
-        __m512 x = iris_cpu_exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + (size_t)j * 16), mx));
-        _mm512_storeu_ps(sc + (size_t)j * 16, x);
-        s_lo = _mm512_add_pd(s_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(x)));
-        s_hi = _mm512_add_pd(s_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
-    }
-    const __m512d one = _mm512_set1_pd(1.0);
-    __m512 inv = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(_mm512_div_pd(one, s_lo)))),
-                                                     _mm256_castps_pd(_mm512_cvtpd_ps(_mm512_div_pd(one, s_hi))), 1));
-    for (int j = 0; j < len; j++) _mm512_storeu_ps(sc + (size_t)j * 16, _mm512_mul_ps(_mm512_loadu_ps(sc + (size_t)j * 16), inv));
-    const float *v = base + (int64_t)a * ld + 2 * (int64_t)nh * hd + h * hd;
-    for (int t = 0; t < nt; t += 4) pv_avx512(sc, t, len, v, ld, hd, acc + (size_t)t * hd);
-    for (int t = 0; t < nt; t++)
-        memcpy((float *)c->o->data + (i0 + t) * iris_tensor_ld(c->o) + h * hd, acc + (size_t)t * hd,
-               sizeof(float) * (size_t)hd);
+/* The tiles at eight rows (AVX2) and sixteen (AVX-512): one body, cpu_seg_tile.h, per width. */
+__attribute__((target("avx2,fma"))) static inline void pv_tile8(const float *p, int nt, int len, const float *v,
+                                                                int64_t ldv, int hd, float *acc) {
+    for (int t = 0; t < nt; t += 2) pv_avx2(p, t, len, v, ldv, hd, acc + (size_t)t * hd, acc + (size_t)(t + 1) * hd);
 }
+
+__attribute__((target("avx512f,avx2,fma"))) static inline void pv_tile16(const float *p, int nt, int len,
+                                                                         const float *v, int64_t ldv, int hd,
+                                                                         float *acc) {
+    for (int t = 0; t < nt; t += 4) pv_avx512(p, t, len, v, ldv, hd, acc + (size_t)t * hd);
+}
+
+#define SEG_TILE_FN seg_tile_avx2
+#define SEG_TARGET "avx2,fma"
+#define SEG_W 8
+#define SEG_V __m256
+#define SEG_VD __m256d
+#define SEG_(op) _mm256_##op
+#define SEG_EXP iris_cpu_exp8
+#define SEG_SUM(lo, hi, x)                                                                                  \
+    (lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(x))),                                    \
+     hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))))
+#define SEG_INV(lo, hi)                                                                                     \
+    _mm256_set_m128(_mm256_cvtpd_ps(_mm256_div_pd(_mm256_set1_pd(1.0), hi)),                                \
+                    _mm256_cvtpd_ps(_mm256_div_pd(_mm256_set1_pd(1.0), lo)))
+#define SEG_PV pv_tile8
+#include "cpu_seg_tile.h"
+#undef SEG_TILE_FN
+#undef SEG_TARGET
+#undef SEG_W
+#undef SEG_V
+#undef SEG_VD
+#undef SEG_
+#undef SEG_EXP
+#undef SEG_SUM
+#undef SEG_INV
+#undef SEG_PV
+
+#define SEG_TILE_FN seg_tile_avx512
+#define SEG_TARGET "avx512f,avx2,fma"
+#define SEG_W 16
+#define SEG_V __m512
+#define SEG_VD __m512d
+#define SEG_(op) _mm512_##op
+#define SEG_EXP iris_cpu_exp16
+#define SEG_SUM(lo, hi, x)                                                                                  \
+    (lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(x))),                                    \
+     hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))))
+#define SEG_INV(lo, hi)                                                                                     \
+    _mm512_castpd_ps(_mm512_insertf64x4(                                                                    \
+        _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(_mm512_div_pd(_mm512_set1_pd(1.0), lo)))),  \
+        _mm256_castps_pd(_mm512_cvtpd_ps(_mm512_div_pd(_mm512_set1_pd(1.0), hi))), 1))
+#define SEG_PV pv_tile16
+#include "cpu_seg_tile.h"
+#undef SEG_TILE_FN
+#undef SEG_TARGET
+#undef SEG_W
+#undef SEG_V
+#undef SEG_VD
+#undef SEG_
+#undef SEG_EXP
+#undef SEG_SUM
+#undef SEG_INV
+#undef SEG_PV
 
 /* Work item w: head w / n_rows, row w % n_rows, so a thread's range is runs of rows of one head,
  * taken in tiles that stay within a segment. */

@@ -221,23 +221,47 @@ static int cpu_sync(iris_backend *b) { return 0; }
 
 static void vec_f32(const iris_tensor *t, float *dst) { iris_cpu_widen_row(t, 0, dst); }
 
+static int cpu_avx2(const iris_backend *b) { return b->ctx && ((const iris_cpu_ctx *)b->ctx)->avx2; }
+
+/* Row-wise ops (the norms, elementwise ops): split across the pool when there is enough work to pay
+ * for waking it (the vision encoder's 560 x 768 GELU on the demo model), inline otherwise (a decode
+ * step's rows: 16 x 256 for the demo model's norms).  Every row is computed as it would be alone:
+ * the same numbers at any thread count. */
+#define EW_MIN_ELEMS 16384
+
+/* fn over [0, rows) of ctx: on the pool when the op touches at least EW_MIN_ELEMS floats. */
+static void ew_rows(int64_t rows, int64_t elems, iris_pool_fn fn, void *ctx) {
+    if (elems >= EW_MIN_ELEMS) iris_pool_for(rows, fn, ctx);
+    else fn(ctx, 0, rows);
+}
+
 typedef struct {
     const iris_tensor *x, *w, *bias;
     iris_tensor *y;
     float eps;
     const float *wf, *bf;
+    int avx2; /* four rows at a time (cpu_norm_avx2.c: the same bits) */
 } norm_ctx;
 
 static void rms_rows(void *p, int64_t r0, int64_t r1) {
     norm_ctx *c = p;
     int64_t d = c->x->cols;
     for (int64_t r = r0; r < r1; r++) {
+        if (c->avx2 && r + 4 <= r1) {
+            const float *x4[4] = {CROW(c->x, r), CROW(c->x, r + 1), CROW(c->x, r + 2), CROW(c->x, r + 3)};
+            float *y4[4] = {ROW(c->y, r), ROW(c->y, r + 1), ROW(c->y, r + 2), ROW(c->y, r + 3)};
+            iris_cpu_rms_rows4_avx2(x4, y4, d, c->eps, c->wf);
+            r += 3;
+            continue;
+        }
         const float *x = CROW(c->x, r);
         float *y = ROW(c->y, r);
         double ss = 0;
         for (int64_t i = 0; i < d; i++) ss += (double)x[i] * x[i];
         float inv = (float)(1.0 / sqrt(ss / d + c->eps));
-        for (int64_t i = 0; i < d; i++) y[i] = c->wf[i] * (x[i] * inv);
+        if (c->avx2) iris_cpu_rms_out_avx2(x, y, d, inv, c->wf);
+        else
+            for (int64_t i = 0; i < d; i++) y[i] = c->wf[i] * (x[i] * inv);
     }
 }
 
@@ -245,6 +269,13 @@ static void ln_rows(void *p, int64_t r0, int64_t r1) {
     norm_ctx *c = p;
     int64_t d = c->x->cols;
     for (int64_t r = r0; r < r1; r++) {
+        if (c->avx2 && r + 4 <= r1) {
+            const float *x4[4] = {CROW(c->x, r), CROW(c->x, r + 1), CROW(c->x, r + 2), CROW(c->x, r + 3)};
+            float *y4[4] = {ROW(c->y, r), ROW(c->y, r + 1), ROW(c->y, r + 2), ROW(c->y, r + 3)};
+            iris_cpu_ln_rows4_avx2(x4, y4, d, c->eps, c->wf, c->bf);
+            r += 3;
+            continue;
+        }
         const float *x = CROW(c->x, r);
         float *y = ROW(c->y, r);
         double mean = 0, var = 0;
@@ -252,7 +283,9 @@ static void ln_rows(void *p, int64_t r0, int64_t r1) {
         mean /= d;
         for (int64_t i = 0; i < d; i++) var += (x[i] - mean) * (x[i] - mean);
         float inv = (float)(1.0 / sqrt(var / d + c->eps));
-        for (int64_t i = 0; i < d; i++) y[i] = ((float)(x[i] - mean) * inv) * c->wf[i] + c->bf[i];
+        if (c->avx2) iris_cpu_ln_out_avx2(x, y, d, mean, inv, c->wf, c->bf);
+        else
+            for (int64_t i = 0; i < d; i++) y[i] = ((float)(x[i] - mean) * inv) * c->wf[i] + c->bf[i];
     }
 }
 
@@ -263,8 +296,8 @@ static int norm_common(iris_backend *b, const iris_tensor *x, const iris_tensor 
     if (!wf) return iris_cpu_fail(b, IRIS_ENOMEM, "out of memory");
     vec_f32(w, wf);
     if (bias) vec_f32(bias, wf + d);
-    norm_ctx c = {.x = x, .w = w, .bias = bias, .y = y, .eps = eps, .wf = wf, .bf = wf + d};
-    iris_pool_for(x->rows, layer ? ln_rows : rms_rows, &c);
+    norm_ctx c = {.x = x, .w = w, .bias = bias, .y = y, .eps = eps, .wf = wf, .bf = wf + d, .avx2 = cpu_avx2(b)};
+    ew_rows(x->rows, x->rows * d, layer ? ln_rows : rms_rows, &c);
     free(wf);
     return 0;
 }
@@ -278,24 +311,12 @@ static int cpu_layer_norm(iris_backend *b, const iris_tensor *x, const iris_tens
     return norm_common(b, x, w, bias, eps, y, 1);
 }
 
-/* Elementwise ops over rows: split across the pool when there is enough work to pay for waking it
- * (the vision encoder's 560 x 768 GELU on the demo model), inline otherwise (a decode row).  Every
- * element is computed as it would be alone: the same numbers at any thread count. */
-#define EW_MIN_ELEMS 16384
 
 typedef struct {
     iris_tensor *y;
     const iris_tensor *x;
     int avx2; /* GELU and SiLU through cpu_act_avx2.c */
 } ew_ctx;
-
-static int cpu_avx2(const iris_backend *b) { return b->ctx && ((const iris_cpu_ctx *)b->ctx)->avx2; }
-
-/* fn over [0, rows) of ctx: on the pool when the op touches at least EW_MIN_ELEMS floats. */
-static void ew_rows(int64_t rows, int64_t elems, iris_pool_fn fn, void *ctx) {
-    if (elems >= EW_MIN_ELEMS) iris_pool_for(rows, fn, ctx);
-    else fn(ctx, 0, rows);
-}
 
 static void add_rows(void *p, int64_t r0, int64_t r1) {
     ew_ctx *c = p;

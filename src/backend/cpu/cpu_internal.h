@@ -43,6 +43,14 @@ int iris_cpu_has_avx512(void);
 /* The AVX2 activations (cpu_act_avx2.c), in place over n floats: GELU (tanh form), g = silu(g) · u. */
 void iris_cpu_gelu_tanh_avx2(float *v, int64_t n);
 void iris_cpu_silu_mul_avx2(float *g, const float *u, int64_t n);
+/* The norms four rows at a time (cpu_norm_avx2.c), the scalar loops' bits: LayerNorm y = (x - mean) /
+ * sqrt(var + eps) · w + b and RMSNorm y = w · x / sqrt(mean(x²) + eps) of rows x[k] into y[k] (y[k]
+ * may be x[k]) of d floats, w and b fp32; and the output pass of one row, given its mean and inv. */
+void iris_cpu_ln_rows4_avx2(const float *const x[4], float *const y[4], int64_t d, float eps, const float *w,
+                            const float *b);
+void iris_cpu_ln_out_avx2(const float *x, float *y, int64_t d, double mean, float inv, const float *w, const float *b);
+void iris_cpu_rms_rows4_avx2(const float *const x[4], float *const y[4], int64_t d, float eps, const float *w);
+void iris_cpu_rms_out_avx2(const float *x, float *y, int64_t d, float inv, const float *w);
 int iris_cpu_dot_row_avx2(const iris_tensor *w, int64_t r, const float *x, int n, int64_t ldx, float *y, int64_t ldy);
 /* n BF16 values widened to fp32 (exact), eight at a time. */
 void iris_cpu_widen_bf16_avx2(const uint16_t *src, float *dst, int64_t n);

@@ -7,12 +7,15 @@
  * on the 2-core dev VM.  FP8 rows use per-block tables of their 256 values:
  * measured faster than the AVX2 bit decode (5.2 vs 3.2 GB/s of weights), so
  * FP8 takes the AVX2 kernel only in its own test, which keeps it exact.
- * Many rows (prefill, vision): W is widened to fp32 in tiles of LIN_CHUNK
- * rows (in parallel), and each tile multiplied with OpenBLAS sgemm, x's rows
- * split across the pool, one single-threaded sgemm a worker (the backend sets
- * OpenBLAS to one thread: its own threads spin in sched_yield between calls,
- * which on the 2-core dev VM cost the pool's other ops their second core —
- * demo captions in one process 1.3x faster with the pool's split). */
+ * Many rows (prefill, vision): W as fp32 (F32 with dense rows as it is, else
+ * widened here in tiles of LIN_CHUNK rows, in parallel), each tile multiplied
+ * with OpenBLAS sgemm, x's rows split across the pool, one single-threaded
+ * sgemm a worker (the backend sets OpenBLAS to one thread: its own threads
+ * spin in sched_yield between calls, which on the 2-core dev VM cost the
+ * pool's other ops their second core — demo captions in one process 1.3x
+ * faster with the pool's split).  Widening each BF16 weight once and keeping
+ * it (checked by a CRC of its bytes each use) measured no faster here: the
+ * CRC and sgemm packing from the colder fp32 copy cost what widening did. */
 #include <cblas.h>
 #include <immintrin.h>
 #include <stdlib.h>
@@ -28,7 +31,7 @@ typedef struct {
     const iris_tensor *x, *w;
     iris_tensor *y;
     int64_t r0;
-    float *tile;
+    const float *tile; /* W's rows [r0, r0 + m) as fp32 */
     int simd;
     int64_t m;       /* the tile's rows */
     const float *bf; /* the bias as fp32, or NULL */
@@ -86,9 +89,9 @@ static void lin_widen(void *p, int64_t r0, int64_t r1) {
     const iris_tensor *w = c->w;
     for (int64_t r = r0; r < r1; r++) {
         if (c->simd && w->dtype == IRIS_DT_BF16)
-            iris_cpu_widen_bf16_avx2((const uint16_t *)w->data + (c->r0 + r) * iris_tensor_ld(w), c->tile + r * w->cols, w->cols);
+            iris_cpu_widen_bf16_avx2((const uint16_t *)w->data + (c->r0 + r) * iris_tensor_ld(w), (float *)c->tile + r * w->cols, w->cols);
         else
-            iris_cpu_widen_row(w, c->r0 + r, c->tile + r * w->cols);
+            iris_cpu_widen_row(w, c->r0 + r, (float *)c->tile + r * w->cols);
     }
 }
 
@@ -120,38 +123,47 @@ int iris_cpu_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w,
                              (long long)n, (long long)x->cols, (long long)out, (long long)in, (long long)y->rows,
                              (long long)y->cols);
     iris_cpu_ctx *cc = b->ctx;
-    float *bf = NULL;
-    if (bias) {
-        if (!(bf = iris_cpu_buf(cc, sizeof(float) * (size_t)out))) return iris_cpu_fail(b, IRIS_ENOMEM, "out of memory");
-        iris_cpu_widen_row(bias, 0, bf);
+    const float *bf = bias && bias->dtype == IRIS_DT_F32 ? bias->data : NULL;
+    float *own_bf = NULL; /* the bias widened here (not F32) */
+    if (bias && !bf) {
+        if (!(own_bf = iris_cpu_buf(cc, sizeof(float) * (size_t)out))) return iris_cpu_fail(b, IRIS_ENOMEM, "out of memory");
+        iris_cpu_widen_row(bias, 0, own_bf);
+        bf = own_bf;
     }
     lin_ctx c = {.x = x, .w = w, .y = y, .cc = cc, .simd = cc->avx2};
     if (n <= DOT_MAX_ROWS) {
         int64_t n_cb = w->dtype == IRIS_DT_F8_E4M3 ? (in + w->block[1] - 1) / w->block[1] : 0;
         if (iris_cpu_scratch_reserve(cc, (size_t)in + (size_t)n_cb * 256)) {
-            iris_cpu_buf_free(cc, bf);
+            iris_cpu_buf_free(cc, own_bf);
             return iris_cpu_fail(b, IRIS_ENOMEM, "linear: out of memory for a row of %lld", (long long)in);
         }
         iris_pool_for(out, lin_dot, &c);
         int64_t ldy = iris_tensor_ld(y);
         for (int64_t i = 0; bf && i < n; i++) add_bias((float *)y->data + i * ldy, bf, out);
     } else {
+        /* W's fp32 rows: the weight itself (F32, dense rows), else tiles widened here */
+        const float *wf = w->dtype == IRIS_DT_F32 && iris_tensor_ld(w) == in ? w->data : NULL;
         int64_t rows = out < LIN_CHUNK ? out : LIN_CHUNK;
-        c.tile = iris_cpu_buf(cc, (size_t)(rows * in) * sizeof(float));
+        float *tile = wf ? NULL : iris_cpu_buf(cc, (size_t)(rows * in) * sizeof(float));
         c.bf = bf;
-        if (!c.tile) {
-            iris_cpu_buf_free(cc, bf);
+        if (!wf && !tile) {
+            iris_cpu_buf_free(cc, own_bf);
             return iris_cpu_fail(b, IRIS_ENOMEM, "linear: out of memory for a %lld x %lld tile", (long long)rows,
                                  (long long)in);
         }
         for (int64_t r0 = 0; r0 < out; r0 += rows) {
             int64_t m = out - r0 < rows ? out - r0 : rows;
             c.r0 = r0, c.m = m;
-            iris_pool_for(m, lin_widen, &c);
+            if (wf) {
+                c.tile = wf + r0 * in;
+            } else {
+                c.tile = tile;
+                iris_pool_for(m, lin_widen, &c);
+            }
             iris_pool_for(n, lin_gemm, &c); /* and the bias, where there is one */
         }
-        iris_cpu_buf_free(cc, c.tile);
+        iris_cpu_buf_free(cc, tile);
     }
-    iris_cpu_buf_free(cc, bf);
+    iris_cpu_buf_free(cc, own_bf);
     return 0;
 }
