@@ -339,16 +339,6 @@ __attribute__((target("avx512f,avx2,fma"))) static inline void pv_tile16(const f
                     _mm256_cvtpd_ps(_mm256_div_pd(_mm256_set1_pd(1.0), lo)))
 #define SEG_PV pv_tile8
 #include "cpu_seg_tile.h"
-#undef SEG_TILE_FN
-#undef SEG_TARGET
-#undef SEG_W
-#undef SEG_V
-#undef SEG_VD
-#undef SEG_
-#undef SEG_EXP
-#undef SEG_SUM
-#undef SEG_INV
-#undef SEG_PV
 
 #define SEG_TILE_FN seg_tile_avx512
 #define SEG_TARGET "avx512f,avx2,fma"
@@ -366,16 +356,6 @@ __attribute__((target("avx512f,avx2,fma"))) static inline void pv_tile16(const f
         _mm256_castps_pd(_mm512_cvtpd_ps(_mm512_div_pd(_mm512_set1_pd(1.0), hi))), 1))
 #define SEG_PV pv_tile16
 #include "cpu_seg_tile.h"
-#undef SEG_TILE_FN
-#undef SEG_TARGET
-#undef SEG_W
-#undef SEG_V
-#undef SEG_VD
-#undef SEG_
-#undef SEG_EXP
-#undef SEG_SUM
-#undef SEG_INV
-#undef SEG_PV
 
 /* Work item w: head w / n_rows, row w % n_rows, so a thread's range is runs of rows of one head,
  * taken in tiles that stay within a segment. */

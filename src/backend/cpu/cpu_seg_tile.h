@@ -1,5 +1,5 @@
 /* cpu_seg_tile.h: the vision-attention tile of cpu_attn.c, written once for both vector widths:
- * included there once per width (no include guard), with these defined:
+ * included there once per width (no include guard; it undefines them at its end), with these defined:
  *   SEG_TILE_FN  the function's name          SEG_TARGET  its target attribute
  *   SEG_W        lanes: rows of a head a tile  SEG_V, SEG_VD  the float and double vector types
  *   SEG_(op)     op's intrinsic at the width (SEG_(loadu_ps): _mm256_loadu_ps or _mm512_loadu_ps)
@@ -63,3 +63,15 @@ __attribute__((target(SEG_TARGET))) static void SEG_TILE_FN(const seg_ctx *c, in
         memcpy((float *)c->o->data + (i0 + t) * iris_tensor_ld(c->o) + h * hd, acc + (size_t)t * hd,
                sizeof(float) * (size_t)hd);
 }
+
+/* the parameters end with the tile: the next width defines them afresh */
+#undef SEG_TILE_FN
+#undef SEG_TARGET
+#undef SEG_W
+#undef SEG_V
+#undef SEG_VD
+#undef SEG_
+#undef SEG_EXP
+#undef SEG_SUM
+#undef SEG_INV
+#undef SEG_PV
