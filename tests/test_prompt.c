@@ -1,6 +1,7 @@
 /* test_prompt.c: the whole prompt path (chat template, tiny tokenizer, image
  * preprocessing, pad expansion, positions) against the inputs transformers
- * built for the tiny fixtures (tests/fixtures/tiny/inputs, manifest.json). */
+ * built for the tiny fixtures (tests/fixtures/tiny/inputs, manifest.json),
+ * its errors and image budget, and its recycled pixel-row arrays. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,21 +9,36 @@
 #include <string.h>
 
 #include "formats/config.h"
+#include "formats/image.h"
 #include "engine/prompt.h"
 #include "formats/tokenizer.h"
 #include "test.h"
 #include "tiny_fixture.h"
 
-IRIS_TEST(prompt_matches_transformers) {
+/* tiny-gqa's config, preprocessor config and tokenizer: NULL, or the one that failed to load (why
+ * in err). */
+static const char *gqa_load(iris_config *cfg, iris_preprocessor_config *pc, iris_tok **tok, iris_err *err) {
     const char *dir = TINY_DIR "/tiny-gqa/model";
+    if (iris_config_load(dir, cfg, err)) return "config";
+    if (iris_preprocessor_config_load(dir, pc, err)) return "preprocessor config";
+    if (iris_tok_load(dir, tok, err)) return "tokenizer";
+    return NULL;
+}
+#define TINY_LOAD(cfg, pc, tok, err)                                                           \
+    do {                                                                                       \
+        const char *failed_ = gqa_load(cfg, pc, tok, err);                                    \
+        CHECKF(!failed_, "tiny-gqa's %s: %s", failed_, (err)->msg);                            \
+        REQUIRE(!failed_);                                                                     \
+    } while (0)
+
+
+IRIS_TEST(prompt_matches_transformers) {
     iris_err err = {0};
     iris_config cfg;
     iris_preprocessor_config pc;
     iris_tok *tok = NULL;
-    REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
-    REQUIRE(iris_preprocessor_config_load(dir, &pc, &err) == 0);
+    TINY_LOAD(&cfg, &pc, &tok, &err);
     CHECK_EQ_INT(pc.min_pixels, 1024);
-    REQUIRE(iris_tok_load(TINY_DIR "/tiny-gqa/model/tokenizer.json", &tok, &err) == 0);
     json_error_t je;
     json_t *man = json_load_file(TINY_DIR "/manifest.json", 0, &je);
     REQUIRE(man);
@@ -85,14 +101,11 @@ IRIS_TEST(prompt_matches_transformers) {
 }
 
 IRIS_TEST(prompt_errors) {
-    const char *dir = TINY_DIR "/tiny-gqa/model";
     iris_err err = {0};
     iris_config cfg;
     iris_preprocessor_config pc;
     iris_tok *tok = NULL;
-    REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
-    REQUIRE(iris_preprocessor_config_load(dir, &pc, &err) == 0);
-    REQUIRE(iris_tok_load(TINY_DIR "/tiny-gqa/model/tokenizer.json", &tok, &err) == 0);
+    TINY_LOAD(&cfg, &pc, &tok, &err);
     json_t *m = iris_prompt_one_turn(NULL, 1, "hi");
     iris_prompt_image bad[1] = {{.path = TINY_DIR "/tiny-gqa/model/config.json"}};   /* not an image */
     iris_prompt_ctx ctx = {.tok = tok, .cfg = &cfg, .pc = &pc};
@@ -146,15 +159,12 @@ static int same_prompt(const iris_prompt *a, const iris_prompt *b) {
 /* The one builder gives the same prompt whether the images come as files (the CLI), as bytes
  * (the server's image_url data) or already decoded. */
 IRIS_TEST(prompt_files_bytes_decoded_agree) {
-    const char *dir = TINY_DIR "/tiny-gqa/model";
     iris_err err = {0};
     iris_config cfg;
     iris_preprocessor_config pc;
     iris_tok *tok = NULL;
-    REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
-    REQUIRE(iris_preprocessor_config_load(dir, &pc, &err) == 0);
+    TINY_LOAD(&cfg, &pc, &tok, &err);
     REQUIRE(pc.patch_size == 16 && pc.temporal_patch_size == 2);
-    REQUIRE(iris_tok_load(dir, &tok, &err) == 0);
     iris_prompt_ctx ctx = {.tok = tok, .cfg = &cfg, .pc = &pc};
     const char *paths[2] = {TINY_DIR "/images/a.png", TINY_DIR "/images/b.png"};
     char *bytes[2];
@@ -202,14 +212,11 @@ IRIS_TEST(prompt_files_bytes_decoded_agree) {
 /* The image budget in the builder's ctx: the resize bound lowers the preprocessor's, the decode
  * bound follows it (32x), and a request's images are added up from their headers. */
 IRIS_TEST(prompt_image_budget) {
-    const char *dir = TINY_DIR "/tiny-gqa/model";
     iris_err err = {0};
     iris_config cfg;
     iris_preprocessor_config pc;
     iris_tok *tok = NULL;
-    REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
-    REQUIRE(iris_preprocessor_config_load(dir, &pc, &err) == 0);
-    REQUIRE(iris_tok_load(TINY_DIR "/tiny-gqa/model/tokenizer.json", &tok, &err) == 0);
+    TINY_LOAD(&cfg, &pc, &tok, &err);
     iris_preprocessor_config big = pc;
     big.max_pixels = 16777216;
     iris_prompt_ctx ctx = {.tok = tok, .cfg = &cfg, .pc = &big};
@@ -248,5 +255,76 @@ IRIS_TEST(prompt_image_budget) {
     CHECK_CONTAINS(err.msg, "over the limit");
     json_decref(m);
     free(png);
+    iris_tok_free(tok);
+}
+
+/* A w x h image of noise from seed (owned: iris_image_free). */
+static iris_image noise(int w, int h, uint32_t seed) {
+    iris_image im = {.width = w, .height = h, .rgb = malloc((size_t)w * h * 3)};
+    for (size_t i = 0; im.rgb && i < (size_t)w * h * 3; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        im.rgb[i] = (uint8_t)(seed >> 24);
+    }
+    return im;
+}
+
+/* The rows of im as the image path alone makes them, into a new array of *n floats. */
+static float *fresh_rows(const iris_image *im, const iris_preprocessor_config *pc, size_t *n) {
+    iris_image_prep_opts po;
+    iris_image_prep_opts_default(&po);
+    po.min_pixels = pc->min_pixels, po.max_pixels = pc->max_pixels;
+    po.patch_size = pc->patch_size, po.merge_size = pc->merge_size, po.temporal_patch_size = pc->temporal_patch_size;
+    memcpy(po.image_mean, pc->image_mean, sizeof po.image_mean);
+    memcpy(po.image_std, pc->image_std, sizeof po.image_std);
+    iris_image_prep prep;
+    iris_err err = {0};
+    if (iris_image_prepare(im, &po, &prep, &err)) return NULL;
+    int64_t rows = iris_image_prep_rows(&prep);
+    *n = (size_t)rows * (size_t)iris_image_row_dim(&po);
+    float *out = malloc(sizeof(float) * *n);
+    if (out) iris_image_patch_rows(&prep, &po, 0, rows, out);
+    iris_image_prep_free(&prep);
+    return out;
+}
+
+/* The builder's pixel rows come from arrays recycled between prompts (engine/prompt.c): an array
+ * a freed prompt gave back is the next one's, and the rows written into it are the bytes a fresh
+ * preprocessing gives (image.h: prepare + patch rows), whatever the image before it left there; an
+ * image with more rows than the last one (the same size class) too, and the first image again. */
+IRIS_TEST(image_pixel_rows_recycled) {
+    iris_err err = {0};
+    iris_config cfg;
+    iris_preprocessor_config pc;
+    iris_tok *tok = NULL;
+    TINY_LOAD(&cfg, &pc, &tok, &err);
+    json_t *msgs = iris_prompt_one_turn(NULL, 1, "Describe.");
+    REQUIRE(msgs);
+    iris_prompt_ctx ctx = {.tok = tok, .cfg = &cfg, .pc = &pc};
+    /* 8x6 patches, 6x8 others, then 10x6: 48, 48 and 60 rows, one power-of-two class of arrays */
+    iris_image ims[4] = {noise(128, 96, 1), noise(96, 128, 2), noise(160, 96, 3)};
+    ims[3] = ims[0];
+    const int want_rows[4] = {48, 48, 60, 48};
+    float *prev = NULL;
+    for (int k = 0; k < 4; k++) {
+        REQUIRE(ims[k].rgb);
+        iris_prompt_image pim = {.image = &ims[k]};
+        iris_prompt p;
+        int rc = iris_prompt_build(&ctx, msgs, &pim, 1, &p, NULL, &err);
+        CHECKF(rc == 0, "image %d: %s", k, err.msg);
+        if (rc) continue;
+        CHECK_EQ_INT(p.n_rows, want_rows[k]);
+        if (prev) CHECKF(p.pixel_values == prev, "image %d: a new array, not the one the last prompt gave back", k);
+        size_t n = 0;
+        float *want = fresh_rows(&ims[k], &pc, &n);
+        REQUIRE(want);
+        CHECK_EQ_INT((int64_t)n, p.n_rows * 3 * 2 * 16 * 16);
+        CHECKF(n == (size_t)p.n_rows * 1536 && !memcmp(p.pixel_values, want, sizeof(float) * n),
+               "image %d: the recycled array's rows differ from a fresh preprocessing's", k);
+        free(want);
+        prev = p.pixel_values;
+        iris_prompt_free(&p);
+    }
+    for (int k = 0; k < 3; k++) iris_image_free(&ims[k]);
+    json_decref(msgs);
     iris_tok_free(tok);
 }
