@@ -14,7 +14,16 @@
  * WMMA kernel) one JSON line: the median time of 7 runs,
  * TFLOP/s counting exactly the work a causal mask leaves (4 · head_dim flops a query head a visible
  * key), and whether the output has the same bits as layout 2's.  Figures are reported, never
- * asserted (tests/test_ops_attn.c asserts the bits). */
+ * asserted (tests/test_ops_attn.c asserts the bits).
+ *
+ *   build/bench/bench_attn segments [IMAGES] [PATCHES] [HEADS] [HEAD_DIM]
+ *
+ * The vision encoder's attention: IMAGES segments of PATCHES rows in one call (defaults 8 x 4,096,
+ * a 1024 x 1024 image's patches, 16 heads of 64: Qwen3-VL-2B's and 4B's encoder), the default
+ * kernel (wgmma where it runs) and the mma.sync one (impl 5) side by side: a JSON line each with
+ * the median of 7 runs, TFLOP/s (4 · N² · head_dim a head and segment) and the largest difference
+ * of the two outputs. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,8 +164,72 @@ static void bench_chunk(const cache *k, const char *name, int past, int n, int f
     free(ref), free(got);
 }
 
+static float bf16_f(uint16_t v) {
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static int bench_segments(int n_img, int patches, int nh, int hd) {
+    int64_t n = (int64_t)n_img * patches, w = (int64_t)nh * hd;
+    int *cu = malloc(sizeof(int) * (size_t)(n_img + 1));
+    for (int i = 0; i <= n_img; i++) cu[i] = i * patches;
+    iris_tensor qkv = tview(dev_random((size_t)(n * 3 * w), 0), n, 3 * w);
+    void *o = B->alloc(B, (size_t)(n * w * 2));
+    if (!o) die("arena exhausted");
+    iris_tensor out = tview(o, n, w);
+    size_t bytes = (size_t)(n * w * 2);
+    uint16_t *ref = malloc(bytes), *got = malloc(bytes);
+    double flops = 4.0 * patches * (double)patches * hd * nh * n_img;
+    static const int impls[] = {5, 0};
+    static const char *names[] = {"mma.sync", "default"};
+    for (int i = 0; i < 2; i++) {
+        iris_cuda_set_attn_impl(B, impls[i]);
+        double t[7];
+        OK(B->attn_segments(B, &qkv, nh, hd, cu, n_img, &out));
+        for (int r = 0; r < 7; r++) {
+            OK(B->sync(B));
+            OK(iris_cuda_mark(B));
+            OK(B->attn_segments(B, &qkv, nh, hd, cu, n_img, &out));
+            t[r] = iris_cuda_elapsed_ms(B);
+        }
+        qsort(t, 7, sizeof *t, cmp_double);
+        OK(B->sync(B));
+        OK(B->download(B, i == 0 ? ref : got, o, bytes));
+        double diff = 0;
+        for (int64_t e = 0; i > 0 && e < n * w; e++) {
+            double d = fabs((double)bf16_f(ref[e]) - (double)bf16_f(got[e]));
+            if (d > diff || d != d) diff = d;
+        }
+        printf("{\"bench\":\"attn_segments\",\"images\":%d,\"patches\":%d,\"heads\":%d,\"head_dim\":%d,"
+               "\"kernel\":\"%s\",\"wgmma\":%s,\"ms\":%.3f,\"TFLOPs\":%.1f,\"max_diff_vs_mma\":%.3g}\n",
+               n_img, patches, nh, hd, names[i], i && iris_cuda_wgmma_on(B) && hd == 64 ? "true" : "false", t[3],
+               flops / (t[3] * 1e-3) / 1e12, diff);
+        fflush(stdout);
+    }
+    iris_cuda_set_attn_impl(B, 0);
+    free(cu), free(ref), free(got);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *like = argc > 1 ? argv[1] : "2B";
+    if (strcmp(like, "segments") == 0) {
+        if (iris_cuda_device_count() == 0) {
+            fprintf(stderr, "bench_attn: no CUDA device\n");
+            return 1;
+        }
+        iris_err err = {0};
+        if (iris_backend_cuda_open(0, (size_t)8 << 30, &B, &err)) {
+            fprintf(stderr, "bench_attn: %s\n", err.msg);
+            return 1;
+        }
+        int rc = bench_segments(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 4096,
+                                argc > 4 ? atoi(argv[4]) : 16, argc > 5 ? atoi(argv[5]) : 64);
+        B->destroy(B);
+        return rc;
+    }
     int context = argc > 2 ? atoi(argv[2]) : 11982, chunk_rows = argc > 3 ? atoi(argv[3]) : 8192;
     int fp8 = argc > 4 && strcmp(argv[4], "fp8") == 0;
     if (context < 1 || chunk_rows < 1) {

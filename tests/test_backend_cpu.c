@@ -880,3 +880,21 @@ IRIS_TEST(backend_cpu_paged_attention_fp8) {
     CHECK(b->kv_write(b, &cbad, &kt, &vt, &m) == IRIS_EUNSUPPORTED);
     free(k), free(v), free(q), free(k8), free(v8), free(kf), free(vf), free(kr), free(vr), free(o8), free(o32);
 }
+
+/* The rows in no whole attention tile (backend.h), which the runner lists for the CUDA decode
+ * kernel: a tile holding two sequences is lone, a whole tile or a short tail of 8 rows or more of
+ * one sequence is not, a tail of fewer rows is. */
+IRIS_TEST(backend_attn_lone_rows) {
+    int32_t seq[300], out[300];
+    int n = 0;
+    for (int i = 0; i < 70; i++) seq[n++] = 0;
+    seq[n++] = 1, seq[n++] = 2;
+    for (int i = 0; i < 130; i++) seq[n++] = 3; /* 202 rows: tiles 0, 1 (mixed), 2, and 10 rows */
+    int k = iris_attn_lone_rows(seq, n, out);
+    CHECKF(k == 64, "%d lone rows, want the 64 of tile 1", k);
+    for (int i = 0; i < k && i < 64; i++) CHECKF(out[i] == 64 + i, "lone row %d is %d", i, out[i]);
+    k = iris_attn_lone_rows(seq, 197, out); /* a tail of 5 rows */
+    CHECKF(k == 69 && out[64] == 192 && out[68] == 196, "%d lone rows with a 5-row tail", k);
+    for (int i = 0; i < 3; i++) seq[i] = i; /* one row a sequence: every row */
+    CHECK(iris_attn_lone_rows(seq, 3, out) == 3 && out[0] == 0 && out[2] == 2);
+}

@@ -187,6 +187,10 @@ IRIS_TEST(build_archs_say_which_cards_run) {
         CHECKF(iris_cuda_archs_have_sass(cases[i].archs, cases[i].major, cases[i].minor) == cases[i].sass,
                "CUDA_ARCHS \"%s\" on %d.%d: want %s", cases[i].archs, cases[i].major, cases[i].minor,
                cases[i].sass ? "machine code" : "none");
+    /* sm_90a's own instructions (wgmma): only where the list names 90a, only on 9.0 */
+    CHECK(iris_cuda_archs_have_arch_sass("80 86 89 90a 120f", 9, 0) && iris_cuda_archs_have_arch_sass("90a", 9, 0));
+    CHECK(!iris_cuda_archs_have_arch_sass("90", 9, 0) && !iris_cuda_archs_have_arch_sass("90a", 9, 1) &&
+          !iris_cuda_archs_have_arch_sass("120f", 12, 0) && !iris_cuda_archs_have_arch_sass(NULL, 9, 0));
     CHECK(iris_cuda_ptx_runs("120", 13, 0) && iris_cuda_ptx_runs("120", 12, 0) && iris_cuda_ptx_runs("90", 10, 0));
     CHECK(!iris_cuda_ptx_runs("120", 10, 0) && !iris_cuda_ptx_runs("90", 8, 9) && !iris_cuda_ptx_runs("", 9, 0) &&
           !iris_cuda_ptx_runs(NULL, 9, 0));

@@ -15,6 +15,7 @@
 #include "test.h"
 
 #ifdef IRIS_CUDA
+#include "backend/cuda/cuda_info.h"
 #include "backend/cuda/cuda_testing.h"
 
 /* ---- paged attention ---------------------------------------------------------------------- */
@@ -28,6 +29,7 @@ static int g_kv8;  /* the caches hold E4M3 codes (--kv-cache-dtype fp8) */
 static int g_nseqs = 1; /* CUDA's meta says how many sequences the step has (n_seqs), else 0 */
 static int g_layouts; /* check_paged also runs impls 2, 3 and 4 and wants g_impl 0's bits from them */
 static int g_no_cpu;  /* check_paged skips the CPU reference (long steps at full head counts: bits only) */
+static int g_lone;    /* the meta lists the rows in no whole tile (iris_attn_meta.lone_rows), as the runner's does */
 static const char *const impl_name[] = {"", " (wmma)", " (mma, tiles in order)", " (mma, 2 heads a CTA)",
                                         " (mma, 2 heads a CTA, 3 stages)"};
 
@@ -107,13 +109,20 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     CHECKF(ops_cuda->kv_write(ops_cuda, &gkv, &gtk, &gtv, &ghm) == 0, "%s", ops_cuda->err.msg);
     void *dq = ops_dev_bf16(q, (int64_t)n_rows * nq * hd), *dout = ops_dev_poison((int64_t)n_rows * nq * hd);
     iris_attn_meta gm = {n_rows, d_row_seq, d_row_ctx, d_bt, max_blocks, d_slot_new, g_nseqs ? n_seqs : 0};
+    int32_t *lone = malloc(sizeof(int32_t) * (size_t)n_rows);
+    void *d_lone = NULL;
+    if (g_lone) {
+        gm.n_lone = iris_attn_lone_rows(row_seq, n_rows, lone);
+        d_lone = ops_dev_copy(lone, sizeof(int32_t) * (size_t)(gm.n_lone ? gm.n_lone : 1));
+        gm.lone_rows = d_lone;
+    }
     iris_tensor gq = ops_view(dq, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0), go = ops_view(dout, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0);
     int rc = ops_cuda->attn_paged(ops_cuda, &gq, &gkv, &gm, nq, &go);
     CHECKF(rc == 0, "%s", ops_cuda->err.msg);
     float *got = ops_dev_read_bf16(dout, (int64_t)n_rows * nq * hd);
     char what[128];
-    int len = snprintf(what, sizeof what, "attn_paged%s%s %d/%d x %d:", impl_name[g_impl], g_kv8 ? " (fp8 cache)" : "",
-                       nq, nkv, hd);
+    int len = snprintf(what, sizeof what, "attn_paged%s%s%s %d/%d x %d:", impl_name[g_impl], g_kv8 ? " (fp8 cache)" : "",
+                       g_lone ? " (lone rows)" : "", nq, nkv, hd);
     for (int s = 0; s < n_seqs && len < (int)sizeof what - 16; s++)
         len += snprintf(what + len, sizeof what - (size_t)len, " %d+%d", ss[s].n_past, ss[s].n_new);
     /* P is rounded to bf16 in the flash kernel: 2^-9 of each weight, so at most that of max|v|. */
@@ -152,9 +161,10 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     }
     CHECKF(kv_ok, "kv_write%s: cache rows differ from the written k, v", g_kv8 ? " (fp8)" : "");
 
-    void *bufs[] = {gk, gv, d_bt, d_slot_all, d_row_seq, d_row_ctx, d_slot_new, dk, dv, dq, dout};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_cuda->free(ops_cuda, bufs[i]);
-    free(perm), free(bt), free(slot_all), free(row_seq), free(row_ctx), free(slot_new), free(k), free(v), free(q);
+    void *bufs[] = {gk, gv, d_bt, d_slot_all, d_row_seq, d_row_ctx, d_slot_new, dk, dv, dq, dout, d_lone};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) ops_cuda->free(ops_cuda, bufs[i]);
+    free(lone), free(perm), free(bt), free(slot_all), free(row_seq), free(row_ctx), free(slot_new), free(k), free(v), free(q);
     free(ck), free(cv), free(ref), free(got);
 }
 
@@ -205,6 +215,20 @@ IRIS_TEST(gpu_ops_attn_paged) {
     }
     g_impl = 0;
     iris_cuda_set_attn_impl(ops_cuda, 0);
+    /* the rows in no whole tile listed, as the runner lists them: the decode kernel launched over
+     * those alone (every other row must still come from the flash kernel: the output starts
+     * poisoned); a tile straddling sequences, one sequence's tail, a step whose tiles are all whole */
+    step_seq l1[] = {{0, 70}, {12, 1}, {5, 1}, {0, 130}}, l2[] = {{3, 64}, {64, 64}};
+    g_lone = 1;
+    check_paged(p1, 4, 16, 8, 128);
+    check_paged(p1, 4, 4, 1, 16);
+    check_paged(l1, 4, 16, 8, 128);
+    check_paged(l1, 4, 6, 2, 128);
+    check_paged(l2, 2, 16, 8, 128);
+    check_paged(s1, 1, 16, 8, 128);
+    g_kv8 = 1;
+    check_paged(l1, 4, 16, 8, 128);
+    g_kv8 = 0, g_lone = 0;
     /* an E4M3 cache: decode rows (split and not) and prefill tiles, both flash kernels asked for
      * (the WMMA one hands an E4M3 cache to the mma kernel) */
     g_kv8 = 1;
@@ -465,7 +489,8 @@ static void check_segments(const int *cu, int n_seg, int nh, int hd) {
     CHECKF(ops_cuda->attn_segments(ops_cuda, &gqkv, nh, hd, cu, n_seg, &go) == 0, "%s", ops_cuda->err.msg);
     float *got = ops_dev_read_bf16(dout, n * w);
     char what[128];
-    int len = snprintf(what, sizeof what, "attn_segments%s %d x %d:", g_impl ? " (wmma)" : "", nh, hd);
+    int len = snprintf(what, sizeof what, "attn_segments%s %d x %d:", g_impl == 1 ? " (wmma)" : g_impl == 5 ? " (mma)" : "",
+                       nh, hd);
     for (int s = 0; s < n_seg && len < (int)sizeof what - 8; s++)
         len += snprintf(what + len, sizeof what - (size_t)len, " %d", cu[s + 1] - cu[s]);
     ops_compare(what, got, w, ref, w, n, w, 4e-3f, 4e-3f);
@@ -475,11 +500,19 @@ static void check_segments(const int *cu, int n_seg, int nh, int hd) {
 
 IRIS_TEST(gpu_ops_attn_segments) {
     OPS_BACKENDS();
+    /* the wgmma kernel runs wherever it can: a 9.0 device and a build with sm_90a code */
+    int cap = iris_cuda_capability(ops_cuda);
+    CHECKF(iris_cuda_wgmma_on(ops_cuda) == (cap == 90 && iris_cuda_archs_have_arch_sass(iris_cuda_archs(), 9, 0)),
+           "wgmma %s on compute capability %d with CUDA_ARCHS \"%s\"", iris_cuda_wgmma_on(ops_cuda) ? "on" : "off", cap,
+           iris_cuda_archs());
     int a[] = {0, 37, 250, 300};
     int b[] = {0, 129};
     int c[] = {0, 1, 1025};
     int d[] = {0, 70, 133};
-    for (g_impl = 0; g_impl < 2; g_impl++) {
+    /* 0: the default (head size 64: wgmma on a 9.0 device with sm_90a code), 1 WMMA, 5 mma.sync */
+    static const int impls[] = {0, 1, 5};
+    for (int ii = 0; ii < 3; ii++) {
+        g_impl = impls[ii];
         iris_cuda_set_attn_impl(ops_cuda, g_impl);
         check_segments(a, 3, 3, 64);
         check_segments(b, 1, 2, 128);
@@ -506,7 +539,9 @@ IRIS_TEST(gpu_ops_attn_segments_many) {
     int many[41];
     many[0] = 0;
     for (int s = 0; s < 40; s++) many[s + 1] = many[s] + (s % 7 == 3 ? 0 : 1 + (s * 37) % 150);
-    for (g_impl = 0; g_impl < 2; g_impl++) {
+    static const int impls[] = {0, 1, 5};
+    for (int ii = 0; ii < 3; ii++) {
+        g_impl = impls[ii];
         iris_cuda_set_attn_impl(ops_cuda, g_impl);
         check_segments(img, 3, 16, 64);
         check_segments(odd, 7, 4, 64);
@@ -521,6 +556,7 @@ IRIS_TEST(gpu_ops_attn_segments_many) {
     iris_cuda_set_attn_impl(ops_cuda, 0);
     int big[] = {0, 4096, 4352}; /* a 1024 x 1024 image (64 x 64 patches) and a 256 x 256 one in one launch */
     check_segments(big, 2, 16, 72);
+    check_segments(big, 2, 16, 64);
 }
 
 #endif

@@ -57,7 +57,28 @@ typedef struct iris_attn_meta {
     const int32_t *slot;        /* [n_rows] cache slot of the row's new K/V: block * IRIS_KV_BLOCK + offset */
     int n_seqs;                 /* sequences in the step, if known (0: not known); host value, a hint
                                    that lets CUDA skip work for rows the step's shape already settles */
+    const int32_t *lone_rows;   /* [n_lone] the rows in no whole tile (below), ascending, or NULL: not
+                                   given (a hint, like n_seqs; the CPU backend does not read it) */
+    int n_lone;
 } iris_attn_meta;
+
+/* A whole tile: rows [IRIS_ATTN_TILE·k, IRIS_ATTN_TILE·(k + 1)) of a step, cut at its last row,
+ * holding at least IRIS_ATTN_TILE_MIN rows, all of one sequence — a prefill chunk's rows, which a
+ * backend may attend to as one block (CUDA's flash kernel); every other row is attended to alone. */
+#define IRIS_ATTN_TILE 64
+#define IRIS_ATTN_TILE_MIN 8
+
+/* The rows of a step in no whole tile, ascending, into out [n_rows]: their count (lone_rows). */
+static inline int iris_attn_lone_rows(const int32_t *row_seq, int n_rows, int32_t *out) {
+    int n = 0;
+    for (int r0 = 0; r0 < n_rows; r0 += IRIS_ATTN_TILE) {
+        int r1 = r0 + IRIS_ATTN_TILE < n_rows ? r0 + IRIS_ATTN_TILE : n_rows, whole = r1 - r0 >= IRIS_ATTN_TILE_MIN;
+        for (int r = r0 + 1; r < r1 && whole; r++) whole = row_seq[r] == row_seq[r0];
+        if (!whole)
+            for (int r = r0; r < r1; r++) out[n++] = r;
+    }
+    return n;
+}
 
 /* Decode attention plans how it splits long contexts on max_blocks rounded up to a multiple of
  * this, so a step replayed from a CUDA graph captured on a table widened to such a multiple sums in

@@ -420,18 +420,19 @@ static void sampling_regions(const plan_in *in, region_list *l) {
     add(l, "sample.seq", IRIS_PART_SAMPLING, S * IRIS_PLAN_SEQ_SAMPLE_BYTES);
 }
 
-/* What the host uploads for a step, int32: token ids [T], MRoPE positions
- * [3, T], KV slot of every row [T], sequence of every row [T], image
- * embedding row of every row [T] (-1: text); per sequence (length, first
- * row, rows, logits row) [S, 4]; block tables [S, ceil(context / 16)]. */
+/* What the host uploads for a step, int32 (engine/runner.c's pack_meta): token ids [T], MRoPE
+ * positions [3, T], sequence, visible context and KV slot of every row [T] each, image rows [T],
+ * logits rows [S], rows in no whole attention tile [T]; block tables [S, ceil(context / 16)]. */
 static void meta_regions(const plan_in *in, int64_t context, region_list *l) {
     uint64_t T = (uint64_t)in->s.max_batch_tokens, S = (uint64_t)in->s.max_num_seqs;
     add(l, "meta.token_ids", IRIS_PART_STEP_META, T * I32);
     add(l, "meta.positions", IRIS_PART_STEP_META, 3 * T * I32);
-    add(l, "meta.slots", IRIS_PART_STEP_META, T * I32);
     add(l, "meta.row_seq", IRIS_PART_STEP_META, T * I32);
+    add(l, "meta.row_ctx", IRIS_PART_STEP_META, T * I32);
+    add(l, "meta.slots", IRIS_PART_STEP_META, T * I32);
     add(l, "meta.image_rows", IRIS_PART_STEP_META, T * I32);
-    add(l, "meta.seqs", IRIS_PART_STEP_META, S * 4 * I32);
+    add(l, "meta.logits_rows", IRIS_PART_STEP_META, S * I32);
+    add(l, "meta.lone_rows", IRIS_PART_STEP_META, T * I32);
     add(l, "meta.block_tables", IRIS_PART_STEP_META, S * ceil_div((uint64_t)context, IRIS_KV_BLOCK_TOKENS) * I32);
 }
 

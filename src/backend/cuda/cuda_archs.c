@@ -38,6 +38,14 @@ int iris_cuda_archs_have_sass(const char *archs, int major, int minor) {
     return 0;
 }
 
+int iris_cuda_archs_have_arch_sass(const char *archs, int major, int minor) {
+    const char *s = archs ? archs : "";
+    char suffix = 0;
+    for (int n; (n = next_target(&s, &suffix)) >= 0;)
+        if (suffix == 'a' && n == major * 10 + minor) return 1;
+    return 0;
+}
+
 int iris_cuda_ptx_runs(const char *ptx, int major, int minor) {
     int p = ptx ? atoi(ptx) : 0;
     return p > 0 && major * 10 + minor >= p;

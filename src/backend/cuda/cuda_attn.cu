@@ -54,6 +54,8 @@ struct decode_args {
     const int32_t *row_seq, *row_ctx, *block_tables;
     int max_blocks, n_rows, nq, g, chunk, n_splits;
     int row0;    /* the first row the launch covers (the rows before are all the flash kernel's) */
+    const int32_t *rows; /* or the rows it covers (iris_attn_meta.lone_rows: none is the flash kernel's) */
+    int n_launch;        /* rows the launch covers; partials and counters are indexed by the launch's row */
     int decode_only; /* one row a sequence: a row's only key written this step is its newest */
     int flash;   /* the flash kernel runs too: skip its rows */
     float scale;
@@ -162,7 +164,7 @@ static __device__ __forceinline__ void attn_merge_walkers(const decode_args &a, 
             }
         int h = kvh * a.g + i;
         if (a.n_splits > 1) {
-            float *p = a.part + (((int64_t)row * a.nq + h) * a.n_splits + split) * (HD + 2);
+            float *p = a.part + (((int64_t)blockIdx.x * a.nq + h) * a.n_splits + split) * (HD + 2);
             p[2 + d] = A;
             if (d == 0) {
                 p[0] = M;
@@ -183,10 +185,10 @@ template <int HD, int GMAX>
 static __device__ __forceinline__ void attn_merge_splits(const decode_args &a, int row, int kvh, int warp, int lane,
                                                          int &last, float (*sw)[GMAX], float (*sl)[GMAX], float *sL) {
     __syncthreads();
-    if (threadIdx.x == 0) last = split_count_last(a.count + (int64_t)row * gridDim.y + kvh, a.n_splits);
+    if (threadIdx.x == 0) last = split_count_last(a.count + (int64_t)blockIdx.x * gridDim.y + kvh, a.n_splits);
     __syncthreads();
     if (!last) return;
-    const float *ph = a.part + ((int64_t)row * a.nq + kvh * a.g) * a.n_splits * (HD + 2); /* head i, split s */
+    const float *ph = a.part + ((int64_t)blockIdx.x * a.nq + kvh * a.g) * a.n_splits * (HD + 2); /* head i, split s */
     for (int e = threadIdx.x; e < a.n_splits * a.g; e += DW * 32) {
         int s = e / a.g, i = e % a.g;
         const float *p = ph + ((int64_t)i * a.n_splits + s) * (HD + 2);
@@ -227,7 +229,7 @@ template <int HD, int GMAX, typename KT, int EPL, int QK>
 __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk_of<QK> qa) {
     constexpr int LPT = HD / EPL, TPW = 32 / LPT, STEP = DW * TPW; /* lanes per key, keys per warp step */
     constexpr int HM = HD / 2 < 32 ? 32 : HD / 2;
-    int row = a.row0 + blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    int row = a.rows ? a.rows[blockIdx.x] : a.row0 + blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     pdl_launch_next();
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31, sub = lane / LPT, dl = lane % LPT;
     const int64_t col = (int64_t)kvh * HD + dl * EPL;
@@ -272,7 +274,7 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk
         qk_angles<HM>(sn, cs, qa.a.pos, qa.a.pos_stride, HD, row, qs_inv, qs_dim, lane);
     }
     pdl_wait();
-    if (a.flash && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
+    if (a.flash && !a.rows && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
     if (!a.decode_only) meta();
 
     if constexpr (QK) attn_qk_heads<HD, GMAX, HM>(a, qa.a, row, kvh, own, warp, lane, wq, wk, sn, cs, qs_x, qs_q, qs_k, qs_v);
@@ -354,7 +356,7 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk
 
 template <int HD, int GMAX, typename KT>
 static void launch_decode(const cuda_ctx *cx, const decode_args &a, int n_kv, const qk_args *qk) {
-    dim3 grid((unsigned)(a.n_rows - a.row0), (unsigned)n_kv, (unsigned)a.n_splits);
+    dim3 grid((unsigned)a.n_launch, (unsigned)n_kv, (unsigned)a.n_splits);
     constexpr int EPL = sizeof(KT) == 1 && GMAX <= 4 ? 16 : 8;
     if constexpr (HD <= QK_ATTN_MAX_HD) /* (the host takes the two ops past it) */
         if (qk) {
@@ -429,6 +431,25 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
     a.part = c->attn_part;
     a.count = c->attn_count;
 
+    /* The rows this launch covers: with the flash kernel, only the rows it leaves — those the host
+     * listed, or a single sequence's tail; the rest return at once.  H100, 2B-FP8, 64 images of
+     * 1 MP at a time: the launches over prefill steps' 8,192 rows took 109 ms of 1.67 s (CUPTI). */
+    a.decode_only = meta->n_seqs == meta->n_rows;
+    a.flash = !a.decode_only && meta->n_rows >= FLASH_MIN_ROWS && flash_head_dim_ok(hd);
+    if (a.flash) {
+        int rc = iris_cuda_flash_paged(b, q, kv, meta, n_q_heads, o);
+        if (rc) return rc;
+        if (meta->lone_rows) {
+            a.rows = meta->lone_rows;
+            a.n_launch = meta->n_lone;
+        } else if (meta->n_seqs == 1) { /* every whole tile is the flash kernel's, and a tail of FLASH_MIN_ROWS or more */
+            int tail = meta->n_rows % FLASH_TILE;
+            a.row0 = tail == 0 || tail >= FLASH_MIN_ROWS ? meta->n_rows : meta->n_rows - tail;
+        }
+    }
+    if (!a.rows) a.n_launch = meta->n_rows - a.row0;
+    if (a.n_launch <= 0) return iris_cuda_check(b, "attn_paged");
+
     /* Split long contexts when the rows alone do not fill the GPU: 2 CTAs an SM for a single row, for
      * up to 24 rows of GQA groups of 4 or more and for 32 rows or more of smaller groups, 4 otherwise
      * (iris_cuda_attn_ctas_per_sm; H100, 1,024 tokens: 4B-FP8 16 rows 2,896 -> 3,109 tok/s with 2,
@@ -438,9 +459,9 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
      * exact zeros in the combine). */
     int plan_blocks = (meta->max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
     int max_ctx = plan_blocks * IRIS_KV_BLOCK;
-    const int per_sm = iris_cuda_attn_ctas_per_sm(meta->n_rows, a.g);
+    const int per_sm = iris_cuda_attn_ctas_per_sm(a.n_launch, a.g);
     int want = per_sm * c->prop.multiProcessorCount;
-    int splits = 1, ctas = meta->n_rows * nkv;
+    int splits = 1, ctas = a.n_launch * nkv;
     if (ctas < want && max_ctx > 64) {
         splits = (want + ctas - 1) / ctas;
         /* at least ATTN_MIN_KEYS keys a split (a warp's walk is a chain of dependent loads).  H100,
@@ -449,7 +470,7 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
          * the plan on rounded widths, 32 vs 64: 2B-FP8 526 vs 511 (GPU tests 15/15 with each). */
         int by_len = (max_ctx + ATTN_MIN_KEYS - 1) / ATTN_MIN_KEYS;
         if (splits > by_len) splits = by_len;
-        while (splits > 1 && (size_t)meta->n_rows * n_q_heads * splits * (hd + 2) > c->attn_part_elems) splits--;
+        while (splits > 1 && (size_t)a.n_launch * n_q_heads * splits * (hd + 2) > c->attn_part_elems) splits--;
         if (splits > ATTN_MAX_SPLITS) splits = ATTN_MAX_SPLITS;
         if ((size_t)ctas > c->attn_count_n) splits = 1;
     }
@@ -457,18 +478,6 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
     a.chunk = blocks_per * IRIS_KV_BLOCK;
     a.n_splits = (meta->max_blocks + blocks_per - 1) / blocks_per;
     if (a.n_splits < 1) a.n_splits = 1;
-
-    a.decode_only = meta->n_seqs == meta->n_rows;
-    a.flash = !a.decode_only && meta->n_rows >= FLASH_MIN_ROWS && flash_head_dim_ok(hd);
-    if (a.flash) {
-        int rc = iris_cuda_flash_paged(b, q, kv, meta, n_q_heads, o);
-        if (rc) return rc;
-        if (meta->n_seqs == 1) { /* every whole tile is the flash kernel's, and a tail of FLASH_MIN_ROWS or more */
-            int tail = meta->n_rows % FLASH_TILE;
-            a.row0 = tail == 0 || tail >= FLASH_MIN_ROWS ? meta->n_rows : meta->n_rows - tail;
-        }
-    }
-    if (a.row0 == a.n_rows) return iris_cuda_check(b, "attn_paged");
     if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(c, a, hd, nkv, qk);
     else launch_decode_hd<bf16>(c, a, hd, nkv, qk);
     return iris_cuda_check(b, qk ? "qk_norm_rope_attn" : "attn_paged");

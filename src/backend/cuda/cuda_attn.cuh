@@ -3,14 +3,16 @@
  * FLASH_MIN_ROWS rows, all of one sequence: prefill chunks) and which the
  * decode kernel takes (every other row: decode steps, tiles that straddle
  * sequences).  Both kernels evaluate the same predicate, so every row is
- * computed exactly once, without a host round trip. */
+ * computed exactly once, without a host round trip; where the host lists the
+ * other rows (iris_attn_meta.lone_rows, by the same rule) the decode kernel is
+ * launched over those alone. */
 #ifndef IRIS_CUDA_ATTN_CUH
 #define IRIS_CUDA_ATTN_CUH
 
 #include "cuda_internal.cuh"
 
-#define FLASH_TILE 64
-#define FLASH_MIN_ROWS 8
+#define FLASH_TILE IRIS_ATTN_TILE /* backend.h: a whole tile */
+#define FLASH_MIN_ROWS IRIS_ATTN_TILE_MIN
 #define IRIS_FLASH_MAX_SEGS 32   /* segments one launch takes (more: several launches) */
 
 /* Called by every warp of a block (each evaluates it independently). */
@@ -58,6 +60,8 @@ static __device__ __forceinline__ int64_t flash_key_row(const iris_flash_args &a
 /* The register-resident kernel (cuda_attn_mma.cu); head_dim 16, 32, 64 or 128, and 72 for segments
  * (paged 0). */
 int iris_cuda_flash_mma(iris_backend *b, const iris_flash_args *a, int head_dim, int n_heads, int paged);
+/* Segments of head size 64 on wgmma (cuda_attn_wgmma.cu; where cuda_ctx.wgmma). */
+int iris_cuda_attn_wgmma(iris_backend *b, const iris_flash_args *a, int n_heads);
 
 static inline int flash_head_dim_ok(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128; }
 

@@ -309,6 +309,8 @@ static int launch(iris_backend *b, const iris_flash_args &a, int n_heads) {
 }
 
 int iris_cuda_flash_mma(iris_backend *b, const iris_flash_args *a, int head_dim, int n_heads, int paged) {
+    const cuda_ctx *c = cuda_of(b);
+    if (!paged && head_dim == 64 && c->wgmma && c->attn_impl != 5) return iris_cuda_attn_wgmma(b, a, n_heads);
 #define CASE(HD)                                                                                                       \
     case HD: return paged ? launch<HD, 1>(b, *a, n_heads) : launch<HD, 0>(b, *a, n_heads)
     switch (head_dim) {

@@ -33,6 +33,8 @@ const char *iris_cuda_ptx(void);
  * ptx or newer).  Pure functions of their arguments (cuda_archs.c): no GPU needed. */
 int iris_cuda_archs_have_sass(const char *archs, int major, int minor);
 int iris_cuda_ptx_runs(const char *ptx, int major, int minor);
+/* Whether `archs` has machine code built for major.minor's own features (sm_XYa: sm_90a's wgmma). */
+int iris_cuda_archs_have_arch_sass(const char *archs, int major, int minor);
 /* The major compute capability the kernels run as on such a device: its own where `archs` has
  * machine code for it, else the PTX's (compute_`ptx`), which may be older (a build for "86" on an
  * H100 runs compute_86 code: what needs sm_90, compiled out of it, must stay off). */

@@ -100,7 +100,8 @@ struct cuda_ctx {
     size_t ds_trace_n;
     int fp8_mma_noted;      /* said once that cuBLASLt had no block-scaled FP8 algorithm */
     int fp8_mma;            /* FP8 linears of larger batches on FP8 tensor cores (W8A8), iris_cuda_set_fp8_mma */
-    int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu), 2-4 (cuda_testing.h) */
+    int attn_impl;          /* flash kernel: 0 mma.sync (cuda_attn_mma.cu), 1 WMMA (cuda_attn_flash.cu), 2-5 (cuda_testing.h) */
+    int wgmma;              /* the vision encoder's head-64 attention on wgmma (cuda_attn_wgmma.cu): sm_90a code, a 9.0 device */
     int i4_ref;             /* 4-bit decode linears through the per-row reference GEMV (tests, benchmarks) */
     int i4_runs;            /* launches of the 4-bit tensor-core GEMV (cuda_gemv_i4.cu), for the tests */
     int i4_kw;              /* its warps a CTA forced (benchmarks; 1-8), or 0: its rule */

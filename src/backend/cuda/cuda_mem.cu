@@ -298,6 +298,8 @@ extern "C" void iris_cuda_set_gemv_rows(iris_backend *b, int rows) {
     c->bf16_max_rows = rows < 0 ? GEMV_BF16_ROWS : rows;
 }
 extern "C" void iris_cuda_set_attn_impl(iris_backend *b, int impl) { cuda_of(b)->attn_impl = impl; }
+extern "C" int iris_cuda_wgmma_on(iris_backend *b) { return cuda_of(b)->wgmma; }
+extern "C" int iris_cuda_capability(iris_backend *b) { return cuda_of(b)->prop.major * 10 + cuda_of(b)->prop.minor; }
 extern "C" void iris_cuda_set_gemv_smem(iris_backend *b, int on) { cuda_of(b)->gemv_smem = on; }
 extern "C" void iris_cuda_set_qk_attn(iris_backend *b, int on) { cuda_of(b)->qk_attn = on; }
 extern "C" int iris_cuda_set_fp8_mma(iris_backend *b, int on) {
@@ -418,6 +420,7 @@ typedef struct switches {
     int pdl;                /* IRIS_CUDA_PDL=0: decode kernels launched the plain way */
     int decode_stack;       /* IRIS_CUDA_DECODE_STACK=0: never the persistent kernel, 1: every step it takes */
     int fp8_mma;            /* IRIS_CUDA_FP8_MMA=1: W8A8 prefill on sm_90 (other numbers; cuda_linear.cu) */
+    int wgmma;              /* IRIS_CUDA_WGMMA=0: the vision attention on mma.sync where wgmma would run */
     const char *ds_trace;   /* IRIS_CUDA_DS_TRACE=FILE: the persistent kernel's phase stamps (bench/ds_trace.py) */
 } switches;
 
@@ -435,6 +438,7 @@ static switches read_switches(void) {
     s.pdl = env_switch("IRIS_CUDA_PDL", 1);
     s.decode_stack = env_switch("IRIS_CUDA_DECODE_STACK", -1);
     s.fp8_mma = env_switch("IRIS_CUDA_FP8_MMA", 0);
+    s.wgmma = env_switch("IRIS_CUDA_WGMMA", 1);
     s.ds_trace = getenv("IRIS_CUDA_DS_TRACE");
     if (s.ds_trace && !*s.ds_trace) s.ds_trace = NULL;
     return s;
@@ -489,6 +493,7 @@ static void set_choices(iris_backend *b, const switches *sw) {
     int major = iris_cuda_kernels_major(iris_cuda_archs(), iris_cuda_ptx(), c->prop.major, c->prop.minor);
     iris_cuda_set_gemv_rows(b, -1); /* products of more rows go to cuBLASLt */
     c->fp8_mma = sw->fp8_mma && c->prop.major == 9;
+    c->wgmma = sw->wgmma && c->prop.major == 9 && c->prop.minor == 0 && iris_cuda_archs_have_arch_sass(iris_cuda_archs(), 9, 0);
     c->gemv_mma = sw->gemv_mma && major >= 8;
     c->gemv_smem = 1;
     c->pdl = sw->pdl && major >= 9;
