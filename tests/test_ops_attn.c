@@ -24,14 +24,15 @@ typedef struct {
     int n_past, n_new;
 } step_seq;
 
-static int g_impl; /* flash kernel under test: 0 mma.sync, 1 WMMA, 2-3 the mma kernel's earlier paged layouts */
+static int g_impl; /* flash kernel under test: 0 the default (wgmma where it runs, else mma.sync), 1 WMMA,
+                    * 2-4 the mma kernel's other paged layouts, 5 mma.sync's default layout */
 static int g_kv8;  /* the caches hold E4M3 codes (--kv-cache-dtype fp8) */
 static int g_nseqs = 1; /* CUDA's meta says how many sequences the step has (n_seqs), else 0 */
 static int g_layouts; /* check_paged also runs impls 2, 3 and 4 and wants g_impl 0's bits from them */
 static int g_no_cpu;  /* check_paged skips the CPU reference (long steps at full head counts: bits only) */
 static int g_lone;    /* the meta lists the rows in no whole tile (iris_attn_meta.lone_rows), as the runner's does */
 static const char *const impl_name[] = {"", " (wmma)", " (mma, tiles in order)", " (mma, 2 heads a CTA)",
-                                        " (mma, 2 heads a CTA, 3 stages)"};
+                                        " (mma, 2 heads a CTA, 3 stages)", " (mma)"};
 
 /* n bytes of device memory, downloaded. */
 static uint8_t *dev_read_bytes(const void *d, size_t n) {
@@ -128,7 +129,23 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     /* P is rounded to bf16 in the flash kernel: 2^-9 of each weight, so at most that of max|v|. */
     if (!g_no_cpu)
         ops_compare(what, got, (int64_t)nq * hd, ref, (int64_t)nq * hd, n_rows, (int64_t)nq * hd, 4e-3f, 4e-3f);
-    /* The earlier layouts of the mma kernel compute each row as the default does: the same bits. */
+    /* The earlier layouts of the mma kernel compute each row as its default does (impl 5: the
+     * default's own layout where the default is the wgmma kernel): the same bits; the default
+     * within the CPU's tolerance of it (long steps have no CPU reference). */
+    void *mma = NULL;
+    if (g_layouts) {
+        mma = ops_dev_poison((int64_t)n_rows * nq * hd);
+        iris_tensor gm5 = ops_view(mma, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0);
+        iris_cuda_set_attn_impl(ops_cuda, 5);
+        rc = ops_cuda->attn_paged(ops_cuda, &gq, &gkv, &gm, nq, &gm5);
+        iris_cuda_set_attn_impl(ops_cuda, g_impl);
+        CHECKF(rc == 0, "%s", ops_cuda->err.msg);
+        float *m5 = ops_dev_read_bf16(mma, (int64_t)n_rows * nq * hd);
+        char tag[160];
+        snprintf(tag, sizeof tag, "%s vs mma.sync", what);
+        ops_compare(tag, got, (int64_t)nq * hd, m5, (int64_t)nq * hd, n_rows, (int64_t)nq * hd, 4e-3f, 4e-3f);
+        free(m5);
+    }
     for (int impl = 2; g_layouts && impl < 5; impl++) {
         void *alt = ops_dev_poison((int64_t)n_rows * nq * hd);
         iris_tensor ga = ops_view(alt, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0);
@@ -138,9 +155,10 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
         CHECKF(rc == 0, "%s", ops_cuda->err.msg);
         char tag[160];
         snprintf(tag, sizeof tag, "%s vs%s", what, impl_name[impl]);
-        ops_same_bits(dout, alt, (int64_t)n_rows * nq * hd, tag);
+        ops_same_bits(mma, alt, (int64_t)n_rows * nq * hd, tag);
         ops_cuda->free(ops_cuda, alt);
     }
+    if (mma) ops_cuda->free(ops_cuda, mma);
 
     /* The cache itself holds exactly the written rows (E4M3: the CPU's codes, byte for byte). */
     int kv_ok = 1;
@@ -204,7 +222,7 @@ IRIS_TEST(gpu_ops_attn_paged) {
     g_nseqs = 1;
     check_paged(s2, 1, 6, 2, 128);
     check_paged(s3, 1, 16, 8, 128);
-    for (g_impl = 0; g_impl < 5; g_impl++) {
+    for (g_impl = 0; g_impl < 6; g_impl++) {
         iris_cuda_set_attn_impl(ops_cuda, g_impl);
         check_paged(p1, 4, 16, 8, 128);
         check_paged(p1, 4, 6, 2, 128);

@@ -62,6 +62,8 @@ static __device__ __forceinline__ int64_t flash_key_row(const iris_flash_args &a
 int iris_cuda_flash_mma(iris_backend *b, const iris_flash_args *a, int head_dim, int n_heads, int paged);
 /* Segments of head size 64 on wgmma (cuda_attn_wgmma.cu; where cuda_ctx.wgmma). */
 int iris_cuda_attn_wgmma(iris_backend *b, const iris_flash_args *a, int n_heads);
+/* Paged prefill tiles of head size 128 with a BF16 cache on wgmma (likewise). */
+int iris_cuda_attn_wgmma_paged(iris_backend *b, const iris_flash_args *a, int n_heads);
 
 static inline int flash_head_dim_ok(int hd) { return hd == 16 || hd == 32 || hd == 64 || hd == 128; }
 

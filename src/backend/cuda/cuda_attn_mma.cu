@@ -1,7 +1,8 @@
 /* cuda_attn_mma.cu: flash attention with the scores, probabilities and the
  * output in registers (mma.sync m16n8k16, bf16 operands, fp32 accumulation;
- * sm_80 and newer) — the default flash kernel; cuda_attn_flash.cu's WMMA
- * kernel is the simpler one it is checked and timed against.
+ * sm_80 and newer) — the default flash kernel but where cuda_attn_wgmma.cu's
+ * runs (a 9.0 device); cuda_attn_flash.cu's WMMA kernel is the simpler one it
+ * is checked and timed against.
  *
  * Thread mapping: a CTA of MW warps owns 16·MW/HG consecutive query rows of HG
  * query heads (the vision encoder's segments: MW = 8, HG = 1, 128 rows; prefill
@@ -310,7 +311,10 @@ static int launch(iris_backend *b, const iris_flash_args &a, int n_heads) {
 
 int iris_cuda_flash_mma(iris_backend *b, const iris_flash_args *a, int head_dim, int n_heads, int paged) {
     const cuda_ctx *c = cuda_of(b);
-    if (!paged && head_dim == 64 && c->wgmma && c->attn_impl != 5) return iris_cuda_attn_wgmma(b, a, n_heads);
+    if (c->wgmma && c->attn_impl == 0) {
+        if (!paged && head_dim == 64) return iris_cuda_attn_wgmma(b, a, n_heads);
+        if (paged && head_dim == 128 && !a->kv8) return iris_cuda_attn_wgmma_paged(b, a, n_heads);
+    }
 #define CASE(HD)                                                                                                       \
     case HD: return paged ? launch<HD, 1>(b, *a, n_heads) : launch<HD, 0>(b, *a, n_heads)
     switch (head_dim) {

@@ -1,8 +1,10 @@
-/* cuda_attn_wgmma.cu: the vision encoder's attention (bidirectional within each image's segment of
- * rows) for head size 64 (Qwen3-VL-2B's and 4B's vision heads) on Hopper's warpgroup tensor cores
- * (wgmma, sm_90a) — the default for those segments where the build has sm_90a code and the device
- * is 9.0 (cuda_ctx.wgmma); cuda_attn_mma.cu's mma.sync kernel otherwise, and as its check
- * (iris_cuda_set_attn_impl 5).
+/* cuda_attn_wgmma.cu: flash attention on Hopper's warpgroup tensor cores (wgmma, sm_90a) — the
+ * vision encoder's attention (bidirectional within each image's segment of rows) for head size 64
+ * (Qwen3-VL-2B's and 4B's vision heads), and the paged prefill's 64-row tiles for head size 128
+ * (the decoders' heads) over a BF16 cache.  The default for those where the build has sm_90a code
+ * and the device is 9.0 (cuda_ctx.wgmma); cuda_attn_mma.cu's mma.sync kernel otherwise, and as its
+ * check (iris_cuda_set_attn_impl 5).  The segments' kernel is described first; the paged one
+ * (below) differs where it says.
  *
  * Thread mapping: a CTA of WGS warpgroups owns 64·WGS consecutive query rows of one head (grid:
  * row tiles of all segments × heads; a tile never holds two segments); warpgroup w owns 64 of them.
@@ -80,6 +82,12 @@ template <> __device__ __forceinline__ void wg_ss<128>(float *d, uint64_t da, ui
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(da), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wg_rs_t<128>(float *d, const uint32_t *a, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 template <> __device__ __forceinline__ void wg_rs_t<64>(float *d, const uint32_t *a, uint64_t db) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
@@ -261,6 +269,161 @@ template <int BK, int WGS> static int launch_wg(iris_backend *b, const iris_flas
     dim3 grid((unsigned)a.seg_tile[a.n_seg], (unsigned)n_heads);
     k_attn_wgmma<BK, WGS><<<grid, WGS * 128, smem, cuda_of(b)->stream>>>(a);
     return iris_cuda_check(b, "attention (wgmma)");
+}
+
+/* ---- paged prefill, head size 128 ------------------------------------------------------------ */
+
+#define WP_HD 128
+#define WP_BK 64
+
+/* A [rows, 128] tile: two [rows, 64] halves (columns 0-63, 64-127), each 128-byte swizzled. */
+struct wp_smem {
+    static constexpr size_t q = 64 * 256, kv = (size_t)WP_BK * 256;
+    static constexpr size_t bytes = q + 4 * kv + 1024;
+};
+
+/* A paged prefill's 64-row tile of one sequence (flash_tile_ok) for one query head, causal over the
+ * cache: row r sees the keys j < row_ctx[r].  One warpgroup a CTA, two an SM; K and V tiles of 64
+ * keys two deep, staged row by row through the block table; heaviest tiles first (grid y counted
+ * from the last tile).  The same arithmetic as the segments' kernel above. */
+__global__ void __launch_bounds__(128, 2) k_attn_wgmma_paged(iris_flash_args a) {
+#if WG_ON
+    typedef wp_smem L;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    const uint32_t s_q = (uint32_t)__cvta_generic_to_shared(sm);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int h = blockIdx.x, kvh = h / a.g, r0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * 64;
+    if (!flash_tile_ok(a.row_seq, a.n_rows, r0, 64)) return;
+    const int seq = a.row_seq[r0], rend = min(r0 + 64, a.n_rows), n_keys = a.row_ctx[rend - 1];
+    const int row0 = r0 + warp * 16 + g, row1 = row0 + 8;
+    const int lim0 = row0 < rend ? a.row_ctx[row0] : 0, lim1 = row1 < rend ? a.row_ctx[row1] : 0;
+
+    /* thread i stages 16-byte piece i % 16 of rows i / 16, i / 16 + 8, ... */
+    const int pc = threadIdx.x & 15, half = pc >> 3, c8 = pc & 7;
+    for (int r = threadIdx.x >> 4; r < 64; r += 8) {
+        bool in = r0 + r < rend;
+        cp16(s_q + (uint32_t)(half * 64 * 128) + sw128(r, c8), a.q + (int64_t)(in ? r0 + r : r0) * a.ldq + (int64_t)h * WP_HD + pc * 8,
+             in ? 16 : 0);
+    }
+    auto stage_kv = [&](int j0, int st) {
+        uint32_t ks = s_q + (uint32_t)(L::q + (size_t)st * 2 * L::kv), vs = ks + (uint32_t)L::kv;
+        for (int r = threadIdx.x >> 4; r < WP_BK; r += 8) {
+            int j = j0 + r;
+            bool in = j < n_keys;
+            int64_t row = flash_key_row<1>(a, seq, in ? j : 0);
+            const bf16 *kp = a.k + row * a.ldk + (int64_t)kvh * WP_HD + pc * 8, *vp = a.v + row * a.ldk + (int64_t)kvh * WP_HD + pc * 8;
+            uint32_t off = (uint32_t)(half * WP_BK * 128) + sw128(r, c8);
+            cp16(ks + off, kp, in ? 16 : 0);
+            cp16(vs + off, vp, in ? 16 : 0);
+        }
+    };
+    stage_kv(0, 0);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+
+    float o[64], s[WP_BK / 2];
+#pragma unroll
+    for (int i = 0; i < 64; i++) o[i] = 0;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
+    const int n_tiles = (n_keys + WP_BK - 1) / WP_BK;
+    for (int it = 0; it < n_tiles; it++) {
+        const int j0 = it * WP_BK, st = it & 1;
+        if (it + 1 < n_tiles) stage_kv(j0 + WP_BK, st ^ 1);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        fence_async_shared();
+        __syncthreads();
+        const unsigned char *ks = sm + L::q + (size_t)st * 2 * L::kv, *vs = ks + L::kv;
+        /* S = Q·Kᵀ: 8 k steps of 16 head dims, 4 in each half */
+        wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < WP_HD / 16; kc++)
+            wg_ss<WP_BK>(s, wg_desc(sm + (kc / 4) * 64 * 128 + (kc % 4) * 32, 16, 1024),
+                         wg_desc(ks + (kc / 4) * WP_BK * 128 + (kc % 4) * 32, 16, 1024), kc > 0);
+        wg_commit();
+        wg_wait0();
+        wg_pin<WP_BK / 2>(s);
+
+        if (!(j0 + WP_BK <= lim0 && j0 + WP_BK <= lim1)) { /* the diagonal, the tile's end: -inf */
+#pragma unroll
+            for (int i = 0; i < WP_BK / 8; i++) {
+                int j = j0 + 8 * i + 2 * t;
+                if (j >= lim0) s[4 * i] = -INFINITY;
+                if (j + 1 >= lim0) s[4 * i + 1] = -INFINITY;
+                if (j >= lim1) s[4 * i + 2] = -INFINITY;
+                if (j + 1 >= lim1) s[4 * i + 3] = -INFINITY;
+            }
+        }
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < WP_BK / 8; i++) {
+            mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+            mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float mn0 = fmaxf(m0, mx0 * a.scale_log2), mn1 = fmaxf(m1, mx1 * a.scale_log2);
+        float c0 = mn0 == -INFINITY ? 1.0f : ex2(m0 - mn0), c1 = mn1 == -INFINITY ? 1.0f : ex2(m1 - mn1);
+        float nm0 = mn0 == -INFINITY ? 0.0f : -mn0, nm1 = mn1 == -INFINITY ? 0.0f : -mn1;
+        float sum0 = 0, sum1 = 0;
+        uint32_t p[WP_BK / 4];
+#pragma unroll
+        for (int i = 0; i < WP_BK / 8; i++) {
+            float e0 = ex2(fmaf(s[4 * i], a.scale_log2, nm0)), e1 = ex2(fmaf(s[4 * i + 1], a.scale_log2, nm0));
+            float e2 = ex2(fmaf(s[4 * i + 2], a.scale_log2, nm1)), e3 = ex2(fmaf(s[4 * i + 3], a.scale_log2, nm1));
+            sum0 += e0 + e1;
+            sum1 += e2 + e3;
+            p[2 * i] = pack2(e0, e1);
+            p[2 * i + 1] = pack2(e2, e3);
+        }
+        l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
+        m0 = mn0, m1 = mn1;
+#pragma unroll
+        for (int i = 0; i < 16; i++) o[4 * i] *= c0, o[4 * i + 1] *= c0, o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
+        /* O += P·V: 4 k steps of 16 keys; V's two 64-column halves are the two N blocks (lbo apart) */
+        const uint64_t dv = wg_desc(vs, (uint32_t)(WP_BK * 128), 1024);
+        wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < WP_BK / 16; kc++) {
+            uint32_t pa[4] = {p[4 * kc], p[4 * kc + 1], p[4 * kc + 2], p[4 * kc + 3]};
+            wg_rs_t<128>(o, pa, dv + (uint64_t)(kc * 2048 >> 4));
+        }
+        wg_commit();
+        wg_wait0();
+        wg_pin<64>(o);
+        wg_pin_u<WP_BK / 4>(p);
+        __syncthreads(); /* this stage is refilled at the next tile */
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float i0 = l0 > 0 ? 1.0f / l0 : 0.0f, i1 = l1 > 0 ? 1.0f / l1 : 0.0f;
+    bf16 *d0 = a.o + (int64_t)row0 * a.ldo + (int64_t)h * WP_HD, *d1 = a.o + (int64_t)row1 * a.ldo + (int64_t)h * WP_HD;
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        int c = 8 * i + 2 * t;
+        if (row0 < rend) *(__nv_bfloat162 *)(d0 + c) = __floats2bfloat162_rn(o[4 * i] * i0, o[4 * i + 1] * i0);
+        if (row1 < rend) *(__nv_bfloat162 *)(d1 + c) = __floats2bfloat162_rn(o[4 * i + 2] * i1, o[4 * i + 3] * i1);
+    }
+#endif
+}
+
+/* Paged prefill tiles of head size 128 and a BF16 cache (cuda_attn_flash.cu's paged arguments). */
+int iris_cuda_attn_wgmma_paged(iris_backend *b, const iris_flash_args *a, int n_heads) {
+    static int attr_set; /* one engine thread owns the GPU (DESIGN.md) */
+    if (!attr_set) {
+        if (cudaFuncSetAttribute(k_attn_wgmma_paged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)wp_smem::bytes) !=
+            cudaSuccess)
+            return iris_cuda_check(b, "attention (wgmma, paged): shared memory limit");
+        attr_set = 1;
+    }
+    int tiles = (a->n_rows + 63) / 64;
+    if (tiles == 0) return 0;
+    k_attn_wgmma_paged<<<dim3((unsigned)n_heads, (unsigned)tiles), 128, wp_smem::bytes, cuda_of(b)->stream>>>(*a);
+    return iris_cuda_check(b, "attention (wgmma, paged)");
 }
 
 /* Segments of head size 64 (q, k, v rows given at row 0 of a.seg_row, or one segment of a.n_rows).

@@ -37,9 +37,9 @@ void iris_cuda_set_i4_rows(iris_backend *b, int rows);
  * prefill over the paged cache the mma kernel also as 2 (its layout before: a CTA
  * a query head, row tiles in order; the default takes the heaviest tiles first),
  * 3 (heaviest first, two query heads of a kv head a CTA) and 4 (3 with three K/V
- * stages in flight); all the same bits as 0 (bench/bench_attn.c).  The vision encoder's
- * segments of head size 64 take the wgmma kernel (cuda_attn_wgmma.cu) where it runs, for 0; 5
- * gives them the mma.sync kernel there too (its check and baseline). */
+ * stages in flight); all the same bits as 5, mma.sync's default layout (bench/bench_attn.c).
+ * 0, the default, is that kernel too except where the wgmma one runs (cuda_attn_wgmma.cu: the
+ * vision encoder's segments of head size 64, paged prefill of head size 128 over a BF16 cache). */
 void iris_cuda_set_attn_impl(iris_backend *b, int impl);
 /* 1 when the segments of head size 64 go to the wgmma kernel (impl 0); the device's compute
  * capability as 10 · major + minor. */
