@@ -5,8 +5,8 @@
  * process (created on first use with iris_pool_set_threads' count, default the
  * machine's online cores); calls from several threads are serialized, so a
  * long job holds up every other caller (work of milliseconds a piece, such as
- * a video's frame resizes, belongs on threads of its own, sized by
- * iris_pool_threads(), which never waits for a job in progress).  Not for
+ * a video's frame resizes, belongs on a work queue's own threads, workq.h,
+ * sized by iris_pool_threads(), which never waits for a job in progress).  Not for
  * nested use (a worker must not call iris_pool_for).  iris_pool_worker() is the
  * calling thread's index: k in [1, threads) on pool worker k, 0 on any other
  * thread (a caller runs the first range itself), so per-worker scratch can be

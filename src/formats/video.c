@@ -3,11 +3,14 @@
  * and the preparation of frames already decoded.  The container and codec
  * work is in video_decode.c.
  *
- * The per-frame work runs on the worker pool (base/pool.h): the sampled frames'
- * resizes (a frame a job), each temporal patch's content key (computed once at
- * preparation and kept), and a temporal patch's pixel_values rows (ranges of
- * rows).  Each piece is computed exactly as one thread computes it, so the bytes
- * do not depend on the thread count.  Not for use from inside a pool job.
+ * The per-frame work runs in parallel: the sampled frames' resizes on a work
+ * queue of the preparation's own (base/workq.h, a frame an item, as many
+ * threads as the worker pool has), so the pool is not held while a clip's
+ * frames are resized; each temporal patch's content key (computed once at
+ * preparation and kept) and a temporal patch's pixel_values rows (ranges of
+ * rows) on the worker pool (base/pool.h).  Each piece is computed exactly as
+ * one thread computes it, so the bytes do not depend on the thread count.  Not
+ * for use from inside a pool job.
  *
  * Numerics follow the Python they reproduce: int() truncates, round() and
  * numpy's round() are half-to-even (nearbyint in the default rounding mode),
@@ -17,7 +20,6 @@
 
 #include <jansson.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,7 @@
 #include "err.h"
 #include "pool.h"
 #include "sha256.h"
+#include "workq.h"
 
 void iris_video_opts_default(iris_video_opts *o) {
     memset(o, 0, sizeof *o);
@@ -360,46 +363,39 @@ int iris_video_put_frame(iris_video_prep *p, int j, const uint8_t *rgb, int widt
     return 0;
 }
 
-typedef struct put_job {
-    iris_video_prep *p;
-    const int *slot;
-    const uint8_t *const *src;
-    int width, height;
-    pthread_mutex_t mu;
-    int rc;
-    iris_err err;
-} put_job;
-
-static void put_range(void *ctx, int64_t i0, int64_t i1) {
-    put_job *j = ctx;
-    for (int64_t i = i0; i < i1; i++) {
-        iris_err e = {0};
-        int rc = iris_video_put_frame(j->p, j->slot[i], j->src[i], j->width, j->height, &e);
-        if (rc) {
-            pthread_mutex_lock(&j->mu);
-            if (!j->rc) j->rc = rc, j->err = e;
-            pthread_mutex_unlock(&j->mu);
-            return;
-        }
-    }
-}
-
-int iris_video_put_frames(iris_video_prep *p, const int *slot, const uint8_t *const *src, int n, int width, int height,
-                          iris_err *err) {
-    put_job j = {.p = p, .slot = slot, .src = src, .width = width, .height = height};
-    pthread_mutex_init(&j.mu, NULL);
-    iris_pool_for(n, put_range, &j);
-    pthread_mutex_destroy(&j.mu);
-    if (j.rc && err) *err = j.err;
-    return j.rc;
-}
-
 /* The last sampled frame repeated up to n_frames (patchify's padding), then the keys. */
 int iris_video_finish(iris_video_prep *p, const iris_video_opts *o, iris_err *err) {
     size_t frame = (size_t)p->width * p->height * 3;
     for (int j = p->n_sampled; j < p->n_frames; j++)
         memcpy(p->rgb + (size_t)j * frame, p->rgb + (size_t)(p->n_sampled - 1) * frame, frame);
     return iris_video_keys(p, o, err);
+}
+
+typedef struct given {
+    iris_video_prep *p;
+    const uint8_t *rgb; /* the source's frames, displayed size p->info */
+} given;
+
+/* A work-queue item: sampled frame id, read in place from the frames given. */
+static int put_given_item(void *ctx, int64_t id, const void *unused, iris_err *err) {
+    const given *g = ctx;
+    const iris_video_info *in = &g->p->info;
+    size_t frame = (size_t)in->width * in->height * 3;
+    return iris_video_put_frame(g->p, (int)id, g->rgb + (size_t)g->p->indices[id] * frame, in->width, in->height, err);
+}
+
+/* The sampled frames resized on a work queue of their own (base/workq.h: a frame an item, as many
+ * threads as the pool has, the pool left free), each frame as one thread resizes it. */
+static int put_given(iris_video_prep *p, const uint8_t *rgb, iris_err *err) {
+    given g = {p, rgb};
+    int threads = iris_pool_threads();
+    if (threads > p->n_sampled) threads = p->n_sampled;
+    iris_workq *q = NULL;
+    int rc = iris_workq_init(&q, threads > 1 ? threads : 0, 2 * threads, 0, put_given_item, &g, err);
+    for (int j = 0; !rc && j < p->n_sampled; j++) rc = iris_workq_push(q, j, NULL, err);
+    if (!rc) rc = iris_workq_close(q, err);
+    iris_workq_free(q);
+    return rc;
 }
 
 int iris_video_prepare_frames(const uint8_t *rgb, int64_t n_frames, int width, int height, double fps,
@@ -413,15 +409,8 @@ int iris_video_prepare_frames(const uint8_t *rgb, int64_t n_frames, int width, i
     iris_video_info info = {.width = width, .height = height, .fps = fps, .n_frames = n_frames};
     snprintf(info.codec, sizeof info.codec, "rgb24");
     int rc = iris_video_plan(&info, o, out, err);
-    size_t frame = (size_t)width * height * 3;
-    int *slot = rc ? NULL : malloc(sizeof *slot * (size_t)out->n_sampled);
-    const uint8_t **src = rc ? NULL : malloc(sizeof *src * (size_t)out->n_sampled);
-    if (!rc && (!slot || !src)) rc = iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    for (int j = 0; !rc && j < out->n_sampled; j++) slot[j] = j, src[j] = rgb + (size_t)out->indices[j] * frame;
-    if (!rc) rc = iris_video_put_frames(out, slot, src, out->n_sampled, width, height, err);
+    if (!rc) rc = put_given(out, rgb, err);
     if (!rc) rc = iris_video_finish(out, o, err);
-    free(slot);
-    free(src);
     if (rc) iris_video_prep_free(out);
     return rc;
 }

@@ -26,10 +26,10 @@
  * (max_decode_seconds); a long gap between sampled frames is crossed by a seek
  * to the keyframe before the next one.
  *
- * The content keys, the pixel_values rows and the resizes of frames given
- * decoded run on the worker pool (base/pool.h); a clip's resizes run on its
- * prepare's own threads beside its decoding, never holding the pool
- * (video_decode.c).  The same bytes for any thread count.
+ * The content keys and the pixel_values rows run on the worker pool
+ * (base/pool.h); the resizes run on the preparation's own work queue
+ * (base/workq.h), beside the decoding for a clip (video_decode.c), never
+ * holding the pool.  The same bytes for any thread count.
  *
  * Memory: iris_video_prep owns its resized frames (iris_video_prep_free). */
 #ifndef IRIS_VIDEO_H

@@ -20,15 +20,18 @@
  *  - only sampled frames are converted to RGB (swscale, the frame's own
  *    colorspace and range), turned by the display matrix (multiples of 90
  *    degrees), and handed to the caller's sink at once;
- *  - iris_video_prepare's sink copies each into a free slot of a ring that the
- *    prepare's own resize threads take frames from (as many threads as the
- *    worker pool has, twice as many slots, half of them at most
- *    HALF_RING_BYTES), so decoding overlaps the resizes (the same bytes as one
- *    frame at a time).  Not the worker pool: a frame's resize takes
+ *  - iris_video_prepare's sink pushes each into the clip's own work queue
+ *    (base/workq.h): a displayed frame is copied into a free slot and one of
+ *    the queue's resize threads resizes it into its place, so decoding overlaps
+ *    the resizes (the same bytes as one frame at a time).  As many threads as
+ *    the worker pool has, twice as many slots, half of them at most
+ *    HALF_RING_BYTES.  Not the worker pool: a frame's resize takes
  *    milliseconds, and the pool runs one caller's job at a time, so the CPU
  *    backend's ops and other requests' preprocessing would wait behind each
  *    round of resizes; the prepare takes the pool only for the content keys
- *    at its end;
+ *    at its end.  A failed resize stops the decoding at the next frame
+ *    handed over (or fails the close), with the first failed resize's
+ *    message;
  *  - the wall-clock budget is checked by the demuxer's interrupt callback and
  *    between frames.
  * Without libav at build time (IRIS_VIDEO undefined) every entry point fails
@@ -50,10 +53,10 @@
 #include <libavutil/imgutils.h>
 #include <libswscale/swscale.h>
 #include <math.h>
-#include <pthread.h>
 #include <time.h>
 
 #include "pool.h"
+#include "workq.h"
 
 int iris_video_supported(void) { return 1; }
 
@@ -391,135 +394,47 @@ static int decode_indices(vsrc *s, const iris_video_opts *o, const int64_t *idx,
 
 #define HALF_RING_BYTES ((size_t)96 << 20) /* displayed frames in half the ring, at most */
 
-enum { SLOT_FREE, SLOT_READY, SLOT_TAKEN };
-
-/* The sampled frames from the decoding thread (the sink) to the prepare's own resize threads
- * through a ring of slots, each free, ready (a displayed frame copied in, its sample index in
- * sample[]) or taken by a resize thread.  As many threads as the pool has (at most as many as
- * half the ring holds, or as frames are sampled), twice as many slots: decoding goes on while
- * every thread resizes. */
-typedef struct resizer {
+typedef struct resize_ctx {
     iris_video_prep *p;
-    int width, height, n_slots, n_threads;
-    size_t frame;
-    uint8_t *rgb;        /* n_slots displayed frames */
-    int *state, *sample; /* per slot */
-    pthread_t *th;
-    pthread_mutex_t mu;
-    pthread_cond_t ready, freed;
-    int n_ready, closing, drop, rc;
-    iris_err err;        /* the first failed resize's */
-} resizer;
+    int width, height; /* displayed */
+} resize_ctx;
 
-static void *resize_main(void *arg) {
-    resizer *q = arg;
-    pthread_mutex_lock(&q->mu);
-    for (;;) {
-        while (!q->n_ready && !q->closing) pthread_cond_wait(&q->ready, &q->mu);
-        if (!q->n_ready) break;
-        int k = 0, skip = q->rc || q->drop;
-        while (q->state[k] != SLOT_READY) k++;
-        q->state[k] = SLOT_TAKEN, q->n_ready--;
-        pthread_mutex_unlock(&q->mu);
-        iris_err e = {0};
-        int rc = skip ? 0 : iris_video_put_frame(q->p, q->sample[k], q->rgb + (size_t)k * q->frame, q->width,
-                                                 q->height, &e);
-        pthread_mutex_lock(&q->mu);
-        if (rc && !q->rc) q->rc = rc, q->err = e;
-        q->state[k] = SLOT_FREE;
-        pthread_cond_signal(&q->freed);
-    }
-    pthread_mutex_unlock(&q->mu);
-    return NULL;
+/* A work-queue item: sampled frame id, its displayed bytes in the queue's slot. */
+static int resize_item(void *ctx, int64_t id, const void *rgb, iris_err *err) {
+    const resize_ctx *r = ctx;
+    return iris_video_put_frame(r->p, (int)id, rgb, r->width, r->height, err);
 }
 
-static int free_slot(const resizer *q) {
-    for (int k = 0; k < q->n_slots; k++)
-        if (q->state[k] == SLOT_FREE) return k;
-    return -1;
+static int sink_push(void *ctx, int j, const uint8_t *rgb, int width, int height, iris_err *err) {
+    return iris_workq_push(ctx, j, rgb, err);
 }
 
-/* Frame j into a free slot (waiting for one) for the resize threads; resized here when none
- * started.  A resize that failed fails this. */
-static int sink_resize(void *ctx, int j, const uint8_t *rgb, int width, int height, iris_err *err) {
-    resizer *q = ctx;
-    if (!q->n_threads) return iris_video_put_frame(q->p, j, rgb, width, height, err);
-    int k = -1;
-    pthread_mutex_lock(&q->mu);
-    while (!q->rc && (k = free_slot(q)) < 0) pthread_cond_wait(&q->freed, &q->mu);
-    int rc = q->rc;
-    if (rc && err) *err = q->err;
-    pthread_mutex_unlock(&q->mu);
-    if (rc) return rc;
-    memcpy(q->rgb + (size_t)k * q->frame, rgb, q->frame); /* a free slot: only this thread touches it */
-    pthread_mutex_lock(&q->mu);
-    q->sample[k] = j, q->state[k] = SLOT_READY, q->n_ready++;
-    pthread_cond_signal(&q->ready);
-    pthread_mutex_unlock(&q->mu);
-    return 0;
-}
-
-static int resizer_init(resizer *q, iris_video_prep *p, const iris_video_info *info, iris_err *err) {
-    memset(q, 0, sizeof *q);
-    q->p = p, q->width = info->width, q->height = info->height;
-    q->frame = (size_t)info->width * info->height * 3;
-    size_t fit = HALF_RING_BYTES / q->frame;
+/* The clip's resize queue: as many threads as the pool has (at most as many frames as half the
+ * ring holds, or as are sampled), twice as many slots of a displayed frame each, so decoding
+ * goes on while every thread resizes. */
+static int resizer_open(iris_workq **q, resize_ctx *r, iris_video_prep *p, const iris_video_info *info,
+                        iris_err *err) {
+    *r = (resize_ctx){.p = p, .width = info->width, .height = info->height};
+    size_t frame = (size_t)info->width * info->height * 3;
+    size_t fit = HALF_RING_BYTES / frame;
     int threads = iris_pool_threads();
     int half = fit < 1 ? 1 : fit < (size_t)threads ? (int)fit : threads;
     if (half > p->n_sampled) half = p->n_sampled > 0 ? p->n_sampled : 1;
-    q->n_slots = 2 * half;
-    pthread_mutex_init(&q->mu, NULL);
-    pthread_cond_init(&q->ready, NULL);
-    pthread_cond_init(&q->freed, NULL);
-    q->rgb = malloc(q->frame * (size_t)q->n_slots);
-    q->state = calloc((size_t)q->n_slots, sizeof *q->state);
-    q->sample = calloc((size_t)q->n_slots, sizeof *q->sample);
-    q->th = calloc((size_t)half, sizeof *q->th);
-    if (!q->rgb || !q->state || !q->sample || !q->th) return iris_err_set(err, IRIS_ENOMEM, "out of memory");
-    while (q->n_threads < half && pthread_create(&q->th[q->n_threads], NULL, resize_main, q) == 0) q->n_threads++;
-    return 0;
-}
-
-/* Every frame handed over resized (dropped unused when !keep), the threads gone: the first failure
- * of a resize, or 0.  Safe on a resizer whose init failed or never ran. */
-static int resizer_close(resizer *q, int keep, iris_err *err) {
-    if (q->n_threads) {
-        pthread_mutex_lock(&q->mu);
-        q->closing = 1, q->drop = !keep;
-        pthread_cond_broadcast(&q->ready);
-        pthread_mutex_unlock(&q->mu);
-        for (int i = 0; i < q->n_threads; i++) pthread_join(q->th[i], NULL);
-        q->n_threads = 0;
-    }
-    if (q->rc && err) *err = q->err;
-    return q->rc;
-}
-
-static void resizer_free(resizer *q) {
-    if (!q->n_slots) return;
-    resizer_close(q, 0, NULL);
-    pthread_mutex_destroy(&q->mu);
-    pthread_cond_destroy(&q->ready);
-    pthread_cond_destroy(&q->freed);
-    free(q->rgb);
-    free(q->state);
-    free(q->sample);
-    free(q->th);
-    memset(q, 0, sizeof *q);
+    return iris_workq_init(q, half, 2 * half, frame, resize_item, r, err);
 }
 
 int iris_video_prepare(const char *path, const void *data, size_t n, const char *label, const iris_video_opts *o,
                        iris_video_prep *out, iris_err *err) {
     memset(out, 0, sizeof *out);
     vsrc s;
-    resizer q;
-    memset(&q, 0, sizeof q);
+    iris_workq *q = NULL;
+    resize_ctx r;
     int rc = src_open(&s, path, data, n, label, o, 1, err);
     if (!rc && (rc = iris_video_plan(&s.info, o, out, err))) iris_err_prefix(err, "%s", s.label);
-    if (!rc) rc = resizer_init(&q, out, &s.info, err);
-    if (!rc) rc = decode_indices(&s, o, out->indices, out->n_sampled, sink_resize, &q, err);
-    if (!rc) rc = resizer_close(&q, 1, err);
-    resizer_free(&q);
+    if (!rc) rc = resizer_open(&q, &r, out, &s.info, err);
+    if (!rc) rc = decode_indices(&s, o, out->indices, out->n_sampled, sink_push, q, err);
+    if (!rc) rc = iris_workq_close(q, err);
+    iris_workq_free(q);
     src_close(&s);
     if (!rc) rc = iris_video_finish(out, o, err);
     if (rc) iris_video_prep_free(out);

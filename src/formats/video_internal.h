@@ -11,9 +11,6 @@
 int iris_video_plan(const iris_video_info *info, const iris_video_opts *o, iris_video_prep *out, iris_err *err);
 /* Sampled frame j (displayed RGB of width x height) resized into its slot. */
 int iris_video_put_frame(iris_video_prep *p, int j, const uint8_t *rgb, int width, int height, iris_err *err);
-/* Frames src[i] into slots slot[i], i < n, resized on the worker pool (a frame a job). */
-int iris_video_put_frames(iris_video_prep *p, const int *slot, const uint8_t *const *src, int n, int width, int height,
-                          iris_err *err);
 /* After the last frame: the last sampled frame repeated up to n_frames, then every temporal
  * patch's content key (iris_video_keys). */
 int iris_video_finish(iris_video_prep *p, const iris_video_opts *o, iris_err *err);
