@@ -214,18 +214,24 @@ static int bench_segments(int n_img, int patches, int nh, int hd) {
     return 0;
 }
 
+/* The CUDA backend into B: 0, or 1 with why on stderr. */
+static int open_cuda(void) {
+    if (iris_cuda_device_count() == 0) {
+        fprintf(stderr, "bench_attn: no CUDA device\n");
+        return 1;
+    }
+    iris_err err = {0};
+    if (iris_backend_cuda_open(0, (size_t)8 << 30, &B, &err)) {
+        fprintf(stderr, "bench_attn: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *like = argc > 1 ? argv[1] : "2B";
     if (strcmp(like, "segments") == 0) {
-        if (iris_cuda_device_count() == 0) {
-            fprintf(stderr, "bench_attn: no CUDA device\n");
-            return 1;
-        }
-        iris_err err = {0};
-        if (iris_backend_cuda_open(0, (size_t)8 << 30, &B, &err)) {
-            fprintf(stderr, "bench_attn: %s\n", err.msg);
-            return 1;
-        }
+        if (open_cuda()) return 1;
         int rc = bench_segments(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 4096,
                                 argc > 4 ? atoi(argv[4]) : 16, argc > 5 ? atoi(argv[5]) : 64);
         B->destroy(B);
@@ -237,15 +243,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_attn [2B|4B] [CONTEXT] [CHUNK] [bf16|fp8]\n");
         return 2;
     }
-    if (iris_cuda_device_count() == 0) {
-        fprintf(stderr, "bench_attn: no CUDA device\n");
-        return 1;
-    }
-    iris_err err = {0};
-    if (iris_backend_cuda_open(0, (size_t)8 << 30, &B, &err)) {
-        fprintf(stderr, "bench_attn: %s\n", err.msg);
-        return 1;
-    }
+    if (open_cuda()) return 1;
     cache k;
     memset(&k, 0, sizeof k);
     k.nq = strcmp(like, "4B") == 0 ? 32 : 16, k.nkv = 8, k.hd = 128;

@@ -117,6 +117,80 @@ static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 /* n rows [0, n) of a head's 64 columns from rows of ld elements at src into a swizzled tile at dst
  * (shared address); rows from `have` on are zeros. */
+/* A warpgroup's rows' running max and sum (m, l: rows g and g + 8 of each warp) updated with a tile's
+ * scores s (wgmma's accumulator layout, NS columns; masked ones -inf): P = 2^(s·scale − max) into p
+ * in bf16, packed in wgmma's A-register layout (p[2i]: row g, keys 8i + 2t, + 1; p[2i + 1]: row
+ * g + 8), and O's NO columns rescaled by the change of max. */
+template <int NS, int NO>
+static __device__ __forceinline__ void softmax_tile(float *s, float scale_log2, float (&m)[2], float (&l)[2],
+                                                    uint32_t *p, float *o) {
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < NS / 8; i++) {
+        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    float mn0 = fmaxf(m[0], mx0 * scale_log2), mn1 = fmaxf(m[1], mx1 * scale_log2);
+    float c0 = mn0 == -INFINITY ? 1.0f : ex2(m[0] - mn0), c1 = mn1 == -INFINITY ? 1.0f : ex2(m[1] - mn1);
+    float nm0 = mn0 == -INFINITY ? 0.0f : -mn0, nm1 = mn1 == -INFINITY ? 0.0f : -mn1;
+    float sum0 = 0, sum1 = 0;
+#pragma unroll
+    for (int i = 0; i < NS / 8; i++) {
+        float e0 = ex2(fmaf(s[4 * i], scale_log2, nm0)), e1 = ex2(fmaf(s[4 * i + 1], scale_log2, nm0));
+        float e2 = ex2(fmaf(s[4 * i + 2], scale_log2, nm1)), e3 = ex2(fmaf(s[4 * i + 3], scale_log2, nm1));
+        sum0 += e0 + e1;
+        sum1 += e2 + e3;
+        p[2 * i] = pack2(e0, e1);
+        p[2 * i + 1] = pack2(e2, e3);
+    }
+    l[0] = l[0] * c0 + sum0, l[1] = l[1] * c1 + sum1;
+    m[0] = mn0, m[1] = mn1;
+#pragma unroll
+    for (int i = 0; i < NO / 8; i++) o[4 * i] *= c0, o[4 * i + 1] *= c0, o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
+}
+
+/* O (NO columns) += P·V over NK keys: NK / 16 k steps (V's rows 2,048 bytes a step in the swizzled
+ * tile at descriptor dv); P's A registers for keys [16kc, 16kc + 16): (g, 2t), (g + 8, 2t),
+ * (g, 2t + 8), (g + 8, 2t + 8).  Waits for the products. */
+template <int NK, int NO>
+static __device__ __forceinline__ void pv_tile(float *o, uint32_t *p, uint64_t dv) {
+    wg_fence();
+#pragma unroll
+    for (int kc = 0; kc < NK / 16; kc++) {
+        uint32_t pa[4] = {p[4 * kc], p[4 * kc + 1], p[4 * kc + 2], p[4 * kc + 3]};
+        wg_rs_t<NO>(o, pa, dv + (uint64_t)(kc * 2048 >> 4));
+    }
+    wg_commit();
+    wg_wait0();
+    wg_pin<NO / 2>(o);
+    wg_pin_u<NK / 4>(p);
+}
+
+/* Rows row0 and row0 + 8 of O (NO columns), divided by their sums, to o's head column col0 (rows
+ * from rend on are not written). */
+template <int NO>
+static __device__ __forceinline__ void store_rows(const iris_flash_args &a, const float *o, const float (&l)[2], int row0,
+                                                  int rend, int64_t col0) {
+    float l0 = l[0], l1 = l[1];
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float i0 = l0 > 0 ? 1.0f / l0 : 0.0f, i1 = l1 > 0 ? 1.0f / l1 : 0.0f;
+    const int row1 = row0 + 8, t = threadIdx.x & 3;
+    bf16 *d0 = a.o + (int64_t)row0 * a.ldo + col0, *d1 = a.o + (int64_t)row1 * a.ldo + col0;
+#pragma unroll
+    for (int i = 0; i < NO / 8; i++) {
+        int c = 8 * i + 2 * t;
+        if (row0 < rend) *(__nv_bfloat162 *)(d0 + c) = __floats2bfloat162_rn(o[4 * i] * i0, o[4 * i + 1] * i0);
+        if (row1 < rend) *(__nv_bfloat162 *)(d1 + c) = __floats2bfloat162_rn(o[4 * i + 2] * i1, o[4 * i + 3] * i1);
+    }
+}
+
 template <int NT>
 static __device__ __forceinline__ void stage_rows(uint32_t dst, const bf16 *src, int64_t ld, int n, int have) {
     for (int i = threadIdx.x; i < n * 8; i += NT) {
@@ -163,7 +237,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 3 : 1) k_attn_wgmma(iris
     float o[32], s[BK / 2];
 #pragma unroll
     for (int i = 0; i < 32; i++) o[i] = 0;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
     const uint64_t dq = wg_desc(sm + (size_t)wg * 64 * 128, 16, 1024);
     const int n_tiles = (n_keys + BK - 1) / BK;
     for (int it = 0; it < n_tiles; it++) {
@@ -192,62 +266,12 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 3 : 1) k_attn_wgmma(iris
                 if (j + 1 >= n_keys) s[4 * i + 1] = s[4 * i + 3] = -INFINITY;
             }
         }
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < BK / 8; i++) {
-            mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
-            mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        float mn0 = fmaxf(m0, mx0 * a.scale_log2), mn1 = fmaxf(m1, mx1 * a.scale_log2);
-        float c0 = mn0 == -INFINITY ? 1.0f : ex2(m0 - mn0), c1 = mn1 == -INFINITY ? 1.0f : ex2(m1 - mn1);
-        float nm0 = mn0 == -INFINITY ? 0.0f : -mn0, nm1 = mn1 == -INFINITY ? 0.0f : -mn1;
-        float sum0 = 0, sum1 = 0;
         uint32_t p[BK / 4];
-#pragma unroll
-        for (int i = 0; i < BK / 8; i++) {
-            float e0 = ex2(fmaf(s[4 * i], a.scale_log2, nm0)), e1 = ex2(fmaf(s[4 * i + 1], a.scale_log2, nm0));
-            float e2 = ex2(fmaf(s[4 * i + 2], a.scale_log2, nm1)), e3 = ex2(fmaf(s[4 * i + 3], a.scale_log2, nm1));
-            sum0 += e0 + e1;
-            sum1 += e2 + e3;
-            p[2 * i] = pack2(e0, e1);     /* rows g: keys 8i + 2t, + 1 */
-            p[2 * i + 1] = pack2(e2, e3); /* rows g + 8 */
-        }
-        l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
-        m0 = mn0, m1 = mn1;
-#pragma unroll
-        for (int i = 0; i < 8; i++) o[4 * i] *= c0, o[4 * i + 1] *= c0, o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
-
-        /* O += P·V: BK / 16 k steps of 16 keys (V rows: 2,048 bytes each); P's A registers for keys
-         * [16kc, 16kc + 16): (g, 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8) */
-        wg_fence();
-#pragma unroll
-        for (int kc = 0; kc < BK / 16; kc++) {
-            uint32_t pa[4] = {p[4 * kc], p[4 * kc + 1], p[4 * kc + 2], p[4 * kc + 3]};
-            wg_rs_t<64>(o, pa, dv + (uint64_t)(kc * 2048 >> 4));
-        }
-        wg_commit();
-        wg_wait0();
-        wg_pin<32>(o);
-        wg_pin_u<BK / 4>(p);
+        softmax_tile<BK, 64>(s, a.scale_log2, m, l, p, o);
+        pv_tile<BK, 64>(o, p, dv);
         __syncthreads(); /* this stage is refilled at the next tile */
     }
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    float i0 = l0 > 0 ? 1.0f / l0 : 0.0f, i1 = l1 > 0 ? 1.0f / l1 : 0.0f;
-    const int row0 = r0 + wg * 64 + warp * 16 + g, row1 = row0 + 8;
-    bf16 *d0 = a.o + (int64_t)row0 * a.ldo + (int64_t)h * WG_HD, *d1 = a.o + (int64_t)row1 * a.ldo + (int64_t)h * WG_HD;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        int c = 8 * i + 2 * t;
-        if (row0 < rend) *(__nv_bfloat162 *)(d0 + c) = __floats2bfloat162_rn(o[4 * i] * i0, o[4 * i + 1] * i0);
-        if (row1 < rend) *(__nv_bfloat162 *)(d1 + c) = __floats2bfloat162_rn(o[4 * i + 2] * i1, o[4 * i + 3] * i1);
-    }
+    store_rows<64>(a, o, l, r0 + wg * 64 + warp * 16 + g, rend, (int64_t)h * WG_HD);
 #endif
 }
 
@@ -324,7 +348,7 @@ __global__ void __launch_bounds__(128, 2) k_attn_wgmma_paged(iris_flash_args a) 
     float o[64], s[WP_BK / 2];
 #pragma unroll
     for (int i = 0; i < 64; i++) o[i] = 0;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
     const int n_tiles = (n_keys + WP_BK - 1) / WP_BK;
     for (int it = 0; it < n_tiles; it++) {
         const int j0 = it * WP_BK, st = it & 1;
@@ -354,60 +378,13 @@ __global__ void __launch_bounds__(128, 2) k_attn_wgmma_paged(iris_flash_args a) 
                 if (j + 1 >= lim1) s[4 * i + 3] = -INFINITY;
             }
         }
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < WP_BK / 8; i++) {
-            mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
-            mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        float mn0 = fmaxf(m0, mx0 * a.scale_log2), mn1 = fmaxf(m1, mx1 * a.scale_log2);
-        float c0 = mn0 == -INFINITY ? 1.0f : ex2(m0 - mn0), c1 = mn1 == -INFINITY ? 1.0f : ex2(m1 - mn1);
-        float nm0 = mn0 == -INFINITY ? 0.0f : -mn0, nm1 = mn1 == -INFINITY ? 0.0f : -mn1;
-        float sum0 = 0, sum1 = 0;
         uint32_t p[WP_BK / 4];
-#pragma unroll
-        for (int i = 0; i < WP_BK / 8; i++) {
-            float e0 = ex2(fmaf(s[4 * i], a.scale_log2, nm0)), e1 = ex2(fmaf(s[4 * i + 1], a.scale_log2, nm0));
-            float e2 = ex2(fmaf(s[4 * i + 2], a.scale_log2, nm1)), e3 = ex2(fmaf(s[4 * i + 3], a.scale_log2, nm1));
-            sum0 += e0 + e1;
-            sum1 += e2 + e3;
-            p[2 * i] = pack2(e0, e1);
-            p[2 * i + 1] = pack2(e2, e3);
-        }
-        l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
-        m0 = mn0, m1 = mn1;
-#pragma unroll
-        for (int i = 0; i < 16; i++) o[4 * i] *= c0, o[4 * i + 1] *= c0, o[4 * i + 2] *= c1, o[4 * i + 3] *= c1;
-        /* O += P·V: 4 k steps of 16 keys; V's two 64-column halves are the two N blocks (lbo apart) */
-        const uint64_t dv = wg_desc(vs, (uint32_t)(WP_BK * 128), 1024);
-        wg_fence();
-#pragma unroll
-        for (int kc = 0; kc < WP_BK / 16; kc++) {
-            uint32_t pa[4] = {p[4 * kc], p[4 * kc + 1], p[4 * kc + 2], p[4 * kc + 3]};
-            wg_rs_t<128>(o, pa, dv + (uint64_t)(kc * 2048 >> 4));
-        }
-        wg_commit();
-        wg_wait0();
-        wg_pin<64>(o);
-        wg_pin_u<WP_BK / 4>(p);
+        softmax_tile<WP_BK, WP_HD>(s, a.scale_log2, m, l, p, o);
+        /* V's two 64-column halves are the product's two N blocks (lbo apart) */
+        pv_tile<WP_BK, WP_HD>(o, p, wg_desc(vs, (uint32_t)(WP_BK * 128), 1024));
         __syncthreads(); /* this stage is refilled at the next tile */
     }
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    float i0 = l0 > 0 ? 1.0f / l0 : 0.0f, i1 = l1 > 0 ? 1.0f / l1 : 0.0f;
-    bf16 *d0 = a.o + (int64_t)row0 * a.ldo + (int64_t)h * WP_HD, *d1 = a.o + (int64_t)row1 * a.ldo + (int64_t)h * WP_HD;
-#pragma unroll
-    for (int i = 0; i < 16; i++) {
-        int c = 8 * i + 2 * t;
-        if (row0 < rend) *(__nv_bfloat162 *)(d0 + c) = __floats2bfloat162_rn(o[4 * i] * i0, o[4 * i + 1] * i0);
-        if (row1 < rend) *(__nv_bfloat162 *)(d1 + c) = __floats2bfloat162_rn(o[4 * i + 2] * i1, o[4 * i + 3] * i1);
-    }
+    store_rows<WP_HD>(a, o, l, row0, rend, (int64_t)h * WP_HD);
 #endif
 }
 
