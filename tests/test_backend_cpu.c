@@ -881,20 +881,24 @@ IRIS_TEST(backend_cpu_paged_attention_fp8) {
     free(k), free(v), free(q), free(k8), free(v8), free(kf), free(vf), free(kr), free(vr), free(o8), free(o32);
 }
 
-/* The rows in no whole attention tile (backend.h), which the runner lists for the CUDA decode
- * kernel: a tile holding two sequences is lone, a whole tile or a short tail of 8 rows or more of
- * one sequence is not, a tail of fewer rows is. */
-IRIS_TEST(backend_attn_lone_rows) {
-    int32_t seq[300], out[300];
-    int n = 0;
-    for (int i = 0; i < 70; i++) seq[n++] = 0;
-    seq[n++] = 1, seq[n++] = 2;
-    for (int i = 0; i < 130; i++) seq[n++] = 3; /* 202 rows: tiles 0, 1 (mixed), 2, and 10 rows */
-    int k = iris_attn_lone_rows(seq, n, out);
-    CHECKF(k == 64, "%d lone rows, want the 64 of tile 1", k);
-    for (int i = 0; i < k && i < 64; i++) CHECKF(out[i] == 64 + i, "lone row %d is %d", i, out[i]);
-    k = iris_attn_lone_rows(seq, 197, out); /* a tail of 5 rows */
-    CHECKF(k == 69 && out[64] == 192 && out[68] == 196, "%d lone rows with a 5-row tail", k);
-    for (int i = 0; i < 3; i++) seq[i] = i; /* one row a sequence: every row */
-    CHECK(iris_attn_lone_rows(seq, 3, out) == 3 && out[0] == 0 && out[2] == 2);
+/* The attention tiles (backend.h), which the runner lists for the CUDA flash and decode kernels:
+ * each sequence's rows in 64-row pieces from its first row, a piece of 8 rows or more a tile, the
+ * rows of a shorter one lone. */
+IRIS_TEST(backend_attn_tiles) {
+    int32_t seq[300], tiles[300], lone[300];
+    int n = 0, nt = -1;
+    for (int i = 0; i < 70; i++) seq[n++] = 0;  /* rows 0-69: tiles at 0 (64 rows), lone 64-69 (6) */
+    seq[n++] = 1, seq[n++] = 2;                 /* rows 70, 71: decode rows, lone */
+    for (int i = 0; i < 130; i++) seq[n++] = 3; /* rows 72-201: tiles at 72, 136 (64 each), 200-201 lone */
+    int k = iris_attn_tiles(seq, n, tiles, &nt, lone);
+    CHECKF(nt == 3 && tiles[0] == 0 && tiles[1] == 72 && tiles[2] == 136, "%d tiles: %d %d %d", nt, tiles[0],
+           tiles[1], tiles[2]);
+    CHECKF(k == 10 && lone[0] == 64 && lone[5] == 69 && lone[6] == 70 && lone[7] == 71 && lone[8] == 200 &&
+               lone[9] == 201,
+           "%d lone rows", k);
+    for (int i = 0; i < 12; i++) seq[202 + i] = 4; /* a sequence's last piece of 8 rows or more: a tile */
+    k = iris_attn_tiles(seq, 214, tiles, &nt, lone);
+    CHECKF(nt == 4 && tiles[3] == 202 && k == 10, "%d tiles, %d lone rows with a 12-row sequence", nt, k);
+    for (int i = 0; i < 3; i++) seq[i] = i; /* one row a sequence: every row lone */
+    CHECK(iris_attn_tiles(seq, 3, tiles, &nt, lone) == 3 && nt == 0 && lone[2] == 2);
 }

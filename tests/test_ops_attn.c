@@ -30,7 +30,7 @@ static int g_kv8;  /* the caches hold E4M3 codes (--kv-cache-dtype fp8) */
 static int g_nseqs = 1; /* CUDA's meta says how many sequences the step has (n_seqs), else 0 */
 static int g_layouts; /* check_paged also runs impls 2, 3 and 4 and wants g_impl 0's bits from them */
 static int g_no_cpu;  /* check_paged skips the CPU reference (long steps at full head counts: bits only) */
-static int g_lone;    /* the meta lists the rows in no whole tile (iris_attn_meta.lone_rows), as the runner's does */
+static int g_lone;    /* the meta lists the attention tiles and lone rows (iris_attn_meta), as the runner's does */
 static const char *const impl_name[] = {"", " (wmma)", " (mma, tiles in order)", " (mma, 2 heads a CTA)",
                                         " (mma, 2 heads a CTA, 3 stages)", " (mma)"};
 
@@ -110,12 +110,13 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     CHECKF(ops_cuda->kv_write(ops_cuda, &gkv, &gtk, &gtv, &ghm) == 0, "%s", ops_cuda->err.msg);
     void *dq = ops_dev_bf16(q, (int64_t)n_rows * nq * hd), *dout = ops_dev_poison((int64_t)n_rows * nq * hd);
     iris_attn_meta gm = {n_rows, d_row_seq, d_row_ctx, d_bt, max_blocks, d_slot_new, g_nseqs ? n_seqs : 0};
-    int32_t *lone = malloc(sizeof(int32_t) * (size_t)n_rows);
+    int32_t *lone = malloc(sizeof(int32_t) * (size_t)n_rows * 2);
     void *d_lone = NULL;
     if (g_lone) {
-        gm.n_lone = iris_attn_lone_rows(row_seq, n_rows, lone);
-        d_lone = ops_dev_copy(lone, sizeof(int32_t) * (size_t)(gm.n_lone ? gm.n_lone : 1));
-        gm.lone_rows = d_lone;
+        gm.n_lone = iris_attn_tiles(row_seq, n_rows, lone, &gm.n_tiles, lone + n_rows);
+        d_lone = ops_dev_copy(lone, sizeof(int32_t) * (size_t)n_rows * 2);
+        gm.tiles = d_lone;
+        gm.lone_rows = (const int32_t *)d_lone + n_rows;
     }
     iris_tensor gq = ops_view(dq, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0), go = ops_view(dout, IRIS_DT_BF16, n_rows, (int64_t)nq * hd, 0);
     int rc = ops_cuda->attn_paged(ops_cuda, &gq, &gkv, &gm, nq, &go);
@@ -233,17 +234,26 @@ IRIS_TEST(gpu_ops_attn_paged) {
     }
     g_impl = 0;
     iris_cuda_set_attn_impl(ops_cuda, 0);
-    /* the rows in no whole tile listed, as the runner lists them: the decode kernel launched over
-     * those alone (every other row must still come from the flash kernel: the output starts
-     * poisoned); a tile straddling sequences, one sequence's tail, a step whose tiles are all whole */
-    step_seq l1[] = {{0, 70}, {12, 1}, {5, 1}, {0, 130}}, l2[] = {{3, 64}, {64, 64}};
+    /* the attention tiles and lone rows listed, as the runner lists them: each sequence's tiles from
+     * its first row for the flash kernels (every layout, and the WMMA one, which drops the lists),
+     * the decode kernel over the lone rows alone (every row must come from one of them: the output
+     * starts poisoned); sequences that straddle the old 64-row grid, tails of fewer than 8 rows and of
+     * 8 or more, decode rows, a step of decode rows and one short tail (no tile at all) */
+    step_seq l1[] = {{0, 70}, {12, 1}, {5, 1}, {0, 130}}, l2[] = {{3, 64}, {64, 64}}, l3[] = {{9, 1}, {0, 5}, {30, 1}};
     g_lone = 1;
-    check_paged(p1, 4, 16, 8, 128);
+    for (g_impl = 0; g_impl < 6; g_impl++) {
+        iris_cuda_set_attn_impl(ops_cuda, g_impl);
+        check_paged(p1, 4, 16, 8, 128);
+        check_paged(l1, 4, 16, 8, 128);
+        check_paged(l1, 4, 6, 2, 128);
+    }
+    g_impl = 0;
+    iris_cuda_set_attn_impl(ops_cuda, 0);
     check_paged(p1, 4, 4, 1, 16);
-    check_paged(l1, 4, 16, 8, 128);
-    check_paged(l1, 4, 6, 2, 128);
     check_paged(l2, 2, 16, 8, 128);
+    check_paged(l3, 3, 16, 8, 128);
     check_paged(s1, 1, 16, 8, 128);
+    check_paged(p2, 2, 8, 8, 256);
     g_kv8 = 1;
     check_paged(l1, 4, 16, 8, 128);
     g_kv8 = 0, g_lone = 0;

@@ -246,9 +246,9 @@ static uint64_t hand_fixed(const spec *s, int fp8) {
     uint64_t embeds = 2048 * H * 2 * 4;
     /* sampling: 64 x 151,936 x (fp32 logits + u16 counts) + 64 x 256 */
     uint64_t sampling = 64ull * 151936 * (4 + 2) + 64 * 256;
-    /* step metadata: 2,048 x int32 x (ids + 3 positions + row_seq + row_ctx + slot + image row + lone
-     * row) + 64 logits rows x int32 */
-    uint64_t meta = 2048 * 4 * 9 + 64 * 4;
+    /* step metadata: 2,048 x int32 x (ids + 3 positions + row_seq + row_ctx + slot + image row +
+     * attention tile + lone row) + 64 logits rows x int32 */
+    uint64_t meta = 2048 * 4 * 10 + 64 * 4;
     /* cuBLASLt 32 MiB, graphs 11 x 2 MiB (batch 1 2 4 8 16 24 32 40 48 56 64), context 336 MiB */
     return hand_weights(s, fp8) + act + embeds + sampling + meta + 32 * MIB + 11 * 2 * MIB + 336 * MIB;
 }

@@ -57,27 +57,36 @@ typedef struct iris_attn_meta {
     const int32_t *slot;        /* [n_rows] cache slot of the row's new K/V: block * IRIS_KV_BLOCK + offset */
     int n_seqs;                 /* sequences in the step, if known (0: not known); host value, a hint
                                    that lets CUDA skip work for rows the step's shape already settles */
-    const int32_t *lone_rows;   /* [n_lone] the rows in no whole tile (below), ascending, or NULL: not
-                                   given (a hint, like n_seqs; the CPU backend does not read it) */
+    /* The step's attention tiles (below), or NULL: not given (a hint, like n_seqs; the CPU backend
+     * does not read them) */
+    const int32_t *tiles;       /* [n_tiles] each tile's first row, ascending */
+    int n_tiles;
+    const int32_t *lone_rows;   /* [n_lone] the rows in no tile, ascending */
     int n_lone;
 } iris_attn_meta;
 
-/* A whole tile: rows [IRIS_ATTN_TILE·k, IRIS_ATTN_TILE·(k + 1)) of a step, cut at its last row,
- * holding at least IRIS_ATTN_TILE_MIN rows, all of one sequence — a prefill chunk's rows, which a
- * backend may attend to as one block (CUDA's flash kernel); every other row is attended to alone. */
+/* Attention tiles: each sequence's rows of a step (consecutive rows), from its first, in pieces of
+ * IRIS_ATTN_TILE rows; a piece of IRIS_ATTN_TILE_MIN rows or more is a tile — a prefill chunk's
+ * rows, which a backend may attend to as one block (CUDA's flash kernels); the rows of a shorter
+ * piece are lone, attended to one by one (decode rows, a chunk's short tail). */
 #define IRIS_ATTN_TILE 64
 #define IRIS_ATTN_TILE_MIN 8
 
-/* The rows of a step in no whole tile, ascending, into out [n_rows]: their count (lone_rows). */
-static inline int iris_attn_lone_rows(const int32_t *row_seq, int n_rows, int32_t *out) {
-    int n = 0;
-    for (int r0 = 0; r0 < n_rows; r0 += IRIS_ATTN_TILE) {
-        int r1 = r0 + IRIS_ATTN_TILE < n_rows ? r0 + IRIS_ATTN_TILE : n_rows, whole = r1 - r0 >= IRIS_ATTN_TILE_MIN;
-        for (int r = r0 + 1; r < r1 && whole; r++) whole = row_seq[r] == row_seq[r0];
-        if (!whole)
-            for (int r = r0; r < r1; r++) out[n++] = r;
+/* A step's tiles' first rows into tiles [n_rows] (their count in *n_tiles) and its lone rows into
+ * lone [n_rows]: their count. */
+static inline int iris_attn_tiles(const int32_t *row_seq, int n_rows, int32_t *tiles, int *n_tiles, int32_t *lone) {
+    int nt = 0, nl = 0;
+    for (int s0 = 0, s1; s0 < n_rows; s0 = s1) {
+        for (s1 = s0 + 1; s1 < n_rows && row_seq[s1] == row_seq[s0]; s1++) {}
+        for (int r0 = s0; r0 < s1; r0 += IRIS_ATTN_TILE) {
+            int r1 = r0 + IRIS_ATTN_TILE < s1 ? r0 + IRIS_ATTN_TILE : s1;
+            if (r1 - r0 >= IRIS_ATTN_TILE_MIN) tiles[nt++] = r0;
+            else
+                for (int r = r0; r < r1; r++) lone[nl++] = r;
+        }
     }
-    return n;
+    *n_tiles = nt;
+    return nl;
 }
 
 /* Decode attention plans how it splits long contexts on max_blocks rounded up to a multiple of

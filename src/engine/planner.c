@@ -422,7 +422,7 @@ static void sampling_regions(const plan_in *in, region_list *l) {
 
 /* What the host uploads for a step, int32 (engine/runner.c's pack_meta): token ids [T], MRoPE
  * positions [3, T], sequence, visible context and KV slot of every row [T] each, image rows [T],
- * logits rows [S], rows in no whole attention tile [T]; block tables [S, ceil(context / 16)]. */
+ * logits rows [S], attention tiles and lone rows [T] each; block tables [S, ceil(context / 16)]. */
 static void meta_regions(const plan_in *in, int64_t context, region_list *l) {
     uint64_t T = (uint64_t)in->s.max_batch_tokens, S = (uint64_t)in->s.max_num_seqs;
     add(l, "meta.token_ids", IRIS_PART_STEP_META, T * I32);
@@ -432,6 +432,7 @@ static void meta_regions(const plan_in *in, int64_t context, region_list *l) {
     add(l, "meta.slots", IRIS_PART_STEP_META, T * I32);
     add(l, "meta.image_rows", IRIS_PART_STEP_META, T * I32);
     add(l, "meta.logits_rows", IRIS_PART_STEP_META, S * I32);
+    add(l, "meta.attn_tiles", IRIS_PART_STEP_META, T * I32);
     add(l, "meta.lone_rows", IRIS_PART_STEP_META, T * I32);
     add(l, "meta.block_tables", IRIS_PART_STEP_META, S * ceil_div((uint64_t)context, IRIS_KV_BLOCK_TOKENS) * I32);
 }

@@ -103,7 +103,7 @@ struct iris_runner {
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 static size_t meta_ints(const iris_runner_limits *l, int max_blocks) {
-    return (size_t)l->max_rows * 9 + (size_t)l->max_seqs * max_blocks + (size_t)l->max_logits;
+    return (size_t)l->max_rows * 10 + (size_t)l->max_seqs * max_blocks + (size_t)l->max_logits;
 }
 
 static act_layout act_layout_of(const iris_text_config *c, size_t es, size_t T, size_t n_ds) {
@@ -225,7 +225,8 @@ static int is_image(const iris_text *t, const iris_text_seq *sq, int32_t tok) {
 /* The step's shape, checked against the cache and the limits. */
 typedef struct step_shape {
     int R, n_logits, n_img, n_ds, max_blocks, raw;
-    int n_lone; /* pack_meta: the rows in no whole attention tile (-1: not listed, a decode-only step) */
+    int n_tiles, n_lone; /* pack_meta: the attention tiles and lone rows (backend.h; n_lone -1: not
+                            listed, a decode-only step) */
 } step_shape;
 
 static int shape_of(iris_runner *r, const iris_text_seq *seqs, int n_seqs, step_shape *sh, iris_err *err) {
@@ -308,9 +309,11 @@ static size_t pack_meta(iris_runner *r, const iris_text_seq *seqs, int n_seqs, s
             if (is_image(r->t, sq, sq->tokens[i])) h_img[ii++] = row, r->run_n[s]++;
         }
     }
-    sh->n_lone = n_seqs == R ? -1 : iris_attn_lone_rows(h_seq, R, h_lrow + sh->n_logits);
-    return (size_t)R * 7 + (size_t)n_seqs * W + (size_t)sh->n_img + (size_t)sh->n_logits +
-           (size_t)(sh->n_lone > 0 ? sh->n_lone : 0);
+    /* a prefill step's attention tiles, then its lone rows (both R at most) */
+    int32_t *h_tiles = h_lrow + sh->n_logits;
+    sh->n_tiles = 0;
+    sh->n_lone = n_seqs == R ? -1 : iris_attn_tiles(h_seq, R, h_tiles, &sh->n_tiles, h_tiles + R);
+    return (size_t)R * 7 + (size_t)n_seqs * W + (size_t)sh->n_img + (size_t)sh->n_logits + (sh->n_lone >= 0 ? 2 * (size_t)R : 0);
 }
 
 /* Each sequence's image rows (consecutive in its tokens and in the device buffer) and taps, as
@@ -506,7 +509,8 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
     int32_t *d_slot = d_ctx + R, *d_bt = d_slot + R, *d_img = d_bt + (size_t)n_seqs * sh.max_blocks;
     iris_attn_meta meta = {.n_rows = R, .row_seq = d_seq, .row_ctx = d_ctx, .block_tables = d_bt,
                            .max_blocks = sh.max_blocks, .slot = d_slot, .n_seqs = n_seqs,
-                           .lone_rows = sh.n_lone >= 0 ? d_img + sh.n_img + sh.n_logits : NULL,
+                           .tiles = sh.n_lone >= 0 ? d_img + sh.n_img + sh.n_logits : NULL, .n_tiles = sh.n_tiles,
+                           .lone_rows = sh.n_lone >= 0 ? d_img + sh.n_img + sh.n_logits + R : NULL,
                            .n_lone = sh.n_lone >= 0 ? sh.n_lone : 0};
     iris_text_batch x = {.n_rows = R, .n_img = sh.n_img, .n_deepstack = sh.n_ds, .n_logits = sh.n_logits,
                          .tokens = d_tok, .pos = d_pos, .img_rows = d_img, .logit_rows = d_img + sh.n_img,

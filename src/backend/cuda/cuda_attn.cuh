@@ -3,9 +3,10 @@
  * FLASH_MIN_ROWS rows, all of one sequence: prefill chunks) and which the
  * decode kernel takes (every other row: decode steps, tiles that straddle
  * sequences).  Both kernels evaluate the same predicate, so every row is
- * computed exactly once, without a host round trip; where the host lists the
- * other rows (iris_attn_meta.lone_rows, by the same rule) the decode kernel is
- * launched over those alone. */
+ * computed exactly once, without a host round trip.  Where the host lists the
+ * step's attention tiles (iris_attn_meta.tiles: each sequence's rows in 64-row
+ * pieces from its first row, so a tile never straddles two sequences) the
+ * flash kernels take those and the decode kernel the lone rows listed. */
 #ifndef IRIS_CUDA_ATTN_CUH
 #define IRIS_CUDA_ATTN_CUH
 
@@ -25,6 +26,17 @@ static __device__ __forceinline__ bool flash_tile_ok(const int32_t *row_seq, int
     return __all_sync(0xffffffffu, same);
 }
 
+/* The end of a listed tile starting at row r0: its sequence's last row + 1 within 64 rows (rows of a
+ * sequence are consecutive).  Called by every warp of a block. */
+static __device__ __forceinline__ int flash_tile_end(const int32_t *row_seq, int n_rows, int r0) {
+    int s0 = row_seq[r0], lane = threadIdx.x & 31, r1 = min(n_rows, r0 + FLASH_TILE);
+    for (int base = r0; base < r1; base += 32) {
+        unsigned diff = __ballot_sync(0xffffffffu, base + lane < r1 && row_seq[base + lane] != s0);
+        if (diff) return base + __ffs(diff) - 1;
+    }
+    return r1;
+}
+
 /* What both flash kernels take (cuda_attn_flash.cu fills it). */
 struct iris_flash_args {
     const bf16 *q, *k, *v; /* k, v: kv8 codes (cast) when kv8 */
@@ -37,6 +49,9 @@ struct iris_flash_args {
     float scale_log2;   /* 1/sqrt(HD) · log2(e) */
     const int32_t *row_seq, *row_ctx, *block_tables;
     int max_blocks;
+    const int32_t *tiles; /* paged: the listed tiles' first rows (iris_attn_meta.tiles), or NULL: rows
+                             [64t, 64t + 64) that flash_tile_ok takes */
+    int n_tiles;
     /* Segments in one launch (the mma kernel; the vision encoder's images): n_seg > 0: segment s is
      * rows [seg_row[s], seg_row[s + 1]) of q, k, v and o (given at row 0), its keys its own rows;
      * the launch fills seg_tile (its first CTA row tile) */

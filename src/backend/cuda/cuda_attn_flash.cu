@@ -272,6 +272,7 @@ int iris_cuda_flash_paged(iris_backend *b, const iris_tensor *q, const iris_kv_l
     a.row_ctx = meta->row_ctx;
     a.block_tables = meta->block_tables;
     a.max_blocks = meta->max_blocks;
+    a.tiles = meta->tiles, a.n_tiles = meta->n_tiles; /* (attn_paged drops them for the WMMA kernel) */
     int impl = cuda_of(b)->attn_impl; /* 2: the earlier layout; 3: two heads a CTA; 4: and 3 stages */
     a.heavy_first = impl != 2;
     a.pair_heads = impl == 3 || impl == 4;

@@ -26,7 +26,8 @@
  * Paged CTAs are launched heaviest first (grid x the head group, y the row tile
  * counted from the last): under a causal mask a tile's keys grow with its rows,
  * so the long tiles no longer finish last in a half-empty final wave.
- * Row selection for the paged case is cuda_attn.cuh's flash_tile_ok.  An E4M3
+ * Row selection for the paged case is cuda_attn.cuh's (flash_tile_ok, or the host's
+ * tiles: flash_tile_end).  An E4M3
  * cache (kv8) is widened to bf16 (exactly) as the tiles are staged.
  * A head size that is not a multiple of 16 (72: Qwen3-VL-8B's vision heads;
  * segments only) is computed at HP = HD rounded up to 16: the staged K and V
@@ -119,9 +120,13 @@ __global__ void __launch_bounds__(MW * 32, HD <= 64 ? 16 / MW : 1) k_flash_mma(i
     if (PAGED) {
         int tile = blockIdx.x, grp = blockIdx.y;
         if (a.heavy_first) tile = (int)gridDim.y - 1 - (int)blockIdx.y, grp = blockIdx.x;
-        r0 = tile * MQ, rend = min(r0 + MQ, a.n_rows);
         h = grp * HG + (HG == 1 ? 0 : warp / (MW / HG)), kvh = h / a.g;
-        if (!flash_tile_ok(a.row_seq, a.n_rows, r0, MQ)) return;
+        if (a.tiles) {
+            r0 = a.tiles[tile], rend = flash_tile_end(a.row_seq, a.n_rows, r0);
+        } else {
+            r0 = tile * MQ, rend = min(r0 + MQ, a.n_rows);
+            if (!flash_tile_ok(a.row_seq, a.n_rows, r0, MQ)) return;
+        }
         seq = a.row_seq[r0];
     } else if (SEGS) {
         int sg = 0;
@@ -292,7 +297,7 @@ static int launch_mw(iris_backend *b, const iris_flash_args &a, int n_heads, int
 template <int HD, int PAGED>
 static int launch(iris_backend *b, const iris_flash_args &a, int n_heads) {
     if constexpr (PAGED) {
-        int tiles = (a.n_rows + FLASH_TILE - 1) / FLASH_TILE;
+        int tiles = a.tiles ? a.n_tiles : (a.n_rows + FLASH_TILE - 1) / FLASH_TILE;
         bool pair = a.pair_heads && a.g % 2 == 0;
         if (a.kv8)
             return pair ? launch_mw<HD, 1, kv8, 2 * FLASH_TILE / 16, 0, 2>(b, a, n_heads, tiles)

@@ -306,7 +306,7 @@ struct wp_smem {
     static constexpr size_t bytes = q + 4 * kv + 1024;
 };
 
-/* A paged prefill's 64-row tile of one sequence (flash_tile_ok) for one query head, causal over the
+/* A paged prefill's 64-row tile of one sequence (listed, or flash_tile_ok) for one query head, causal over the
  * cache: row r sees the keys j < row_ctx[r].  One warpgroup a CTA, two an SM; K and V tiles of 64
  * keys two deep, staged row by row through the block table; heaviest tiles first (grid y counted
  * from the last tile).  The same arithmetic as the segments' kernel above. */
@@ -317,9 +317,15 @@ __global__ void __launch_bounds__(128, 2) k_attn_wgmma_paged(iris_flash_args a) 
     unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     const uint32_t s_q = (uint32_t)__cvta_generic_to_shared(sm);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int h = blockIdx.x, kvh = h / a.g, r0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * 64;
-    if (!flash_tile_ok(a.row_seq, a.n_rows, r0, 64)) return;
-    const int seq = a.row_seq[r0], rend = min(r0 + 64, a.n_rows), n_keys = a.row_ctx[rend - 1];
+    const int h = blockIdx.x, kvh = h / a.g, tile = (int)gridDim.y - 1 - (int)blockIdx.y;
+    int r0, rend;
+    if (a.tiles) {
+        r0 = a.tiles[tile], rend = flash_tile_end(a.row_seq, a.n_rows, r0);
+    } else {
+        r0 = tile * 64, rend = min(r0 + 64, a.n_rows);
+        if (!flash_tile_ok(a.row_seq, a.n_rows, r0, 64)) return;
+    }
+    const int seq = a.row_seq[r0], n_keys = a.row_ctx[rend - 1];
     const int row0 = r0 + warp * 16 + g, row1 = row0 + 8;
     const int lim0 = row0 < rend ? a.row_ctx[row0] : 0, lim1 = row1 < rend ? a.row_ctx[row1] : 0;
 
@@ -397,7 +403,7 @@ int iris_cuda_attn_wgmma_paged(iris_backend *b, const iris_flash_args *a, int n_
             return iris_cuda_check(b, "attention (wgmma, paged): shared memory limit");
         attr_set = 1;
     }
-    int tiles = (a->n_rows + 63) / 64;
+    int tiles = a->tiles ? a->n_tiles : (a->n_rows + 63) / 64;
     if (tiles == 0) return 0;
     k_attn_wgmma_paged<<<dim3((unsigned)n_heads, (unsigned)tiles), 128, wp_smem::bytes, cuda_of(b)->stream>>>(*a);
     return iris_cuda_check(b, "attention (wgmma, paged)");
