@@ -328,3 +328,39 @@ IRIS_TEST(image_pixel_rows_recycled) {
     json_decref(msgs);
     iris_tok_free(tok);
 }
+
+/* A fresh pixel array of 2 MiB or more starts on a 2 MiB boundary (whole transparent huge pages,
+ * engine/prompt.c), fresh or recycled, and its rows are still a fresh preprocessing's. */
+IRIS_TEST(image_pixel_rows_huge_aligned) {
+    iris_err err = {0};
+    iris_config cfg;
+    iris_preprocessor_config pc;
+    iris_tok *tok = NULL;
+    TINY_LOAD(&cfg, &pc, &tok, &err);
+    pc.max_pixels = 16777216;  /* 352x320 as it is: 22x20 patches, 2.7 MB of rows */
+    json_t *msgs = iris_prompt_one_turn(NULL, 1, "Describe.");
+    REQUIRE(msgs);
+    iris_prompt_ctx ctx = {.tok = tok, .cfg = &cfg, .pc = &pc};
+    iris_image im = noise(352, 320, 5);
+    REQUIRE(im.rgb);
+    for (int k = 0; k < 2; k++) {
+        iris_prompt_image pim = {.image = &im};
+        iris_prompt p;
+        int rc = iris_prompt_build(&ctx, msgs, &pim, 1, &p, NULL, &err);
+        CHECKF(rc == 0, "%s", err.msg);
+        if (rc) break;
+        size_t bytes = sizeof(float) * (size_t)p.n_rows * 1536;
+        CHECKF(bytes >= ((size_t)2 << 20), "only %zu bytes of rows: the test needs a larger image", bytes);
+        CHECKF((uintptr_t)p.pixel_values % ((uintptr_t)2 << 20) == 0, "round %d: rows at %p", k,
+               (void *)p.pixel_values);
+        size_t n = 0;
+        float *want = fresh_rows(&im, &pc, &n);
+        REQUIRE(want);
+        CHECK(n * sizeof(float) == bytes && !memcmp(p.pixel_values, want, bytes));
+        free(want);
+        iris_prompt_free(&p);
+    }
+    iris_image_free(&im);
+    json_decref(msgs);
+    iris_tok_free(tok);
+}

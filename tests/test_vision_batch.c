@@ -3,7 +3,9 @@
  * the "image" conversation and the two of "two_images" (three grids) go through together, each
  * into its own output, and each image's rows are what encoding it alone gives (the attention
  * stays within each image; the GEMMs over more rows may round otherwise: reported, and held to
- * the parity tolerance) and within the parity tolerance of transformers' rows for it. */
+ * the parity tolerance) and within the parity tolerance of transformers' rows for it.  On the CPU
+ * the encoder reads pixel rows that follow each other in memory in place, else copies them: both
+ * give the same bits, at any alignment, and leave the rows as they were. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +115,58 @@ IRIS_TEST(vision_encode_each_equals_alone) {
         CHECK(iris_vision_encode_each(&vis, NULL, NULL, 0, 0, px, bad, 3, outs, &err) == IRIS_EINVAL);
         for (int k = 0; k < 3; k++) CHECK(outs[k].embeds == NULL && outs[k].deepstack == NULL);
         free_scen(&one), free_scen(&two);
+        iris_vision_free(&vis);
+        iris_st_close(st);
+    }
+}
+
+static int same_out(const iris_vision_out *a, const iris_vision_out *b) {
+    size_t n = (size_t)a->n_tokens * a->out_hidden;
+    return a->n_tokens == b->n_tokens && a->n_deepstack == b->n_deepstack && a->embeds && b->embeds &&
+           a->deepstack && b->deepstack && !memcmp(a->embeds, b->embeds, n * sizeof(float)) &&
+           !memcmp(a->deepstack, b->deepstack, n * (size_t)a->n_deepstack * sizeof(float));
+}
+
+IRIS_TEST(vision_pixels_in_place_same_bits) {
+    static const char *models[] = {"tiny-gqa", "tiny-fp8"};
+    for (int mi = 0; mi < 2; mi++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, models[mi]);
+        iris_config cfg;
+        iris_err err = {0};
+        REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
+        iris_st *st = NULL;
+        REQUIRE(iris_st_open(dir, &st, &err) == 0);
+        iris_vision vis;
+        REQUIRE(iris_vision_load(st, &cfg.vision_config, &vis, &err) == 0);
+        scen two;
+        REQUIRE(load_scen(models[mi], "two_images", &two) == 0 && two.n_img == 2);
+        int pd = vis.patch_dim;
+        int64_t rows0 = (int64_t)two.grid[0] * two.grid[1] * two.grid[2], n = two.pv.n;
+        REQUIRE(n == (rows0 + (int64_t)two.grid[3] * two.grid[4] * two.grid[5]) * pd);
+        /* in place: both images' rows one after the other, as pixel_values holds them */
+        const float *near[2] = {two.pv.f32, two.pv.f32 + rows0 * pd};
+        /* copied: the same rows, the first 4 bytes off 16-byte alignment, a gap before the second */
+        float *buf = malloc(sizeof(float) * (size_t)(n + 8)), *keep = malloc(sizeof(float) * (size_t)n);
+        REQUIRE(buf && keep);
+        memcpy(buf + 1, near[0], sizeof(float) * (size_t)(rows0 * pd));
+        memcpy(buf + 5 + rows0 * pd, near[1], sizeof(float) * (size_t)(n - rows0 * pd));
+        memcpy(keep, two.pv.f32, sizeof(float) * (size_t)n);
+        const float *apart[2] = {buf + 1, buf + 5 + rows0 * pd};
+        iris_vision_out a[2], c[2], one_a, one_c;
+        CHECK(iris_vision_encode_each(&vis, NULL, NULL, 0, 0, near, two.grid, 2, a, &err) == 0);
+        CHECK(iris_vision_encode_each(&vis, NULL, NULL, 0, 0, apart, two.grid, 2, c, &err) == 0);
+        for (int k = 0; k < 2; k++) CHECKF(same_out(&a[k], &c[k]), "%s image %d: in place != copied", models[mi], k);
+        /* one image, in place at 16-byte and at 4-byte alignment */
+        CHECK(iris_vision_encode(&vis, near[0], rows0, two.grid, 1, &one_a, NULL, &err) == 0);
+        CHECK(iris_vision_encode(&vis, apart[0], rows0, two.grid, 1, &one_c, NULL, &err) == 0);
+        CHECKF(same_out(&one_a, &one_c), "%s: one image moved by 4 bytes", models[mi]);
+        CHECK(!memcmp(keep, two.pv.f32, sizeof(float) * (size_t)n));
+        CHECK(!memcmp(keep, buf + 1, sizeof(float) * (size_t)(rows0 * pd)));
+        for (int k = 0; k < 2; k++) iris_vision_out_free(&a[k]), iris_vision_out_free(&c[k]);
+        iris_vision_out_free(&one_a), iris_vision_out_free(&one_c);
+        free(buf), free(keep);
+        free_scen(&two);
         iris_vision_free(&vis);
         iris_st_close(st);
     }

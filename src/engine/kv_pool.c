@@ -5,9 +5,15 @@
  * list share one set of prev/next links (a block is on at most one list;
  * `where` says which).  The hash table chains blocks through `chain`, the
  * bucket picked by the key's first 8 bytes (a SHA-256 is already uniform).
- * Eviction takes the LRU head: the block released longest ago.  Sequences
- * release their blocks last to first, so the tail of a cached prefix is
- * evicted before its head and what stays cached is still a usable prefix.
+ * The free list is a stack in front of a queue: a released unkeyed block goes
+ * to its head and alloc takes the head, so the block freed last (its memory
+ * likely still in cache, its pages already mapped) is reused first, and the
+ * never-used blocks, queued in id order at init, are touched only when no
+ * freed one is left.  Cached blocks are reused only when the free list is
+ * empty, as before: eviction takes the LRU head, the block released longest
+ * ago.  Sequences release their blocks last to first, so the tail of a
+ * cached prefix is evicted before its head and what stays cached is still a
+ * usable prefix.
  */
 #include "kv_pool.h"
 
@@ -42,6 +48,16 @@ static void list_push_tail(iris_kv_pool *p, list *l, int b, int where) {
     if (l->tail >= 0) p->next[l->tail] = b;
     else l->head = b;
     l->tail = b;
+    l->n++;
+    p->where[b] = (uint8_t)where;
+}
+
+static void list_push_head(iris_kv_pool *p, list *l, int b, int where) {
+    p->prev[b] = -1;
+    p->next[b] = l->head;
+    if (l->head >= 0) p->prev[l->head] = b;
+    else l->tail = b;
+    l->head = b;
     l->n++;
     p->where[b] = (uint8_t)where;
 }
@@ -154,7 +170,7 @@ void iris_kv_pool_release(iris_kv_pool *p, int b) {
     if (--p->ref[b]) return;
     p->n_used--;
     if (p->keyed[b]) list_push_tail(p, &p->lru, b, ON_LRU);
-    else list_push_tail(p, &p->free_list, b, ON_FREE);
+    else list_push_head(p, &p->free_list, b, ON_FREE);
 }
 
 int iris_kv_pool_publish(iris_kv_pool *p, int b, const iris_kv_key *key) {

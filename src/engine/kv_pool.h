@@ -2,7 +2,7 @@
  * free, held by sequences, or cached for reuse by a later prompt.
  *
  * Every block is in exactly one state:
- *   free    ref 0, no key, on the free list;
+ *   free    ref 0, no key, on the free list (reused last freed first);
  *   cached  ref 0, keyed, on the LRU list (reusable by a prompt with the same
  *           prefix; evicted, oldest first, when the free list is empty);
  *   used    ref > 0 (one reference per sequence whose block table names it),
@@ -46,7 +46,8 @@ int iris_kv_pool_n_cached(const iris_kv_pool *p);
 int iris_kv_pool_n_used(const iris_kv_pool *p);
 int iris_kv_pool_prefix_caching(const iris_kv_pool *p);
 
-/* A fresh block (ref 1, no key): from the free list, else the least recently
+/* A fresh block (ref 1, no key): from the free list (the block freed last
+ * first, then the never-used ones in id order), else the least recently
  * released cached block (its key forgotten).  -1 when none is available. */
 int iris_kv_pool_alloc(iris_kv_pool *p);
 /* The block holding `key` (used or cached), or -1.  Does not take a reference. */

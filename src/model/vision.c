@@ -9,7 +9,8 @@
  * the main merger and after it in the DeepStack mergers (§8.8-9).
  * Numerics are the backend's: on the CPU fp32 throughout, as transformers'
  * fp32 reference run (its norms accumulate in double); on CUDA bf16 with
- * fp32 accumulation. */
+ * fp32 accumulation.  On the CPU the patch embedding reads the prepared pixel
+ * rows where they lie (pixels_in_place); elsewhere they are copied in. */
 #include "vision.h"
 
 #include <math.h>
@@ -397,6 +398,37 @@ static int outs_put(iris_backend *b, int bf16, iris_vision_out *outs, int n_out,
     return 0;
 }
 
+/* The pixel rows as the patch embedding's input where they lie, or NULL (copy them): on a backend
+ * whose ops read host memory (host_weights) with fp32 activations (the CPU) the copy would hold the
+ * same floats, so the rows are read in place when the images' rows follow each other in memory (one
+ * image always; the encoder only reads them). */
+static const float *pixels_in_place(const iris_vision *v, const iris_backend *b, const float *const *pixels,
+                                    const int *grid_thw, int n_images) {
+    if (!b->host_weights || b->act != IRIS_DT_F32) return NULL;
+    const float *at = pixels[0];
+    for (int im = 0; im < n_images; im++) {
+        const int *g = grid_thw + 3 * im;
+        if (pixels[im] != at) return NULL;
+        at += (size_t)g[0] * g[1] * g[2] * v->patch_dim;
+    }
+    return pixels[0];
+}
+
+/* The images' pixel rows, one after another, into d (activations). */
+static int put_pixels(const iris_vision *v, iris_backend *b, void *d, const float *const *pixels,
+                      const int *grid_thw, int n_images) {
+    size_t es = iris_dtype_size(b->act);
+    for (int im = 0, row = 0; im < n_images; im++) {
+        const int *g = grid_thw + 3 * im;
+        int rows = g[0] * g[1] * g[2], rc;
+        if ((rc = iris_backend_put_f32(b, (char *)d + (size_t)row * v->patch_dim * es, pixels[im],
+                                       (size_t)rows * v->patch_dim)))
+            return rc;
+        row += rows;
+    }
+    return 0;
+}
+
 static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const float *const *pixels,
                      const int *grid_thw, int n_images, iris_vision_out *outs, int n_out, float *trace, int bf16,
                      iris_err *err) {
@@ -438,9 +470,10 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
     }
     size_t sz[6];
     buffer_sizes(v, es, N, sz);
+    const float *pv_host = pixels_in_place(v, b, pixels, grid_thw, n_images);
     void *d_x = buffer(b, sc, sz[0]), *d_y = buffer(b, sc, sz[1]), *d_big = buffer(b, sc, sz[2]);
-    void *d_pv = buffer(b, sc, sz[3]), *d_tab = buffer(b, sc, sz[4]), *d_out = buffer(b, sc, sz[5]);
-    if (!h_idx || !h_w || !cu || !tok0 || !out_ok || !d_x || !d_y || !d_big || !d_pv || !d_tab ||
+    void *d_pv = pv_host ? NULL : buffer(b, sc, sz[3]), *d_tab = buffer(b, sc, sz[4]), *d_out = buffer(b, sc, sz[5]);
+    if (!h_idx || !h_w || !cu || !tok0 || !out_ok || !d_x || !d_y || !d_big || (!pv_host && !d_pv) || !d_tab ||
         !d_out || half > 512) {
         rc = iris_err_set(err, IRIS_ENOMEM, "vision: out of memory for %lld patches", (long long)N);
         goto done;
@@ -484,18 +517,12 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
     OP(b->upload(b, d_w, h_w, sizeof(float) * (size_t)N * 4));
     struct timespec t0, t1, t2;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int im = 0, row = 0; im < n_images; im++) {
-        const int *g = grid_thw + 3 * im;
-        int rows = g[0] * g[1] * g[2];
-        OP(iris_backend_put_f32(b, (char *)d_pv + (size_t)row * v->patch_dim * es, pixels[im],
-                                (size_t)rows * v->patch_dim));
-        row += rows;
-    }
+    if (!pv_host) OP(put_pixels(v, b, d_pv, pixels, grid_thw, n_images));
     clock_gettime(CLOCK_MONOTONIC, &t1);
 
     iris_dtype A = b->act;
     iris_tensor x = act(d_x, A, N, H), y = act(d_y, A, N, H);
-    iris_tensor pv = act(d_pv, A, N, v->patch_dim);
+    iris_tensor pv = act(pv_host ? (void *)pv_host : d_pv, A, N, v->patch_dim);
     iris_tensor qkv = act(d_big, A, N, 3 * (int64_t)H), ff = act(d_big, A, N, c->intermediate_size);
     /* q and k heads side by side in each qkv row: the same rotation for both, one rope over 2 nh heads */
     iris_tensor qk = {.data = d_big, .dtype = A, .rows = N, .cols = 2 * (int64_t)H, .ld = 3 * (int64_t)H};
