@@ -19,10 +19,9 @@
 
 /* put_f32 and get_f32 of more values than the conversion does on one thread (the thread pool's
  * split of a 1024x1024 image's pixel rows): every value rounded to bf16 as the host rounds it, each
- * in its place, and back exactly. */
-IRIS_TEST(gpu_ops_put_get) {
-    OPS_BACKENDS();
-    const int64_t n = (5 << 19) + 37; /* 2.5 M values: the pool's split, a ragged end */
+ * in its place, and back exactly.  2.5 M values (three pieces through the staging buffer's halves,
+ * a ragged end) and a 1 MP image's pixel rows and a few (seven pieces: each half refilled). */
+static void check_put_get(int64_t n) {
     float *x = ops_rnd_vec(n, -300, 300), *back = malloc(sizeof(float) * (size_t)n);
     void *d = ops_dev_poison(n);
     CHECKF(iris_backend_put_f32(ops_cuda, d, x, (size_t)n) == 0, "%s", ops_cuda->err.msg);
@@ -36,6 +35,12 @@ IRIS_TEST(gpu_ops_put_get) {
     CHECKF(bad == 0, "get_f32: %lld of %lld values differ from the device's", (long long)bad, (long long)n);
     ops_cuda->free(ops_cuda, d);
     free(x), free(back), free(got);
+}
+
+IRIS_TEST(gpu_ops_put_get) {
+    OPS_BACKENDS();
+    check_put_get((5 << 19) + 37);
+    check_put_get(4096 * 1536 + 5);
 }
 
 IRIS_TEST(gpu_ops_rows) {

@@ -109,6 +109,7 @@ struct cuda_ctx {
     uint16_t *pinned;       /* page-locked host staging for get_f32 (host memory, grown as needed) */
     size_t pinned_bytes;
     cudaEvent_t ev0, ev1;   /* iris_cuda_mark / iris_cuda_elapsed_ms */
+    cudaEvent_t put_ev[2];  /* put_f32: each staging half's last copy */
 };
 
 static inline cuda_ctx *cuda_of(iris_backend *b) { return (cuda_ctx *)b->ctx; }
