@@ -54,18 +54,24 @@ static void free_scen(scen *s) {
     tiny_free(&s->pv), tiny_free(&s->emb), tiny_free(&s->ds);
 }
 
+/* The tiny model's config, its open checkpoint and its vision tower: 0, or an error in err. */
+static int load_vision(const char *model, iris_config *cfg, iris_st **st, iris_vision *vis, iris_err *err) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, model);
+    int rc = iris_config_load(dir, cfg, err);
+    if (!rc) rc = iris_st_open(dir, st, err);
+    if (!rc) rc = iris_vision_load(*st, &cfg->vision_config, vis, err);
+    return rc;
+}
+
 IRIS_TEST(vision_encode_each_equals_alone) {
     static const char *models[] = {"tiny-gqa", "tiny-mqa", "tiny-fp8"};
     for (int mi = 0; mi < 3; mi++) {
-        char dir[256];
-        snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, models[mi]);
         iris_config cfg;
         iris_err err = {0};
-        REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
         iris_st *st = NULL;
-        REQUIRE(iris_st_open(dir, &st, &err) == 0);
         iris_vision vis;
-        REQUIRE(iris_vision_load(st, &cfg.vision_config, &vis, &err) == 0);
+        REQUIRE(load_vision(models[mi], &cfg, &st, &vis, &err) == 0);
         scen one, two;
         REQUIRE(load_scen(models[mi], "image", &one) == 0 && load_scen(models[mi], "two_images", &two) == 0);
         REQUIRE(one.n_img == 1 && two.n_img == 2);
@@ -130,15 +136,11 @@ static int same_out(const iris_vision_out *a, const iris_vision_out *b) {
 IRIS_TEST(vision_pixels_in_place_same_bits) {
     static const char *models[] = {"tiny-gqa", "tiny-fp8"};
     for (int mi = 0; mi < 2; mi++) {
-        char dir[256];
-        snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, models[mi]);
         iris_config cfg;
         iris_err err = {0};
-        REQUIRE(iris_config_load(dir, &cfg, &err) == 0);
         iris_st *st = NULL;
-        REQUIRE(iris_st_open(dir, &st, &err) == 0);
         iris_vision vis;
-        REQUIRE(iris_vision_load(st, &cfg.vision_config, &vis, &err) == 0);
+        REQUIRE(load_vision(models[mi], &cfg, &st, &vis, &err) == 0);
         scen two;
         REQUIRE(load_scen(models[mi], "two_images", &two) == 0 && two.n_img == 2);
         int pd = vis.patch_dim;
