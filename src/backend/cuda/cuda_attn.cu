@@ -1,9 +1,11 @@
 /* cuda_attn.cu: paged attention for decode rows (GQA, split over long
  * contexts) and the dispatch of both attention ops.
  *
- * attn_paged launches two kernels on the same rows: k_flash (cuda_attn_flash.cu)
- * takes the 64-row tiles of one sequence (prefill), k_attn_decode every other
- * row (cuda_attn.cuh says which); each kernel skips the other's rows.
+ * attn_paged launches two kernels on the same rows: a flash kernel (cuda_attn_mma.cu,
+ * cuda_attn_wgmma.cu, or cuda_attn_flash.cu's WMMA one) takes the 64-row tiles of one
+ * sequence (prefill), k_attn_decode every other row (cuda_attn.cuh says which).  With
+ * the host's attention tiles and lone rows (iris_attn_meta) each kernel is launched
+ * over its own list; without them over every tile and row, each skipping the other's.
  *
  * k_attn_decode — thread mapping: a CTA of 4 warps per (row, kv head, context
  * split); it computes all the query heads that share the kv head (the GQA
@@ -19,10 +21,10 @@
  * sum, output) go to the scratch carved at open, and the last CTA of a (row,
  * kv head) to finish merges them (flash-decoding without a second kernel: a
  * counter per (row, kv head), also carved at open, says which is last).
- * The host's sequence count (iris_attn_meta.n_seqs) settles two shapes: a step
- * of one sequence launches decode CTAs only for the rows the flash kernel
- * leaves (a prefill's tail of < FLASH_MIN_ROWS rows), not a CTA per row that
- * would return at once; a decode-only step (one row a sequence) launches no
+ * Without the lists, the host's sequence count (iris_attn_meta.n_seqs) settles two
+ * shapes: a step of one sequence launches decode CTAs only for the rows the flash
+ * kernel leaves (a prefill's tail of < FLASH_MIN_ROWS rows), not a CTA per row that
+ * would return at once; and always, a decode-only step (one row a sequence) launches no
  * flash kernel, and its CTAs load their first keys before waiting on the
  * kernel before them (only the row's newest key is this step's).
  * For decode-only steps of up to QK_ATTN_MAX_ROWS rows the kernel also does qk_norm_rope_kv (QK
