@@ -3,7 +3,7 @@
  *
  * Buffers, all taken at open from the limits (T rows, S sequences, B blocks a table, L logits
  * rows), none in the step:
- *   host: meta ints [7T + S·B + T + L] (packed per step as below), fp32 logits [L, V], top-k
+ *   host: meta ints [10T + S·B + L] (packed per step as below), fp32 logits [L, V], top-k
  *         candidates [L, 64] ids and values, need/whole flags [L], trace rows [T, H] (trace only),
  *         masks [L + L·W] (W = ceil(V / 32); pinned where the backend has it), and with the
  *         embedding table in host memory (text.h embed_host) the step's rows [T, H] in the
@@ -13,9 +13,10 @@
  *         shared with the vision encoder's scratch: image rows [(1 + taps)·T, H], h, x [T, H],
  *         q, o [T, nq·hd], k, v [T, nkv·hd], g, u [T, FF], all in the backend's dtype.
  * The step's metadata is packed (tokens [R], positions [3][R], row -> sequence [R], visible
- * context [R], cache slot [R], block tables [n_seqs, width], image rows, logits rows) and
- * uploaded in one copy; its layout depends only on (R, n_seqs, width, image rows), which a
- * decode graph's key fixes, so a replayed graph finds its inputs where it recorded them.
+ * context [R], cache slot [R], block tables [n_seqs, width], image rows, logits rows, and for a
+ * step with prompt rows its attention tiles [R] and lone rows [R], backend.h) and uploaded in one
+ * copy; its layout depends only on (R, n_seqs, width, image rows), which a decode graph's key
+ * fixes, so a replayed graph finds its inputs where it recorded them.
  *
  * Graphs: a step whose rows are all decode rows (one new token a sequence, no image rows, no
  * trace) on a backend with graph hooks is recorded once and replayed: the ~13 kernels of each
