@@ -59,14 +59,6 @@ static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const bf16 *p) {
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-/* 16 bytes global → shared without a register round trip; src_bytes 0 writes zeros. */
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
-static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> /* all but the newest N groups have landed */
-static __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 /* Shared memory of one CTA: ST stages of K and V tiles, [MK][HP + 8] each (8 columns of padding
  * put the 8 rows an ldmatrix reads in distinct banks). */

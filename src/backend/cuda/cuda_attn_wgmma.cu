@@ -97,8 +97,13 @@ template <> __device__ __forceinline__ void wg_rs_t<64>(float *d, const uint32_t
 }
 
 
-static __device__ __forceinline__ void cp16(uint32_t dst, const void *src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+/* The tile staged last but one has landed and is visible to the tensor cores, in every thread:
+ * the group just staged stays in flight. */
+static __device__ __forceinline__ void tile_landed() {
+    cp_async_commit();
+    cp_async_wait<1>();
+    fence_async_shared();
+    __syncthreads();
 }
 
 /* 2^x on the special-function unit alone, flushing a subnormal result to 0 (a probability under
@@ -196,7 +201,7 @@ static __device__ __forceinline__ void stage_rows(uint32_t dst, const bf16 *src,
     for (int i = threadIdx.x; i < n * 8; i += NT) {
         int r = i >> 3, c = i & 7;
         bool in = r < have;
-        cp16(dst + sw128(r, c), src + (in ? (int64_t)r * ld : 0) + c * 8, in ? 16 : 0);
+        cp_async16(dst + sw128(r, c), src + (in ? (int64_t)r * ld : 0) + c * 8, in ? 16 : 0);
     }
 }
 #endif
@@ -232,7 +237,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 3 : 1) k_attn_wgmma(iris
         stage_rows<NT>(vs, vh + (int64_t)j0 * a.ldk, a.ldk, BK, have);
     };
     stage_kv(0, 0);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    cp_async_commit();
 
     float o[32], s[BK / 2];
 #pragma unroll
@@ -243,10 +248,7 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 3 : 1) k_attn_wgmma(iris
     for (int it = 0; it < n_tiles; it++) {
         const int j0 = it * BK, st = it & 1;
         if (it + 1 < n_tiles) stage_kv(j0 + BK, st ^ 1);
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-        fence_async_shared();
-        __syncthreads();
+        tile_landed();
         const unsigned char *ks = sm + L::q + (size_t)st * 2 * L::kv, *vs = ks + L::kv;
         const uint64_t dk = wg_desc(ks, 16, 1024), dv = wg_desc(vs, (uint32_t)L::kv, 1024);
 
@@ -333,7 +335,7 @@ __global__ void __launch_bounds__(128, 2) k_attn_wgmma_paged(iris_flash_args a) 
     const int pc = threadIdx.x & 15, half = pc >> 3, c8 = pc & 7;
     for (int r = threadIdx.x >> 4; r < 64; r += 8) {
         bool in = r0 + r < rend;
-        cp16(s_q + (uint32_t)(half * 64 * 128) + sw128(r, c8), a.q + (int64_t)(in ? r0 + r : r0) * a.ldq + (int64_t)h * WP_HD + pc * 8,
+        cp_async16(s_q + (uint32_t)(half * 64 * 128) + sw128(r, c8), a.q + (int64_t)(in ? r0 + r : r0) * a.ldq + (int64_t)h * WP_HD + pc * 8,
              in ? 16 : 0);
     }
     auto stage_kv = [&](int j0, int st) {
@@ -344,12 +346,12 @@ __global__ void __launch_bounds__(128, 2) k_attn_wgmma_paged(iris_flash_args a) 
             int64_t row = flash_key_row<1>(a, seq, in ? j : 0);
             const bf16 *kp = a.k + row * a.ldk + (int64_t)kvh * WP_HD + pc * 8, *vp = a.v + row * a.ldk + (int64_t)kvh * WP_HD + pc * 8;
             uint32_t off = (uint32_t)(half * WP_BK * 128) + sw128(r, c8);
-            cp16(ks + off, kp, in ? 16 : 0);
-            cp16(vs + off, vp, in ? 16 : 0);
+            cp_async16(ks + off, kp, in ? 16 : 0);
+            cp_async16(vs + off, vp, in ? 16 : 0);
         }
     };
     stage_kv(0, 0);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    cp_async_commit();
 
     float o[64], s[WP_BK / 2];
 #pragma unroll
@@ -359,10 +361,7 @@ __global__ void __launch_bounds__(128, 2) k_attn_wgmma_paged(iris_flash_args a) 
     for (int it = 0; it < n_tiles; it++) {
         const int j0 = it * WP_BK, st = it & 1;
         if (it + 1 < n_tiles) stage_kv(j0 + WP_BK, st ^ 1);
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-        fence_async_shared();
-        __syncthreads();
+        tile_landed();
         const unsigned char *ks = sm + L::q + (size_t)st * 2 * L::kv, *vs = ks + L::kv;
         /* S = Q·Kᵀ: 8 k steps of 16 head dims, 4 in each half */
         wg_fence();

@@ -275,6 +275,18 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
 static __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
+/* The same into shared address dst reading src_bytes of src (0: writes zeros), as the attention
+ * kernels stage their tiles; commit closes a group, wait<N> leaves the newest N in flight. */
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    cp_async16((uint32_t)__cvta_generic_to_shared(dst), src, src_bytes);
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 /* ---- FP8 weights on the tensor cores (cuda_gemv_mma.cu, cuda_decode.cu) ---- */
 
