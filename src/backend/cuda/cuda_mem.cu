@@ -183,9 +183,10 @@ static void conv_range(void *ctx, int64_t a, int64_t e) {
     }
 }
 
-static void convert(int widen, void *dst, const void *src, size_t n) {
+/* n values of an array of total (the pool is woken for a large array, even for a short last piece) */
+static void convert(int widen, void *dst, const void *src, size_t n, size_t total) {
     conv_job j = {widen, src, dst};
-    if (n < ((size_t)1 << 20)) conv_range(&j, 0, (int64_t)n);   /* a logits row: not worth the wake-up */
+    if (total < ((size_t)1 << 20)) conv_range(&j, 0, (int64_t)n);   /* a logits row: not worth the wake-up */
     else iris_pool_for((int64_t)n, conv_range, &j);
 }
 
@@ -207,7 +208,7 @@ static int cu_get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
     int rc = iris_cuda_status(b, cudaMemcpyAsync(c->pinned, src, n * 2, cudaMemcpyDeviceToHost, c->stream), "download");
     if (!rc) rc = iris_cuda_status(b, cudaStreamSynchronize(c->stream), "download");
     if (rc) return rc;
-    convert(1, dst, c->pinned, n);
+    convert(1, dst, c->pinned, n, n);
     return 0;
 }
 
@@ -219,26 +220,18 @@ static int cu_get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
 #define PUT_CHUNK ((size_t)1 << 20)
 static int cu_put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
     cuda_ctx *c = cuda_of(b);
-    if (n <= 2 * PUT_CHUNK) {
-        if (pinned_room(b, n * 2)) return b->err.code;
-        uint16_t *h = c->pinned;
-        convert(0, h, src, n);
-        int rc = iris_cuda_status(b, cudaMemcpyAsync(dst, h, n * 2, cudaMemcpyHostToDevice, c->stream), "upload");
-        if (!rc) rc = iris_cuda_status(b, cudaStreamSynchronize(c->stream), "upload");
-        return rc;
-    }
-    if (pinned_room(b, 2 * PUT_CHUNK * 2)) return b->err.code;
+    const size_t piece = n <= 2 * PUT_CHUNK ? n : PUT_CHUNK; /* one piece, or halves of PUT_CHUNK */
+    if (pinned_room(b, (piece < n ? 2 * piece : n) * 2)) return b->err.code;
     int rc = 0;
-    for (size_t o = 0, k = 0; !rc && o < n; o += PUT_CHUNK, k ^= 1) {
-        size_t m = n - o < PUT_CHUNK ? n - o : PUT_CHUNK;
-        uint16_t *h = (uint16_t *)c->pinned + k * PUT_CHUNK;
-        if (o >= 2 * PUT_CHUNK) rc = iris_cuda_status(b, cudaEventSynchronize(c->put_ev[k]), "upload");
+    for (size_t o = 0, k = 0; !rc && o < n; o += piece, k ^= 1) {
+        size_t m = n - o < piece ? n - o : piece;
+        uint16_t *h = (uint16_t *)c->pinned + k * piece;
+        if (o >= 2 * piece) rc = iris_cuda_status(b, cudaEventSynchronize(c->put_ev[k]), "upload");
         if (rc) break;
-        conv_job j = {0, src + o, h};
-        iris_pool_for((int64_t)m, conv_range, &j);
+        convert(0, h, src + o, m, n);
         rc = iris_cuda_status(b, cudaMemcpyAsync((uint16_t *)dst + o, h, m * 2, cudaMemcpyHostToDevice, c->stream),
                               "upload");
-        if (!rc) rc = iris_cuda_status(b, cudaEventRecord(c->put_ev[k], c->stream), "upload");
+        if (!rc && piece < n) rc = iris_cuda_status(b, cudaEventRecord(c->put_ev[k], c->stream), "upload");
     }
     if (!rc) rc = iris_cuda_status(b, cudaStreamSynchronize(c->stream), "upload");
     return rc;
