@@ -439,24 +439,25 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
      * of 1.67 s (CUPTI); the rows of 64-row tiles straddling two sequences, taken by this kernel one
      * by one, 170 ms of 3.5 s.  With the host's tiles (each sequence's from its first row) against
      * neither list: 35.3-35.7 -> 37.3-37.4 images/s (4B-FP8 22.6-23.0 -> 23.9-24.3). */
-    iris_attn_meta m = *meta;
-    if (!m.tiles || !m.lone_rows || c->attn_impl == 1) m.tiles = m.lone_rows = NULL, m.n_tiles = m.n_lone = 0;
     a.decode_only = meta->n_seqs == meta->n_rows;
-    a.flash = !a.decode_only && meta->n_rows >= FLASH_MIN_ROWS && flash_head_dim_ok(hd) && (!m.tiles || m.n_tiles > 0);
+    iris_attn_meta m = *meta; /* the lists, where both kernels take them (not the WMMA kernel) */
+    const int lists = m.tiles && m.lone_rows && c->attn_impl != 1 && flash_head_dim_ok(hd) && !a.decode_only;
+    if (!lists) m.tiles = m.lone_rows = NULL, m.n_tiles = m.n_lone = 0;
+    a.flash = !a.decode_only && meta->n_rows >= FLASH_MIN_ROWS && flash_head_dim_ok(hd) && (!lists || m.n_tiles > 0);
     if (a.flash) {
         int rc = iris_cuda_flash_paged(b, q, kv, &m, n_q_heads, o);
         if (rc) return rc;
     }
-    if (m.tiles && flash_head_dim_ok(hd) && !a.decode_only) {
+    if (lists) {
         a.rows = m.lone_rows;
         a.n_launch = m.n_lone;
-    } else if (a.flash) {
-        if (meta->n_seqs == 1) { /* every whole tile is the flash kernel's, and a tail of FLASH_MIN_ROWS or more */
+    } else {
+        if (a.flash && meta->n_seqs == 1) { /* every whole tile is the flash kernel's, and a tail of FLASH_MIN_ROWS or more */
             int tail = meta->n_rows % FLASH_TILE;
             a.row0 = tail == 0 || tail >= FLASH_MIN_ROWS ? meta->n_rows : meta->n_rows - tail;
         }
+        a.n_launch = meta->n_rows - a.row0;
     }
-    if (!a.rows) a.n_launch = meta->n_rows - a.row0;
     if (a.n_launch <= 0) return iris_cuda_check(b, "attn_paged");
 
     /* Split long contexts when the rows alone do not fill the GPU: 2 CTAs an SM for a single row, for
