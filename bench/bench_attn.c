@@ -110,9 +110,9 @@ static void chunk_make(chunk *c, const cache *k, int past, int n) {
         rs[j] = 0, rc[j] = p + 1, slot[j] = k->bt_host[p / 16] * 16 + p % 16;
         c->flops += 4.0 * k->hd * (p + 1) * k->nq;
     }
-    c->meta = (iris_attn_meta){n, dev_ints(rs, (size_t)n), dev_ints(rc, (size_t)n),
-                               dev_ints(k->bt_host, (size_t)k->max_blocks), k->max_blocks,
-                               dev_ints(slot, (size_t)n), 1};
+    c->meta = (iris_attn_meta){.n_rows = n, .row_seq = dev_ints(rs, (size_t)n), .row_ctx = dev_ints(rc, (size_t)n),
+                               .block_tables = dev_ints(k->bt_host, (size_t)k->max_blocks), .max_blocks = k->max_blocks,
+                               .slot = dev_ints(slot, (size_t)n), .n_seqs = 1};
     int64_t w = (int64_t)k->nq * k->hd;
     c->q = tview(dev_random((size_t)n * (size_t)w, 0), n, w);
     void *o = B->alloc(B, (size_t)n * (size_t)w * 2);

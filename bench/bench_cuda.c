@@ -231,8 +231,9 @@ static void build_step(step *st, model *m, int n_seqs, int rows_per_seq, int ctx
         }
     st->ids = dev_ints(ids, (size_t)n);
     st->pos = dev_ints(pos, 3 * (size_t)n);
-    st->meta = (iris_attn_meta){n, dev_ints(rs, (size_t)n), dev_ints(rc, (size_t)n), dev_ints(bt, (size_t)(n_seqs * max_blocks)),
-                                max_blocks, dev_ints(slot, (size_t)n), n_seqs};
+    st->meta = (iris_attn_meta){.n_rows = n, .row_seq = dev_ints(rs, (size_t)n), .row_ctx = dev_ints(rc, (size_t)n),
+                                .block_tables = dev_ints(bt, (size_t)(n_seqs * max_blocks)), .max_blocks = max_blocks,
+                                .slot = dev_ints(slot, (size_t)n), .n_seqs = n_seqs};
     free(ids), free(pos), free(rs), free(rc), free(slot), free(bt);
     size_t e = 2;
     st->x = B->alloc(B, (size_t)n * s.H * e);

@@ -86,11 +86,12 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     if (!g_no_cpu) {
         ck = calloc((size_t)n_blocks * 16 * width, ces), cv = calloc((size_t)n_blocks * 16 * width, ces);
         iris_kv_layer ckv = {ck, cv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_F32, n_blocks, nkv, hd};
-        iris_attn_meta hm = {n_hist, NULL, NULL, bt, max_blocks, slot_all, 0};
+        iris_attn_meta hm = {.n_rows = n_hist, .block_tables = bt, .max_blocks = max_blocks, .slot = slot_all};
         iris_tensor tk = ops_view(k, IRIS_DT_F32, n_hist, width, 0), tv = ops_view(v, IRIS_DT_F32, n_hist, width, 0);
         REQUIRE(ops_cpu->kv_write(ops_cpu, &ckv, &tk, &tv, &hm) == 0);
         ref = malloc(sizeof(float) * (size_t)n_rows * nq * hd);
-        iris_attn_meta cm = {n_rows, row_seq, row_ctx, bt, max_blocks, slot_new, 0};
+        iris_attn_meta cm = {.n_rows = n_rows, .row_seq = row_seq, .row_ctx = row_ctx, .block_tables = bt,
+                             .max_blocks = max_blocks, .slot = slot_new};
         iris_tensor cq = ops_view(q, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0);
         iris_tensor co = ops_view(ref, IRIS_DT_F32, n_rows, (int64_t)nq * hd, 0);
         REQUIRE(ops_cpu->attn_paged(ops_cpu, &cq, &ckv, &cm, nq, &co) == 0);
@@ -105,11 +106,12 @@ static void check_paged(const step_seq *ss, int n_seqs, int nq, int nkv, int hd)
     void *d_row_seq = ops_dev_copy(row_seq, sizeof(int32_t) * (size_t)n_rows), *d_row_ctx = ops_dev_copy(row_ctx, sizeof(int32_t) * (size_t)n_rows);
     void *d_slot_new = ops_dev_copy(slot_new, sizeof(int32_t) * (size_t)n_rows);
     void *dk = ops_dev_bf16(k, (int64_t)n_hist * width), *dv = ops_dev_bf16(v, (int64_t)n_hist * width);
-    iris_attn_meta ghm = {n_hist, NULL, NULL, d_bt, max_blocks, d_slot_all, 0};
+    iris_attn_meta ghm = {.n_rows = n_hist, .block_tables = d_bt, .max_blocks = max_blocks, .slot = d_slot_all};
     iris_tensor gtk = ops_view(dk, IRIS_DT_BF16, n_hist, width, 0), gtv = ops_view(dv, IRIS_DT_BF16, n_hist, width, 0);
     CHECKF(ops_cuda->kv_write(ops_cuda, &gkv, &gtk, &gtv, &ghm) == 0, "%s", ops_cuda->err.msg);
     void *dq = ops_dev_bf16(q, (int64_t)n_rows * nq * hd), *dout = ops_dev_poison((int64_t)n_rows * nq * hd);
-    iris_attn_meta gm = {n_rows, d_row_seq, d_row_ctx, d_bt, max_blocks, d_slot_new, g_nseqs ? n_seqs : 0};
+    iris_attn_meta gm = {.n_rows = n_rows, .row_seq = d_row_seq, .row_ctx = d_row_ctx, .block_tables = d_bt,
+                         .max_blocks = max_blocks, .slot = d_slot_new, .n_seqs = g_nseqs ? n_seqs : 0};
     int32_t *lone = malloc(sizeof(int32_t) * (size_t)n_rows * 2);
     void *d_lone = NULL;
     if (g_lone) {
@@ -355,7 +357,7 @@ static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     memcpy(rk, k, sizeof(float) * (size_t)(n * wk));
     float *ck = calloc(ce, sizeof(float)), *cv = calloc(ce, sizeof(float));
     iris_kv_layer ckv = {ck, cv, IRIS_DT_F32, n_blocks, nkv, hd};
-    iris_attn_meta cm = {n, NULL, NULL, NULL, 0, slot, 0};
+    iris_attn_meta cm = {.n_rows = n, .slot = slot};
     iris_tensor cq = ops_view(rq, IRIS_DT_F32, n, wq, 0), ck_ = ops_view(rk, IRIS_DT_F32, n, wk, 0), cv_ = ops_view(v, IRIS_DT_F32, n, wk, 0);
     iris_tensor cqw = ops_view(qw, IRIS_DT_F32, 1, hd, 0), ckw = ops_view(kw, IRIS_DT_F32, 1, hd, 0);
     REQUIRE(iris_backend_qk_norm_rope_kv(ops_cpu, &cq, &ck_, &cv_, &cqw, &ckw, 1e-6f, nq, pos, n, dim_of, inv, &ckv, &cm) == 0);
@@ -364,7 +366,7 @@ static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     void *dqw = ops_dev_bf16(qw, hd), *dkw = ops_dev_bf16(kw, hd), *dpos = ops_dev_copy(pos, sizeof(int32_t) * 3 * (size_t)n);
     void *dslot = ops_dev_copy(slot, sizeof(int32_t) * (size_t)n), *gk = ops_dev_poison((int64_t)ce), *gv = ops_dev_poison((int64_t)ce);
     iris_kv_layer gkv = {gk, gv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_BF16, n_blocks, nkv, hd};
-    iris_attn_meta gm = {n, NULL, NULL, NULL, 0, dslot, 0};
+    iris_attn_meta gm = {.n_rows = n, .slot = dslot};
     iris_tensor gq = ops_view(dq, IRIS_DT_BF16, n, wq, 0), gk_ = ops_view(dk, IRIS_DT_BF16, n, wk, 0), gv_ = ops_view(dv, IRIS_DT_BF16, n, wk, 0);
     iris_tensor gqw = ops_view(dqw, IRIS_DT_BF16, 1, hd, 0), gkw = ops_view(dkw, IRIS_DT_BF16, 1, hd, 0);
     REQUIRE(ops_cuda->qk_norm_rope_kv != NULL);
@@ -439,14 +441,15 @@ static void check_qk_attn(const int *n_past, int n, int nq, int nkv, int hd) {
     for (int p = 0; p < 2; p++) { /* p = 0: the two kernels; 1: one */
         cache[p][0] = ops_dev_poison((int64_t)ce), cache[p][1] = ops_dev_poison((int64_t)ce);
         iris_kv_layer kv = {cache[p][0], cache[p][1], g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_BF16, n_blocks, nkv, hd};
-        iris_attn_meta hm = {n_hist, NULL, NULL, dbt, max_blocks, dhslot, 0};
+        iris_attn_meta hm = {.n_rows = n_hist, .block_tables = dbt, .max_blocks = max_blocks, .slot = dhslot};
         iris_tensor th = ops_view(dhk, IRIS_DT_BF16, n_hist, width, 0), tv = ops_view(dhv, IRIS_DT_BF16, n_hist, width, 0);
         if (n_hist) CHECKF(ops_cuda->kv_write(ops_cuda, &kv, &th, &tv, &hm) == 0, "%s", ops_cuda->err.msg);
         void *dq = ops_dev_bf16(q, n * wq), *dk = ops_dev_bf16(k, (int64_t)n * width), *dv = ops_dev_bf16(v, (int64_t)n * width);
         out[p] = ops_dev_poison(n * wq);
         iris_tensor gq = ops_view(dq, IRIS_DT_BF16, n, wq, 0), gk = ops_view(dk, IRIS_DT_BF16, n, width, 0);
         iris_tensor gv = ops_view(dv, IRIS_DT_BF16, n, width, 0), go = ops_view(out[p], IRIS_DT_BF16, n, wq, 0);
-        iris_attn_meta m = {n, dseq, dctx, dbt, max_blocks, dslot, n};
+        iris_attn_meta m = {.n_rows = n, .row_seq = dseq, .row_ctx = dctx, .block_tables = dbt,
+                            .max_blocks = max_blocks, .slot = dslot, .n_seqs = n};
         iris_cuda_set_qk_attn(ops_cuda, p);
         int rc = iris_backend_qk_norm_rope_attn(ops_cuda, &gq, &gk, &gv, &gqw, &gkw, 1e-6f, nq, dpos, n, dim_of, inv, &kv, &m, &go);
         iris_cuda_set_qk_attn(ops_cuda, 1);

@@ -103,7 +103,8 @@ static void check_stack(iris_backend *b, int H, int FF, int nq, int nkv, int n_l
     void *dseq = dput(&m, meta_h[0], sizeof(int32_t) * R), *dctx = dput(&m, meta_h[1], sizeof(int32_t) * R);
     void *dslot = dput(&m, meta_h[2], sizeof(int32_t) * R), *dbt = dput(&m, bt, sizeof(int32_t) * (size_t)(R * max_blocks));
     void *dpos = dput(&m, pos, sizeof(int32_t) * 3 * (size_t)R);
-    iris_attn_meta meta = {R, dseq, dctx, dbt, max_blocks, dslot, R};
+    iris_attn_meta meta = {.n_rows = R, .row_seq = dseq, .row_ctx = dctx, .block_tables = dbt,
+                           .max_blocks = max_blocks, .slot = dslot, .n_seqs = R};
 
     iris_tensor *W = malloc(sizeof(iris_tensor) * (size_t)n_layers * IRIS_DL_N);
     const iris_tensor *(*wl)[IRIS_DL_N] = malloc(sizeof *wl * (size_t)n_layers);
@@ -278,7 +279,7 @@ IRIS_TEST(gpu_ops_decode_stack) {
     iris_cuda_set_decode_stack(b, 1);
     /* what it declines leaves the step to the ops: more than 4 rows */
     iris_tensor h = tview(NULL, IRIS_DT_BF16, 5, 2048);
-    iris_attn_meta meta = {5, NULL, NULL, NULL, 1, NULL, 5};
+    iris_attn_meta meta = {.n_rows = 5, .max_blocks = 1, .n_seqs = 5};
     iris_decode_stack ds = {.n_layers = 1, .h = &h, .meta = &meta, .n_q_heads = 16};
     CHECK(b->decode_layers(b, &ds) == 1);
     /* and everything when it is off (the default) */
