@@ -143,6 +143,67 @@ static void free_weight(iris_tensor *w) {
     if (w->scale) ops_cuda->free(ops_cuda, (void *)w->scale);
 }
 
+/* ---- linear with its epilogue (linear_epi): the CPU's linear and op in fp32 ---------------------- */
+
+/* fused 1: the backend's one pass must take it (the vision encoder's shapes); 0: through
+ * iris_backend_linear_epi, which runs linear and the op where cuBLASLt has no such epilogue */
+static void check_linear_epi(int64_t n, int64_t in, int64_t out, int epi, int bias_dt, int fused) {
+    float *x = ops_rnd_vec(n * in, -1, 1), *wf = ops_rnd_vec(out * in, -0.1f, 0.1f);
+    float *bias = bias_dt >= 0 ? ops_rnd_vec(out, -0.5f, 0.5f) : NULL, *y0 = ops_rnd_vec(n * out, -2, 2);
+    /* CPU: y = gelu_tanh(x·Wᵀ + b), or y = y0 + (x·Wᵀ + b) */
+    float *ref = malloc(sizeof(float) * (size_t)(n * out)), *res = malloc(sizeof(float) * (size_t)(n * out));
+    iris_tensor cx = ops_view(x, IRIS_DT_F32, n, in, 0), cw = ops_view(wf, IRIS_DT_F32, out, in, 0);
+    iris_tensor cb = ops_view(bias, IRIS_DT_F32, 1, out, 0), cy = ops_view(ref, IRIS_DT_F32, n, out, 0);
+    iris_tensor cr = ops_view(res, IRIS_DT_F32, n, out, 0);
+    REQUIRE(ops_cpu->linear(ops_cpu, &cx, &cw, bias ? &cb : NULL, &cy) == 0);
+    if (epi == IRIS_EPI_GELU_TANH) {
+        REQUIRE(ops_cpu->gelu_tanh(ops_cpu, &cy) == 0);
+    } else {
+        memcpy(res, y0, sizeof(float) * (size_t)(n * out));
+        REQUIRE(ops_cpu->add(ops_cpu, &cr, &cy) == 0);
+        memcpy(ref, res, sizeof(float) * (size_t)(n * out));
+    }
+    void *dx = ops_dev_bf16(x, n * in), *dw = ops_dev_bf16(wf, out * in), *dy = ops_dev_bf16(y0, n * out);
+    void *db = bias ? (bias_dt == IRIS_DT_BF16 ? ops_dev_bf16(bias, out) : ops_dev_copy(bias, sizeof(float) * (size_t)out))
+                    : NULL;
+    iris_tensor gx = ops_view(dx, IRIS_DT_BF16, n, in, 0), gw = ops_view(dw, IRIS_DT_BF16, out, in, 0);
+    iris_tensor gb = ops_view(db, bias_dt == IRIS_DT_BF16 ? IRIS_DT_BF16 : IRIS_DT_F32, 1, out, 0);
+    iris_tensor gy = ops_view(dy, IRIS_DT_BF16, n, out, 0);
+    REQUIRE(ops_cuda->linear_epi);
+    void *dt = fused ? NULL : ops_dev_poison(n * out);
+    iris_tensor gt = ops_view(dt, IRIS_DT_BF16, n, out, 0);
+    int rc = fused ? ops_cuda->linear_epi(ops_cuda, &gx, &gw, bias ? &gb : NULL, epi, &gy)
+                   : iris_backend_linear_epi(ops_cuda, &gx, &gw, bias ? &gb : NULL, epi, &gy, &gt);
+    CHECKF(rc == 0, "cuda linear_epi %d: %d %s", epi, rc, ops_cuda->err.msg);
+    float *got = ops_dev_read_bf16(dy, n * out);
+    char what[128];
+    snprintf(what, sizeof what, "linear_epi %s n=%lld %lldx%lld%s", epi == IRIS_EPI_ADD ? "add" : "gelu_tanh",
+             (long long)n, (long long)out, (long long)in, bias ? " +bias" : "");
+    ops_compare(what, got, out, ref, out, n, out, 4e-3f, 2e-3f);
+    ops_cuda->free(ops_cuda, dx), ops_cuda->free(ops_cuda, dw), ops_cuda->free(ops_cuda, dy), ops_cuda->free(ops_cuda, db);
+    ops_cuda->free(ops_cuda, dt);
+    free(x), free(wf), free(bias), free(y0), free(ref), free(res), free(got);
+}
+
+IRIS_TEST(gpu_ops_linear_epi) {
+    OPS_BACKENDS();
+    check_linear_epi(300, 256, 1024, IRIS_EPI_GELU_TANH, IRIS_DT_BF16, 1); /* the ViT MLP's fc1 */
+    check_linear_epi(300, 1024, 256, IRIS_EPI_ADD, IRIS_DT_BF16, 1);       /* fc2 into the residual */
+    check_linear_epi(64, 128, 200, IRIS_EPI_GELU_TANH, -1, 1);
+    check_linear_epi(77, 192, 136, IRIS_EPI_ADD, IRIS_DT_F32, 0); /* no such epilogue on the H100 */
+    check_linear_epi(77, 192, 136, IRIS_EPI_GELU_TANH, IRIS_DT_F32, 0);
+    /* what it does not take it leaves to linear and the op: a decode row's GEMV, an FP8 weight */
+    float *xf = ops_rnd_vec(128, -1, 1);
+    void *dx = ops_dev_bf16(xf, 128), *dy = ops_dev_poison(64);
+    iris_tensor w8 = dev_weight(64, 128, IRIS_DT_F8_E4M3), w16 = dev_weight(64, 128, IRIS_DT_BF16);
+    iris_tensor gx = ops_view(dx, IRIS_DT_BF16, 1, 128, 0), gy = ops_view(dy, IRIS_DT_BF16, 1, 64, 0);
+    CHECK_EQ_INT(ops_cuda->linear_epi(ops_cuda, &gx, &w8, NULL, IRIS_EPI_ADD, &gy), IRIS_EUNSUPPORTED);
+    CHECK_EQ_INT(ops_cuda->linear_epi(ops_cuda, &gx, &w16, NULL, IRIS_EPI_ADD, &gy), IRIS_EUNSUPPORTED);
+    free_weight(&w8), free_weight(&w16);
+    ops_cuda->free(ops_cuda, dx), ops_cuda->free(ops_cuda, dy);
+    free(xf);
+}
+
 static void check_fused_linear(int64_t n, int64_t in, const int64_t *outs, iris_dtype wdt) {
     float *xf = ops_rnd_vec(n * in, -1, 1);
     void *dx = ops_dev_bf16(xf, n * in);

@@ -54,16 +54,6 @@ static void free_scen(scen *s) {
     tiny_free(&s->pv), tiny_free(&s->emb), tiny_free(&s->ds);
 }
 
-/* The tiny model's config, its open checkpoint and its vision tower: 0, or an error in err. */
-static int load_vision(const char *model, iris_config *cfg, iris_st **st, iris_vision *vis, iris_err *err) {
-    char dir[256];
-    snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, model);
-    int rc = iris_config_load(dir, cfg, err);
-    if (!rc) rc = iris_st_open(dir, st, err);
-    if (!rc) rc = iris_vision_load(*st, &cfg->vision_config, vis, err);
-    return rc;
-}
-
 IRIS_TEST(vision_encode_each_equals_alone) {
     static const char *models[] = {"tiny-gqa", "tiny-mqa", "tiny-fp8"};
     for (int mi = 0; mi < 3; mi++) {
@@ -71,7 +61,7 @@ IRIS_TEST(vision_encode_each_equals_alone) {
         iris_err err = {0};
         iris_st *st = NULL;
         iris_vision vis;
-        REQUIRE(load_vision(models[mi], &cfg, &st, &vis, &err) == 0);
+        REQUIRE(tiny_vision_load(models[mi], &cfg, &st, &vis, &err) == 0);
         scen one, two;
         REQUIRE(load_scen(models[mi], "image", &one) == 0 && load_scen(models[mi], "two_images", &two) == 0);
         REQUIRE(one.n_img == 1 && two.n_img == 2);
@@ -89,7 +79,7 @@ IRIS_TEST(vision_encode_each_equals_alone) {
         ref_emb[1] = two.emb.f32, ref_emb[2] = two.emb.f32 + t1 * one.emb.shape[1];
         ref_T[1] = t1, ref_T[2] = T_all[1] - t1;
         iris_vision_out outs[3];
-        int rc = iris_vision_encode_each(&vis, NULL, NULL, 0, 0, px, grid, 3, outs, &err);
+        int rc = iris_vision_encode_each(&vis, NULL, NULL, 0, 0, px, NULL, grid, 3, outs, &err);
         CHECKF(rc == 0, "%s: %s", models[mi], err.msg);
         for (int k = 0; rc == 0 && k < 3; k++) {
             const int *g = grid + 3 * k;
@@ -118,7 +108,7 @@ IRIS_TEST(vision_encode_each_equals_alone) {
         int bad[9];
         memcpy(bad, grid, sizeof bad);
         bad[4] = m + 1;
-        CHECK(iris_vision_encode_each(&vis, NULL, NULL, 0, 0, px, bad, 3, outs, &err) == IRIS_EINVAL);
+        CHECK(iris_vision_encode_each(&vis, NULL, NULL, 0, 0, px, NULL, bad, 3, outs, &err) == IRIS_EINVAL);
         for (int k = 0; k < 3; k++) CHECK(outs[k].embeds == NULL && outs[k].deepstack == NULL);
         free_scen(&one), free_scen(&two);
         iris_vision_free(&vis);
@@ -140,7 +130,7 @@ IRIS_TEST(vision_pixels_in_place_same_bits) {
         iris_err err = {0};
         iris_st *st = NULL;
         iris_vision vis;
-        REQUIRE(load_vision(models[mi], &cfg, &st, &vis, &err) == 0);
+        REQUIRE(tiny_vision_load(models[mi], &cfg, &st, &vis, &err) == 0);
         scen two;
         REQUIRE(load_scen(models[mi], "two_images", &two) == 0 && two.n_img == 2);
         int pd = vis.patch_dim;
@@ -156,8 +146,8 @@ IRIS_TEST(vision_pixels_in_place_same_bits) {
         memcpy(keep, two.pv.f32, sizeof(float) * (size_t)n);
         const float *apart[2] = {buf + 1, buf + 5 + rows0 * pd};
         iris_vision_out a[2], c[2], one_a, one_c;
-        CHECK(iris_vision_encode_each(&vis, NULL, NULL, 0, 0, near, two.grid, 2, a, &err) == 0);
-        CHECK(iris_vision_encode_each(&vis, NULL, NULL, 0, 0, apart, two.grid, 2, c, &err) == 0);
+        CHECK(iris_vision_encode_each(&vis, NULL, NULL, 0, 0, near, NULL, two.grid, 2, a, &err) == 0);
+        CHECK(iris_vision_encode_each(&vis, NULL, NULL, 0, 0, apart, NULL, two.grid, 2, c, &err) == 0);
         for (int k = 0; k < 2; k++) CHECKF(same_out(&a[k], &c[k]), "%s image %d: in place != copied", models[mi], k);
         /* one image, in place at 16-byte and at 4-byte alignment */
         CHECK(iris_vision_encode(&vis, near[0], rows0, two.grid, 1, &one_a, NULL, &err) == 0);

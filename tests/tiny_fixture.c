@@ -16,6 +16,15 @@ int tiny_exists(const char *rel) {
     return access(path, R_OK) == 0;
 }
 
+int tiny_vision_load(const char *model, iris_config *cfg, iris_st **st, iris_vision *vis, iris_err *err) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/%s/model", TINY_DIR, model);
+    int rc = iris_config_load(dir, cfg, err);
+    if (!rc) rc = iris_st_open(dir, st, err);
+    if (!rc) rc = iris_vision_load(*st, &cfg->vision_config, vis, err);
+    return rc;
+}
+
 int tiny_greedy_same(const float *got, const float *ref, int rows, int V, float margin, int *decided) {
     int same = 0;
     *decided = 0;

@@ -8,6 +8,9 @@
 #include <stdint.h>
 
 #include "iris.h"
+#include "formats/config.h"
+#include "formats/safetensors.h"
+#include "model/vision.h"
 
 #define TINY_DIR "tests/fixtures/tiny"
 
@@ -23,6 +26,9 @@ typedef struct tiny_arr {
 int tiny_load(const char *rel, tiny_arr *out);
 void tiny_free(tiny_arr *a);
 int tiny_exists(const char *rel);
+/* The tiny model `model`'s (tiny-gqa, ...) config, open checkpoint and vision tower (host
+ * weights; free with iris_vision_free and iris_st_close): 0, or an error in err. */
+int tiny_vision_load(const char *model, iris_config *cfg, iris_st **st, iris_vision *vis, iris_err *err);
 /* Greedy agreement of logits `got` with `ref` ([rows, V] each): of the rows whose reference top-2
  * margin exceeds `margin` (*decided of them), how many have the same arg-max in got. */
 int tiny_greedy_same(const float *got, const float *ref, int rows, int V, float margin, int *decided);

@@ -15,12 +15,16 @@ static uint16_t f32_to_bf16(float x) { /* round to nearest even; NaN stays NaN *
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 
+void iris_backend_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
+}
+
 int iris_backend_put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
     if (b->act == IRIS_DT_F32) return b->upload(b, dst, src, n * 4);
     if (b->put_f32) return b->put_f32(b, dst, src, n);
     uint16_t *tmp = malloc(n * 2 + 2);
     if (!tmp) return IRIS_ENOMEM;
-    for (size_t i = 0; i < n; i++) tmp[i] = f32_to_bf16(src[i]);
+    iris_backend_f32_to_bf16(tmp, src, n);
     int rc = b->upload(b, dst, tmp, n * 2);
     free(tmp);
     return rc;

@@ -157,6 +157,12 @@ struct iris_backend {
     /* y[n, out] = x[n, in] · Wᵀ (+ bias[out]); W is F32/BF16/F16, FP8 block-scaled, dequantized as
      * bf16(q · scale) (QWEN3VL.md §2), or I4, bf16((q - zero) · scale).  y may not alias x. */
     int (*linear)(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y);
+    /* Optional: linear with an op on its result in the same pass (IRIS_EPI_GELU_TANH: y =
+     * gelu_tanh(x · Wᵀ + bias); IRIS_EPI_ADD: y += x · Wᵀ + bias), one rounding where linear and the
+     * op give two.  Returns IRIS_EUNSUPPORTED, having done nothing and set no error, where it cannot
+     * (iris_backend_linear_epi then runs linear and the op). */
+    int (*linear_epi)(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, int epi,
+                      iris_tensor *y);
     /* y[i] = table[ids[i]] for n ids (ids in backend memory). */
     int (*embed)(iris_backend *b, const iris_tensor *table, const int32_t *ids, int n, iris_tensor *y);
     /* y = w ⊙ x / sqrt(mean(x²) + eps) per row of x; y may alias x. */
@@ -255,6 +261,10 @@ struct iris_backend {
      * unchanged until the step that read it is done. */
     void *(*host_alloc)(iris_backend *b, size_t bytes);
     void (*host_free)(void *p);
+    /* Optional: download into host_alloc memory, ordered on the backend's stream, returning before
+     * the copy is done: the rows are there after the next sync (the vision encoder's DeepStack taps
+     * go down while it runs on).  NULL: use download. */
+    int (*download_async)(iris_backend *b, void *dst, const void *src, size_t bytes);
 
     /* Optional: record the ops issued between graph_begin and graph_end (not run), replay them later
      * with the same pointers and scalars (the device data they read may change).  NULL on the CPU. */
@@ -274,6 +284,8 @@ int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, i
 
 /* fp32 host values to and from the backend's activation dtype (BF16: round to nearest even). */
 int iris_backend_put_f32(iris_backend *b, void *dst, const float *src, size_t n);
+/* n fp32 values as bf16 bits, rounded to nearest even (NaN stays NaN): what put_f32 uploads. */
+void iris_backend_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
 int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n);
 /* Copies weight w (and its FP8 scales; an I4 weight's scales and zero points) into b's memory and
  * points w there. */
@@ -294,6 +306,11 @@ int iris_backend_linear_n(iris_backend *b, const iris_tensor *x, int m, const ir
                           iris_tensor *const *ys);
 int iris_backend_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,
                                iris_tensor *g, iris_tensor *u);
+/* linear_epi's ops (epi IRIS_EPI_*); without it, the product goes into tmp (ADD; [x rows, W rows] in
+ * the activation dtype) or y (GELU_TANH) first. */
+enum { IRIS_EPI_GELU_TANH = 1, IRIS_EPI_ADD = 2 };
+int iris_backend_linear_epi(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias,
+                            int epi, iris_tensor *y, iris_tensor *tmp);
 
 static inline int64_t iris_tensor_ld(const iris_tensor *t) { return t->ld ? t->ld : t->cols; }
 

@@ -61,3 +61,17 @@ int iris_backend_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris
     if (!rc) rc = b->linear(b, x, wu, NULL, u);
     return rc ? rc : b->silu_mul(b, g, u);
 }
+
+int iris_backend_linear_epi(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias,
+                            int epi, iris_tensor *y, iris_tensor *tmp) {
+    if (b->linear_epi) {
+        int rc = b->linear_epi(b, x, w, bias, epi, y);
+        if (rc != IRIS_EUNSUPPORTED) return rc;
+    }
+    if (epi == IRIS_EPI_GELU_TANH) {
+        int rc = b->linear(b, x, w, bias, y);
+        return rc ? rc : b->gelu_tanh(b, y);
+    }
+    int rc = b->linear(b, x, w, bias, tmp);
+    return rc ? rc : b->add(b, y, tmp);
+}

@@ -153,6 +153,7 @@ static void finish_at(iris_engine *e, iris_request *r, int reason, const iris_er
     if (!have_mu) pthread_mutex_unlock(&e->mu);
     iris_req_emit(r, &ev);
     for (int i = 0; r->vout && i < r->prompt.n_images; i++) iris_vision_out_free(&r->vout[i]);
+    iris_req_release_px16(e, r);
     /* The step may still look at r (its batch): let go of it at the end of the step. */
     if (e->n_done == e->cap_done) {
         int nc = e->cap_done ? e->cap_done * 2 : 16;

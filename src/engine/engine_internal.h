@@ -39,6 +39,11 @@ struct iris_request {
     iris_prompt prompt;
     iris_seq_image *images;     /* [prompt.n_images] */
     iris_vision_out *vout;      /* [prompt.n_images]: embeddings while needed */
+    uint16_t *px16;             /* the pixel rows as bf16 in the backend's host memory (made at submit,
+                                   engine_req.c), until every image is encoded; NULL: converted then */
+    size_t px16_bytes;
+    void (*px16_free)(void *p);
+    int n_encoded;              /* images encoded so far */
     iris_sampler *sampler;
     iris_stop_matcher *stop;
     iris_tok_stream ts;
@@ -101,12 +106,15 @@ struct iris_engine {
     iris_engine_stats stats;    /* published after every step */
     uint64_t images_encoded, requests_finished, generated_tokens, prompt_tokens;
     double vision_s, prefill_s, decode_s;
+    atomic_size_t px16_bytes;   /* the requests' px16 (at most IRIS_PX16_CAP) */
 };
 
 /* Deliver an event (callback or queue).  text may be NULL. */
 void iris_req_emit(iris_request *r, const iris_event *ev);
 /* Drop one reference; frees the request at zero. */
 void iris_req_unref(iris_request *r);
+/* Free r's bf16 pixel rows (px16), if it holds them. */
+void iris_req_release_px16(iris_engine *e, iris_request *r);
 /* Encode the images step b's chunks reach that have no embeddings yet (engine_vision.c; engine
  * thread). */
 int iris_engine_encode_images(iris_engine *e, const iris_sched_batch *b, iris_err *err);

@@ -46,6 +46,9 @@ static int take_outputs(iris_engine *e, const enc_item *it, iris_vision_out *out
         im->deepstack = outs[k].deepstack;
         im->ready = 1;
         e->images_encoded++;
+        /* every image encoded once: its bf16 pixel rows go back (a re-encode, after a preemption,
+         * converts the fp32 rows) */
+        if (++r->n_encoded >= r->seq.n_images) iris_req_release_px16(e, r);
     }
     return rc;
 }
@@ -63,10 +66,11 @@ int iris_engine_encode_images(iris_engine *e, const iris_sched_batch *b, iris_er
     if (!n) return IRIS_OK;
     enc_item *it = malloc(sizeof *it * (size_t)n);
     const float **px = malloc(sizeof *px * (size_t)n);
+    const uint16_t **px16 = malloc(sizeof *px16 * (size_t)n);
     int *grid = malloc(sizeof *grid * 3 * (size_t)n);
     int64_t *patches = malloc(sizeof *patches * (size_t)n);
     iris_vision_out *outs = calloc((size_t)n, sizeof *outs);
-    int rc = it && px && grid && patches && outs ? IRIS_OK : iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    int rc = it && px && px16 && grid && patches && outs ? IRIS_OK : iris_err_set(err, IRIS_ENOMEM, "out of memory");
     const iris_vision *v = &e->model->vision;
     for (int s = 0, k = 0; !rc && s < b->n_seqs; s++) {
         iris_request *r = b->seqs[s]->ud;
@@ -77,6 +81,7 @@ int iris_engine_encode_images(iris_engine *e, const iris_sched_batch *b, iris_er
             if (needs_encoding(r, i)) {
                 it[k] = (enc_item){r, i};
                 px[k] = r->prompt.pixel_values + row0 * v->patch_dim;
+                px16[k] = r->px16 ? r->px16 + row0 * v->patch_dim : NULL;
                 memcpy(grid + 3 * k, g, 3 * sizeof *grid);
                 patches[k++] = rows;
             }
@@ -91,10 +96,11 @@ int iris_engine_encode_images(iris_engine *e, const iris_sched_batch *b, iris_er
         while (k1 < n && (e->on_gpu ? iris_vision_scratch_bytes(v, e->be->act, sum + patches[k1]) <= sb
                                     : sum + patches[k1] <= CPU_ENCODE_PATCHES))
             sum += patches[k1++];
-        rc = iris_vision_encode_each(v, e->be, scratch, sb, e->on_gpu, px + k0, grid + 3 * k0, k1 - k0, outs + k0, err);
+        rc = iris_vision_encode_each(v, e->be, scratch, sb, e->on_gpu, px + k0, px16 + k0, grid + 3 * k0, k1 - k0,
+                                     outs + k0, err);
         if (!rc) rc = take_outputs(e, it + k0, outs + k0, k1 - k0, err);
         k0 = k1;
     }
-    free(it), free(px), free(grid), free(patches), free(outs);
+    free(it), free(px), free(px16), free(grid), free(patches), free(outs);
     return rc;
 }

@@ -249,8 +249,8 @@ typedef struct scratch {
 
 /* What an encode writes: one out for every image (each < n_out), or n_out 1: all in one. */
 static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const float *const *pixels,
-                     const int *grid_thw, int n_images, iris_vision_out *outs, int n_out, float *trace, int bf16,
-                     iris_err *err);
+                     const uint16_t *const *px16, const int *grid_thw, int n_images, iris_vision_out *outs,
+                     int n_out, float *trace, int bf16, iris_err *err);
 
 /* Image k's rows in a pixel_values of every image's rows in order: pointers into it (caller frees). */
 static const float **split_pixels(const iris_vision *v, const float *pixel_values, int64_t n_rows,
@@ -281,7 +281,7 @@ static int encode_rows(const iris_vision *v, iris_backend *b, scratch *sc, const
     memset(out, 0, sizeof *out);
     const float **px = split_pixels(v, pixel_values, n_rows, grid_thw, n_images, err);
     if (!px) return err->code;
-    int rc = encode_on(v, b, sc, px, grid_thw, n_images, out, 1, trace, bf16, err);
+    int rc = encode_on(v, b, sc, px, NULL, grid_thw, n_images, out, 1, trace, bf16, err);
     free(px);
     return rc;
 }
@@ -301,8 +301,8 @@ int iris_vision_encode_bf16(const iris_vision *v, iris_backend *b, void *scratch
 }
 
 int iris_vision_encode_each(const iris_vision *v, iris_backend *b, void *scratch_mem, size_t scratch_bytes, int bf16,
-                            const float *const *pixels, const int *grid_thw, int n_images, iris_vision_out *outs,
-                            iris_err *err) {
+                            const float *const *pixels, const uint16_t *const *pixels16, const int *grid_thw,
+                            int n_images, iris_vision_out *outs, iris_err *err) {
     for (int k = 0; k < n_images; k++) memset(&outs[k], 0, sizeof outs[k]);
     if (n_images < 1) return iris_err_set(err, IRIS_EINVAL, "vision: no images to encode");
     if (bf16 && (!b || b->act != IRIS_DT_BF16))
@@ -314,7 +314,8 @@ int iris_vision_encode_each(const iris_vision *v, iris_backend *b, void *scratch
         b = own;
     }
     scratch sc = {scratch_mem, scratch_bytes};
-    int rc = encode_on(v, b, scratch_mem ? &sc : NULL, pixels, grid_thw, n_images, outs, n_images, NULL, bf16, err);
+    int rc = encode_on(v, b, scratch_mem ? &sc : NULL, pixels, pixels16, grid_thw, n_images, outs, n_images, NULL, bf16,
+                       err);
     if (own) own->destroy(own);
     return rc;
 }
@@ -351,9 +352,13 @@ static void *buffer(iris_backend *b, scratch *sc, size_t bytes) {
     return p;
 }
 
-/* The output rows d [n] (activations) into the host at element off: fp32, or (bf16) the bits as they are. */
-static int rows_out(iris_backend *b, int bf16, float *f, uint16_t *h, size_t off, const void *d, size_t n) {
-    return bf16 ? b->download(b, h + off, d, n * sizeof(uint16_t)) : iris_backend_get_f32(b, f + off, d, n);
+/* The output rows d [n] (activations) into the host at element off: fp32, or (bf16) the bits as they
+ * are; into page-locked rows (pinned) without waiting where the backend can (the encode ends in a
+ * sync, and d is rewritten only by ops ordered after the copy). */
+static int rows_out(iris_backend *b, int bf16, int pinned, float *f, uint16_t *h, size_t off, const void *d, size_t n) {
+    if (!bf16) return iris_backend_get_f32(b, f + off, d, n);
+    if (pinned && b->download_async) return b->download_async(b, h + off, d, n * sizeof(uint16_t));
+    return b->download(b, h + off, d, n * sizeof(uint16_t));
 }
 
 /* Host rows of an out of T tokens: fp32, or (bf16) page-locked where the backend has it (the
@@ -391,8 +396,9 @@ static int outs_put(iris_backend *b, int bf16, iris_vision_out *outs, int n_out,
         iris_vision_out *o = &outs[k];
         size_t off = t < 0 ? 0 : (size_t)t * o->n_tokens * OH, n = (size_t)o->n_tokens * OH;
         const char *src = (const char *)d + (size_t)tok0[k] * OH * es;
-        int rc = t < 0 ? rows_out(b, bf16, o->embeds, o->embeds16, off, src, n)
-                       : rows_out(b, bf16, o->deepstack, o->deepstack16, off, src, n);
+        int pinned = o->host_free != NULL;
+        int rc = t < 0 ? rows_out(b, bf16, pinned, o->embeds, o->embeds16, off, src, n)
+                       : rows_out(b, bf16, pinned, o->deepstack, o->deepstack16, off, src, n);
         if (rc) return rc;
     }
     return 0;
@@ -414,15 +420,18 @@ static const float *pixels_in_place(const iris_vision *v, const iris_backend *b,
     return pixels[0];
 }
 
-/* The images' pixel rows, one after another, into d (activations). */
+/* The images' pixel rows, one after another, into d (activations): bf16 rows as they are (px16[im]
+ * on a BF16 backend), else converted from fp32. */
 static int put_pixels(const iris_vision *v, iris_backend *b, void *d, const float *const *pixels,
-                      const int *grid_thw, int n_images) {
+                      const uint16_t *const *px16, const int *grid_thw, int n_images) {
     size_t es = iris_dtype_size(b->act);
     for (int im = 0, row = 0; im < n_images; im++) {
         const int *g = grid_thw + 3 * im;
         int rows = g[0] * g[1] * g[2], rc;
-        if ((rc = iris_backend_put_f32(b, (char *)d + (size_t)row * v->patch_dim * es, pixels[im],
-                                       (size_t)rows * v->patch_dim)))
+        char *dst = (char *)d + (size_t)row * v->patch_dim * es;
+        size_t n = (size_t)rows * v->patch_dim;
+        if ((rc = px16 && px16[im] && b->act == IRIS_DT_BF16 ? b->upload(b, dst, px16[im], n * sizeof(uint16_t))
+                                                              : iris_backend_put_f32(b, dst, pixels[im], n)))
             return rc;
         row += rows;
     }
@@ -430,8 +439,8 @@ static int put_pixels(const iris_vision *v, iris_backend *b, void *d, const floa
 }
 
 static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const float *const *pixels,
-                     const int *grid_thw, int n_images, iris_vision_out *outs, int n_out, float *trace, int bf16,
-                     iris_err *err) {
+                     const uint16_t *const *px16, const int *grid_thw, int n_images, iris_vision_out *outs,
+                     int n_out, float *trace, int bf16, iris_err *err) {
     for (int k = 0; k < n_out; k++) memset(&outs[k], 0, sizeof outs[k]);
     const iris_vision_config *c = &v->cfg;
     int H = c->hidden_size, m = c->spatial_merge_size, nh = c->num_heads, hd = H / nh, S = v->grid_side;
@@ -517,7 +526,7 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
     OP(b->upload(b, d_w, h_w, sizeof(float) * (size_t)N * 4));
     struct timespec t0, t1, t2;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (!pv_host) OP(put_pixels(v, b, d_pv, pixels, grid_thw, n_images));
+    if (!pv_host) OP(put_pixels(v, b, d_pv, pixels, px16, grid_thw, n_images));
     clock_gettime(CLOCK_MONOTONIC, &t1);
 
     iris_dtype A = b->act;
@@ -541,13 +550,10 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
         OP(b->rope(b, &qk, 2 * nh, hd, d_rc, (int)N, dim_of, inv));           /* q's and k's heads, one pass */
         OP(b->attn_segments(b, &qkv, nh, hd, cu, n_seg, &y));                 /* [N, H], per image */
         iris_tensor pr = act(d_big, A, N, H);
-        OP(b->linear(b, &y, &bl->proj.weight, &bl->proj.bias, &pr));
-        OP(b->add(b, &x, &pr));
+        OP(iris_backend_linear_epi(b, &y, &bl->proj.weight, &bl->proj.bias, IRIS_EPI_ADD, &x, &pr));
         OP(b->layer_norm(b, &x, &bl->norm2.weight, &bl->norm2.bias, LN_EPS, &y));
-        OP(b->linear(b, &y, &bl->fc1.weight, &bl->fc1.bias, &ff));
-        OP(b->gelu_tanh(b, &ff));
-        OP(b->linear(b, &ff, &bl->fc2.weight, &bl->fc2.bias, &y));
-        OP(b->add(b, &x, &y));
+        OP(iris_backend_linear_epi(b, &y, &bl->fc1.weight, &bl->fc1.bias, IRIS_EPI_GELU_TANH, &ff, NULL));
+        OP(iris_backend_linear_epi(b, &ff, &bl->fc2.weight, &bl->fc2.bias, IRIS_EPI_ADD, &x, &y));
         if (trace) OP(iris_backend_get_f32(b, trace + (int64_t)(il + 1) * N * H, d_x, (size_t)N * H));
         for (int t = 0; t < c->n_deepstack; t++)
             if (c->deepstack_visual_indexes[t] == il) {
@@ -574,6 +580,7 @@ done:
     void *dev[] = {d_x, d_y, d_big, d_pv, d_tab, d_out};
     for (size_t i = 0; !sc && i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) b->free(b, dev[i]);
+    if (rc) b->sync(b); /* no copy still in flight into the rows freed here */
     for (int k = 0; rc && k < n_out; k++) iris_vision_out_free(&outs[k]);
     return rc;
 }

@@ -105,10 +105,13 @@ int iris_vision_encode_bf16(const iris_vision *v, iris_backend *b, void *scratch
  * images' frames, no padding), so each image's rows are what encoding it alone gives, up to the
  * backend's GEMMs over more rows.  b NULL: the CPU (fp32 rows, as iris_vision_encode); bf16 1: as
  * iris_vision_encode_bf16 on b, in scratch when given (iris_vision_scratch_bytes of all the
- * patches).  On failure every outs[k] is empty. */
+ * patches).  pixels16 (NULL, or NULL entries: none): image k's rows already rounded to bf16
+ * (iris_backend_f32_to_bf16) in b's host_alloc memory, uploaded as they are on a BF16 backend
+ * (asynchronously: nothing to convert on the caller's thread) instead of converted from pixels[k].
+ * On failure every outs[k] is empty. */
 int iris_vision_encode_each(const iris_vision *v, iris_backend *b, void *scratch, size_t scratch_bytes, int bf16,
-                            const float *const *pixels, const int *grid_thw, int n_images, iris_vision_out *outs,
-                            iris_err *err);
+                            const float *const *pixels, const uint16_t *const *pixels16, const int *grid_thw,
+                            int n_images, iris_vision_out *outs, iris_err *err);
 /* Device bytes an encode of up to max_patches patches needs in activations of dtype act. */
 size_t iris_vision_scratch_bytes(const iris_vision *v, iris_dtype act, int64_t max_patches);
 /* Copies the weights into backend b's memory; a no-op for the CPU backend. */

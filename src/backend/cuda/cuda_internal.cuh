@@ -123,6 +123,8 @@ int iris_cuda_status(iris_backend *b, cudaError_t e, const char *what);
 
 /* Op entry points (one file per family). */
 int iris_cuda_linear(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, iris_tensor *y);
+int iris_cuda_linear_epi(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, int epi,
+                         iris_tensor *y);
 int iris_cuda_densify(iris_backend *b, iris_tensor *w);
 int iris_cuda_rms_norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, float eps, iris_tensor *y);
 int iris_cuda_layer_norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias,

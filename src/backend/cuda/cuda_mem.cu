@@ -136,6 +136,10 @@ static int cu_download(iris_backend *b, void *dst, const void *src, size_t bytes
     return iris_cuda_status(b, cudaStreamSynchronize(c->stream), "download");
 }
 
+static int cu_download_async(iris_backend *b, void *dst, const void *src, size_t bytes) {
+    return iris_cuda_status(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_of(b)->stream), "download");
+}
+
 /* bf16 device rows to fp32 host floats through a page-locked staging buffer (a pageable copy of a
  * batch's logits, 19 MB at 64 rows of Qwen's vocabulary, ran at a fraction of the bus and was
  * most of a large decode step). */
@@ -239,11 +243,12 @@ static int cu_put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
 
 /* Page-locked host buffers for rows that cross to the host and back each request (the image
  * embeddings: a pageable copy of a 1024x1024 image's 16 MB ran at 9-15 GB/s and took ~3 ms of its
- * time to first token).  Process-wide and kept for reuse (cudaMallocHost of megabytes takes about
- * as long as the copies it saves), at most HOST_POOL_BYTES in all; past that, or when the driver
- * refuses, host_alloc returns NULL. */
-#define HOST_POOL_SLOTS 64
-#define HOST_POOL_BYTES (1ull << 30)
+ * time to first token; the pixel rows the engine converts at submit).  Process-wide and kept for
+ * reuse (cudaMallocHost of megabytes takes about as long as the copies it saves), at most
+ * HOST_POOL_BYTES in all; past that, or when the driver refuses, host_alloc returns NULL.  Any
+ * thread may ask (the engine's submitters do): the backend's device is made current first. */
+#define HOST_POOL_SLOTS 192
+#define HOST_POOL_BYTES (2ull << 30)
 static struct {
     void *p;
     size_t bytes;
@@ -253,7 +258,6 @@ static size_t g_host_total;
 static pthread_mutex_t g_host_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void *cu_host_alloc(iris_backend *b, size_t bytes) {
-    (void)b;
     size_t want = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
     void *p = NULL;
     pthread_mutex_lock(&g_host_mu);
@@ -270,7 +274,7 @@ static void *cu_host_alloc(iris_backend *b, size_t bytes) {
         g_host[best].used = 1;
         p = g_host[best].p;
     } else if (empty >= 0 && g_host_total + want <= HOST_POOL_BYTES) {
-        if (cudaMallocHost(&p, want) == cudaSuccess) {
+        if (cudaSetDevice(cuda_of(b)->device) == cudaSuccess && cudaMallocHost(&p, want) == cudaSuccess) {
             g_host[empty].p = p, g_host[empty].bytes = want, g_host[empty].used = 1;
             g_host_total += want;
         } else {
@@ -531,6 +535,7 @@ static void set_ops(iris_backend *b, const switches *sw) {
     b->download = cu_download;
     b->sync = cu_sync;
     b->linear = iris_cuda_linear;
+    b->linear_epi = iris_cuda_linear_epi;
     b->embed = iris_cuda_embed;
     b->rms_norm = iris_cuda_rms_norm;
     b->layer_norm = iris_cuda_layer_norm;
@@ -555,6 +560,7 @@ static void set_ops(iris_backend *b, const switches *sw) {
     b->put_f32 = cu_put_f32;
     b->densify = iris_cuda_densify;
     b->host_alloc = cu_host_alloc;
+    b->download_async = cu_download_async;
     b->host_free = cu_host_free;
     b->get_topk = iris_cuda_get_topk;
     b->decode_layers = iris_cuda_decode_layers;

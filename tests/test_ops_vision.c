@@ -1,0 +1,91 @@
+/* test_ops_vision.c: the vision encoder on the CUDA backend as the engine runs it (part of
+ * build/iris-test-gpu): several images in one pass with their rows left as bf16, the pixel rows
+ * given as fp32 (converted on the way up) or already as bf16 in the backend's page-locked memory
+ * (the engine converts them when a request is submitted): the same bits either way, image by
+ * image, and the rows near transformers' (the DeepStack taps go down while the encoder runs on:
+ * rows read before those copies end would be wrong). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_util.h"
+#include "test.h"
+#include "tiny_fixture.h"
+
+#ifdef IRIS_CUDA
+
+/* max |got - ref| over n bf16 values against fp32 ref, and max |ref| */
+static void diff_bf16(const uint16_t *got, const float *ref, int64_t n, float *d, float *mx) {
+    *d = 0, *mx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float e = fabsf(ops_bf16_val(got[i]) - ref[i]);
+        if (!(e <= *d)) *d = isnan(e) ? INFINITY : e;
+        if (fabsf(ref[i]) > *mx) *mx = fabsf(ref[i]);
+    }
+}
+
+IRIS_TEST(gpu_vision_pixels_bf16) {
+    OPS_BACKENDS();
+    iris_backend *b = ops_cuda;
+    REQUIRE(b->host_alloc && b->host_free);
+    iris_config cfg;
+    iris_err err = {0};
+    iris_st *st = NULL;
+    iris_vision vis;
+    REQUIRE(tiny_vision_load("tiny-gqa", &cfg, &st, &vis, &err) == 0);
+    REQUIRE(iris_vision_upload(&vis, b, &err) == 0);
+    tiny_arr g, pv, emb, ds;
+    REQUIRE(tiny_load("inputs/two_images/image_grid_thw.npy", &g) == 0 && g.n == 6);
+    REQUIRE(tiny_load("inputs/two_images/pixel_values.npy", &pv) == 0);
+    REQUIRE(tiny_load("tiny-gqa/two_images/image_embeds.npy", &emb) == 0);
+    REQUIRE(tiny_load("tiny-gqa/two_images/deepstack.npy", &ds) == 0);
+    int grid[6], pd = vis.patch_dim, m = cfg.vision_config.spatial_merge_size;
+    for (int i = 0; i < 6; i++) grid[i] = (int)g.i64[i];
+    int64_t rows0 = (int64_t)grid[0] * grid[1] * grid[2], rows1 = (int64_t)grid[3] * grid[4] * grid[5];
+    REQUIRE(pv.n == (rows0 + rows1) * pd);
+    const float *px[2] = {pv.f32, pv.f32 + rows0 * pd};
+    /* the bf16 rows in page-locked memory, as the engine's submit makes them */
+    uint16_t *h16 = b->host_alloc(b, sizeof(uint16_t) * (size_t)pv.n);
+    REQUIRE(h16 != NULL);
+    iris_backend_f32_to_bf16(h16, pv.f32, (size_t)pv.n);
+    const uint16_t *both[2] = {h16, h16 + rows0 * pd}, *first[2] = {h16, NULL};
+    iris_vision_out a[2], c[2], f[2];
+    size_t sb = iris_vision_scratch_bytes(&vis, b->act, rows0 + rows1);
+    void *scratch = b->alloc(b, sb);
+    REQUIRE(scratch != NULL);
+    REQUIRE(iris_vision_encode_each(&vis, b, scratch, sb, 1, px, NULL, grid, 2, a, &err) == 0);
+    REQUIRE(iris_vision_encode_each(&vis, b, scratch, sb, 1, px, both, grid, 2, c, &err) == 0);
+    REQUIRE(iris_vision_encode_each(&vis, b, scratch, sb, 1, px, first, grid, 2, f, &err) == 0);
+    int64_t H = emb.shape[1], T0 = rows0 / (m * m);
+    for (int k = 0; k < 2; k++) {
+        int64_t T = a[k].n_tokens, nds = a[k].n_deepstack;
+        REQUIRE(a[k].embeds16 && c[k].embeds16 && f[k].embeds16 && a[k].out_hidden == H);
+        CHECK_EQ_INT(c[k].n_tokens, T);
+        size_t ne = (size_t)(T * H), nd = (size_t)(nds * T * H);
+        CHECKF(memcmp(a[k].embeds16, c[k].embeds16, ne * 2) == 0, "image %d: rows from bf16 pixels differ", k);
+        CHECKF(memcmp(a[k].deepstack16, c[k].deepstack16, nd * 2) == 0, "image %d: DeepStack from bf16 pixels", k);
+        CHECKF(memcmp(a[k].embeds16, f[k].embeds16, ne * 2) == 0, "image %d: rows with one image's bf16 pixels", k);
+        /* transformers' rows: the two images' embeds one after the other; one image's DeepStack
+         * taps [n_ds][T] in order, the pair's taps [n_ds][T_all] */
+        float d, mx, dd = 0, dmx = 0;
+        diff_bf16(a[k].embeds16, emb.f32 + (k ? T0 : 0) * H, (int64_t)ne, &d, &mx);
+        int64_t T_all = emb.n / H;
+        for (int64_t t = 0; t < nds; t++) {
+            float e, x;
+            diff_bf16(a[k].deepstack16 + t * T * H, ds.f32 + (t * T_all + (k ? T0 : 0)) * H, T * H, &e, &x);
+            dd = e > dd ? e : dd, dmx = x > dmx ? x : dmx;
+        }
+        printf("  image %d (grid %d x %d x %d): against transformers max-abs %.3g of %.3g (DeepStack %.3g of %.3g)\n",
+               k, grid[3 * k], grid[3 * k + 1], grid[3 * k + 2], d, mx, dd, dmx);
+        CHECKF(d <= 0.05f * mx && dd <= 0.05f * dmx, "image %d: %g / %g from transformers", k, d, dd);
+        iris_vision_out_free(&a[k]), iris_vision_out_free(&c[k]), iris_vision_out_free(&f[k]);
+    }
+    b->free(b, scratch);
+    b->host_free(h16);
+    tiny_free(&g), tiny_free(&pv), tiny_free(&emb), tiny_free(&ds);
+    iris_vision_free(&vis);
+    iris_st_close(st);
+}
+
+#endif
