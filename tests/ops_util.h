@@ -55,8 +55,12 @@ int ops_backends(void);
         REQUIRE(ops_backends());                                                                           \
     } while (0)
 
-/* The op tests' one random stream (its draws follow the order the tests run in). */
+/* The op tests' one random stream (its draws follow the order the tests run in).  Cases added later
+ * draw between ops_rnd_push(seed) and ops_rnd_pop() from a stream of their own, so the tests after
+ * them keep the draws they were tuned with (not nested). */
 uint32_t ops_rnd_u32(void);
+void ops_rnd_push(uint64_t seed);
+void ops_rnd_pop(void);
 float ops_rnd_uniform(float lo, float hi);
 float ops_round_bf(float f);                          /* f rounded to a bf16 value */
 float *ops_rnd_vec(int64_t n, float lo, float hi);    /* n random bf16-valued floats in [lo, hi); free() */

@@ -147,18 +147,9 @@ static void free_weight(iris_tensor *w) {
 
 /* fused 1: the backend's one pass must take it (the vision encoder's shapes); 0: through
  * iris_backend_linear_epi, which runs linear and the op where cuBLASLt has no such epilogue */
-/* n bf16-valued floats in [lo, hi) from the test's own stream st (the shared one's later draws stay
- * what the tests after it were tuned with) */
-static float *epi_vec(uint64_t *st, int64_t n, float lo, float hi) {
-    float *v = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) v[i] = ops_round_bf(ops_uniform(st, lo, hi));
-    return v;
-}
-
 static void check_linear_epi(int64_t n, int64_t in, int64_t out, int epi, int bias_dt, int fused) {
-    uint64_t st = 0x2545f4914f6cdd1dull ^ (uint64_t)(n * 131 + in * 7 + out + epi);
-    float *x = epi_vec(&st, n * in, -1, 1), *wf = epi_vec(&st, out * in, -0.1f, 0.1f);
-    float *bias = bias_dt >= 0 ? epi_vec(&st, out, -0.5f, 0.5f) : NULL, *y0 = epi_vec(&st, n * out, -2, 2);
+    float *x = ops_rnd_vec(n * in, -1, 1), *wf = ops_rnd_vec(out * in, -0.1f, 0.1f);
+    float *bias = bias_dt >= 0 ? ops_rnd_vec(out, -0.5f, 0.5f) : NULL, *y0 = ops_rnd_vec(n * out, -2, 2);
     /* CPU: y = gelu_tanh(x·Wᵀ + b), or y = y0 + (x·Wᵀ + b) */
     float *ref = malloc(sizeof(float) * (size_t)(n * out)), *res = malloc(sizeof(float) * (size_t)(n * out));
     iris_tensor cx = ops_view(x, IRIS_DT_F32, n, in, 0), cw = ops_view(wf, IRIS_DT_F32, out, in, 0);
@@ -197,14 +188,14 @@ static void check_linear_epi(int64_t n, int64_t in, int64_t out, int epi, int bi
 
 IRIS_TEST(gpu_ops_linear_epi) {
     OPS_BACKENDS();
+    ops_rnd_push(0x2545f4914f6cdd1dull);
     check_linear_epi(300, 256, 1024, IRIS_EPI_GELU_TANH, IRIS_DT_BF16, 1); /* the ViT MLP's fc1 */
     check_linear_epi(300, 1024, 256, IRIS_EPI_ADD, IRIS_DT_BF16, 1);       /* fc2 into the residual */
     check_linear_epi(64, 128, 200, IRIS_EPI_GELU_TANH, -1, 1);
     check_linear_epi(77, 192, 136, IRIS_EPI_ADD, IRIS_DT_F32, 0); /* no such epilogue on the H100 */
     check_linear_epi(77, 192, 136, IRIS_EPI_GELU_TANH, IRIS_DT_F32, 0);
     /* what it does not take it leaves to linear and the op: a decode row's GEMV, an FP8 weight */
-    uint64_t st = 0x9e3779b97f4a7c15ull;
-    float *xf = epi_vec(&st, 128, -1, 1);
+    float *xf = ops_rnd_vec(128, -1, 1);
     void *dx = ops_dev_bf16(xf, 128), *dy = ops_dev_poison(64);
     uint16_t *zeros = calloc(64 * 128, sizeof(uint16_t));
     iris_tensor w8 = ops_view(ops_dev_copy(zeros, 64 * 128), IRIS_DT_F8_E4M3, 64, 128, 0);
@@ -216,6 +207,7 @@ IRIS_TEST(gpu_ops_linear_epi) {
     ops_cuda->free(ops_cuda, w8.data), ops_cuda->free(ops_cuda, w16.data);
     ops_cuda->free(ops_cuda, dx), ops_cuda->free(ops_cuda, dy);
     free(xf);
+    ops_rnd_pop();
 }
 
 static void check_fused_linear(int64_t n, int64_t in, const int64_t *outs, iris_dtype wdt) {

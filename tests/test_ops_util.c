@@ -22,7 +22,10 @@
 #include "backend/cuda/cuda_backend.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull; /* the one random stream of the op tests */
+static uint64_t rng_saved;
 uint32_t ops_rnd_u32(void) { return ops_rand(&rng); }
+void ops_rnd_push(uint64_t seed) { rng_saved = rng, rng = seed ? seed : 1; }
+void ops_rnd_pop(void) { rng = rng_saved; }
 float ops_rnd_uniform(float lo, float hi) { return ops_uniform(&rng, lo, hi); }
 
 float ops_round_bf(float f) { return ops_bf16_val(ops_bf16_bits(f)); }
