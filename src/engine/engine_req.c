@@ -48,6 +48,7 @@ static void req_destroy(iris_request *r) {
     for (int i = 0; r->vout && i < r->prompt.n_images; i++) iris_vision_out_free(&r->vout[i]);
     free(r->vout);
     free(r->images);
+    if (r->px16) r->px16_free(r->px16); /* the engine lets go of them when it finishes r; not reached then */
     iris_prompt_free(&r->prompt);
     iris_seq_free(&r->seq);
     iris_sampler_free(r->sampler);
