@@ -48,7 +48,7 @@ IRIS_TEST(gpu_vision_pixels_bf16) {
     /* the bf16 rows in page-locked memory, as the engine's submit makes them */
     uint16_t *h16 = b->host_alloc(b, sizeof(uint16_t) * (size_t)pv.n);
     REQUIRE(h16 != NULL);
-    iris_backend_f32_to_bf16(h16, pv.f32, (size_t)pv.n);
+    iris_backend_f32_to_bf16(h16, pv.f32, (size_t)pv.n, 0);
     const uint16_t *both[2] = {h16, h16 + rows0 * pd}, *first[2] = {h16, NULL};
     iris_vision_out a[2], c[2], f[2];
     size_t sb = iris_vision_scratch_bytes(&vis, b->act, rows0 + rows1);

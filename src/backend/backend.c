@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "pool.h"
 
 static uint16_t f32_to_bf16(float x) { /* round to nearest even; NaN stays NaN */
     uint32_t u;
@@ -15,16 +16,43 @@ static uint16_t f32_to_bf16(float x) { /* round to nearest even; NaN stays NaN *
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 
-void iris_backend_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
+typedef struct conv_job {
+    int widen;                  /* 1: bf16 -> fp32; 0: fp32 -> bf16 */
+    const void *src;
+    void *dst;
+} conv_job;
+
+static void conv_range(void *ctx, int64_t a, int64_t e) {
+    const conv_job *j = ctx;
+    if (j->widen) {
+        const uint16_t *h = j->src;
+        float *f = j->dst;
+        for (int64_t i = a; i < e; i++) { /* bf16 is the top half of the float */
+            uint32_t u = (uint32_t)h[i] << 16;
+            memcpy(&f[i], &u, 4);
+        }
+    } else {
+        const float *f = j->src;
+        uint16_t *h = j->dst;
+        for (int64_t i = a; i < e; i++) h[i] = f32_to_bf16(f[i]);
+    }
 }
+
+static void convert(int widen, void *dst, const void *src, size_t n, int pool) {
+    conv_job j = {widen, src, dst};
+    if (pool) iris_pool_for((int64_t)n, conv_range, &j);
+    else conv_range(&j, 0, (int64_t)n);
+}
+
+void iris_backend_f32_to_bf16(uint16_t *dst, const float *src, size_t n, int pool) { convert(0, dst, src, n, pool); }
+void iris_backend_bf16_to_f32(float *dst, const uint16_t *src, size_t n, int pool) { convert(1, dst, src, n, pool); }
 
 int iris_backend_put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
     if (b->act == IRIS_DT_F32) return b->upload(b, dst, src, n * 4);
     if (b->put_f32) return b->put_f32(b, dst, src, n);
     uint16_t *tmp = malloc(n * 2 + 2);
     if (!tmp) return IRIS_ENOMEM;
-    iris_backend_f32_to_bf16(tmp, src, n);
+    iris_backend_f32_to_bf16(tmp, src, n, n >= IRIS_CONV_POOL_MIN);
     int rc = b->upload(b, dst, tmp, n * 2);
     free(tmp);
     return rc;
@@ -36,10 +64,7 @@ int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n)
     uint16_t *tmp = malloc(n * 2 + 2);
     if (!tmp) return IRIS_ENOMEM;
     int rc = b->download(b, tmp, src, n * 2);
-    for (size_t i = 0; !rc && i < n; i++) {
-        uint32_t u = (uint32_t)tmp[i] << 16;
-        memcpy(&dst[i], &u, 4);
-    }
+    if (!rc) iris_backend_bf16_to_f32(dst, tmp, n, n >= IRIS_CONV_POOL_MIN);
     free(tmp);
     return rc;
 }

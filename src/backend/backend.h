@@ -284,8 +284,13 @@ int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **out, i
 
 /* fp32 host values to and from the backend's activation dtype (BF16: round to nearest even). */
 int iris_backend_put_f32(iris_backend *b, void *dst, const float *src, size_t n);
-/* n fp32 values as bf16 bits, rounded to nearest even (NaN stays NaN): what put_f32 uploads. */
-void iris_backend_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
+/* n host values fp32 -> bf16 bits, rounded to nearest even (NaN stays NaN: what put_f32 uploads),
+ * and back (exact), on the thread pool's workers when pool (not from one of them): the 25 MB of a
+ * 1024x1024 image's pixel values took ~6 ms on one core.  Arrays of IRIS_CONV_POOL_MIN values and
+ * more are worth the pool's wake-up; a logits row is not. */
+#define IRIS_CONV_POOL_MIN ((size_t)1 << 20)
+void iris_backend_f32_to_bf16(uint16_t *dst, const float *src, size_t n, int pool);
+void iris_backend_bf16_to_f32(float *dst, const uint16_t *src, size_t n, int pool);
 int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n);
 /* Copies weight w (and its FP8 scales; an I4 weight's scales and zero points) into b's memory and
  * points w there. */

@@ -21,7 +21,6 @@
 #include "engine_internal.h"
 #include "clock.h"
 #include "err.h"
-#include "pool.h"
 #include "sha256.h"
 
 const char *iris_finish_reason_name(int reason) {
@@ -205,16 +204,6 @@ static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
  * without such memory, the engine converts at encode time. */
 #define IRIS_PX16_CAP ((size_t)1 << 30)
 
-typedef struct px16_job {
-    uint16_t *dst;
-    const float *src;
-} px16_job;
-
-static void px16_range(void *ctx, int64_t a, int64_t b) {
-    const px16_job *j = ctx;
-    iris_backend_f32_to_bf16(j->dst + a, j->src + a, (size_t)(b - a));
-}
-
 static void pixels_bf16(iris_engine *e, iris_request *r) {
     iris_backend *b = e->be;
     const iris_prompt *p = &r->prompt;
@@ -231,8 +220,7 @@ static void pixels_bf16(iris_engine *e, iris_request *r) {
         atomic_fetch_sub(&e->px16_bytes, bytes);
         return;
     }
-    px16_job j = {h, p->pixel_values};
-    iris_pool_for((int64_t)n, px16_range, &j);
+    iris_backend_f32_to_bf16(h, p->pixel_values, n, 1);
     r->px16 = h, r->px16_bytes = bytes, r->px16_free = b->host_free;
 }
 

@@ -482,28 +482,15 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
     }
     {
         int32_t *pidx = h_idx, *prc = h_idx + (size_t)N * 4;
-        int64_t row = 0, *row0 = malloc(sizeof(int64_t) * (size_t)n_images);
+        int64_t row = 0;
         cu[0] = 0;
         for (int im = 0; im < n_images; im++) {
-            int t = grid_thw[3 * im], gh = grid_thw[3 * im + 1], gw = grid_thw[3 * im + 2], same = -1;
-            /* an image of a grid met before in this pass has its tables already: copied */
-            for (int k = 0; row0 && k < im && same < 0; k++)
-                if (!memcmp(grid_thw + 3 * k, grid_thw + 3 * im, 3 * sizeof(int))) same = k;
-            if (row0) row0[im] = row;
-            if (same >= 0) {
-                int64_t n = (int64_t)t * gh * gw, a = row0[same];
-                memcpy(pidx + row * 4, pidx + a * 4, sizeof(int32_t) * (size_t)n * 4);
-                memcpy(h_w + row * 4, h_w + a * 4, sizeof(float) * (size_t)n * 4);
-                memcpy(prc + row, prc + a, sizeof(int32_t) * (size_t)n);
-                memcpy(prc + N + row, prc + N + a, sizeof(int32_t) * (size_t)n);
-                for (int f = 0; f < t; f++) cu[++n_seg] = (int)(row += (int64_t)gh * gw);
-                continue;
-            }
+            int t = grid_thw[3 * im], gh = grid_thw[3 * im + 1], gw = grid_thw[3 * im + 2];
             /* each grid row's and column's taps once */
             int *ti = malloc(sizeof(int) * 2 * (size_t)(gh + gw));
             float *tw = malloc(sizeof(float) * 2 * (size_t)(gh + gw));
             if (!ti || !tw) {
-                free(ti), free(tw), free(row0);
+                free(ti), free(tw);
                 rc = iris_err_set(err, IRIS_ENOMEM, "vision: out of memory for %lld patches", (long long)N);
                 goto done;
             }
@@ -532,7 +519,6 @@ static int encode_on(const iris_vision *v, iris_backend *b, scratch *sc, const f
             }
             free(ti), free(tw);
         }
-        free(row0);
     }
     /* 2-D rotary: slot j < half/2 rotates by the row, the next half/2 by the column (§5.3). */
     {

@@ -19,10 +19,6 @@
 #include "cuda_info.h"
 #include "cuda_internal.cuh"
 
-extern "C" {
-#include "pool.h"
-}
-
 #define ARENA_ALIGN 256
 
 int iris_cuda_fail(iris_backend *b, int code, const char *fmt, ...) {
@@ -158,42 +154,6 @@ static int pinned_room(iris_backend *b, size_t bytes) {
     return 0;
 }
 
-/* fp32 <-> bf16 on the host, on the thread pool (base/pool.h) for large arrays (the 25 MB of a
- * 1024x1024 image's pixel values took ~6 ms on one core, part of the time to first token). */
-typedef struct conv_job {
-    int widen;                  /* 1: bf16 -> fp32; 0: fp32 -> bf16, round to nearest even (NaN kept) */
-    const void *src;
-    void *dst;
-} conv_job;
-
-static void conv_range(void *ctx, int64_t a, int64_t e) {
-    const conv_job *j = (const conv_job *)ctx;
-    if (j->widen) {
-        const uint16_t *h = (const uint16_t *)j->src;
-        float *f = (float *)j->dst;
-        for (int64_t i = a; i < e; i++) {   /* bf16 is the top half of the float */
-            uint32_t u = (uint32_t)h[i] << 16;
-            memcpy(&f[i], &u, 4);
-        }
-    } else {
-        const float *f = (const float *)j->src;
-        uint16_t *h = (uint16_t *)j->dst;
-        for (int64_t i = a; i < e; i++) {
-            uint32_t u;
-            memcpy(&u, &f[i], 4);
-            h[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40)
-                                                   : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-        }
-    }
-}
-
-/* n values of an array of total (the pool is woken for a large array, even for a short last piece) */
-static void convert(int widen, void *dst, const void *src, size_t n, size_t total) {
-    conv_job j = {widen, src, dst};
-    if (total < ((size_t)1 << 20)) conv_range(&j, 0, (int64_t)n);   /* a logits row: not worth the wake-up */
-    else iris_pool_for((int64_t)n, conv_range, &j);
-}
-
 /* bytes of device memory into the page-locked staging buffer, returned in *host once the copy is
  * done (valid until the next staged copy).  One copy and one wait where a pageable download pays
  * the driver's own staging: a decode step's top-k candidates come back this way. */
@@ -212,7 +172,7 @@ static int cu_get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
     int rc = iris_cuda_status(b, cudaMemcpyAsync(c->pinned, src, n * 2, cudaMemcpyDeviceToHost, c->stream), "download");
     if (!rc) rc = iris_cuda_status(b, cudaStreamSynchronize(c->stream), "download");
     if (rc) return rc;
-    convert(1, dst, c->pinned, n, n);
+    iris_backend_bf16_to_f32(dst, (const uint16_t *)c->pinned, n, n >= IRIS_CONV_POOL_MIN);
     return 0;
 }
 
@@ -232,7 +192,7 @@ static int cu_put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
         uint16_t *h = (uint16_t *)c->pinned + k * piece;
         if (o >= 2 * piece) rc = iris_cuda_status(b, cudaEventSynchronize(c->put_ev[k]), "upload");
         if (rc) break;
-        convert(0, h, src + o, m, n);
+        iris_backend_f32_to_bf16(h, src + o, m, n >= IRIS_CONV_POOL_MIN); /* a large array's last piece too */
         rc = iris_cuda_status(b, cudaMemcpyAsync((uint16_t *)dst + o, h, m * 2, cudaMemcpyHostToDevice, c->stream),
                               "upload");
         if (!rc && piece < n) rc = iris_cuda_status(b, cudaEventRecord(c->put_ev[k], c->stream), "upload");
