@@ -96,6 +96,10 @@ typedef struct iris_engine_opts {
                                        each step's rows uploaded (planner.h iris_embed_mode; auto: small cards) */
     const char *lm_head_dtype;      /* "auto" (NULL), "stored" or "fp8": the lm_head quantized to block FP8 at load
                                        (planner.h iris_lm_head_mode; auto: when the context needs it) */
+    int vision_worker;              /* a second vision encoder on its own thread (CUDA: and stream) that encodes the
+                                       images of requests waiting for their prefill while the steps run: 0 auto (CUDA:
+                                       the memory plan, planner.h iris_worker_mode; the CPU: off), 1 on (the CPU too),
+                                       2 off */
 } iris_engine_opts;
 
 void iris_engine_opts_default(iris_engine_opts *o);
@@ -248,7 +252,9 @@ typedef struct iris_engine_stats {
     uint64_t prefix_hit_tokens;         /* tokens taken from the prefix cache */
     uint64_t generated_tokens;
     uint64_t images_encoded;            /* vision encoder runs (one per image) */
-    double vision_s;                    /* time in the vision encoder */
+    uint64_t images_ahead;              /* of which by the vision worker, beside the steps */
+    double vision_s;                    /* the engine thread's time in the vision encoder */
+    double worker_s;                    /* the vision worker's time in its encoder */
     double prefill_s;                   /* decoder and sampling time of steps with prompt rows (decodes beside them
                                            included) */
     double decode_s;                    /* decoder and sampling time of steps of decodes only */

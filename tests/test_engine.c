@@ -40,9 +40,12 @@ static job JOBS[] = {
 };
 #define N_JOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
+static int g_worker;  /* engine_vision_worker: open_engine's engines run the vision worker */
+
 static iris_engine *open_engine(int kv_blocks, int max_num_seqs, int max_batch_tokens, int caching, int max_waiting) {
     iris_engine_opts o;
     iris_engine_opts_default(&o);
+    if (g_worker) o.vision_worker = 1;
     o.model = TINY_MODEL;
     o.kv_blocks = kv_blocks;
     o.max_num_seqs = max_num_seqs;
@@ -173,6 +176,78 @@ IRIS_TEST(engine_concurrent_equals_alone) {
     CHECKF(st.preemptions > 0, "no preemption with 14 blocks");
     CHECK_EQ_INT(st.kv_blocks_used, 0);
     iris_engine_close(e);
+}
+
+/* The vision worker (on the CPU when asked): concurrent image requests get what each gets alone, with
+ * their images encoded beside the steps (with and without preemption); a lone request is encoded
+ * before its step; requests cancelled with their images in the worker's hands finish cleanly. */
+IRIS_TEST(engine_vision_worker) {
+    job ref[N_JOBS], got[N_JOBS];
+    run_alone(ref);
+    g_worker = 1;
+    iris_engine_stats st;
+    for (int pass = 0; pass < 2; pass++) {
+        iris_engine *e = open_engine(pass ? 14 : 256, 8, 48, 1, 0);
+        if (!e) break;
+        run_together(e, got);
+        compare(ref, got, pass ? "worker, preempted" : "worker");
+        idle_stats(e, &st);
+        CHECK_EQ_INT(st.requests_finished, N_JOBS);
+        CHECK_EQ_INT(st.kv_blocks_used, 0);
+        /* five image jobs, three of the same picture: at least the others' go to the worker */
+        CHECKF(st.images_ahead >= 2 && st.images_ahead <= st.images_encoded, "%llu of %llu images by the worker",
+               (unsigned long long)st.images_ahead, (unsigned long long)st.images_encoded);
+        CHECK(st.worker_s > 0);
+        if (pass) CHECKF(st.preemptions > 0, "no preemption with 14 blocks");
+        iris_engine_close(e);
+    }
+    /* One request alone: its image is encoded before its step, not handed over. */
+    iris_engine *e = open_engine(64, 4, 256, 1, 0);
+    REQUIRE(e);
+    job one = JOBS[1];
+    iris_request *r;
+    iris_err err = {0};
+    REQUIRE(submit(e, &one, &r, &err) == 0);
+    collect(r, &one);
+    iris_request_free(r);
+    CHECK(one.n_tokens == ref[1].n_tokens && !memcmp(one.tokens, ref[1].tokens, sizeof(int) * ref[1].n_tokens));
+    idle_stats(e, &st);
+    CHECK_EQ_INT(st.images_encoded, 1);
+    CHECK_EQ_INT(st.images_ahead, 0);
+    /* A long text request runs; image requests behind it are cancelled at once, whether queued,
+     * encoding or encoded. */
+    job t = JOBS[2];
+    t.max_tokens = 1000;
+    iris_request *rs[7] = {0};
+    REQUIRE(submit(e, &t, &rs[0], &err) == 0);
+    iris_event ev;
+    CHECK_EQ_INT(iris_request_next(rs[0], &ev, 60000), IRIS_OK);
+    const char *imgs[3] = {"tests/fixtures/tiny/images/a.png", "tests/fixtures/tiny/images/b.png",
+                           "tests/fixtures/tiny/images/c.png"};
+    for (int i = 1; i < 7; i++) {
+        job k = JOBS[1];
+        k.image = imgs[i % 3];
+        k.seed = 100 + i;  /* distinct prompts would not matter: nothing is cached before a block fills */
+        if (submit(e, &k, &rs[i], &err)) iris_test_fail(__FILE__, __LINE__, "job %d: %s", i, err.msg);
+    }
+    for (int i = 6; i >= 0; i--) iris_request_cancel(rs[i]);
+    for (int i = 0; i < 7; i++) {
+        if (!rs[i]) continue;
+        int done = 0;
+        while (iris_request_next(rs[i], &ev, 60000) == IRIS_OK)
+            if (ev.kind == IRIS_EVENT_DONE) {
+                CHECKF(ev.finish_reason == IRIS_FINISH_REASON_CANCELLED || ev.finish_reason == IRIS_FINISH_REASON_LENGTH,
+                       "request %d: finish reason %d", i, ev.finish_reason);
+                done = 1;
+                break;
+            }
+        CHECK(done);
+        iris_request_free(rs[i]);
+    }
+    idle_stats(e, &st);
+    CHECK_EQ_INT(st.kv_blocks_used, 0);
+    iris_engine_close(e);
+    g_worker = 0;
 }
 
 IRIS_TEST(engine_prefix_cache_hit) {

@@ -3,8 +3,10 @@
  * given as fp32 (converted on the way up) or already as bf16 in the backend's page-locked memory
  * (the engine converts them when a request is submitted): the same bits either way, image by
  * image, and the rows near transformers' (the DeepStack taps go down while the encoder runs on:
- * rows read before those copies end would be wrong). */
+ * rows read before those copies end would be wrong).  A fork of the backend (the engine's vision
+ * worker) encodes on another thread, beside work on the parent's stream, to the same bits. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "tiny_fixture.h"
 
 #ifdef IRIS_CUDA
+#include "backend/cuda/cuda_backend.h"
 
 /* max |got - ref| over n bf16 values against fp32 ref, and max |ref| */
 static void diff_bf16(const uint16_t *got, const float *ref, int64_t n, float *d, float *mx) {
@@ -84,6 +87,76 @@ IRIS_TEST(gpu_vision_pixels_bf16) {
     b->free(b, scratch);
     b->host_free(h16);
     tiny_free(&g), tiny_free(&pv), tiny_free(&emb), tiny_free(&ds);
+    iris_vision_free(&vis);
+    iris_st_close(st);
+}
+
+/* One encode on another thread, as the engine's vision worker runs it. */
+typedef struct fork_job {
+    const iris_vision *v;
+    iris_backend *b;
+    void *scratch;
+    size_t sb;
+    const float *const *px;
+    const int *grid;
+    int n, rc;
+    iris_vision_out *out;
+    iris_err err;
+} fork_job;
+
+static void *fork_encode(void *arg) {
+    fork_job *j = arg;
+    j->rc = iris_vision_encode_each(j->v, j->b, j->scratch, j->sb, 1, j->px, NULL, j->grid, j->n, j->out, &j->err);
+    return NULL;
+}
+
+IRIS_TEST(gpu_vision_fork) {
+    OPS_BACKENDS();
+    iris_backend *b = ops_cuda;
+    iris_config cfg;
+    iris_err err = {0};
+    iris_st *st = NULL;
+    iris_vision vis;
+    REQUIRE(tiny_vision_load("tiny-gqa", &cfg, &st, &vis, &err) == 0);
+    REQUIRE(iris_vision_upload(&vis, b, &err) == 0);
+    tiny_arr g, pv;
+    REQUIRE(tiny_load("inputs/two_images/image_grid_thw.npy", &g) == 0 && g.n == 6);
+    REQUIRE(tiny_load("inputs/two_images/pixel_values.npy", &pv) == 0);
+    int grid[6], pd = vis.patch_dim;
+    for (int i = 0; i < 6; i++) grid[i] = (int)g.i64[i];
+    int64_t rows0 = (int64_t)grid[0] * grid[1] * grid[2], rows1 = (int64_t)grid[3] * grid[4] * grid[5];
+    const float *px[2] = {pv.f32, pv.f32 + rows0 * pd};
+    size_t sb = iris_vision_scratch_bytes(&vis, b->act, rows0 + rows1);
+    void *s0 = b->alloc(b, sb), *s1 = b->alloc(b, sb);
+    REQUIRE(s0 && s1);
+    iris_backend *f = NULL;
+    REQUIRE(iris_backend_cuda_fork(b, &f, &err) == 0);
+    CHECK(f->alloc(f, 256) == NULL);   /* a fork carves nothing */
+    CHECK_CONTAINS(f->err.msg, "does not allocate");
+    iris_vision_out a[2], c[2][2];
+    REQUIRE(iris_vision_encode_each(&vis, b, s0, sb, 1, px, NULL, grid, 2, a, &err) == 0);
+    /* the fork on its thread while the parent encodes again on its own stream */
+    fork_job j = {&vis, f, s1, sb, px, grid, 2, 0, c[0], {0}};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, fork_encode, &j) == 0);
+    int rc = iris_vision_encode_each(&vis, b, s0, sb, 1, px, NULL, grid, 2, c[1], &err);
+    pthread_join(th, NULL);
+    CHECKF(j.rc == 0, "the fork: %s", j.err.msg);
+    CHECK_EQ_INT(rc, 0);
+    for (int k = 0; !rc && !j.rc && k < 2; k++) {
+        size_t ne = (size_t)a[k].n_tokens * a[k].out_hidden, nd = ne * (size_t)a[k].n_deepstack;
+        for (int w = 0; w < 2; w++) {
+            CHECK_EQ_INT(c[w][k].n_tokens, a[k].n_tokens);
+            CHECKF(memcmp(a[k].embeds16, c[w][k].embeds16, ne * 2) == 0, "image %d: rows differ (%s)", k,
+                   w ? "the parent, beside the fork" : "the fork");
+            CHECKF(memcmp(a[k].deepstack16, c[w][k].deepstack16, nd * 2) == 0, "image %d: DeepStack rows differ (%s)",
+                   k, w ? "the parent, beside the fork" : "the fork");
+        }
+    }
+    for (int k = 0; k < 2; k++) iris_vision_out_free(&a[k]), iris_vision_out_free(&c[0][k]), iris_vision_out_free(&c[1][k]);
+    f->destroy(f);
+    b->free(b, s0), b->free(b, s1);
+    tiny_free(&g), tiny_free(&pv);
     iris_vision_free(&vis);
     iris_st_close(st);
 }

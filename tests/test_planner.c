@@ -586,6 +586,60 @@ IRIS_TEST(planner_dense_weights) {
     free(off);
 }
 
+/* The vision worker's part: a second encoder's scratch (the activations' vision users again) and a
+ * cuBLASLt workspace.  auto takes it on an 80 GB card (0.2% of the budget) and not on the 8 GiB
+ * card (over 1%), nor with one sequence; on and off are honoured; it comes out of the KV cache. */
+IRIS_TEST(planner_vision_worker) {
+    iris_plan_model m;
+    REQUIRE(load(&SPEC_2B, 1, &m) == 0);
+    iris_plan *on = calloc(1, sizeof *on), *off = calloc(1, sizeof *off);
+    REQUIRE(on && off);
+    iris_plan_settings st;
+    iris_plan_settings_default(&st);
+    iris_err err = {0};
+    uint64_t big = 78 * GIB;
+    REQUIRE(iris_plan_make(&m, &st, big, "", 0, on, &err) == 0); /* auto */
+    CHECK(on->vision_worker);
+    CHECK_EQ_INT(on->part_bytes[IRIS_PART_VISION_WORKER], on->vision_bytes + IRIS_PLAN_CUBLASLT_WORKSPACE);
+    const iris_plan_region *w = iris_plan_region_find(on, "worker.vision"), *ws = iris_plan_region_find(on, "worker.workspace");
+    REQUIRE(w && ws);
+    CHECK_EQ_INT(w->bytes, on->vision_bytes);
+    CHECK_EQ_INT(ws->offset, w->offset + w->bytes);
+    CHECK_EQ_INT(ws->bytes, IRIS_PLAN_CUBLASLT_WORKSPACE);
+    CHECK(w->offset + w->bytes + ws->bytes <= on->device_bytes);
+    st.vision_worker = IRIS_WORKER_OFF;
+    REQUIRE(iris_plan_make(&m, &st, big, "", 0, off, &err) == 0);
+    CHECK(!off->vision_worker);
+    CHECK_EQ_INT(off->part_bytes[IRIS_PART_VISION_WORKER], 0);
+    CHECK(!iris_plan_region_find(off, "worker.vision"));
+    CHECK(on->kv_blocks < off->kv_blocks);
+    CHECK(on->device_bytes + (uint64_t)(off->kv_blocks - on->kv_blocks) * on->kv_block_bytes >= off->device_bytes);
+    char *t = iris_plan_format(off);
+    CHECK_CONTAINS(t, "none (off)");
+    free(t);
+    /* the 8 GiB card: auto leaves it out, with the reason; on is honoured */
+    st.vision_worker = IRIS_WORKER_AUTO;
+    REQUIRE(iris_plan_make(&m, &st, budget_8g_1g(), "", 0, on, &err) == 0);
+    CHECK(!on->vision_worker);
+    t = iris_plan_format(on);
+    CHECK_CONTAINS(t, "over 1% of the budget");
+    free(t);
+    st.vision_worker = IRIS_WORKER_ON;
+    REQUIRE(iris_plan_make(&m, &st, budget_8g_1g(), "", 0, on, &err) == 0);
+    CHECK(on->vision_worker);
+    /* one sequence: nothing to overlap */
+    st.vision_worker = IRIS_WORKER_AUTO;
+    st.max_num_seqs = 1;
+    st.max_batch_tokens = 2048;
+    REQUIRE(iris_plan_make(&m, &st, big, "", 0, on, &err) == 0);
+    CHECK(!on->vision_worker);
+    st.max_num_seqs = 0;
+    st.vision_worker = 3;
+    CHECK_EQ_INT(iris_plan_make(&m, &st, big, "", 0, off, &err), IRIS_EINVAL);
+    free(on);
+    free(off);
+}
+
 IRIS_TEST(planner_regions) {
     iris_plan_model m;
     REQUIRE(load(&SPEC_4B, 1, &m) == 0);

@@ -125,7 +125,7 @@ static void run_sim(const sim_cfg *c, sim_out *o) {
         iris_test_fail(__FILE__, __LINE__, "%s", err.msg);
         return;
     }
-    iris_sched_opts so = {c->max_num_seqs, c->max_batch_tokens, c->max_waiting};
+    iris_sched_opts so = {c->max_num_seqs, c->max_batch_tokens, c->max_waiting, 0};
     iris_sched_init(&m.s, &so, m.pool, &err);
     m.kv = calloc((size_t)c->n_blocks * IRIS_KV_BLOCK, sizeof *m.kv);
     int cap_reqs = c->steps + 8, n_reqs = 0;
@@ -252,7 +252,7 @@ IRIS_TEST(sched_prefix_hit) {
     iris_kv_pool *pool;
     REQUIRE(iris_kv_pool_init(&pool, 16, 1, &err) == 0);
     iris_sched s;
-    iris_sched_opts so = {4, 256, 8};
+    iris_sched_opts so = {4, 256, 8, 0};
     REQUIRE(iris_sched_init(&s, &so, pool, &err) == 0);
     int32_t toks[40];
     for (int j = 0; j < 40; j++) toks[j] = j >= 5 && j < 25 ? 77 : j;
@@ -292,7 +292,7 @@ IRIS_TEST(sched_chunked_prefill) {
     iris_kv_pool *pool;
     REQUIRE(iris_kv_pool_init(&pool, 64, 1, &err) == 0);
     iris_sched s;
-    iris_sched_opts so = {4, 32, 8};
+    iris_sched_opts so = {4, 32, 8, 0};
     REQUIRE(iris_sched_init(&s, &so, pool, &err) == 0);
     int32_t shortp[5] = {1, 2, 3, 4, 5}, longp[300];
     for (int j = 0; j < 300; j++) longp[j] = 1000 + j;
@@ -337,7 +337,7 @@ IRIS_TEST(sched_encoder_budget) {
     iris_kv_pool *pool;
     REQUIRE(iris_kv_pool_init(&pool, 64, 0, &err) == 0);
     iris_sched s;
-    iris_sched_opts so = {4, 150, 8};
+    iris_sched_opts so = {4, 150, 8, 0};
     REQUIRE(iris_sched_init(&s, &so, pool, &err) == 0);
     int32_t toks[300];
     for (int j = 0; j < 300; j++) toks[j] = j;

@@ -230,12 +230,14 @@ static void report(bench_images *x, double wall, const iris_engine_stats *s0, co
            n - x->n_failed, x->n_failed, gen, wall, wall > 0 ? (n - x->n_failed) / wall : 0.0,
            wall > 0 ? gen / wall : 0.0, pct_ms(x->lat, n, 0.5), pct_ms(x->lat, n, 0.99), pct_ms(x->ttft, n, 0.5),
            pct_ms(x->ttft, n, 0.99));
-    printf(",\"engine\":{\"steps\":%llu,\"images_encoded\":%llu,\"images_cached\":%llu,\"prefill_tokens\":%llu,"
+    printf(",\"engine\":{\"steps\":%llu,\"images_encoded\":%llu,\"images_ahead\":%llu,\"worker_s\":%.3f,"
+           "\"images_cached\":%llu,\"prefill_tokens\":%llu,"
            "\"prefix_hit_tokens\":%llu,\"preemptions\":%llu,\"vision_s\":%.3f,\"prefill_steps_s\":%.3f,"
            "\"decode_steps_s\":%.3f,\"split\":{\"vision\":%.3f,\"prefill\":%.3f,\"decode\":%.3f},"
            "\"split_note\":\"engine thread time: the vision encoder; decoder and sampling of steps with prompt rows "
            "(decodes beside them included); of steps of decodes only\"}",
            (unsigned long long)(s1->steps - s0->steps), (unsigned long long)(s1->images_encoded - s0->images_encoded),
+           (unsigned long long)(s1->images_ahead - s0->images_ahead), s1->worker_s - s0->worker_s,
            (unsigned long long)(s1->images_cached - s0->images_cached),
            (unsigned long long)(s1->prefill_tokens - s0->prefill_tokens),
            (unsigned long long)(s1->prefix_hit_tokens - s0->prefix_hit_tokens),

@@ -112,6 +112,8 @@ static void publish_stats(iris_engine *e) {
     s->prefix_hit_tokens = e->sched.stats.prefix_hit_tokens;
     s->generated_tokens = e->generated_tokens;
     s->images_encoded = e->images_encoded;
+    s->images_ahead = e->images_ahead;
+    s->worker_s = e->worker_s;
     s->vision_s = e->vision_s;
     s->prefill_s = e->prefill_s;
     s->decode_s = e->decode_s;
@@ -152,6 +154,7 @@ static void finish_at(iris_engine *e, iris_request *r, int reason, const iris_er
     publish_stats(e);
     if (!have_mu) pthread_mutex_unlock(&e->mu);
     iris_req_emit(r, &ev);
+    iris_engine_worker_forget(e, r);
     for (int i = 0; r->vout && i < r->prompt.n_images; i++) iris_vision_out_free(&r->vout[i]);
     iris_req_release_px16(e, r);
     /* The step may still look at r (its batch): let go of it at the end of the step. */
@@ -176,10 +179,12 @@ static void release_done(iris_engine *e) {
     e->n_done = 0;
 }
 
-static void fail(iris_engine *e, iris_request *r, const iris_err *why) {
+void iris_engine_fail(iris_engine *e, iris_request *r, const iris_err *why) {
     iris_sched_finish(&e->sched, &r->seq);
     finish(e, r, IRIS_FINISH_REASON_ERROR, why);
 }
+
+static void fail(iris_engine *e, iris_request *r, const iris_err *why) { iris_engine_fail(e, r, why); }
 
 /* ---- one step ----------------------------------------------------------------------------- */
 
@@ -337,12 +342,19 @@ static void sampling_needs(iris_engine *e, iris_sched_batch *b, iris_runner_samp
 static void step(iris_engine *e) {
     iris_err err = {0};
     iris_sched_batch *b = &e->batch;
+    iris_engine_worker_collect(e, 0);
     if (iris_sched_step(&e->sched, b, &err)) {
         iris_log(IRIS_LOG_ERROR, "engine", "%s", err.msg);
         return;
     }
     for (int i = 0; i < b->n_cancelled; i++) finish(e, b->cancelled[i]->ud, IRIS_FINISH_REASON_CANCELLED, NULL);
     if (b->n_seqs == 0) {
+        /* Every chunk waits for an image the worker encodes: wait for one. */
+        if (iris_engine_worker_busy(e)) {
+            iris_engine_worker_submit(e);
+            iris_engine_worker_collect(e, 1);
+            return;
+        }
         /* Nothing fits although nothing runs: cannot happen with the submit
          * checks; fail the head rather than spin. */
         if (e->sched.n_running == 0 && e->sched.n_waiting > 0) {
@@ -359,6 +371,7 @@ static void step(iris_engine *e) {
     rc = iris_engine_encode_images(e, b, &err);
     double t_vis = iris_now_s() - t0;
     e->vision_s += t_vis;
+    if (!rc) iris_engine_worker_submit(e);
     for (int i = 0; !rc && i < n; i++) {
         iris_request *r = b->seqs[i]->ud;
         rc = prepare(e, r, n_rows, &img_at, &ts[i], &err);
@@ -580,6 +593,8 @@ static int load_cuda(iris_engine *e, iris_err *err) {
     ps.lm_head_dtype = o->lm_head_dtype ? iris_plan_lm_head_parse(o->lm_head_dtype) : IRIS_LM_HEAD_AUTO;
     ps.max_image_pixels = o->max_image_pixels;
     ps.max_video_pixels = e->vopts.max_pixels;
+    ps.vision_worker = o->vision_worker;
+    if (getenv("IRIS_VISION_WORKER_MEASURE")) ps.vision_worker = atoi(getenv("IRIS_VISION_WORKER_MEASURE"));
     int64_t max_pos = e->model->cfg.text_config.max_position_embeddings;
     int64_t min_ctx = max_pos < IRIS_PLAN_MIN_CONTEXT ? max_pos : IRIS_PLAN_MIN_CONTEXT;
     if (o->max_model_len > 0) ps.max_model_len = o->max_model_len < min_ctx ? min_ctx
@@ -614,6 +629,7 @@ static int load_cuda(iris_engine *e, iris_err *err) {
                  (long long)plan->context, (plan->kv_blocks - need) * (double)plan->kv_block_bytes / 1048576.0);
     }
     iris_model_placement pl = {.dense = plan->dense, .embed_host = plan->embed_host, .lm_head_fp8 = plan->lm_head_fp8};
+    e->use_worker = plan->vision_worker;
     free(plan);
     rc = iris_backend_cuda_open(0, device_bytes + scratch, &e->be, err);
     if (!rc) rc = place(e, &pl, err);
@@ -640,6 +656,7 @@ static int load_cpu(iris_engine *e, iris_err *err) {
     iris_model_placement pl = {.embed_host = o->embeddings && iris_plan_embed_parse(o->embeddings) == IRIS_EMBED_HOST,
                                .lm_head_fp8 = o->lm_head_dtype && iris_plan_lm_head_parse(o->lm_head_dtype) ==
                                                                       IRIS_LM_HEAD_FP8};
+    e->use_worker = o->vision_worker == IRIS_WORKER_ON;  /* auto: off (the encoder already takes every core) */
     int rc = iris_backend_cpu_open(&e->be, err);
     if (!rc) rc = place(e, &pl, err);
     if (rc) return rc;
@@ -713,10 +730,12 @@ static int load(iris_engine *e, iris_err *err) {
     iris_dtype kv_dt = e->kv.layers[0].dtype;
     size_t block_bytes = kv_block_bytes(tc, kv_dt);
     rc = iris_kv_pool_init(&e->pool, e->n_blocks, o->prefix_caching, err);
-    iris_sched_opts so = {o->max_num_seqs, o->max_batch_tokens, o->max_waiting + o->max_num_seqs};
+    e->use_worker = e->use_worker && e->model->has_vision;
+    iris_sched_opts so = {o->max_num_seqs, o->max_batch_tokens, o->max_waiting + o->max_num_seqs, e->use_worker};
     if (!rc) rc = iris_sched_init(&e->sched, &so, e->pool, err);
     if (rc) return rc;
     if ((rc = open_runner(e, err))) return rc;
+    if (e->use_worker && (rc = iris_engine_worker_open(e, err))) return rc;
     iris_log(IRIS_LOG_INFO, "engine", "%s on %s: %d layers, hidden %d, vocab %d; KV cache %d blocks (%d tokens, %.1f MiB, %s), "
              "context %d, %d seqs x %d tokens a step, prefix caching %s", e->dir, e->be->name, tc->num_hidden_layers,
              tc->hidden_size, tc->vocab_size, e->n_blocks, e->n_blocks * IRIS_KV_BLOCK,
@@ -737,6 +756,7 @@ static void unload(iris_engine *e) {
     iris_sched_free(&e->sched);
     iris_kv_pool_free(e->pool);
     if (e->kv.layers) iris_kv_cache_free(&e->kv);
+    iris_engine_worker_close(e);
     iris_runner_close(e->runner);
     e->runner = NULL;
     iris_model_close(e->model);
@@ -784,6 +804,12 @@ int iris_engine_open(const iris_engine_opts *o, iris_engine **out, iris_err *err
     e->o.text_only = o->text_only;
     e->o.embeddings = o->embeddings;
     e->o.lm_head_dtype = o->lm_head_dtype;
+    e->o.vision_worker = o->vision_worker;
+    if (o->vision_worker < IRIS_WORKER_AUTO || o->vision_worker > IRIS_WORKER_OFF) {
+        iris_err_set(err, IRIS_EINVAL, "vision_worker %d: give 0 (auto), 1 (on) or 2 (off)", o->vision_worker);
+        free(e);
+        return IRIS_EINVAL;
+    }
     if ((o->dense_weights && iris_plan_dense_parse(o->dense_weights) < 0) ||
         (o->embeddings && iris_plan_embed_parse(o->embeddings) < 0) ||
         (o->lm_head_dtype && iris_plan_lm_head_parse(o->lm_head_dtype) < 0)) {

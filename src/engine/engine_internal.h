@@ -77,6 +77,7 @@ struct iris_engine {
     int max_model_len, n_blocks;
     int kv_plan_dtype;          /* IRIS_KV_BF16 or IRIS_KV_FP8 (--kv-cache-dtype, parsed at open) */
     int on_gpu;                 /* the CUDA backend (the plan below sized it) */
+    int use_worker;             /* the vision worker runs (the plan's choice, or o.vision_worker on the CPU) */
     int max_image_tokens;       /* images over this are refused at submit (0: no limit; CPU) */
     char *plan_text;            /* the memory plan's table (CUDA), for iris_engine_plan_text */
     iris_runner *runner;        /* one step over the decoder (runner.h) */
@@ -107,6 +108,9 @@ struct iris_engine {
     uint64_t images_encoded, requests_finished, generated_tokens, prompt_tokens;
     double vision_s, prefill_s, decode_s;
     atomic_size_t px16_bytes;   /* the requests' px16 (at most IRIS_PX16_CAP) */
+    struct iris_vworker *vw;    /* the vision worker (engine_vision.c), or NULL */
+    uint64_t images_ahead;
+    double worker_s;
 };
 
 /* Deliver an event (callback or queue).  text may be NULL. */
@@ -115,8 +119,28 @@ void iris_req_emit(iris_request *r, const iris_event *ev);
 void iris_req_unref(iris_request *r);
 /* Free r's bf16 pixel rows (px16), if it holds them. */
 void iris_req_release_px16(iris_engine *e, iris_request *r);
+/* Fail r (error finish, its sequence out of the scheduler); engine thread. */
+void iris_engine_fail(iris_engine *e, iris_request *r, const iris_err *why);
 /* Encode the images step b's chunks reach that have no embeddings yet (engine_vision.c; engine
  * thread). */
 int iris_engine_encode_images(iris_engine *e, const iris_sched_batch *b, iris_err *err);
+
+/* The vision worker (engine_vision.c; all but its own thread's loop on the engine thread): a thread
+ * with its own encoder (on CUDA a fork of the engine's backend: its own stream, planned scratch and
+ * workspace) that encodes images of running and waiting requests ahead of their chunks, up to
+ * IRIS_VW_JOBS at a time, while the steps run (the scheduler's defer_images keeps their chunks back
+ * until they are ready).  open: after the runner (its scratch comes from the engine's backend). */
+#define IRIS_VW_JOBS 4
+int iris_engine_worker_open(iris_engine *e, iris_err *err);
+void iris_engine_worker_close(iris_engine *e);
+/* Whether it holds jobs (queued, running or done but not taken). */
+int iris_engine_worker_busy(iris_engine *e);
+/* Take the finished encodes into their requests (wait: first wait for one while any is in flight). */
+void iris_engine_worker_collect(iris_engine *e, int wait);
+/* Hand it the next images of the running, then the first waiting, requests (oldest first) that
+ * have no embeddings, are not being encoded and that no cached prefix covers. */
+void iris_engine_worker_submit(iris_engine *e);
+/* r is finishing: its queued encodes are dropped, a running one waited for, their outputs freed. */
+void iris_engine_worker_forget(iris_engine *e, iris_request *r);
 
 #endif

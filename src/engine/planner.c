@@ -100,7 +100,7 @@ int iris_plan_graph_buckets(int max_num_seqs, int out[IRIS_PLAN_MAX_GRAPHS]) {
 const char *iris_plan_part_name(int part) {
     static const char *names[IRIS_PART_COUNT] = {
         "weights", "dense weights", "kv cache", "activations", "image embeddings", "sampling",
-        "step metadata", "cuBLASLt workspace", "CUDA graphs", "CUDA context",
+        "step metadata", "cuBLASLt workspace", "vision worker", "CUDA graphs", "CUDA context",
     };
     return part >= 0 && part < IRIS_PART_COUNT ? names[part] : "?";
 }
@@ -457,6 +457,10 @@ static void fixed_parts(const plan_in *in, int64_t context, iris_plan *p, region
     sampling_regions(in, l);
     meta_regions(in, context, l);
     add(l, "cublaslt.workspace", IRIS_PART_WORKSPACE, IRIS_PLAN_CUBLASLT_WORKSPACE);
+    if (in->worker && !in->s.text_only) {
+        add(l, "worker.vision", IRIS_PART_VISION_WORKER, p->vision_bytes);
+        add(l, "worker.workspace", IRIS_PART_VISION_WORKER, IRIS_PLAN_CUBLASLT_WORKSPACE);
+    }
 
     for (int i = 0; i < l->n; i++)
         if (l->r[i].part != IRIS_PART_ACTIVATIONS) p->part_bytes[l->r[i].part] += l->r[i].bytes;
@@ -618,6 +622,8 @@ static int check_settings(const iris_plan_model *m, iris_plan_settings *s, iris_
         return iris_err_set(err, IRIS_EINVAL, "--dense-weights: give auto, on or off");
     if (s->embeddings < IRIS_EMBED_AUTO || s->embeddings > IRIS_EMBED_HOST)
         return iris_err_set(err, IRIS_EINVAL, "--embeddings: give auto, device or host");
+    if (s->vision_worker < IRIS_WORKER_AUTO || s->vision_worker > IRIS_WORKER_OFF)
+        return iris_err_set(err, IRIS_EINVAL, "vision worker: give auto, on or off");
     if (s->lm_head_dtype < IRIS_LM_HEAD_AUTO || s->lm_head_dtype > IRIS_LM_HEAD_FP8)
         return iris_err_set(err, IRIS_EINVAL, "--lm-head-dtype: give auto, stored or fp8");
     if (s->lm_head_dtype == IRIS_LM_HEAD_FP8 && m->lm_head_dtype != IRIS_DT_F8_E4M3 && !iris_plan_lm_head_quantizable(m))
@@ -733,13 +739,32 @@ static void suggest(const plan_in *in0, const plan_place *pl, iris_plan *p) {
 
 void iris_plan_once(plan_in *in, iris_plan *p) {
     /* BF16 copies of the FP8 linears: on when asked; auto when they take at most
-     * IRIS_PLAN_DENSE_AUTO_PERCENT of the budget and the plan fits with them (else without them). */
+     * IRIS_PLAN_DENSE_AUTO_PERCENT of the budget and the plan fits with them (else without them).
+     * The vision worker the same (IRIS_PLAN_WORKER_AUTO_PERCENT), given up first. */
     in->dense_bytes = in->dense_wanted;
+    in->worker = in->worker_wanted;
     iris_plan_compute(in, p);
+    if (in->worker && in->s.vision_worker == IRIS_WORKER_AUTO && !p->fits) {
+        in->worker = 0;
+        iris_plan_compute(in, p);
+    }
     if (in->dense_bytes && in->s.dense_weights == IRIS_DENSE_AUTO && !p->fits) {
         in->dense_bytes = 0;
         iris_plan_compute(in, p);
     }
+}
+
+/* Whether the plan asks for the vision worker's part (planner.h iris_worker_mode): on yes, off no,
+ * auto with vision, more than one sequence and at most IRIS_PLAN_WORKER_AUTO_PERCENT of the budget. */
+static int worker_wanted(const plan_in *in) {
+    const iris_plan_settings *s = &in->s;
+    if (s->text_only || s->vision_worker == IRIS_WORKER_OFF) return 0;
+    if (s->vision_worker == IRIS_WORKER_ON) return 1;
+    const iris_vision_config *v = &in->m->cfg.vision_config;
+    int64_t patches = iris_plan_image_tokens(v, s->max_image_pixels) * v->spatial_merge_size * v->spatial_merge_size;
+    region_list l = {0};
+    uint64_t bytes = vision_regions(in, patches, &l) + IRIS_PLAN_CUBLASLT_WORKSPACE;
+    return s->max_num_seqs > 1 && bytes * 100 <= in->budget * IRIS_PLAN_WORKER_AUTO_PERCENT;
 }
 
 /* The automatic step budget (planner.h, IRIS_PLAN_AUTO_BATCH_TOKENS_MAX): p, the plan that fits
@@ -787,11 +812,13 @@ int iris_plan_make(const iris_plan_model *m, const iris_plan_settings *s_in, uin
     plan_in in = {.m = m, .s = s, .weight_bytes = m->weight_bytes, .fp8_linears = m->n_fp8_linears > 0,
                   .budget = budget, .context_bytes = context_bytes};
     in.dense_wanted = iris_plan_dense_wanted(m, s.dense_weights, budget) ? m->dense_bytes : 0;
+    in.worker_wanted = worker_wanted(&in);
     /* Where the embeddings and the lm_head go (planner_place.c), each candidate one pass. */
     plan_place pl;
     iris_plan_place_choose(&in, p, &pl);
     if (auto_batch && p->fits) auto_batch_tokens(&in, p);
     p->dense = in.dense_bytes != 0;
+    p->vision_worker = in.worker;
     p->text_only = s.text_only;
     p->vision_weight_bytes = lm.vision_weight_bytes;
     snprintf(p->label, sizeof p->label, "%s", m->label);

@@ -113,6 +113,16 @@ typedef enum iris_kv_dtype { IRIS_KV_BF16 = 0, IRIS_KV_FP8 = 1 } iris_kv_dtype;
 typedef enum iris_dense_mode { IRIS_DENSE_AUTO = 0, IRIS_DENSE_ON = 1, IRIS_DENSE_OFF = 2 } iris_dense_mode;
 #define IRIS_PLAN_DENSE_AUTO_PERCENT 10
 
+/* The vision worker (engine_vision.c): a second vision encoder on its own thread and stream, which
+ * encodes the images of requests waiting for their prefill while the decoder's steps run, so the
+ * encoder's compute-bound kernels fill what the decode steps' memory-bound ones and their host
+ * gaps leave of the card.  It needs its own encoder scratch for the largest image ("worker.vision",
+ * as the activations' vision users) and cuBLASLt workspace ("worker.workspace").  auto: with vision,
+ * more than one sequence, when the part takes at most IRIS_PLAN_WORKER_AUTO_PERCENT of the budget
+ * and the plan fits with it (an H100 yes: ~0.1 GB of 79; an 8 GB card no). */
+typedef enum iris_worker_mode { IRIS_WORKER_AUTO = 0, IRIS_WORKER_ON = 1, IRIS_WORKER_OFF = 2 } iris_worker_mode;
+#define IRIS_PLAN_WORKER_AUTO_PERCENT 1
+
 /* Placement for small cards (issue 31): --embeddings keeps the token-embedding table in host memory
  * (the step gathers its rows on the CPU and uploads them: hidden_size * 2 bytes a token, a few KB a
  * decode step; the numbers are the device lookup's bit for bit); --lm-head-dtype fp8 quantizes a
@@ -138,6 +148,7 @@ typedef enum iris_plan_part {
     IRIS_PART_SAMPLING,      /* logits and sampling buffers */
     IRIS_PART_STEP_META,     /* token ids, positions, slot mapping, block tables */
     IRIS_PART_WORKSPACE,     /* cuBLASLt workspace */
+    IRIS_PART_VISION_WORKER, /* a second encoder's scratch and workspace (the vision worker) */
     IRIS_PART_CUDA_GRAPHS,   /* driver-owned: estimate */
     IRIS_PART_CUDA_CONTEXT,  /* driver-owned: measured or estimate */
     IRIS_PART_COUNT
@@ -157,6 +168,7 @@ typedef struct iris_plan_settings {
                                   --language-model-only); a model without one plans so anyway */
     int embeddings;            /* iris_embed_mode */
     int lm_head_dtype;         /* iris_lm_head_mode */
+    int vision_worker;         /* iris_worker_mode */
 } iris_plan_settings;
 
 /* What the planner needs from a checkpoint (headers only). */
@@ -227,6 +239,7 @@ typedef struct iris_plan {
     int weights_fp8;                 /* some decoder linears are FP8 */
     int weights_int4;                /* some decoder linears are 4-bit (W4A16) */
     int dense;                       /* the plan holds BF16 copies of them (IRIS_PART_DENSE) */
+    int vision_worker;               /* the plan holds the vision worker's part (IRIS_PART_VISION_WORKER) */
     int text_only;                   /* no vision tower, no image buffers (settings or model) */
     uint64_t vision_weight_bytes;    /* what the vision tower would take (left off when text_only) */
     int embed_host;                  /* the token-embedding table stays in host memory */

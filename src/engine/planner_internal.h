@@ -3,7 +3,8 @@
  * A planning pass works from plan_in: the settings with defaults filled, the weights to assume
  * on the card (the checkpoint's as placed, or the FP8 estimate) and the budget.
  * iris_plan_compute is one pass (every part, the KV pool, the context, the layout; never fails);
- * iris_plan_once adds the --dense-weights auto rule (with the copies, else without them).
+ * iris_plan_once adds the auto rules of --dense-weights and the vision worker (with them, else
+ * without: the worker first).
  * planner_place.c chooses where the embeddings and the lm_head go (planner.h, --embeddings,
  * --lm-head-dtype) by running passes. */
 #ifndef IRIS_PLANNER_INTERNAL_H
@@ -18,6 +19,8 @@ typedef struct plan_in {
     int fp8_linears;       /* decoder linears run from FP8: the lm.fp8 scratch exists */
     uint64_t dense_bytes;  /* BF16 copies of them planned (0: none) */
     uint64_t dense_wanted; /* the copies --dense-weights asks for (iris_plan_once may drop them on auto) */
+    int worker;            /* the vision worker's part planned */
+    int worker_wanted;     /* asked for, or auto's size rule holds (iris_plan_once may drop it on auto) */
     uint64_t budget, context_bytes;
 } plan_in;
 

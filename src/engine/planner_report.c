@@ -68,6 +68,7 @@ static const char *grouped(uint64_t v, char buf[32]) {
 
 
 _Static_assert(IRIS_PLAN_DENSE_AUTO_PERCENT == 10, "the dense-weights row says 10%");
+_Static_assert(IRIS_PLAN_WORKER_AUTO_PERCENT == 1, "the vision-worker row says 1%");
 
 /* What the part's bytes are made of, in words and numbers. */
 static void part_how(const iris_plan *p, int part, char *out, size_t size) {
@@ -114,6 +115,15 @@ static void part_how(const iris_plan *p, int part, char *out, size_t size) {
                  grouped((uint64_t)p->context, b));
         break;
     case IRIS_PART_WORKSPACE: snprintf(out, size, "matmul workspace"); break;
+    case IRIS_PART_VISION_WORKER:
+        if (p->vision_worker)
+            snprintf(out, size, "a second encoder beside the steps: vision %s patches %s + matmul workspace",
+                     grouped((uint64_t)p->image_patches, a), iris_plan_human(p->vision_bytes, b));
+        else
+            snprintf(out, size, "none (%s)", p->text_only ? "no vision" : s->vision_worker == IRIS_WORKER_OFF ? "off"
+                                             : s->max_num_seqs < 2 ? "one sequence"
+                                             : "auto: it would take over 1% of the budget, or not fit");
+        break;
     case IRIS_PART_CUDA_GRAPHS:
         snprintf(out, size, "estimate: %d decode batch sizes x %s", p->n_graphs, iris_plan_human(IRIS_PLAN_GRAPH_ESTIMATE, a));
         break;
@@ -359,6 +369,7 @@ char *iris_plan_json(const iris_plan *p) {
     json_object_set_new(o, "weights_fp8", json_boolean(p->weights_fp8));
     json_object_set_new(o, "weights_int4", json_boolean(p->weights_int4));
     json_object_set_new(o, "dense_weights", json_boolean(p->dense));
+    json_object_set_new(o, "vision_worker", json_boolean(p->vision_worker));
     json_t *tries = json_array();
     for (int i = 0; tries && i < p->n_place_tries; i++) {
         const iris_plan_place_try *t = &p->place_tries[i];

@@ -105,6 +105,22 @@ void iris_sched_batch_free(iris_sched_batch *b) {
 
 int iris_sched_busy(const iris_sched *s) { return s->n_waiting + s->n_running > 0; }
 
+/* The longest cached prefix of full blocks of seq, leaving at least one token to compute; *n_revive
+ * (may be NULL) gets how many of them no sequence holds now. */
+static int cached_blocks(iris_sched *s, iris_seq *seq, int *n_revive) {
+    int limit = (seq->n_tokens - 1) / BLK, nm = 0, nr = 0;
+    if (iris_kv_pool_prefix_caching(s->pool) && ensure_keys(seq, limit) == 0)
+        for (; nm < limit; nm++) {
+            int blk = iris_kv_pool_lookup(s->pool, &seq->keys[nm]);
+            if (blk < 0) break;
+            nr += iris_kv_pool_ref_count(s->pool, blk) == 0;
+        }
+    if (n_revive) *n_revive = nr;
+    return nm;
+}
+
+int iris_sched_cached_tokens(iris_sched *s, iris_seq *seq) { return cached_blocks(s, seq, NULL) * BLK; }
+
 int iris_sched_add(iris_sched *s, iris_seq *seq, iris_err *err) {
     if (s->n_waiting >= s->o.max_waiting)
         return iris_err_set(err, IRIS_ELIMIT, "the waiting queue is full (%d requests); try again later",
@@ -194,13 +210,17 @@ static int encoder_tokens(const iris_seq *seq, int lo, int n) {
 }
 
 /* The chunk of up to n tokens from lo that the step's encoder budget allows: it ends before the
- * first image over the budget's rest (0: not this step), unless nothing is to be encoded yet. */
+ * first image over the budget's rest (0: not this step), unless nothing is to be encoded yet; and
+ * before an image being encoded beside the steps, or (defer_images) one the step would have to
+ * encode while it has other work. */
 static int encoder_cut(const iris_sched *s, const iris_sched_batch *b, const iris_seq *seq, int lo, int n) {
     int used = b->n_encoder;
     for (int i = 0; i < seq->n_images; i++) {
         const iris_seq_image *im = &seq->images[i];
         if (im->ready || im->start >= lo + n || im->start + im->n_tokens <= lo) continue;
-        if (used > 0 && used + im->n_tokens > s->o.max_batch_tokens) return im->start > lo ? im->start - lo : 0;
+        if (im->pending || (s->o.defer_images && b->n_seqs > 0) ||
+            (used > 0 && used + im->n_tokens > s->o.max_batch_tokens))
+            return im->start > lo ? im->start - lo : 0;
         used += im->n_tokens;
     }
     return n;
@@ -236,14 +256,7 @@ static void admit(iris_sched *s, iris_sched_batch *b) {
     while (s->n_waiting > 0 && s->n_running < s->o.max_num_seqs && b->n_tokens < s->o.max_batch_tokens) {
         iris_seq *seq = s->waiting[0];
         int budget = s->o.max_batch_tokens - b->n_tokens;
-        /* The longest cached prefix of full blocks, leaving at least one token to compute. */
-        int limit = (seq->n_tokens - 1) / BLK, nm = 0, n_revive = 0;
-        if (iris_kv_pool_prefix_caching(s->pool) && ensure_keys(seq, limit) == 0)
-            for (; nm < limit; nm++) {
-                int blk = iris_kv_pool_lookup(s->pool, &seq->keys[nm]);
-                if (blk < 0) break;
-                n_revive += iris_kv_pool_ref_count(s->pool, blk) == 0;
-            }
+        int n_revive = 0, nm = cached_blocks(s, seq, &n_revive);
         int avail = iris_kv_pool_n_available(s->pool) - n_revive;
         int want = seq->n_tokens - nm * BLK;
         if (want > budget) want = budget;

@@ -23,7 +23,10 @@
  * logits of the last one (the caller samples and appends a token).  Images:
  * the caller encodes an image before the first chunk that touches its tokens
  * (iris_seq_image.ready) and may drop its embeddings once n_computed passes
- * its last token.
+ * its last token.  With defer_images, a chunk of a step that has other work
+ * ends before an image without embeddings (the caller encodes it beside the
+ * steps, `pending`, and the chunk goes on once it is ready); a step with
+ * nothing else still encodes before it, so a lone request waits for nothing.
  *
  * Owns: the waiting and running lists (pointers to the caller's sequences),
  * the sequences' block tables and block keys.  Not thread-safe: the engine
@@ -44,6 +47,7 @@ typedef struct iris_seq_image {
     int start, n_tokens;     /* its token range in the sequence */
     iris_kv_key hash;        /* content hash (pixels and grid) */
     int ready;               /* the caller has its embeddings */
+    int pending;             /* the caller is encoding it beside the steps: no chunk reaches it until ready */
     float *embeds;           /* caller's: [n_tokens, hidden] */
     float *deepstack;        /* caller's: [n_deepstack, n_tokens, hidden] */
 } iris_seq_image;
@@ -80,6 +84,8 @@ typedef struct iris_sched_opts {
     int max_num_seqs;         /* running at once */
     int max_batch_tokens;     /* tokens per step (>= 1) */
     int max_waiting;          /* iris_sched_add beyond this is IRIS_ELIMIT */
+    int defer_images;         /* 1: a chunk ends before an image without embeddings when the step already has
+                                 other work (the caller encodes it beside the steps); 0: encoded before the step */
 } iris_sched_opts;
 
 typedef struct iris_sched_stats {
@@ -125,6 +131,9 @@ void iris_sched_commit(iris_sched *s, iris_sched_batch *b);
 void iris_sched_finish(iris_sched *s, iris_seq *seq);
 /* Whether anything is waiting or running. */
 int iris_sched_busy(const iris_sched *s);
+/* The prompt tokens of waiting sequence seq that the prefix cache would give it now (full blocks,
+ * at least one token left to compute), as its admission would count them. */
+int iris_sched_cached_tokens(iris_sched *s, iris_seq *seq);
 
 /* Every invariant: block references counted from the sequences' tables equal
  * the pool's, each sequence's blocks cover its computed tokens, keys match

@@ -29,6 +29,13 @@ typedef struct iris_cuda_mem {
  * to the memory plan's allocation (and takes them from its budget). */
 size_t iris_cuda_scratch_bytes(void);
 
+/* A second handle on b's device for another host thread (the engine's vision worker): b's weights,
+ * choices and ops, with its own stream (the lowest priority; b's has the highest, so where both
+ * have kernels waiting b's step goes first), cuBLASLt handle and workspace (32 MiB carved from b's
+ * arena now: the plan's "worker.workspace").  It allocates nothing later (its alloc fails: its
+ * buffers come from b beforehand); destroy it before b. */
+int iris_backend_cuda_fork(iris_backend *b, iris_backend **out, iris_err *err);
+
 /* Arena and device memory figures of a CUDA backend. */
 int iris_cuda_mem_info(iris_backend *b, iris_cuda_mem *m);
 

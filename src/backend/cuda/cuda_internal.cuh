@@ -59,7 +59,8 @@ struct cuda_span {          /* one piece of the arena, kept sorted by offset */
 
 struct cuda_ctx {
     int device;
-    cudaStream_t stream;
+    cudaStream_t stream;    /* the highest priority; a fork's the lowest */
+    cuda_ctx *parent;       /* a fork (iris_backend_cuda_fork): the backend whose arena it shares */
     cublasLtHandle_t lt;
     cudaDeviceProp prop;
 

@@ -209,8 +209,10 @@ struct lt_plan {
 };
 
 #define LT_CACHE 48
-static lt_plan g_plans[LT_CACHE]; /* one engine thread owns the GPU (DESIGN.md): no lock */
-static int g_next_plan;
+/* Per host thread (the engine's, its vision worker's: each with its own handle and stream), so no
+ * lock; a plan (descriptors and algorithm) serves any handle on the device. */
+static __thread lt_plan g_plans[LT_CACHE];
+static __thread int g_next_plan;
 
 static void plan_drop(lt_plan *p) {
     if (!p->valid) return;
@@ -359,8 +361,8 @@ struct lt_plan8 {
     cublasLtMatmulAlgo_t algo;
     int valid, failed;
 };
-static lt_plan8 g_plans8[LT_CACHE];
-static int g_next_plan8, g_plan8_status; /* the last heuristic query's result (lt_best), for the message */
+static __thread lt_plan8 g_plans8[LT_CACHE];
+static __thread int g_next_plan8, g_plan8_status; /* the last heuristic query's result (lt_best), for the message */
 
 static lt_plan8 *plan8_get(cuda_ctx *cx, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldc, const void *sa,
                            const void *sb) {

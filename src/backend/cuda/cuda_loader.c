@@ -94,6 +94,12 @@ WEAK int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backend **o
     return f(device, arena_bytes, out, err);
 }
 
+WEAK int iris_backend_cuda_fork(iris_backend *b, iris_backend **out, iris_err *err) {
+    int (*f)(iris_backend *, iris_backend **, iris_err *) =
+        (int (*)(iris_backend *, iris_backend **, iris_err *))real("iris_backend_cuda_fork");
+    if (!f) return iris_err_set(err, IRIS_EDEVICE, "device cuda: %s", g_why);
+    return f(b, out, err);
+}
 WEAK int iris_cuda_device_count(void) {
     if (surely_no_gpu()) return 0;
     int (*f)(void) = (int (*)(void))real("iris_cuda_device_count");

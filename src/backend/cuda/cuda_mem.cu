@@ -117,6 +117,12 @@ static void arena_free(cuda_ctx *c, void *p) {
 
 static void *cu_alloc(iris_backend *b, size_t bytes) { return arena_alloc(cuda_of(b), bytes); }
 static void cu_free(iris_backend *b, void *p) { arena_free(cuda_of(b), p); }
+/* A fork carves nothing: its buffers come from its parent before the two run side by side. */
+static void *fork_alloc(iris_backend *b, size_t bytes) {
+    iris_cuda_fail(b, IRIS_EINVAL, "cuda: a forked backend does not allocate (%zu bytes asked)", bytes);
+    return NULL;
+}
+static void fork_free(iris_backend *b, void *p) { (void)b, (void)p; }
 
 /* Host → device is asynchronous on the stream; pageable sources are staged by
  * the driver before the call returns, so `src` may be reused at once (no
@@ -365,7 +371,8 @@ static void cu_destroy(iris_backend *b) {
         for (int i = 0; i < 2; i++)
             if (c->put_ev[i]) cudaEventDestroy(c->put_ev[i]);
         if (c->stream) cudaStreamDestroy(c->stream);
-        if (c->arena) cudaFree(c->arena);
+        if (c->parent) arena_free(c->parent, c->lt_ws);
+        else if (c->arena) cudaFree(c->arena);
         if (c->ds_trace_buf) cudaFree(c->ds_trace_buf);
         if (c->pinned) cudaFreeHost(c->pinned);
         free(c->spans);
@@ -430,7 +437,9 @@ static int open_device(cuda_ctx *c, int device, size_t arena_bytes, iris_err *er
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess && iris_cuda_small_stack() != 0) e = cudaErrorUnknown;
     if (e == cudaSuccess) e = cudaGetDeviceProperties(&c->prop, device);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    int least = 0, greatest = 0;
+    if (e == cudaSuccess) e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&c->stream, cudaStreamNonBlocking, greatest);
     if (e == cudaSuccess) e = cudaEventCreate(&c->ev0);
     if (e == cudaSuccess) e = cudaEventCreate(&c->ev1);
     for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&c->put_ev[i], cudaEventDisableTiming);
@@ -558,5 +567,56 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     set_choices(b, &sw);
     set_ops(b, &sw);
     *out = b;
+    return 0;
+}
+
+/* A second handle on b's device for another host thread (backend.h iris_backend_cuda_fork). */
+extern "C" int iris_backend_cuda_fork(iris_backend *b, iris_backend **out, iris_err *err) {
+    *out = NULL;
+    cuda_ctx *p = cuda_of(b);
+    iris_backend *f = (iris_backend *)calloc(1, sizeof *f);
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    if (!f || !c) {
+        free(f);
+        free(c);
+        return iris_err_set(err, IRIS_ENOMEM, "out of memory");
+    }
+    *f = *b;
+    memset(&f->err, 0, sizeof f->err);
+    f->ctx = c;
+    /* the parent's choices and device; none of its scratch (the decoder's ops, not the encoder's) */
+    c->device = p->device, c->prop = p->prop, c->parent = p;
+    c->w8_max_rows = p->w8_max_rows, c->gemv_mma = p->gemv_mma, c->mma_max_rows = p->mma_max_rows;
+    c->bf16_max_rows = p->bf16_max_rows, c->gemv_smem = p->gemv_smem, c->pdl = p->pdl, c->qk_attn = p->qk_attn;
+    c->fp8_mma = p->fp8_mma, c->attn_impl = p->attn_impl, c->wgmma = p->wgmma;
+    c->ds_split = -1;
+    f->alloc = fork_alloc, f->free = fork_free;
+    f->decode_layers = NULL;
+    f->graph_begin = NULL, f->graph_end = NULL, f->graph_replay = NULL, f->graph_free = NULL;
+    int least = 0, greatest = 0;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess) e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    if (getenv("IRIS_VW_PRIO_MEASURE")) least = greatest;
+    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&c->stream, cudaStreamNonBlocking, least);
+    if (e == cudaSuccess) e = cudaEventCreate(&c->ev0);
+    if (e == cudaSuccess) e = cudaEventCreate(&c->ev1);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&c->put_ev[i], cudaEventDisableTiming);
+    int rc = 0;
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        rc = iris_err_set(err, IRIS_EDEVICE, "cuda: a second stream on device %d: %s", c->device, cudaGetErrorString(e));
+    } else if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
+        c->lt = NULL;
+        rc = iris_err_set(err, IRIS_EDEVICE, "cuda: cublasLtCreate failed on device %d", c->device);
+    } else if (!(c->lt_ws = arena_alloc(p, LT_WS_BYTES))) {
+        rc = iris_err_set(err, IRIS_ENOMEM, "cuda: no room in the arena for a second cuBLASLt workspace (%u bytes)",
+                          LT_WS_BYTES);
+    }
+    c->lt_ws_bytes = c->lt_ws ? LT_WS_BYTES : 0;
+    if (rc) {
+        cu_destroy(f);
+        return rc;
+    }
+    *out = f;
     return 0;
 }
