@@ -100,6 +100,11 @@ typedef struct iris_engine_opts {
                                        images of requests waiting for their prefill while the steps run: 0 auto (CUDA:
                                        the memory plan, planner.h iris_worker_mode; the CPU: off), 1 on (the CPU too),
                                        2 off */
+    int host_warm;                  /* CUDA: page-locked host buffers for this many requests' images taken at open
+                                       (their bf16 pixel rows and encoder rows; 0: as requests need them; -1:
+                                       max_num_seqs requests).  A server
+                                       or a run over many images gives its concurrency: taken mid-run, each costs
+                                       ms of the driver's time, during which the GPU waits (engine.c warm_host) */
 } iris_engine_opts;
 
 void iris_engine_opts_default(iris_engine_opts *o);

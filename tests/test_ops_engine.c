@@ -154,6 +154,7 @@ static int ask_together(const char *device, int worker, const char *const *image
     o.max_num_seqs = 8;
     o.gpu_memory_limit = (uint64_t)2 << 30;
     o.vision_worker = worker;
+    o.host_warm = n;        /* page-locked buffers for all of them taken at open */
     o.prefix_caching = 0;   /* the same picture twice: encoded twice */
     iris_engine *e = NULL;
     iris_err err = {0};

@@ -264,6 +264,7 @@ static int run(bench_images *x, iris_err *err) {
     iris_cli_engine_apply(&x->ce, &o);
     o.model = x->model;
     o.max_image_pixels = (long long)x->w * x->h;
+    o.host_warm = (int)x->conc;  /* as a server for that many clients */
     double t0 = iris_now_s();
     int rc = iris_engine_open(&o, &x->e, err);
     double t_load = iris_now_s() - t0;

@@ -468,6 +468,7 @@ static int run_batch(run_args *a, iris_engine_opts *eo, const char *const *paths
         return 0;
     }
     iris_engine *e = NULL;
+    if (!rc) eo->host_warm = iris_batch_count(b) < bo.max_in_flight ? iris_batch_count(b) : bo.max_in_flight;
     if (!rc) rc = iris_engine_open(eo, &e, err);
     if (!rc) {
         batch_ud u = {e, a};

@@ -198,6 +198,7 @@ static int parse(int argc, char **argv, serve_args *s) {
     if (s->seen_queue) so->image_queue = (int)s->image_queue;
     iris_cli_engine_apply(&s->ce, &s->eo);
     s->eo.model = s->model;
+    s->eo.host_warm = -1; /* as many clients at once as it runs sequences */
     so->model_arg = s->model;
     if (!so->served_model_name) so->served_model_name = s->model;
     return -1;

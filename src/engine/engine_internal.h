@@ -28,6 +28,10 @@
 #include "model/vision.h"
 #include "model/weights.h"
 
+/* The bf16 pixel rows an engine's requests hold at once (engine_req.c pixels_bf16): half of the CUDA
+ * backend's page-locked pool, so that the encoder rows find room there too. */
+#define IRIS_PX16_CAP ((size_t)1 << 30)
+
 typedef struct req_event {
     iris_event ev;
     char *text;                 /* malloc'd copy (queue mode) */

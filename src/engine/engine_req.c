@@ -199,10 +199,10 @@ static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
 /* The pixel rows as the GPU encoder takes them (bf16 in the backend's page-locked memory, vision.h
  * iris_vision_encode_each), made here on the submitting thread, so that the engine thread only
  * starts their copy where it converted them: a 1 MP image's 6.3 M values took 1.0-1.3 ms of each
- * image's encode there (H100).  An engine's requests hold at most IRIS_PX16_CAP bytes of them, half
+ * image's encode there (H100).  An engine's requests hold at most IRIS_PX16_CAP bytes of them
+ * (engine_internal.h), half
  * of the backend's page-locked pool, so that the image embeddings find room there too; past it, or
  * without such memory, the engine converts at encode time. */
-#define IRIS_PX16_CAP ((size_t)1 << 30)
 
 static void pixels_bf16(iris_engine *e, iris_request *r) {
     iris_backend *b = e->be;

@@ -31,7 +31,8 @@ size_t iris_cuda_scratch_bytes(void);
 
 /* A second handle on b's device for another host thread (the engine's vision worker): b's weights,
  * choices and ops, with its own stream (the lowest priority; b's has the highest, so where both
- * have kernels waiting b's step goes first), cuBLASLt handle and workspace (32 MiB carved from b's
+ * have kernels waiting b's step goes first; the same priority measured the same: H200, 2B-FP8, 256
+ * images, 42.84 and 43.62 images/s against 43.17 and 42.50), cuBLASLt handle and workspace (32 MiB carved from b's
  * arena now: the plan's "worker.workspace").  It allocates nothing later (its alloc fails: its
  * buffers come from b beforehand); destroy it before b. */
 int iris_backend_cuda_fork(iris_backend *b, iris_backend **out, iris_err *err);

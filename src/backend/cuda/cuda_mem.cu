@@ -213,7 +213,7 @@ static int cu_put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
  * reuse (cudaMallocHost of megabytes takes about as long as the copies it saves), at most
  * HOST_POOL_BYTES in all; past that, or when the driver refuses, host_alloc returns NULL.  Any
  * thread may ask (the engine's submitters do): the backend's device is made current first. */
-#define HOST_POOL_SLOTS 192
+#define HOST_POOL_SLOTS 512
 #define HOST_POOL_BYTES (2ull << 30)
 static struct {
     void *p;
@@ -596,7 +596,6 @@ extern "C" int iris_backend_cuda_fork(iris_backend *b, iris_backend **out, iris_
     int least = 0, greatest = 0;
     cudaError_t e = cudaSetDevice(c->device);
     if (e == cudaSuccess) e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
-    if (getenv("IRIS_VW_PRIO_MEASURE")) least = greatest;
     if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&c->stream, cudaStreamNonBlocking, least);
     if (e == cudaSuccess) e = cudaEventCreate(&c->ev0);
     if (e == cudaSuccess) e = cudaEventCreate(&c->ev1);
