@@ -431,18 +431,24 @@ static switches read_switches(void) {
     return s;
 }
 
+/* c's stream (the greatest priority, or the least) and events. */
+static cudaError_t stream_and_events(cuda_ctx *c, int greatest) {
+    int least = 0, most = 0;
+    cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &most);
+    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&c->stream, cudaStreamNonBlocking, greatest ? most : least);
+    if (e == cudaSuccess) e = cudaEventCreate(&c->ev0);
+    if (e == cudaSuccess) e = cudaEventCreate(&c->ev1);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&c->put_ev[i], cudaEventDisableTiming);
+    return e;
+}
+
 /* The device, its stream, events, arena and cuBLASLt handle into c; 0 or an error in err. */
 static int open_device(cuda_ctx *c, int device, size_t arena_bytes, iris_err *err) {
     c->device = device;
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess && iris_cuda_small_stack() != 0) e = cudaErrorUnknown;
     if (e == cudaSuccess) e = cudaGetDeviceProperties(&c->prop, device);
-    int least = 0, greatest = 0;
-    if (e == cudaSuccess) e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
-    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&c->stream, cudaStreamNonBlocking, greatest);
-    if (e == cudaSuccess) e = cudaEventCreate(&c->ev0);
-    if (e == cudaSuccess) e = cudaEventCreate(&c->ev1);
-    for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&c->put_ev[i], cudaEventDisableTiming);
+    if (e == cudaSuccess) e = stream_and_events(c, 1);
     if (e == cudaSuccess) e = cudaMalloc((void **)&c->arena, arena_bytes);
     if (e != cudaSuccess) {
         size_t fr = 0, tot = 0;
@@ -570,7 +576,7 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     return 0;
 }
 
-/* A second handle on b's device for another host thread (backend.h iris_backend_cuda_fork). */
+/* A second handle on b's device for another host thread (cuda_backend.h iris_backend_cuda_fork). */
 extern "C" int iris_backend_cuda_fork(iris_backend *b, iris_backend **out, iris_err *err) {
     *out = NULL;
     cuda_ctx *p = cuda_of(b);
@@ -593,13 +599,8 @@ extern "C" int iris_backend_cuda_fork(iris_backend *b, iris_backend **out, iris_
     f->alloc = fork_alloc, f->free = fork_free;
     f->decode_layers = NULL;
     f->graph_begin = NULL, f->graph_end = NULL, f->graph_replay = NULL, f->graph_free = NULL;
-    int least = 0, greatest = 0;
     cudaError_t e = cudaSetDevice(c->device);
-    if (e == cudaSuccess) e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
-    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&c->stream, cudaStreamNonBlocking, least);
-    if (e == cudaSuccess) e = cudaEventCreate(&c->ev0);
-    if (e == cudaSuccess) e = cudaEventCreate(&c->ev1);
-    for (int i = 0; i < 2 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(&c->put_ev[i], cudaEventDisableTiming);
+    if (e == cudaSuccess) e = stream_and_events(c, 0);
     int rc = 0;
     if (e != cudaSuccess) {
         cudaGetLastError();
