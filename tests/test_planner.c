@@ -19,6 +19,7 @@
 
 #include "engine/planner.h"
 #include "formats/image.h"
+#include "model/vision.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)
@@ -633,6 +634,20 @@ IRIS_TEST(planner_vision_worker) {
     st.max_batch_tokens = 2048;
     REQUIRE(iris_plan_make(&m, &st, big, "", 0, on, &err) == 0);
     CHECK(!on->vision_worker);
+    /* what the encoder asks of its scratch for the largest image fits the plan's vision users (the
+     * runner lends its activations, the worker has "worker.vision" of that size) */
+    const spec *sp[2] = {&SPEC_2B, &SPEC_4B};
+    for (int k = 0; k < 2; k++) {
+        iris_plan_model mk;
+        REQUIRE(load(sp[k], 1, &mk) == 0);
+        st.vision_worker = IRIS_WORKER_ON;
+        REQUIRE(iris_plan_make(&mk, &st, big, "", 0, on, &err) == 0);
+        const iris_vision_config *vc = &mk.cfg.vision_config;
+        iris_vision v = {.cfg = *vc, .patch_dim = vc->in_channels * vc->temporal_patch_size * vc->patch_size * vc->patch_size};
+        size_t need = iris_vision_scratch_bytes(&v, IRIS_DT_BF16, on->image_patches);
+        CHECKF(need > 0 && need <= on->vision_bytes, "%s: the encoder's scratch %zu over the plan's %llu", sp[k]->name,
+               need, (unsigned long long)on->vision_bytes);
+    }
     st.max_num_seqs = 0;
     st.vision_worker = 3;
     CHECK_EQ_INT(iris_plan_make(&m, &st, big, "", 0, off, &err), IRIS_EINVAL);

@@ -264,6 +264,10 @@ void iris_engine_worker_collect(iris_engine *e, int wait) {
         iris_request *r = j->r;
         r->seq.images[j->i].pending = 0;
         e->worker_s += j->secs;
+        if (r->finished) { /* failed by an earlier output of this batch: its rows are gone already */
+            iris_vision_out_free(&j->out);
+            continue;
+        }
         iris_err err = j->err;
         enc_item it = {r, j->i};
         int rc = j->rc ? j->rc : take_outputs(e, &it, &j->out, 1, &err);
