@@ -7,18 +7,19 @@
  * request (iris_seq_image.embeds/deepstack, ready); the engine frees it once every token of the
  * image has its K/V in the cache.
  *
- * The vision worker (engine_internal.h, planner.h iris_worker_mode) encodes images one a pass on a
- * thread of its own, on CUDA through a fork of the engine's backend (its own stream, at the lowest
- * priority, so the step's kernels go first and the encoder's fill the rest of the card and the
- * step's host gaps) into its own planned scratch.  The engine thread hands it jobs (a request's
- * image: its pixel rows and grid, which stay untouched while the job lives) and takes the outputs
- * back; the worker touches nothing else of the engine.  A request that finishes with a job out
+ * The vision worker (engine_internal.h, planner.h iris_worker_mode) encodes images, up to
+ * IRIS_PLAN_WORKER_IMAGES a pass, on a thread of its own, on CUDA through a fork of the engine's
+ * backend (its own stream, at the lowest priority, so the step's kernels go first) into its own
+ * planned scratch.  The engine thread hands it jobs (a request's image: its pixel rows and grid,
+ * which stay untouched while the job lives) and takes the outputs back; the worker touches
+ * nothing else of the engine.  A request that finishes with a job out
  * waits for a running encode to end (forget) before its rows are freed. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine_internal.h"
+#include "engine/planner.h"
 #include "err.h"
 #include "log.h"
 #ifdef IRIS_CUDA
@@ -151,27 +152,52 @@ struct iris_vworker {
     vw_job jobs[IRIS_VW_JOBS];
 };
 
+/* The oldest queued job, or NULL. */
+static vw_job *oldest_queued(struct iris_vworker *w) {
+    vw_job *j = NULL;
+    for (int k = 0; k < IRIS_VW_JOBS; k++)
+        if (w->jobs[k].state == VJ_QUEUED && (!j || w->jobs[k].ticket < j->ticket)) j = &w->jobs[k];
+    return j;
+}
+
+/* A pass takes the oldest queued jobs, as many as the scratch holds (IRIS_PLAN_WORKER_IMAGES of the
+ * largest images; one alone always). */
 static void *worker_main(void *arg) {
     struct iris_vworker *w = arg;
+    vw_job *pass[IRIS_PLAN_WORKER_IMAGES];
+    const float *px[IRIS_PLAN_WORKER_IMAGES];
+    const uint16_t *px16[IRIS_PLAN_WORKER_IMAGES];
+    int grid[3 * IRIS_PLAN_WORKER_IMAGES];
+    iris_vision_out outs[IRIS_PLAN_WORKER_IMAGES];
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        vw_job *j = NULL;
-        for (int k = 0; k < IRIS_VW_JOBS; k++)
-            if (w->jobs[k].state == VJ_QUEUED && (!j || w->jobs[k].ticket < j->ticket)) j = &w->jobs[k];
-        if (!j) {
+        int n = 0;
+        int64_t patches = 0;
+        for (vw_job *j; n < IRIS_PLAN_WORKER_IMAGES && (j = oldest_queued(w));) {
+            int64_t p = (int64_t)j->grid[0] * j->grid[1] * j->grid[2];
+            if (n && (!w->on_gpu || iris_vision_scratch_bytes(w->v, IRIS_DT_BF16, patches + p) > w->scratch_bytes))
+                break;
+            j->state = VJ_RUNNING;
+            pass[n] = j, px[n] = j->px, px16[n] = j->px16, patches += p;
+            memcpy(grid + 3 * n, j->grid, sizeof j->grid);
+            n++;
+        }
+        if (!n) {
             if (w->stop) break;
             pthread_cond_wait(&w->cv_work, &w->mu);
             continue;
         }
-        j->state = VJ_RUNNING;
         pthread_mutex_unlock(&w->mu);
         double t0 = iris_now_s();
         iris_err err = {0};
-        int rc = iris_vision_encode_each(w->v, w->on_gpu ? w->be : NULL, w->scratch, w->scratch_bytes, w->on_gpu,
-                                         &j->px, &j->px16, j->grid, 1, &j->out, &err);
+        int rc = iris_vision_encode_each(w->v, w->on_gpu ? w->be : NULL, w->scratch, w->scratch_bytes, w->on_gpu, px,
+                                         px16, grid, n, outs, &err);
         pthread_mutex_lock(&w->mu);
-        j->rc = rc, j->err = err, j->secs = iris_now_s() - t0;
-        j->state = VJ_DONE;
+        for (int k = 0; k < n; k++) {
+            vw_job *j = pass[k];
+            j->out = outs[k], j->rc = rc, j->err = err, j->secs = (iris_now_s() - t0) / n;
+            j->state = VJ_DONE;
+        }
         pthread_cond_broadcast(&w->cv_done);
     }
     pthread_mutex_unlock(&w->mu);
@@ -192,7 +218,8 @@ int iris_engine_worker_open(iris_engine *e, iris_err *err) {
 #ifdef IRIS_CUDA
         const iris_config *c = &e->model->cfg;
         int m = c->vision_config.spatial_merge_size;
-        w->scratch_bytes = iris_vision_scratch_bytes(w->v, e->be->act, (int64_t)e->max_image_tokens * m * m);
+        w->scratch_bytes = iris_vision_scratch_bytes(w->v, e->be->act,
+                                                     (int64_t)IRIS_PLAN_WORKER_IMAGES * e->max_image_tokens * m * m);
         w->scratch = e->be->alloc(e->be, w->scratch_bytes);
         if (!w->scratch)
             rc = iris_err_set(err, IRIS_ENOMEM, "the vision worker's %zu-byte scratch: %s", w->scratch_bytes,

@@ -458,7 +458,9 @@ static void fixed_parts(const plan_in *in, int64_t context, iris_plan *p, region
     meta_regions(in, context, l);
     add(l, "cublaslt.workspace", IRIS_PART_WORKSPACE, IRIS_PLAN_CUBLASLT_WORKSPACE);
     if (in->worker && !in->s.text_only) {
-        add(l, "worker.vision", IRIS_PART_VISION_WORKER, p->vision_bytes);
+        region_list t = {0};
+        add(l, "worker.vision", IRIS_PART_VISION_WORKER,
+            vision_regions(in, IRIS_PLAN_WORKER_IMAGES * p->image_patches, &t));
         add(l, "worker.workspace", IRIS_PART_VISION_WORKER, IRIS_PLAN_CUBLASLT_WORKSPACE);
     }
 
@@ -763,7 +765,7 @@ static int worker_wanted(const plan_in *in) {
     const iris_vision_config *v = &in->m->cfg.vision_config;
     int64_t patches = iris_plan_image_tokens(v, s->max_image_pixels) * v->spatial_merge_size * v->spatial_merge_size;
     region_list l = {0};
-    uint64_t bytes = vision_regions(in, patches, &l) + IRIS_PLAN_CUBLASLT_WORKSPACE;
+    uint64_t bytes = vision_regions(in, IRIS_PLAN_WORKER_IMAGES * patches, &l) + IRIS_PLAN_CUBLASLT_WORKSPACE;
     return s->max_num_seqs > 1 && bytes * 100 <= in->budget * IRIS_PLAN_WORKER_AUTO_PERCENT;
 }
 

@@ -115,13 +115,14 @@ typedef enum iris_dense_mode { IRIS_DENSE_AUTO = 0, IRIS_DENSE_ON = 1, IRIS_DENS
 
 /* The vision worker (engine_vision.c): a second vision encoder on its own thread and stream, which
  * encodes the images of requests waiting for their prefill while the decoder's steps run, so the
- * encoder's compute-bound kernels fill what the decode steps' memory-bound ones and their host
- * gaps leave of the card.  It needs its own encoder scratch for the largest image ("worker.vision",
- * as the activations' vision users) and cuBLASLt workspace ("worker.workspace").  auto: with vision,
+ * steps go on while images are encoded.  It needs its own encoder scratch for
+ * IRIS_PLAN_WORKER_IMAGES of the largest images a pass ("worker.vision", as the activations' vision
+ * users) and cuBLASLt workspace ("worker.workspace").  auto: with vision,
  * more than one sequence, when the part takes at most IRIS_PLAN_WORKER_AUTO_PERCENT of the budget
- * and the plan fits with it (an H100 yes: ~0.1 GB of 79; an 8 GB card no). */
+ * and the plan fits with it (an H100 yes: ~0.2 GB of 79; an 8 GB card no). */
 typedef enum iris_worker_mode { IRIS_WORKER_AUTO = 0, IRIS_WORKER_ON = 1, IRIS_WORKER_OFF = 2 } iris_worker_mode;
 #define IRIS_PLAN_WORKER_AUTO_PERCENT 1
+#define IRIS_PLAN_WORKER_IMAGES 2
 
 /* Placement for small cards (issue 31): --embeddings keeps the token-embedding table in host memory
  * (the step gathers its rows on the CPU and uploads them: hidden_size * 2 bytes a token, a few KB a
