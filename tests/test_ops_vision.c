@@ -28,26 +28,49 @@ static void diff_bf16(const uint16_t *got, const float *ref, int64_t n, float *d
     }
 }
 
+/* tiny-gqa's vision tower on b and transformers' two-image inputs: the grids, each image's pixel rows. */
+typedef struct two_images {
+    iris_config cfg;
+    iris_st *st;
+    iris_vision vis;
+    tiny_arr g, pv;
+    int grid[6];
+    int64_t rows[2];
+    const float *px[2];
+} two_images;
+
+static int two_images_load(iris_backend *b, two_images *t, iris_err *err) {
+    memset(t, 0, sizeof *t);
+    if (tiny_vision_load("tiny-gqa", &t->cfg, &t->st, &t->vis, err) || iris_vision_upload(&t->vis, b, err)) return -1;
+    if (tiny_load("inputs/two_images/image_grid_thw.npy", &t->g) || t->g.n != 6 ||
+        tiny_load("inputs/two_images/pixel_values.npy", &t->pv))
+        return -1;
+    for (int i = 0; i < 6; i++) t->grid[i] = (int)t->g.i64[i];
+    for (int k = 0; k < 2; k++) t->rows[k] = (int64_t)t->grid[3 * k] * t->grid[3 * k + 1] * t->grid[3 * k + 2];
+    t->px[0] = t->pv.f32, t->px[1] = t->pv.f32 + t->rows[0] * t->vis.patch_dim;
+    return t->pv.n == (t->rows[0] + t->rows[1]) * t->vis.patch_dim ? 0 : -1;
+}
+
+static void two_images_free(two_images *t) {
+    tiny_free(&t->g), tiny_free(&t->pv);
+    iris_vision_free(&t->vis);
+    iris_st_close(t->st);
+}
+
 IRIS_TEST(gpu_vision_pixels_bf16) {
     OPS_BACKENDS();
     iris_backend *b = ops_cuda;
     REQUIRE(b->host_alloc && b->host_free);
-    iris_config cfg;
     iris_err err = {0};
-    iris_st *st = NULL;
-    iris_vision vis;
-    REQUIRE(tiny_vision_load("tiny-gqa", &cfg, &st, &vis, &err) == 0);
-    REQUIRE(iris_vision_upload(&vis, b, &err) == 0);
-    tiny_arr g, pv, emb, ds;
-    REQUIRE(tiny_load("inputs/two_images/image_grid_thw.npy", &g) == 0 && g.n == 6);
-    REQUIRE(tiny_load("inputs/two_images/pixel_values.npy", &pv) == 0);
+    two_images t;
+    REQUIRE(two_images_load(b, &t, &err) == 0);
+    tiny_arr emb, ds, pv = t.pv;
     REQUIRE(tiny_load("tiny-gqa/two_images/image_embeds.npy", &emb) == 0);
     REQUIRE(tiny_load("tiny-gqa/two_images/deepstack.npy", &ds) == 0);
-    int grid[6], pd = vis.patch_dim, m = cfg.vision_config.spatial_merge_size;
-    for (int i = 0; i < 6; i++) grid[i] = (int)g.i64[i];
-    int64_t rows0 = (int64_t)grid[0] * grid[1] * grid[2], rows1 = (int64_t)grid[3] * grid[4] * grid[5];
-    REQUIRE(pv.n == (rows0 + rows1) * pd);
-    const float *px[2] = {pv.f32, pv.f32 + rows0 * pd};
+    const iris_vision vis = t.vis;
+    const int *grid = t.grid, pd = vis.patch_dim, m = t.cfg.vision_config.spatial_merge_size;
+    int64_t rows0 = t.rows[0], rows1 = t.rows[1];
+    const float *const *px = t.px;
     /* the bf16 rows in page-locked memory, as the engine's submit makes them */
     uint16_t *h16 = b->host_alloc(b, sizeof(uint16_t) * (size_t)pv.n);
     REQUIRE(h16 != NULL);
@@ -74,9 +97,9 @@ IRIS_TEST(gpu_vision_pixels_bf16) {
         float d, mx, dd = 0, dmx = 0;
         diff_bf16(a[k].embeds16, emb.f32 + (k ? T0 : 0) * H, (int64_t)ne, &d, &mx);
         int64_t T_all = emb.n / H;
-        for (int64_t t = 0; t < nds; t++) {
+        for (int64_t tap = 0; tap < nds; tap++) {
             float e, x;
-            diff_bf16(a[k].deepstack16 + t * T * H, ds.f32 + (t * T_all + (k ? T0 : 0)) * H, T * H, &e, &x);
+            diff_bf16(a[k].deepstack16 + tap * T * H, ds.f32 + (tap * T_all + (k ? T0 : 0)) * H, T * H, &e, &x);
             dd = e > dd ? e : dd, dmx = x > dmx ? x : dmx;
         }
         printf("  image %d (grid %d x %d x %d): against transformers max-abs %.3g of %.3g (DeepStack %.3g of %.3g)\n",
@@ -86,9 +109,8 @@ IRIS_TEST(gpu_vision_pixels_bf16) {
     }
     b->free(b, scratch);
     b->host_free(h16);
-    tiny_free(&g), tiny_free(&pv), tiny_free(&emb), tiny_free(&ds);
-    iris_vision_free(&vis);
-    iris_st_close(st);
+    tiny_free(&emb), tiny_free(&ds);
+    two_images_free(&t);
 }
 
 /* One encode on another thread, as the engine's vision worker runs it. */
@@ -113,19 +135,13 @@ static void *fork_encode(void *arg) {
 IRIS_TEST(gpu_vision_fork) {
     OPS_BACKENDS();
     iris_backend *b = ops_cuda;
-    iris_config cfg;
     iris_err err = {0};
-    iris_st *st = NULL;
-    iris_vision vis;
-    REQUIRE(tiny_vision_load("tiny-gqa", &cfg, &st, &vis, &err) == 0);
-    REQUIRE(iris_vision_upload(&vis, b, &err) == 0);
-    tiny_arr g, pv;
-    REQUIRE(tiny_load("inputs/two_images/image_grid_thw.npy", &g) == 0 && g.n == 6);
-    REQUIRE(tiny_load("inputs/two_images/pixel_values.npy", &pv) == 0);
-    int grid[6], pd = vis.patch_dim;
-    for (int i = 0; i < 6; i++) grid[i] = (int)g.i64[i];
-    int64_t rows0 = (int64_t)grid[0] * grid[1] * grid[2], rows1 = (int64_t)grid[3] * grid[4] * grid[5];
-    const float *px[2] = {pv.f32, pv.f32 + rows0 * pd};
+    two_images t;
+    REQUIRE(two_images_load(b, &t, &err) == 0);
+    const iris_vision vis = t.vis;
+    const int *grid = t.grid;
+    const float *const *px = t.px;
+    int64_t rows0 = t.rows[0], rows1 = t.rows[1];
     size_t sb = iris_vision_scratch_bytes(&vis, b->act, rows0 + rows1);
     void *s0 = b->alloc(b, sb), *s1 = b->alloc(b, sb);
     REQUIRE(s0 && s1);
@@ -156,9 +172,7 @@ IRIS_TEST(gpu_vision_fork) {
     for (int k = 0; k < 2; k++) iris_vision_out_free(&a[k]), iris_vision_out_free(&c[0][k]), iris_vision_out_free(&c[1][k]);
     f->destroy(f);
     b->free(b, s0), b->free(b, s1);
-    tiny_free(&g), tiny_free(&pv);
-    iris_vision_free(&vis);
-    iris_st_close(st);
+    two_images_free(&t);
 }
 
 #endif

@@ -184,8 +184,6 @@ void iris_engine_fail(iris_engine *e, iris_request *r, const iris_err *why) {
     finish(e, r, IRIS_FINISH_REASON_ERROR, why);
 }
 
-static void fail(iris_engine *e, iris_request *r, const iris_err *why) { iris_engine_fail(e, r, why); }
-
 /* ---- one step ----------------------------------------------------------------------------- */
 
 /* iris_runner_sampling.penalizes: does the request of logits row `row` penalize token id? */
@@ -290,7 +288,7 @@ static void emit_token(iris_engine *e, iris_request *r, const float *logits, con
     int tok = logits ? iris_sampler_sample(r->sampler, logits, &so, &err)
                      : iris_sampler_sample_top(r->sampler, ids, vals, k, &so, &err);
     if (tok < 0 || iris_seq_append(&r->seq, tok, &err)) {
-        fail(e, r, &err);
+        iris_engine_fail(e, r, &err);
         return;
     }
     if (r->t_first == 0) r->t_first = iris_now_s();
@@ -360,7 +358,7 @@ static void step(iris_engine *e) {
         if (e->sched.n_running == 0 && e->sched.n_waiting > 0) {
             iris_request *r = e->sched.waiting[0]->ud;
             iris_err_set(&err, IRIS_ELIMIT, "request needs more KV blocks than the cache has (%d)", e->n_blocks);
-            fail(e, r, &err);
+            iris_engine_fail(e, r, &err);
         }
         return;
     }
@@ -387,7 +385,7 @@ static void step(iris_engine *e) {
     if (rc) {
         iris_log(IRIS_LOG_ERROR, "engine", "step of %d sequences failed: %s", n, err.msg);
         /* The K/V of this step may be half written: fail its sequences (their blocks are unkeyed). */
-        for (int i = 0; i < n; i++) fail(e, b->seqs[i]->ud, &err);
+        for (int i = 0; i < n; i++) iris_engine_fail(e, b->seqs[i]->ud, &err);
         return;
     }
     iris_sched_commit(&e->sched, b);
@@ -703,40 +701,6 @@ static int open_runner(iris_engine *e, iris_err *err) {
     return IRIS_OK;
 }
 
-/* Page-locked buffers for n requests' largest images, taken now and handed back to the backend's pool
- * (cuda_mem.cu), which keeps them: the pixel rows of each (engine_req.c, within IRIS_PX16_CAP), and
- * encoder rows for the images a step and the vision worker hold at once.  Taken while requests run
- * (the first concurrent wave of a server), each cudaMallocHost of a 1 MP image's 13 MB took 5-30 ms
- * and held the driver's lock, stalling the engine thread's launches: 566 ms of the GPU's idle time in
- * a 192-image run (H200, 2B-FP8, CUPTI API trace). */
-static void warm_host(iris_engine *e, int n) {
-    iris_backend *b = e->be;
-    const iris_config *c = &e->model->cfg;
-    if (n < 0) n = e->o.max_num_seqs;
-    if (!e->on_gpu || n < 1 || !b->host_alloc || !b->host_free || !e->model->has_vision || e->max_image_tokens < 1)
-        return;
-    int64_t m = c->vision_config.spatial_merge_size, T = e->max_image_tokens;
-    size_t px = (size_t)(T * m * m) * (size_t)e->model->vision.patch_dim * sizeof(uint16_t);
-    size_t row = (size_t)T * (size_t)c->vision_config.out_hidden_size * sizeof(uint16_t);
-    int n_ds = c->vision_config.n_deepstack, n_px = n, n_out = e->o.max_batch_tokens / (int)T + 1 + IRIS_VW_JOBS;
-    if ((size_t)n_px * px > IRIS_PX16_CAP) n_px = (int)(IRIS_PX16_CAP / px);
-    if (n_out > n) n_out = n;
-    int total = n_px + n_out * (n_ds ? 2 : 1), got = 0;
-    void **p = calloc((size_t)total, sizeof *p);
-    if (!p) return;
-    double t0 = iris_now_s();
-    size_t bytes = 0;
-    for (int k = 0; k < total; k++) {
-        size_t want = k < n_px ? px : (k - n_px) % 2 == 0 ? row : row * (size_t)n_ds;
-        if (!(p[k] = b->host_alloc(b, want))) break;
-        got++, bytes += want;
-    }
-    for (int k = 0; k < got; k++) b->host_free(p[k]);
-    free(p);
-    iris_log(IRIS_LOG_INFO, "engine", "page-locked host memory: %d buffers, %.0f MiB for %d requests' images, in %.0f ms%s",
-             got, bytes / 1048576.0, n, (iris_now_s() - t0) * 1e3, got < total ? " (the pool's limit reached)" : "");
-}
-
 static int load(iris_engine *e, iris_err *err) {
     const iris_engine_opts *o = &e->o;
     int cuda = 0;
@@ -769,7 +733,7 @@ static int load(iris_engine *e, iris_err *err) {
     if (rc) return rc;
     if ((rc = open_runner(e, err))) return rc;
     if (e->use_worker && (rc = iris_engine_worker_open(e, err))) return rc;
-    warm_host(e, o->host_warm);
+    iris_req_warm_host(e, o->host_warm);
     iris_log(IRIS_LOG_INFO, "engine", "%s on %s: %d layers, hidden %d, vocab %d; KV cache %d blocks (%d tokens, %.1f MiB, %s), "
              "context %d, %d seqs x %d tokens a step, prefix caching %s", e->dir, e->be->name, tc->num_hidden_layers,
              tc->hidden_size, tc->vocab_size, e->n_blocks, e->n_blocks * IRIS_KV_BLOCK,

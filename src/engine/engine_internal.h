@@ -121,6 +121,9 @@ struct iris_engine {
 void iris_req_emit(iris_request *r, const iris_event *ev);
 /* Drop one reference; frees the request at zero. */
 void iris_req_unref(iris_request *r);
+/* Take page-locked buffers for n requests' images (-1: max_num_seqs) into the backend's pool at
+ * open (iris_engine_opts.host_warm; engine_req.c). */
+void iris_req_warm_host(iris_engine *e, int n);
 /* Free r's bf16 pixel rows (px16), if it holds them. */
 void iris_req_release_px16(iris_engine *e, iris_request *r);
 /* Fail r (error finish, its sequence out of the scheduler); engine thread. */

@@ -6,7 +6,8 @@
  * context-length check; content
  * hashes of the images), the bounded queue into the engine, and the
  * per-request event channel (a callback on the engine thread, or a queue a
- * caller blocks on).
+ * caller blocks on); on a GPU, the page-locked memory of the requests' pixel
+ * rows (made bf16 on the caller's thread; a server's buffers taken at open).
  *
  * Does not: touch the model, the cache or the scheduler (the engine
  * thread's, engine.c). */
@@ -21,6 +22,7 @@
 #include "engine_internal.h"
 #include "clock.h"
 #include "err.h"
+#include "log.h"
 #include "sha256.h"
 
 const char *iris_finish_reason_name(int reason) {
@@ -200,10 +202,8 @@ static int find_images(iris_engine *e, iris_request *r, iris_err *err) {
  * iris_vision_encode_each), made here on the submitting thread, so that the engine thread only
  * starts their copy where it converted them: a 1 MP image's 6.3 M values took 1.0-1.3 ms of each
  * image's encode there (H100).  An engine's requests hold at most IRIS_PX16_CAP bytes of them
- * (engine_internal.h), half
- * of the backend's page-locked pool, so that the image embeddings find room there too; past it, or
- * without such memory, the engine converts at encode time. */
-
+ * (engine_internal.h), half of the backend's page-locked pool, so that the image embeddings find
+ * room there too; past it, or without such memory, the engine converts at encode time. */
 static void pixels_bf16(iris_engine *e, iris_request *r) {
     iris_backend *b = e->be;
     const iris_prompt *p = &r->prompt;
@@ -222,6 +222,40 @@ static void pixels_bf16(iris_engine *e, iris_request *r) {
     }
     iris_backend_f32_to_bf16(h, p->pixel_values, n, 1);
     r->px16 = h, r->px16_bytes = bytes, r->px16_free = b->host_free;
+}
+
+/* Page-locked buffers for n requests' largest images, taken now and handed back to the backend's pool
+ * (cuda_mem.cu), which keeps them: the pixel rows of each (pixels_bf16, within IRIS_PX16_CAP), and
+ * encoder rows for the images a step and the vision worker hold at once.  Taken while requests run
+ * (the first concurrent wave of a server), each cudaMallocHost of a 1 MP image's 13 MB took 5-30 ms
+ * and held the driver's lock, stalling the engine thread's launches: 566 ms of the GPU's idle time in
+ * a 192-image run (H200, 2B-FP8, CUPTI API trace). */
+void iris_req_warm_host(iris_engine *e, int n) {
+    iris_backend *b = e->be;
+    const iris_config *c = &e->model->cfg;
+    if (n < 0) n = e->o.max_num_seqs;
+    if (!e->on_gpu || n < 1 || !b->host_alloc || !b->host_free || !e->model->has_vision || e->max_image_tokens < 1)
+        return;
+    int64_t m = c->vision_config.spatial_merge_size, T = e->max_image_tokens;
+    size_t px = (size_t)(T * m * m) * (size_t)e->model->vision.patch_dim * sizeof(uint16_t);
+    size_t row = (size_t)T * (size_t)c->vision_config.out_hidden_size * sizeof(uint16_t);
+    int n_ds = c->vision_config.n_deepstack, n_px = n, n_out = e->o.max_batch_tokens / (int)T + 1 + IRIS_VW_JOBS;
+    if ((size_t)n_px * px > IRIS_PX16_CAP) n_px = (int)(IRIS_PX16_CAP / px);
+    if (n_out > n) n_out = n;
+    int total = n_px + 2 * n_out, got = 0;  /* an encoder output: its rows, then its DeepStack rows (vision.c) */
+    void **p = calloc((size_t)total, sizeof *p);
+    if (!p) return;
+    double t0 = iris_now_s();
+    size_t bytes = 0;
+    for (int k = 0; k < total; k++) {
+        size_t want = k < n_px ? px : (k - n_px) % 2 == 0 ? row : row * (size_t)(n_ds ? n_ds : 1);
+        if (!(p[k] = b->host_alloc(b, want))) break;
+        got++, bytes += want;
+    }
+    for (int k = 0; k < got; k++) b->host_free(p[k]);
+    free(p);
+    iris_log(IRIS_LOG_INFO, "engine", "page-locked host memory: %d buffers, %.0f MiB for %d requests' images, in %.0f ms%s",
+             got, bytes / 1048576.0, n, (iris_now_s() - t0) * 1e3, got < total ? " (the pool's limit reached)" : "");
 }
 
 void iris_req_release_px16(iris_engine *e, iris_request *r) {

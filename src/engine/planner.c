@@ -437,6 +437,13 @@ static void meta_regions(const plan_in *in, int64_t context, region_list *l) {
     add(l, "meta.block_tables", IRIS_PART_STEP_META, S * ceil_div((uint64_t)context, IRIS_KV_BLOCK_TOKENS) * I32);
 }
 
+/* The vision worker's encoder scratch: the vision users' regions for IRIS_PLAN_WORKER_IMAGES images of
+ * `patches` patches each. */
+static uint64_t worker_scratch(const plan_in *in, int64_t patches) {
+    region_list t = {0};
+    return vision_regions(in, IRIS_PLAN_WORKER_IMAGES * patches, &t);
+}
+
 /* Every part but the KV cache, for a context of `context` tokens (only the
  * block tables depend on it). */
 static void fixed_parts(const plan_in *in, int64_t context, iris_plan *p, region_list *l) {
@@ -458,9 +465,7 @@ static void fixed_parts(const plan_in *in, int64_t context, iris_plan *p, region
     meta_regions(in, context, l);
     add(l, "cublaslt.workspace", IRIS_PART_WORKSPACE, IRIS_PLAN_CUBLASLT_WORKSPACE);
     if (in->worker && !in->s.text_only) {
-        region_list t = {0};
-        add(l, "worker.vision", IRIS_PART_VISION_WORKER,
-            vision_regions(in, IRIS_PLAN_WORKER_IMAGES * p->image_patches, &t));
+        add(l, "worker.vision", IRIS_PART_VISION_WORKER, worker_scratch(in, p->image_patches));
         add(l, "worker.workspace", IRIS_PART_VISION_WORKER, IRIS_PLAN_CUBLASLT_WORKSPACE);
     }
 
@@ -764,8 +769,7 @@ static int worker_wanted(const plan_in *in) {
     if (s->vision_worker == IRIS_WORKER_ON) return 1;
     const iris_vision_config *v = &in->m->cfg.vision_config;
     int64_t patches = iris_plan_image_tokens(v, s->max_image_pixels) * v->spatial_merge_size * v->spatial_merge_size;
-    region_list l = {0};
-    uint64_t bytes = vision_regions(in, IRIS_PLAN_WORKER_IMAGES * patches, &l) + IRIS_PLAN_CUBLASLT_WORKSPACE;
+    uint64_t bytes = worker_scratch(in, patches) + IRIS_PLAN_CUBLASLT_WORKSPACE;
     return s->max_num_seqs > 1 && bytes * 100 <= in->budget * IRIS_PLAN_WORKER_AUTO_PERCENT;
 }
 
