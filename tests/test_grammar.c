@@ -125,6 +125,9 @@ IRIS_TEST(grammar_schema_refuses) {
         {"{\"type\":\"stringy\"}", "stringy"},
         {"{\"type\":\"string\",\"anyOf\":[{\"maxLength\":1}]}", "\"type\" beside \"anyOf\""},
         {"{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "minLength"},
+        /* a whole number past long long's range (fuzz_json_schema's find of 2026-11-28) */
+        {"{\"type\":\"array\",\"maxItems\":5.5e65}", "above 100000"},
+        {"{\"type\":\"array\",\"maxItems\":2.5}", "non-negative integers"},
         {"{nope", "not valid JSON"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -25,6 +25,8 @@
  * pathological schema fails its request at once instead of holding the caller).
  */
 #include <jansson.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -402,13 +404,17 @@ static int compile_object(sc *s, json_t *node) {
 
 /* ---- arrays, strings, integers ---------------------------------------------------------------- */
 
-/* A non-negative integer keyword, or def when absent; -2 when malformed. */
+/* A non-negative integer keyword, or def when absent; -2 when malformed.  A whole number written
+ * as a real past long long's range (5.5e65) is LLONG_MAX: above any limit the callers take. */
 static long long count_kw(json_t *node, const char *k, long long def) {
     json_t *v = json_object_get(node, k);
     if (!v) return def;
     if (json_is_integer(v) && json_integer_value(v) >= 0) return json_integer_value(v);
-    if (json_is_real(v) && json_real_value(v) >= 0 && json_real_value(v) == (double)(long long)json_real_value(v))
-        return (long long)json_real_value(v);
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d >= 9.2e18 && d == floor(d)) return LLONG_MAX;
+        if (d >= 0 && d < 9.2e18 && d == (double)(long long)d) return (long long)d;
+    }
     return -2;
 }
 
