@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "err.h"
 #include "formats/config.h"
 #include "formats/safetensors.h"
 #include "model/text.h"
@@ -205,8 +206,15 @@ IRIS_TEST(gpu_text_tiny_fixtures) {
 /* Decode steps of `ns` sequences (the text scenario's prompt, each sequence in its own blocks,
  * prefilled once), then `steps` greedy decode steps; the logits of every step into out
  * [steps][ns][V], through one runner (graphs: the decode steps may replay graphs); *n_graphs: the
- * graphs the runner kept. */
+ * graphs the runner kept.  decode_run_shrink: a runner for max_seqs sequences, and from step g
+ * only the first max(1, ns - g / shrink) sequences step (their rows of out; the rest stay 0). */
+static int decode_run_shrink(iris_text *t, iris_backend *b, int ns, int steps, int graphs, float *out, int *n_graphs,
+                             int max_seqs, int shrink);
 static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, int graphs, float *out, int *n_graphs) {
+    return decode_run_shrink(t, b, ns, steps, graphs, out, n_graphs, ns, 0);
+}
+static int decode_run_shrink(iris_text *t, iris_backend *b, int ns, int steps, int graphs, float *out, int *n_graphs,
+                             int max_seqs, int shrink) {
     tiny_arr ids, pos;
     if (tiny_load("inputs/text/input_ids.npy", &ids) || tiny_load("inputs/text/position_ids.npy", &pos)) return -1;
     int n = (int)ids.n, V = t->cfg.vocab_size, per = (n + steps + IRIS_KV_BLOCK - 1) / IRIS_KV_BLOCK;
@@ -231,10 +239,12 @@ static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, int grap
         rc = iris_runner_forward(t, b, &kv, &pq, 1, lg + (size_t)s * V, NULL, NULL, &err);
     }
     iris_runner *run = NULL;
-    iris_runner_limits lim = {.max_rows = ns, .max_seqs = ns, .max_context = n + steps, .no_graphs = !graphs};
+    iris_runner_limits lim = {.max_rows = max_seqs, .max_seqs = max_seqs, .max_context = n + steps, .no_graphs = !graphs};
     if (!rc) rc = iris_runner_open(t, b, &kv, &lim, &run, &err);
+    memset(out, 0, sizeof(float) * (size_t)steps * ns * V);
     for (int g = 0; !rc && g < steps; g++) {
-        for (int s = 0; s < ns; s++) {
+        int act = shrink ? (ns - g / shrink > 1 ? ns - g / shrink : 1) : ns;
+        for (int s = 0; s < act; s++) {
             const float *l = lg + (size_t)s * V;
             int best = 0;
             for (int v = 1; v < V; v++) best = l[v] > l[best] ? v : best;
@@ -244,9 +254,10 @@ static int decode_run(iris_text *t, iris_backend *b, int ns, int steps, int grap
                                    .pos = p1 + 3 * s, .pos_stride = 1, .block_table = bt + s * per, .logits_from = 0};
         }
         iris_runner_out o;
-        rc = iris_runner_step(run, q, ns, NULL, &o, &err);
-        if (!rc) memcpy(lg, o.logits, sizeof(float) * (size_t)ns * V);
-        if (!rc) memcpy(out + (size_t)g * ns * V, lg, sizeof(float) * (size_t)ns * V);
+        rc = iris_runner_step(run, q, act, NULL, &o, &err);
+        if (!rc && o.n_rows != act) rc = iris_err_set(&err, IRIS_EINVAL, "%d logits rows for %d sequences", o.n_rows, act);
+        if (!rc) memcpy(lg, o.logits, sizeof(float) * (size_t)act * V);
+        if (!rc) memcpy(out + (size_t)g * ns * V, lg, sizeof(float) * (size_t)act * V);
     }
     if (n_graphs) *n_graphs = iris_runner_n_graphs(run);
     iris_runner_close(run);
@@ -287,6 +298,57 @@ IRIS_TEST(gpu_text_decode_graphs) {
             CHECK(diff == 0);
             free(a), free(g);
         }
+        iris_text_free(&t);
+        iris_st_close(st);
+    }
+    gpu->destroy(gpu);
+}
+/* A batch that shrinks one sequence at a time (7 down to 3, a runner for 8) replays graphs padded
+ * to the plan's batch sizes (8 and 4: two graphs, where a graph a size would be five), and each
+ * sequence's logits agree with the same steps op by op within bf16 noise (1e-2 of the largest: a
+ * padded step's products may take other kernels), with the same greedy token wherever the top-2
+ * margin exceeds twice the distance. */
+IRIS_TEST(gpu_text_decode_graphs_padded) {
+    OPS_NEED_GPU();
+    iris_err err = {0};
+    iris_backend *gpu = NULL;
+    REQUIRE(iris_backend_cuda_open(0, (size_t)512 << 20, &gpu, &err) == 0);
+    static const char *models[] = {"tiny-gqa", "tiny-fp8"};
+    for (int mi = 0; mi < 2; mi++) {
+        iris_st *st = NULL;
+        iris_text t;
+        load_tiny_placed(models[mi], gpu, 0, 0, &st, &t);
+        const int V = t.cfg.vocab_size, steps = 25, ns = 7;
+        size_t n = (size_t)steps * ns * V;
+        float *a = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n);
+        int na = -1, ng = -1;
+        int ra = decode_run_shrink(&t, gpu, ns, steps, 0, a, &na, 8, 5);
+        int rg = decode_run_shrink(&t, gpu, ns, steps, 1, g, &ng, 8, 5);
+        CHECKF(ra == 0 && rg == 0, "%s: decode failed", models[mi]);
+        CHECKF(ng == 2, "%s: %d graphs kept for batches of 7 down to 3 (want 2: 8 and 4)", models[mi], ng);
+        float big = 0, dmax = 0;
+        int tokens = 0, same = 0, bits = 1;
+        for (int st_ = 0; st_ < steps; st_++)
+            for (int s = 0; s < ns; s++) {
+                const float *x = a + ((size_t)st_ * ns + s) * V, *y = g + ((size_t)st_ * ns + s) * V;
+                int bx = 0, by = 0, cx = -1;
+                for (int v = 0; v < V; v++) {
+                    big = fabsf(x[v]) > big ? fabsf(x[v]) : big;
+                    float d = fabsf(x[v] - y[v]);
+                    dmax = d > dmax ? d : dmax;
+                    bits &= x[v] == y[v];
+                    bx = x[v] > x[bx] ? v : bx, by = y[v] > y[by] ? v : by;
+                }
+                for (int v = 0; v < V; v++)
+                    if (v != bx && (cx < 0 || x[v] > x[cx])) cx = v;
+                if (x[bx] == 0 && y[by] == 0) continue; /* a sequence that no longer steps */
+                if (x[bx] - x[cx] > 2 * dmax) tokens++, same += bx == by;
+            }
+        printf("  %s: %d graphs; logits max-abs %.3g of %.3g (%s); greedy %d/%d\n", models[mi], ng, dmax, big,
+               bits ? "same bits" : "other bits", same, tokens);
+        CHECK(dmax <= 1e-2f * big);
+        CHECK(tokens > 0 && same == tokens);
+        free(a), free(g);
         iris_text_free(&t);
         iris_st_close(st);
     }

@@ -20,10 +20,15 @@
  *
  * Graphs: a step whose rows are all decode rows (one new token a sequence, no image rows, no
  * trace) on a backend with graph hooks is recorded once and replayed: the ~13 kernels of each
- * layer then cost one launch.  The table width is rounded up to IRIS_ATTN_PLAN_BLOCKS blocks
- * (columns past a sequence's blocks are never read: the kernels take each row's context from
- * the metadata), and a graph is kept per (sequences, logits rows, width, cache), GRAPH_SLOTS of
- * them, least recently used out.
+ * layer then cost one launch.  Its sequences are padded up to the plan's next decode batch size
+ * (iris_plan_graph_buckets) with placeholder rows — token 0 at position 0, one visible key in
+ * block 0, no cache slot (the cache writes skip it), logits computed and never read — so a batch
+ * that shrinks one sequence at a time replays a few graphs instead of recording one a size: H200,
+ * 2B-FP8, 192 images at 64 clients, the decode steps of 63 down to 2 sequences took 7-14 ms
+ * each against 5 ms for 64 (a recording: ~370 launches, cuBLASLt's choices, instantiation).
+ * The table width is rounded up to IRIS_ATTN_PLAN_BLOCKS blocks (columns past a sequence's
+ * blocks are never read: the kernels take each row's context from the metadata), and a graph is
+ * kept per (sequences, logits rows, width, cache), GRAPH_SLOTS of them, least recently used out.
  *
  * Constrained rows (a grammar's token mask, runner.h iris_runner_sampling.mask): the mask of
  * step t's row depends on the token drawn at step t - 1, which the forward of step t already
@@ -43,6 +48,7 @@
  * caller's sampler reports the failure; a whole row (logprobs, ties past the candidates) comes
  * back unmasked and the host sampler applies the mask it already has. */
 #include "engine/runner.h"
+#include "engine/planner.h"
 #include "clock.h"
 
 #include <math.h>
@@ -99,6 +105,11 @@ struct iris_runner {
     graph_slot slot[GRAPH_SLOTS];
     uint64_t tick;
     int graphs_broken;          /* a capture failed: plain steps from then on */
+    /* decode steps padded to graph batch sizes (file comment) */
+    int bucket[IRIS_PLAN_MAX_GRAPHS], n_buckets;
+    iris_text_seq *padded;      /* [S]: a padded step's sequences */
+    iris_text_seq pad;          /* the placeholder sequence */
+    int32_t pad_tok, pad_pos[3], pad_bt[1];
 };
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -129,7 +140,7 @@ void iris_runner_close(iris_runner *r) {
         if (r->slot[i].graph) r->b->graph_free(r->slot[i].graph);
     if (r->dev) r->b->free(r->b, r->dev);
     free(r->hm), free(r->logits), free(r->top_ids), free(r->top_vals), free(r->whole), free(r->trace_h);
-    free(r->run0), free(r->mrow);
+    free(r->run0), free(r->mrow), free(r->padded);
     if (r->emb_pinned) r->b->host_free(r->h_emb);
     else free(r->h_emb);
     if (r->mask_pinned) r->b->host_free(r->h_mask);
@@ -159,6 +170,10 @@ int iris_runner_open(const iris_text *t, iris_backend *b, iris_kv_cache *kv, con
     r->whole = malloc(L * sizeof(int));
     r->run0 = malloc(2 * S * sizeof(int));
     r->mrow = malloc(L * sizeof(int));
+    r->padded = malloc(S * sizeof *r->padded);
+    r->n_buckets = iris_plan_graph_buckets(lim->max_seqs, r->bucket);
+    r->pad = (iris_text_seq){.n_new = 1, .tokens = &r->pad_tok, .pos = r->pad_pos, .pos_stride = 1,
+                             .block_table = r->pad_bt};
     r->words = (c->vocab_size + 31) / 32;
     size_t mask_b = lim->masks ? (L + L * (size_t)r->words) * sizeof(uint32_t) : 0;
     r->h_mask = mask_b && b->host_alloc ? b->host_alloc(b, mask_b) : NULL;
@@ -169,7 +184,7 @@ int iris_runner_open(const iris_text *t, iris_backend *b, iris_kv_cache *kv, con
     r->h_emb = emb_b && b->host_alloc ? b->host_alloc(b, emb_b) : NULL;
     r->emb_pinned = r->h_emb != NULL;
     if (emb_b && !r->h_emb) r->h_emb = malloc(emb_b);
-    if (!r->hm || !r->logits || !r->top_ids || !r->top_vals || !r->whole || !r->run0 || !r->mrow ||
+    if (!r->hm || !r->logits || !r->top_ids || !r->top_vals || !r->whole || !r->run0 || !r->mrow || !r->padded ||
         (mask_b && !r->h_mask) || (lim->trace && !r->trace_h) || (emb_b && !r->h_emb)) {
         iris_runner_close(r);
         return iris_err_set(err, IRIS_ENOMEM, "runner: out of host memory for %zu logits rows", L);
@@ -305,7 +320,7 @@ static size_t pack_meta(iris_runner *r, const iris_text_seq *seqs, int n_seqs, s
             for (int d = 0; d < 3; d++) h_pos[(size_t)d * R + row] = sq->pos[(size_t)d * sq->pos_stride + i];
             h_seq[row] = s;
             h_ctx[row] = j + 1;
-            h_slot[row] = sq->block_table[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+            h_slot[row] = sq->block_table == r->pad_bt ? -1 : sq->block_table[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
             if (i >= sq->logits_from) h_lrow[li++] = row;
             if (is_image(r->t, sq, sq->tokens[i])) h_img[ii++] = row, r->run_n[s]++;
         }
@@ -500,7 +515,19 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
     int rc = shape_of(r, seqs, n_seqs, &sh, err);
     if (rc || sh.R == 0) return rc;
     int use_graph = b->graph_begin && !r->lim.no_graphs && !trace && sh.n_img == 0 && sh.R == n_seqs && !r->graphs_broken;
-    if (use_graph) sh.max_blocks = (sh.max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
+    const int n_logits = sh.n_logits; /* the callers' rows; a padded step computes more */
+    if (use_graph) {
+        sh.max_blocks = (sh.max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
+        int want = n_seqs;
+        for (int i = 0; i < r->n_buckets && want == n_seqs; i++)
+            if (r->bucket[i] > n_seqs) want = r->bucket[i];
+        if (want > n_seqs && want <= r->lim.max_rows && want - n_seqs + sh.n_logits <= r->lim.max_logits) {
+            memcpy(r->padded, seqs, sizeof *seqs * (size_t)n_seqs);
+            for (int i = n_seqs; i < want; i++) r->padded[i] = r->pad;
+            sh.R += want - n_seqs, sh.n_logits += want - n_seqs;
+            seqs = r->padded, n_seqs = want;
+        }
+    }
     size_t ints = pack_meta(r, seqs, n_seqs, &sh);
 
     const act_layout al = r->al;
@@ -531,19 +558,19 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
     rc = use_graph ? forward_graph(r, &x, n_seqs, sh.max_blocks, err)
                    : iris_text_forward(r->t, b, r->kv, &x, trace, ud, err);
     if (rc) return rc;
-    int k = trace ? 0 : top_k_of(r, smp, sh.n_logits), n_regions = 0, n_masked = 0;
+    int k = trace ? 0 : top_k_of(r, smp, n_logits), n_regions = 0, n_masked = 0;
     double mask_s = 0;
-    if (!trace && smp && smp->masked && smp->mask && sh.n_logits > 0) {
+    if (!trace && smp && smp->masked && smp->mask && n_logits > 0) {
         if (!r->h_mask) return iris_err_set(err, IRIS_EINVAL, "runner: constrained rows, but opened without masks");
         double a = iris_now_s();
-        n_regions = masks_of(r, smp, sh.n_logits, &n_masked);
+        n_regions = masks_of(r, smp, n_logits, &n_masked);
         mask_s = n_regions ? iris_now_s() - a : 0;
     }
-    if (sh.n_logits > 0 && logits_out(r, sh.n_logits, smp, k, k > 0 && n_masked ? n_regions : 0))
+    if (n_logits > 0 && logits_out(r, n_logits, smp, k, k > 0 && n_masked ? n_regions : 0))
         return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
     if (b->sync(b)) return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
     *out = (iris_runner_out){.k = k, .whole = r->whole, .ids = r->top_ids, .vals = r->top_vals,
-                             .logits = r->logits, .n_rows = sh.n_logits, .n_masked = k > 0 ? r->n_masked : 0,
+                             .logits = r->logits, .n_rows = n_logits, .n_masked = k > 0 ? r->n_masked : 0,
                              .mask_s = mask_s};
     return IRIS_OK;
 }

@@ -1,10 +1,11 @@
 /* cuda_rope.cu: rotary position embedding in place (text MRoPE and the
  * vision 2-D rotary), and the paged KV-cache write.
  *
- * rope — one block per row, a thread per two adjacent pairs (j, j+1 <
- * head_dim/2), rotating x[j] and x[j + head_dim/2] (NeoX pairing, QWEN3VL.md
- * §5.3, §6.4); the tables and the row's positions staged in shared memory.
- * Memory-bound (each element read and written once; one sincosf a pair).
+ * rope — one block per row, a thread per 8 adjacent pairs j .. j+7 <
+ * head_dim/2 (2 where the rows are not 16-byte aligned), rotating x[j] and
+ * x[j + head_dim/2] (NeoX pairing, QWEN3VL.md §5.3, §6.4); the tables, the row's positions and its angles' cosines and
+ * sines (one sincosf a frequency, shared by the row's heads) in shared memory.
+ * Memory-bound (each element read and written once).
  * The per-frequency tables (which position row feeds frequency j, and
  * inv_freq[j]) travel by value in the kernel's parameters: no copy, so the
  * op can sit in a captured graph.  Numerics: angle = fp32(pos) ·
@@ -26,30 +27,47 @@ struct rope_tables {
 };
 
 /* One block per row (grid-stride over rows): the row's positions and the frequency tables are
- * staged in shared memory (the parameter tables indexed by a lane-varying j would serialize),
- * and each thread rotates two adjacent pairs (bf16x2 loads) with 32-bit index arithmetic. */
+ * staged in shared memory (the parameter tables indexed by a lane-varying j would serialize), the
+ * row's angles' cosines and sines computed once for all its heads, and each thread rotates VEC
+ * adjacent pairs (VEC 8: 16-byte loads and stores) with 32-bit index arithmetic.  H200, the 2B's
+ * vision q and k (4,096 rows, 32 heads of 64): a sincosf per head and pair, bf16x2 loads, 10 us. */
+template <int VEC>
 __global__ void __launch_bounds__(256) k_rope(bf16 *x, int64_t ldx, int64_t rows, int n_heads, int half,
                                               const int32_t *pos, int pos_stride, const rope_tables t) {
     __shared__ float s_inv[ROPE_MAX_HALF];
     __shared__ int s_dim[ROPE_MAX_HALF];
     __shared__ float s_pos[ROPE_MAX_DIMS];
+    __shared__ float s_cos[ROPE_MAX_HALF], s_sin[ROPE_MAX_HALF];
     for (int j = threadIdx.x; j < half; j += blockDim.x) s_inv[j] = t.inv_freq[j], s_dim[j] = t.dim_of[j];
-    int units = n_heads * (half / 2);
+    int per_head = half / VEC, units = n_heads * per_head;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        __syncthreads();   /* the tables are in; the previous row's positions are no longer read */
+        __syncthreads();   /* the tables are in; the previous row's angles are no longer read */
         if (threadIdx.x < t.n_dims) s_pos[threadIdx.x] = (float)pos[(int64_t)threadIdx.x * pos_stride + r];
+        __syncthreads();
+        for (int j = threadIdx.x; j < half; j += blockDim.x) sincosf(s_pos[s_dim[j]] * s_inv[j], &s_sin[j], &s_cos[j]);
         __syncthreads();
         bf16 *xr = x + r * ldx;
         for (int u = threadIdx.x; u < units; u += blockDim.x) {
-            int h = u / (half / 2), j = 2 * (u - h * (half / 2));
+            int h = u / per_head, j = VEC * (u - h * per_head);
             bf16 *xh = xr + h * 2 * half + j;
-            __nv_bfloat162 *p0 = (__nv_bfloat162 *)xh, *p1 = (__nv_bfloat162 *)(xh + half);
-            float2 a = __bfloat1622float2(*p0), b = __bfloat1622float2(*p1);
-            float sn0, cs0, sn1, cs1;
-            sincosf(s_pos[s_dim[j]] * s_inv[j], &sn0, &cs0);
-            sincosf(s_pos[s_dim[j + 1]] * s_inv[j + 1], &sn1, &cs1);
-            *p0 = __floats2bfloat162_rn(a.x * cs0 - b.x * sn0, a.y * cs1 - b.y * sn1);
-            *p1 = __floats2bfloat162_rn(b.x * cs0 + a.x * sn0, b.y * cs1 + a.y * sn1);
+            if (VEC == 8) {
+                uint4 va = *(const uint4 *)xh, vb = *(const uint4 *)(xh + half);
+                __nv_bfloat162 *a2 = (__nv_bfloat162 *)&va, *b2 = (__nv_bfloat162 *)&vb;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    float2 a = __bfloat1622float2(a2[k]), b = __bfloat1622float2(b2[k]);
+                    float c0 = s_cos[j + 2 * k], s0 = s_sin[j + 2 * k], c1 = s_cos[j + 2 * k + 1], s1 = s_sin[j + 2 * k + 1];
+                    a2[k] = __floats2bfloat162_rn(a.x * c0 - b.x * s0, a.y * c1 - b.y * s1);
+                    b2[k] = __floats2bfloat162_rn(b.x * c0 + a.x * s0, b.y * c1 + a.y * s1);
+                }
+                *(uint4 *)xh = va, *(uint4 *)(xh + half) = vb;
+            } else {
+                __nv_bfloat162 *p0 = (__nv_bfloat162 *)xh, *p1 = (__nv_bfloat162 *)(xh + half);
+                float2 a = __bfloat1622float2(*p0), b = __bfloat1622float2(*p1);
+                float c0 = s_cos[j], s0 = s_sin[j], c1 = s_cos[j + 1], s1 = s_sin[j + 1];
+                *p0 = __floats2bfloat162_rn(a.x * c0 - b.x * s0, a.y * c1 - b.y * s1);
+                *p1 = __floats2bfloat162_rn(b.x * c0 + a.x * s0, b.y * c1 + a.y * s1);
+            }
         }
     }
 }
@@ -102,8 +120,12 @@ int iris_cuda_rope(iris_backend *b, iris_tensor *x, int n_heads, int head_dim, c
     if (half % 2 == 0 && tld(x) % 2 == 0 && ((uintptr_t)x->data & 3) == 0 && t.n_dims <= ROPE_MAX_DIMS &&
         (int64_t)n_heads * half < (1ll << 30)) {
         int64_t blocks = x->rows < 65536 ? x->rows : 65536;
-        int units = n_heads * (half / 2), threads = units >= 256 ? 256 : (units + 31) / 32 * 32;
-        k_rope<<<(unsigned)blocks, threads, 0, st>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos, pos_stride, t);
+        int vec = half % 8 == 0 && tld(x) % 8 == 0 && ((uintptr_t)x->data & 15) == 0 ? 8 : 2;
+        int units = n_heads * (half / vec), threads = units >= 256 ? 256 : (units + 31) / 32 * 32;
+        if (vec == 8)
+            k_rope<8><<<(unsigned)blocks, threads, 0, st>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos, pos_stride, t);
+        else
+            k_rope<2><<<(unsigned)blocks, threads, 0, st>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos, pos_stride, t);
     } else {
         int64_t total = x->rows * n_heads * half;
         k_rope_any<<<grid_for(total, 256), 256, 0, st>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos,
