@@ -46,6 +46,8 @@ IRIS_TEST(gpu_ops_norm) {
     check_norm(29, 1024, 1024, 1);
     check_norm(7, 131, 140, 1);
     check_norm(4, 4096, 4096, 1);
+    check_norm(300, 1024, 1024, 1);        /* the vision encoder's rows: kept in registers */
+    check_norm(257, 2048, 2048 + 64, 1);
 }
 
 enum { EW_ADD, EW_SILU_MUL, EW_GELU_TANH, EW_GELU_ERF };

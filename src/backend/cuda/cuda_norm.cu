@@ -4,7 +4,9 @@
  * as in decode, a block of 256 threads per row); lanes stride over the
  * row (8 elements a lane per step, 16-byte loads, when the row allows it).
  * Memory-bound: the row is read twice (RMS) or three times (LayerNorm: mean,
- * then the centred variance, then the output), the later passes from L1/L2.
+ * then the centred variance, then the output), the later passes from L1/L2;
+ * a LayerNorm of 1,024 or 2,048 columns with BF16 weights (the vision
+ * encoder's) keeps the row in registers and reads it once.
  * Numerics: statistics in fp32 (two-pass variance); RMSNorm rounds like
  * Qwen3VLTextRMSNorm, w · bf16(x · rsqrt(mean(x²) + eps)) then bf16
  * (QWEN3VL.md §6.2); LayerNorm rounds once, as F.layer_norm in bf16 (§5). */
@@ -128,6 +130,47 @@ __global__ void __launch_bounds__(NB) k_norm_block(const bf16 *x, int64_t ldx, b
     }
 }
 
+/* LayerNorm of rows of NV · 256 elements with BF16 weight and bias (the vision encoder's): the
+ * row stays in the lane's registers (one read), the weights come in 16-byte loads; the sums in
+ * k_norm<1, 1>'s order. */
+template <int NV>
+__global__ void k_layer_norm_reg(const bf16 *x, int64_t ldx, bf16 *y, int64_t ldy, int64_t rows, const bf16 *w,
+                                 const bf16 *bias, float eps) {
+    int64_t r = (int64_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32;
+    if (r >= rows) return;
+    const int lane = threadIdx.x & 31, d = NV * 256;
+    const bf16 *xr = x + r * ldx;
+    bf16 *yr = y + r * ldy;
+    uint4 u[NV];
+    float s = 0;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        u[j] = *(const uint4 *)(xr + lane * 8 + j * 256);
+        const bf16 *e = (const bf16 *)&u[j];
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += bf2f(e[k]);
+    }
+    const float mean = warp_sum(s) / (float)d;
+    float c = 0;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const bf16 *e = (const bf16 *)&u[j];
+#pragma unroll
+        for (int k = 0; k < 8; k++) c += (bf2f(e[k]) - mean) * (bf2f(e[k]) - mean);
+    }
+    const float inv = rsqrtf(warp_sum(c) / (float)d + eps);
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int i = lane * 8 + j * 256;
+        uint4 wv = *(const uint4 *)(w + i), bv = *(const uint4 *)(bias + i);
+        const bf16 *e = (const bf16 *)&u[j], *we = (const bf16 *)&wv, *be = (const bf16 *)&bv;
+        bf16 o[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) o[k] = f2bf((bf2f(e[k]) - mean) * inv * bf2f(we[k]) + bf2f(be[k]));
+        *(uint4 *)(yr + i) = *(const uint4 *)o;
+    }
+}
+
 static int norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const iris_tensor *bias, float eps,
                 iris_tensor *y, int layer) {
     const char *what = layer ? "layer_norm" : "rms_norm";
@@ -150,7 +193,16 @@ static int norm(iris_backend *b, const iris_tensor *x, const iris_tensor *w, con
 #define NORMB_LAUNCH(V, L)                                                                                             \
     k_norm_block<V, L><<<(unsigned)x->rows, NB, 0, s>>>((const bf16 *)x->data, ldx, (bf16 *)y->data, ldy, x->cols, w->data, \
                                                         w->dtype, bp, bdt, eps)
-    if (x->rows <= 128 && x->cols >= 1024) {
+    int reg = layer && vec && bias && w->dtype == IRIS_DT_BF16 && bias->dtype == IRIS_DT_BF16 && is_aligned16(w->data) &&
+              is_aligned16(bias->data) && (x->cols == 1024 || x->cols == 2048) && x->rows > 128;
+    if (reg) {
+        if (x->cols == 1024)
+            k_layer_norm_reg<4><<<blocks, NORM_WARPS * 32, 0, s>>>((const bf16 *)x->data, ldx, (bf16 *)y->data, ldy,
+                                                                   x->rows, (const bf16 *)w->data, (const bf16 *)bp, eps);
+        else
+            k_layer_norm_reg<8><<<blocks, NORM_WARPS * 32, 0, s>>>((const bf16 *)x->data, ldx, (bf16 *)y->data, ldy,
+                                                                   x->rows, (const bf16 *)w->data, (const bf16 *)bp, eps);
+    } else if (x->rows <= 128 && x->cols >= 1024) {
         if (layer) {
             if (vec) NORMB_LAUNCH(1, 1);
             else NORMB_LAUNCH(0, 1);
