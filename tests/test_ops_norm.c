@@ -125,7 +125,7 @@ IRIS_TEST(gpu_ops_rope) {
     check_rope(23, 5, 128, 5 * 128, 3, 40000);   /* text MRoPE */
     check_rope(41, 16, 64, 3 * 16 * 64, 2, 64);  /* vision: q inside the qkv row */
     check_rope(3, 2, 128, 2 * 128 + 8, 3, 262144);
-    check_rope(70000, 1, 8, 8, 2, 64);           /* more rows than blocks: the grid strides */
+    check_rope(530000, 1, 8, 8, 2, 64);          /* more row groups than blocks: the grid strides */
     check_rope(7, 3, 6, 3 * 6 + 1, 2, 64);       /* odd half, odd row width: the general kernel */
 }
 

@@ -1,7 +1,7 @@
 /* cuda_rope.cu: rotary position embedding in place (text MRoPE and the
  * vision 2-D rotary), and the paged KV-cache write.
  *
- * rope — one block per row, a thread per 8 adjacent pairs j .. j+7 <
+ * rope — 8 rows a block, a thread per 8 adjacent pairs j .. j+7 <
  * head_dim/2 (2 where the rows are not 16-byte aligned), rotating x[j] and
  * x[j + head_dim/2] (NeoX pairing, QWEN3VL.md §5.3, §6.4); the tables, the row's positions and its angles' cosines and
  * sines (one sincosf a frequency, shared by the row's heads) in shared memory.
@@ -26,38 +26,47 @@ struct rope_tables {
     int n_dims;     /* position rows the tables name (max dim_of + 1) */
 };
 
-/* One block per row (grid-stride over rows): the row's positions and the frequency tables are
- * staged in shared memory (the parameter tables indexed by a lane-varying j would serialize), the
- * row's angles' cosines and sines computed once for all its heads, and each thread rotates VEC
+/* ROPE_RB rows a block (grid-stride over row groups): the rows' positions and the frequency tables
+ * are staged in shared memory (the parameter tables indexed by a lane-varying j would serialize),
+ * each row's angles' cosines and sines computed once for all its heads, and each thread rotates VEC
  * adjacent pairs (VEC 8: 16-byte loads and stores) with 32-bit index arithmetic.  H200, the 2B's
- * vision q and k for two 1 MP images beside the decoder's steps (64 clients): 96 us a call with a
- * sincosf a head and pair and bf16x2 loads, 60 us so. */
+ * vision q and k for two 1 MP images beside the decoder's steps (64 clients, CUPTI): a block a row
+ * with a sincosf a head and pair and bf16x2 loads 96 us a call; a block a row 60-70 us; 8 rows a
+ * block 45 us. */
+#define ROPE_RB 8
 template <int VEC>
 __global__ void __launch_bounds__(256) k_rope(bf16 *x, int64_t ldx, int64_t rows, int n_heads, int half,
                                               const int32_t *pos, int pos_stride, const rope_tables t) {
     __shared__ float s_inv[ROPE_MAX_HALF];
     __shared__ int s_dim[ROPE_MAX_HALF];
-    __shared__ float s_pos[ROPE_MAX_DIMS];
-    __shared__ float s_cos[ROPE_MAX_HALF], s_sin[ROPE_MAX_HALF];
+    __shared__ float s_pos[ROPE_RB][ROPE_MAX_DIMS];
+    __shared__ float s_cos[ROPE_RB][ROPE_MAX_HALF], s_sin[ROPE_RB][ROPE_MAX_HALF];
     for (int j = threadIdx.x; j < half; j += blockDim.x) s_inv[j] = t.inv_freq[j], s_dim[j] = t.dim_of[j];
-    int per_head = half / VEC, units = n_heads * per_head;
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        __syncthreads();   /* the tables are in; the previous row's angles are no longer read */
-        if (threadIdx.x < t.n_dims) s_pos[threadIdx.x] = (float)pos[(int64_t)threadIdx.x * pos_stride + r];
+    const int per_head = half / VEC, units = n_heads * per_head;
+    for (int64_t r0 = (int64_t)blockIdx.x * ROPE_RB; r0 < rows; r0 += (int64_t)gridDim.x * ROPE_RB) {
+        const int nr = rows - r0 < ROPE_RB ? (int)(rows - r0) : ROPE_RB;
+        __syncthreads();   /* the tables are in; the previous rows' angles are no longer read */
+        for (int i = threadIdx.x; i < nr * t.n_dims; i += blockDim.x) {
+            int rr = i / t.n_dims, d = i - rr * t.n_dims;
+            s_pos[rr][d] = (float)pos[(int64_t)d * pos_stride + r0 + rr];
+        }
         __syncthreads();
-        for (int j = threadIdx.x; j < half; j += blockDim.x) sincosf(s_pos[s_dim[j]] * s_inv[j], &s_sin[j], &s_cos[j]);
+        for (int i = threadIdx.x; i < nr * half; i += blockDim.x) {
+            int rr = i / half, j = i - rr * half;
+            sincosf(s_pos[rr][s_dim[j]] * s_inv[j], &s_sin[rr][j], &s_cos[rr][j]);
+        }
         __syncthreads();
-        bf16 *xr = x + r * ldx;
-        for (int u = threadIdx.x; u < units; u += blockDim.x) {
-            int h = u / per_head, j = VEC * (u - h * per_head);
-            bf16 *xh = xr + h * 2 * half + j;
+        for (int i = threadIdx.x; i < nr * units; i += blockDim.x) {
+            const int rr = i / units, u = i - rr * units, h = u / per_head, j = VEC * (u - h * per_head);
+            const float *cs = s_cos[rr], *sn = s_sin[rr];
+            bf16 *xh = x + (r0 + rr) * ldx + h * 2 * half + j;
             if (VEC == 8) {
                 uint4 va = *(const uint4 *)xh, vb = *(const uint4 *)(xh + half);
                 __nv_bfloat162 *a2 = (__nv_bfloat162 *)&va, *b2 = (__nv_bfloat162 *)&vb;
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
                     float2 a = __bfloat1622float2(a2[k]), b = __bfloat1622float2(b2[k]);
-                    float c0 = s_cos[j + 2 * k], s0 = s_sin[j + 2 * k], c1 = s_cos[j + 2 * k + 1], s1 = s_sin[j + 2 * k + 1];
+                    float c0 = cs[j + 2 * k], s0 = sn[j + 2 * k], c1 = cs[j + 2 * k + 1], s1 = sn[j + 2 * k + 1];
                     a2[k] = __floats2bfloat162_rn(a.x * c0 - b.x * s0, a.y * c1 - b.y * s1);
                     b2[k] = __floats2bfloat162_rn(b.x * c0 + a.x * s0, b.y * c1 + a.y * s1);
                 }
@@ -65,7 +74,7 @@ __global__ void __launch_bounds__(256) k_rope(bf16 *x, int64_t ldx, int64_t rows
             } else {
                 __nv_bfloat162 *p0 = (__nv_bfloat162 *)xh, *p1 = (__nv_bfloat162 *)(xh + half);
                 float2 a = __bfloat1622float2(*p0), b = __bfloat1622float2(*p1);
-                float c0 = s_cos[j], s0 = s_sin[j], c1 = s_cos[j + 1], s1 = s_sin[j + 1];
+                float c0 = cs[j], s0 = sn[j], c1 = cs[j + 1], s1 = sn[j + 1];
                 *p0 = __floats2bfloat162_rn(a.x * c0 - b.x * s0, a.y * c1 - b.y * s1);
                 *p1 = __floats2bfloat162_rn(b.x * c0 + a.x * s0, b.y * c1 + a.y * s1);
             }
@@ -119,14 +128,13 @@ int iris_cuda_rope(iris_backend *b, iris_tensor *x, int n_heads, int head_dim, c
     }
     cudaStream_t st = cuda_of(b)->stream;
     if (half % 2 == 0 && tld(x) % 2 == 0 && ((uintptr_t)x->data & 3) == 0 && t.n_dims <= ROPE_MAX_DIMS &&
-        (int64_t)n_heads * half < (1ll << 30)) {
-        int64_t blocks = x->rows < 65536 ? x->rows : 65536;
+        (int64_t)n_heads * half < (1ll << 26)) {
+        int64_t groups = (x->rows + ROPE_RB - 1) / ROPE_RB, blocks = groups < 65536 ? groups : 65536;
         int vec = half % 8 == 0 && tld(x) % 8 == 0 && ((uintptr_t)x->data & 15) == 0 ? 8 : 2;
-        int units = n_heads * (half / vec), threads = units >= 256 ? 256 : (units + 31) / 32 * 32;
         if (vec == 8)
-            k_rope<8><<<(unsigned)blocks, threads, 0, st>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos, pos_stride, t);
+            k_rope<8><<<(unsigned)blocks, 256, 0, st>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos, pos_stride, t);
         else
-            k_rope<2><<<(unsigned)blocks, threads, 0, st>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos, pos_stride, t);
+            k_rope<2><<<(unsigned)blocks, 256, 0, st>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos, pos_stride, t);
     } else {
         int64_t total = x->rows * n_heads * half;
         k_rope_any<<<grid_for(total, 256), 256, 0, st>>>((bf16 *)x->data, tld(x), x->rows, n_heads, half, pos,
