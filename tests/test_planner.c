@@ -480,6 +480,16 @@ IRIS_TEST(planner_formulas) {
     n = iris_plan_graph_buckets(4096, b);
     CHECK(n <= IRIS_PLAN_MAX_GRAPHS);
     CHECK_EQ_INT(b[n - 1], 4096);
+    /* a decode step runs as the smallest listed size that holds it: a listed size as it is */
+    n = iris_plan_graph_buckets(64, b);
+    static const int steps[][2] = {{1, 1},  {2, 2},   {3, 4},   {5, 8},   {8, 8},
+                                   {9, 16}, {16, 16}, {17, 24}, {57, 64}, {64, 64}};
+    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++)
+        CHECK_EQ_INT(iris_plan_graph_pick(b, n, steps[i][0]), steps[i][1]);
+    n = iris_plan_graph_buckets(5, b); /* 1, 2, 4, 5 */
+    CHECK_EQ_INT(iris_plan_graph_pick(b, n, 5), 5);
+    CHECK_EQ_INT(iris_plan_graph_pick(b, n, 3), 4);
+    CHECK_EQ_INT(iris_plan_graph_pick(b, n, 6), 6); /* past the largest: as it is */
 }
 
 /* The image bound against the real smart_resize over many shapes. */

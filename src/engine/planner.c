@@ -97,6 +97,12 @@ int iris_plan_graph_buckets(int max_num_seqs, int out[IRIS_PLAN_MAX_GRAPHS]) {
     return n;
 }
 
+int iris_plan_graph_pick(const int *buckets, int n_buckets, int n) {
+    int pick = n;
+    for (int i = n_buckets - 1; i >= 0 && buckets[i] >= n; i--) pick = buckets[i];
+    return pick;
+}
+
 const char *iris_plan_part_name(int part) {
     static const char *names[IRIS_PART_COUNT] = {
         "weights", "dense weights", "kv cache", "activations", "image embeddings", "sampling",

@@ -321,6 +321,9 @@ int64_t iris_plan_video_pixels(const iris_vision_config *v, int64_t max_video_pi
 /* The decode batch-size buckets captured as graphs: 1, 2, 4, 8, then every
  * multiple of 8 up to max_num_seqs, and max_num_seqs itself.  Returns the count. */
 int iris_plan_graph_buckets(int max_num_seqs, int out[IRIS_PLAN_MAX_GRAPHS]);
+/* The batch size a decode step of n sequences runs as (the runner pads it): the smallest of the
+ * n_buckets sizes that holds n, or n itself past the largest. */
+int iris_plan_graph_pick(const int *buckets, int n_buckets, int n);
 
 /* 1 when m's stored lm_head can be quantized at load (BF16 or F32). */
 int iris_plan_lm_head_quantizable(const iris_plan_model *m);

@@ -518,8 +518,7 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
     const int n_logits = sh.n_logits; /* the callers' rows; a padded step computes more */
     if (use_graph) {
         sh.max_blocks = (sh.max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
-        int want = n_seqs; /* the smallest batch size that holds the step */
-        for (int i = r->n_buckets - 1; i >= 0 && r->bucket[i] >= n_seqs; i--) want = r->bucket[i];
+        int want = iris_plan_graph_pick(r->bucket, r->n_buckets, n_seqs);
         if (want > n_seqs && want <= r->lim.max_rows && want - n_seqs + sh.n_logits <= r->lim.max_logits) {
             memcpy(r->padded, seqs, sizeof *seqs * (size_t)n_seqs);
             for (int i = n_seqs; i < want; i++) r->padded[i] = r->pad;
