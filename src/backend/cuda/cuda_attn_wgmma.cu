@@ -196,12 +196,28 @@ static __device__ __forceinline__ void store_rows(const iris_flash_args &a, cons
     }
 }
 
-template <int NT>
-static __device__ __forceinline__ void stage_rows(uint32_t dst, const bf16 *src, int64_t ld, int n, int have) {
-    for (int i = threadIdx.x; i < n * 8; i += NT) {
-        int r = i >> 3, c = i & 7;
-        bool in = r < have;
-        cp_async16(dst + sw128(r, c), src + (in ? (int64_t)r * ld : 0) + c * 8, in ? 16 : 0);
+/* Rows [0, N) of a head's 64 columns (rows of ld elements at src) into the swizzled tile at shared
+ * address dst, rows from `have` on zeros.  Thread i copies 16-byte piece i % 8 of rows i / 8,
+ * i / 8 + NT / 8, ...: with NT a multiple of 64 a thread's rows share their row % 8, so its pieces
+ * lie at one swizzled offset plus whole 8-row groups, an address add a copy.  H200, 8 segments of
+ * 4,096 rows: the per-piece index arithmetic was ~40% of the kernel's issued instructions (ncu). */
+template <int NT, int N>
+static __device__ __forceinline__ void stage_rows(uint32_t dst, const bf16 *src, int64_t ld, int have) {
+    static_assert(NT % 64 == 0 && N % (NT / 8) == 0, "a thread's rows share row % 8");
+    constexpr int RS = NT / 8;
+    const int r = threadIdx.x >> 3, c = threadIdx.x & 7;
+    const uint32_t d = dst + sw128(r, c);
+    const bf16 *p = src + (int64_t)r * ld + c * 8;
+    const int64_t step = (int64_t)RS * ld;
+    if (have >= N) {
+#pragma unroll
+        for (int k = 0; k < N / RS; k++) cp_async16(d + (uint32_t)(k * RS * 128), p + k * step, 16);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N / RS; k++) {
+            bool in = r + k * RS < have;
+            cp_async16(d + (uint32_t)(k * RS * 128), in ? p + k * step : src, in ? 16 : 0);
+        }
     }
 }
 #endif
@@ -229,12 +245,12 @@ __global__ void __launch_bounds__(WGS * 128, WGS == 1 ? 3 : 1) k_attn_wgmma(iris
     const int r0 = kbase + ((int)blockIdx.x - a.seg_tile[sg]) * MQ, rend = min(r0 + MQ, a.seg_row[sg + 1]);
     const bf16 *kh = a.k + (int64_t)kbase * a.ldk + (int64_t)h * WG_HD, *vh = a.v + (int64_t)kbase * a.ldk + (int64_t)h * WG_HD;
 
-    stage_rows<NT>(s_q, a.q + (int64_t)r0 * a.ldq + (int64_t)h * WG_HD, a.ldq, MQ, rend - r0);
+    stage_rows<NT, MQ>(s_q, a.q + (int64_t)r0 * a.ldq + (int64_t)h * WG_HD, a.ldq, rend - r0);
     auto stage_kv = [&](int j0, int st) {
         uint32_t ks = s_q + (uint32_t)(L::q + (size_t)st * 2 * L::kv), vs = ks + (uint32_t)L::kv;
         int have = min(BK, n_keys - j0);
-        stage_rows<NT>(ks, kh + (int64_t)j0 * a.ldk, a.ldk, BK, have);
-        stage_rows<NT>(vs, vh + (int64_t)j0 * a.ldk, a.ldk, BK, have);
+        stage_rows<NT, BK>(ks, kh + (int64_t)j0 * a.ldk, a.ldk, have);
+        stage_rows<NT, BK>(vs, vh + (int64_t)j0 * a.ldk, a.ldk, have);
     };
     stage_kv(0, 0);
     cp_async_commit();
