@@ -354,16 +354,29 @@ __global__ void __launch_bounds__(128, 2) k_attn_wgmma_paged(iris_flash_args a) 
         cp_async16(s_q + (uint32_t)(half * 64 * 128) + sw128(r, c8), a.q + (int64_t)(in ? r0 + r : r0) * a.ldq + (int64_t)h * WP_HD + pc * 8,
              in ? 16 : 0);
     }
+    /* Keys j0 + r + 16u and j0 + r + 16u + 8 (r = i / 16) share a cache block (a block holds a
+     * multiple of 16 keys and j0 is a multiple of 64): a thread looks up WP_BK / 16 blocks a tile,
+     * and its pieces lie at one swizzled offset plus whole 8-row groups. */
+    static_assert(IRIS_KV_BLOCK % 16 == 0 && WP_BK % 16 == 0, "two of a thread's keys a cache block");
+    const int rk = threadIdx.x >> 4;
+    const uint32_t soff = (uint32_t)(half * WP_BK * 128) + sw128(rk, c8);
+    const int32_t *btab = a.block_tables + (int64_t)seq * a.max_blocks;
+    const bf16 *kb = a.k + (int64_t)kvh * WP_HD + pc * 8, *vb = a.v + (int64_t)kvh * WP_HD + pc * 8;
     auto stage_kv = [&](int j0, int st) {
-        uint32_t ks = s_q + (uint32_t)(L::q + (size_t)st * 2 * L::kv), vs = ks + (uint32_t)L::kv;
-        for (int r = threadIdx.x >> 4; r < WP_BK; r += 8) {
-            int j = j0 + r;
-            bool in = j < n_keys;
-            int64_t row = flash_key_row<1>(a, seq, in ? j : 0);
-            const bf16 *kp = a.k + row * a.ldk + (int64_t)kvh * WP_HD + pc * 8, *vp = a.v + row * a.ldk + (int64_t)kvh * WP_HD + pc * 8;
-            uint32_t off = (uint32_t)(half * WP_BK * 128) + sw128(r, c8);
-            cp_async16(ks + off, kp, in ? 16 : 0);
-            cp_async16(vs + off, vp, in ? 16 : 0);
+        const uint32_t ks = s_q + (uint32_t)(L::q + (size_t)st * 2 * L::kv) + soff, vs = ks + (uint32_t)L::kv;
+        const bool full = j0 + WP_BK <= n_keys;
+#pragma unroll
+        for (int u = 0; u < WP_BK / 16; u++) {
+            const int j = j0 + 16 * u + rk;
+            const bool in0 = full || j < n_keys, in1 = full || j + 8 < n_keys;
+            const int jl = in0 ? j : 0;
+            const int64_t row = (int64_t)btab[jl / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + jl % IRIS_KV_BLOCK;
+            const int64_t o0 = row * a.ldk, o1 = in1 ? o0 + 8 * a.ldk : o0;
+            const uint32_t d0 = (uint32_t)(16 * u * 128), d1 = d0 + 8 * 128;
+            cp_async16(ks + d0, kb + o0, in0 ? 16 : 0);
+            cp_async16(vs + d0, vb + o0, in0 ? 16 : 0);
+            cp_async16(ks + d1, kb + o1, in1 ? 16 : 0);
+            cp_async16(vs + d1, vb + o1, in1 ? 16 : 0);
         }
     };
     stage_kv(0, 0);
