@@ -174,9 +174,10 @@ $(BUILD)/bench/%: bench/%.c $(CU_OBJ) $(BUILD)/libiris.a
 	$(CC) $(CFLAGS) -o $@ $< $(CU_OBJ) $(BUILD)/libiris.a $(LDLIBS) $(CUDA_LIBS)
 
 # Probes (PROBES above): bench/NAME.cu -> $(BUILD)/bench/NAME.
+PROBE_LIBS_gemm_probe := -lcublasLt
 $(BUILD)/bench/%: bench/%.cu $(CU_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVBASE) $(call gencode,90 $(PROBE_ARCHS)) -o $@ $<
+	$(NVCC) $(NVBASE) $(call gencode,90 $(PROBE_ARCHS)) -o $@ $< $(PROBE_LIBS_$*)
 
 # Examples: examples/NAME.c -> $(BUILD)/examples/NAME, clients of `iris serve` (libcurl + jansson).
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
