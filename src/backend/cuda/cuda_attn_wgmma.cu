@@ -120,8 +120,6 @@ static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
-/* n rows [0, n) of a head's 64 columns from rows of ld elements at src into a swizzled tile at dst
- * (shared address); rows from `have` on are zeros. */
 /* A warpgroup's rows' running max and sum (m, l: rows g and g + 8 of each warp) updated with a tile's
  * scores s (wgmma's accumulator layout, NS columns; masked ones -inf): P = 2^(s·scale − max) into p
  * in bf16, packed in wgmma's A-register layout (p[2i]: row g, keys 8i + 2t, + 1; p[2i + 1]: row
