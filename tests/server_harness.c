@@ -50,13 +50,8 @@ const char *ts_bin(void) {
 
 /* ---- HTTP client ---- */
 
-typedef struct body {
-    char *p;
-    size_t n;
-} body;
-
-static size_t on_write(char *ptr, size_t size, size_t nmemb, void *ud) {
-    body *b = ud;
+size_t ts_on_write(char *ptr, size_t size, size_t nmemb, void *ud) {
+    ts_body *b = ud;
     size_t k = size * nmemb;
     char *q = realloc(b->p, b->n + k + 1);
     if (!q) return 0;
@@ -72,7 +67,7 @@ long ts_http(int port, const char *method, const char *path, const char *data, s
     CURL *c = curl_easy_init();
     char url[256];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
-    body b = {0};
+    ts_body b = {0};
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     if (auth) h = curl_slist_append(h, auth);
     curl_easy_setopt(c, CURLOPT_URL, url);
@@ -84,7 +79,7 @@ long ts_http(int port, const char *method, const char *path, const char *data, s
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, data);
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)n);
     }
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, ts_on_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
     long status = 0;
     if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);

@@ -31,6 +31,13 @@ const char *ts_bin(void);            /* $IRIS_BIN or build/iris */
 long ts_http(int port, const char *method, const char *path, const char *data, size_t n, const char *auth,
              char **out);
 long ts_post(int port, const char *path, const char *json, char **out);
+/* A response body that grows as libcurl delivers it (CURLOPT_WRITEFUNCTION ts_on_write,
+ * CURLOPT_WRITEDATA a ts_body starting {0}): NUL-terminated, the caller frees p. */
+typedef struct ts_body {
+    char *p;
+    size_t n;
+} ts_body;
+size_t ts_on_write(char *ptr, size_t size, size_t nmemb, void *ud);
 /* A connected TCP socket to 127.0.0.1:port, or -1. */
 int ts_connect(int port);
 /* A port nothing listens on right now (bound, read, closed), or 0. */

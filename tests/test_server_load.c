@@ -113,23 +113,6 @@ static int read_answer(const lreq *r, long status, const char *out, char **text,
 
 /* ---- one client ---- */
 
-typedef struct body {
-    char *p;
-    size_t n;
-} body;
-
-static size_t on_write(char *ptr, size_t size, size_t nmemb, void *ud) {
-    body *b = ud;
-    size_t k = size * nmemb;
-    char *q = realloc(b->p, b->n + k + 1);
-    if (!q) return 0;
-    b->p = q;
-    memcpy(b->p + b->n, ptr, k);
-    b->n += k;
-    b->p[b->n] = 0;
-    return k;
-}
-
 typedef struct client {
     int id, port, keep_alive;
     double deadline;
@@ -171,7 +154,7 @@ static void *client_main(void *arg) {
         if (!h) h = curl_easy_init();
         char url[128];
         snprintf(url, sizeof url, "http://127.0.0.1:%d%s", c->port, r->path);
-        body b = {0};
+        ts_body b = {0};
         upstream up = {{0}};
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
         curl_easy_setopt(h, CURLOPT_HEADERDATA, &up);
@@ -180,7 +163,7 @@ static void *client_main(void *arg) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, r->body);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_on_write);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
         double t0 = ts_now();
         long status = 0;
