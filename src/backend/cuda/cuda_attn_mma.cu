@@ -71,11 +71,8 @@ static constexpr size_t flash_smem_bytes() { return (size_t)ST * 2 * MK * (flash
 template <int HD, int PAGED, int NT, typename KT>
 static __device__ __forceinline__ void stage_tile(const iris_flash_args &a, int seq, int kvh, int j0, int n_keys,
                                                   int kbase, bf16 *ks, bf16 *vs) {
-    constexpr int LK = flash_hp(HD) + 8;
-    for (int i = threadIdx.x; i < MK * HD / 8; i += NT) {
-        int j = i / (HD / 8), c = (i % (HD / 8)) * 8;
-        bool in = j0 + j < n_keys;
-        int64_t row = in ? flash_key_row<PAGED>(a, seq, kbase + j0 + j) : 0;
+    constexpr int LK = flash_hp(HD) + 8, PR = HD / 8; /* 16-byte pieces a row (of bf16) */
+    auto piece = [&](int j, int c, bool in, int64_t row) {
         const KT *kp = (const KT *)(const void *)a.k + row * a.ldk + (int64_t)kvh * HD + c;
         const KT *vp = (const KT *)(const void *)a.v + row * a.ldk + (int64_t)kvh * HD + c;
         if (sizeof(KT) == 2) {
@@ -86,6 +83,30 @@ static __device__ __forceinline__ void stage_tile(const iris_flash_args &a, int 
             if (in) kv = kv_load8_bf16(kp), vv = kv_load8_bf16(vp);
             *(uint4 *)(ks + j * LK + c) = kv;
             *(uint4 *)(vs + j * LK + c) = vv;
+        }
+    };
+    if constexpr (NT % PR == 0 && MK % (NT / PR) == 0) {
+        /* a thread keeps its column: piece threadIdx % PR of rows jr, jr + RS, ...  Paged with RS = 8:
+         * rows jr + 16u and + 8 share a cache block (a block holds a multiple of 16 keys, j0 is a
+         * multiple of MK), so every other row is the one before plus 8, no block-table lookup. */
+        constexpr int RS = NT / PR;
+        constexpr bool PAIR = PAGED && RS == 8 && IRIS_KV_BLOCK % 16 == 0;
+        const int c = (threadIdx.x % PR) * 8, jr = threadIdx.x / PR;
+        const bool full = j0 + MK <= n_keys;
+        int64_t row = 0;
+#pragma unroll
+        for (int u = 0; u < MK / RS; u++) {
+            const int j = jr + u * RS;
+            const bool in = full || j0 + j < n_keys;
+            if (PAIR && (u & 1)) row = in ? row + 8 : 0;
+            else row = in ? flash_key_row<PAGED>(a, seq, kbase + j0 + j) : 0;
+            piece(j, c, in, row);
+        }
+    } else {
+        for (int i = threadIdx.x; i < MK * PR; i += NT) {
+            int j = i / PR, c = (i % PR) * 8;
+            bool in = j0 + j < n_keys;
+            piece(j, c, in, in ? flash_key_row<PAGED>(a, seq, kbase + j0 + j) : 0);
         }
     }
 }
