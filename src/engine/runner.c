@@ -303,8 +303,9 @@ static int shape_of(iris_runner *r, const iris_text_seq *seqs, int n_seqs, step_
     return IRIS_OK;
 }
 
-/* The packed host metadata (layout: file comment) and each sequence's image rows' place. */
-static size_t pack_meta(iris_runner *r, const iris_text_seq *seqs, int n_seqs, step_shape *sh) {
+/* The packed host metadata (layout: file comment) and each sequence's image rows' place; the
+ * sequences from n_real on are a padded step's placeholders (no cache slot). */
+static size_t pack_meta(iris_runner *r, const iris_text_seq *seqs, int n_real, int n_seqs, step_shape *sh) {
     const int R = sh->R, W = sh->max_blocks;
     int32_t *h_tok = r->hm, *h_pos = h_tok + R, *h_seq = h_pos + 3 * (size_t)R, *h_ctx = h_seq + R;
     int32_t *h_slot = h_ctx + R, *h_bt = h_slot + R, *h_img = h_bt + (size_t)n_seqs * W, *h_lrow = h_img + sh->n_img;
@@ -320,7 +321,7 @@ static size_t pack_meta(iris_runner *r, const iris_text_seq *seqs, int n_seqs, s
             for (int d = 0; d < 3; d++) h_pos[(size_t)d * R + row] = sq->pos[(size_t)d * sq->pos_stride + i];
             h_seq[row] = s;
             h_ctx[row] = j + 1;
-            h_slot[row] = sq->block_table == r->pad_bt ? -1 : sq->block_table[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
+            h_slot[row] = s >= n_real ? -1 : sq->block_table[j / IRIS_KV_BLOCK] * IRIS_KV_BLOCK + j % IRIS_KV_BLOCK;
             if (i >= sq->logits_from) h_lrow[li++] = row;
             if (is_image(r->t, sq, sq->tokens[i])) h_img[ii++] = row, r->run_n[s]++;
         }
@@ -515,7 +516,7 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
     int rc = shape_of(r, seqs, n_seqs, &sh, err);
     if (rc || sh.R == 0) return rc;
     int use_graph = b->graph_begin && !r->lim.no_graphs && !trace && sh.n_img == 0 && sh.R == n_seqs && !r->graphs_broken;
-    const int n_logits = sh.n_logits; /* the callers' rows; a padded step computes more */
+    const int n_logits = sh.n_logits, n_real = n_seqs; /* the callers' rows; a padded step computes more */
     if (use_graph) {
         sh.max_blocks = (sh.max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
         int want = iris_plan_graph_pick(r->bucket, r->n_buckets, n_seqs);
@@ -526,7 +527,7 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
             seqs = r->padded, n_seqs = want;
         }
     }
-    size_t ints = pack_meta(r, seqs, n_seqs, &sh);
+    size_t ints = pack_meta(r, seqs, n_real, n_seqs, &sh);
 
     const act_layout al = r->al;
     char *A = r->d_act;
