@@ -14,6 +14,7 @@
 
 #ifdef IRIS_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_testing.h"
 
 /* ---- rows, embedding, interp4 ---------------------------------------------------------------- */
 
@@ -153,6 +154,40 @@ static void check_topk(int64_t rows, int64_t cols, int k, int ties, int64_t stri
     }
     ops_cuda->free(ops_cuda, d);
     free(taken), free(x), free(ids), free(vals);
+}
+
+/* The staging buffer the candidates come back through is taken at open (4 MiB) and stays where it
+ * is while a run's batches grow from 1 to 64 rows (freeing page-locked memory waits for the whole
+ * device: a regrowth a batch size stalled the engine thread's launches). */
+IRIS_TEST(gpu_ops_topk_staging_kept) {
+    OPS_NEED_GPU();
+    iris_err err = {0};
+    iris_backend *gpu = NULL;
+    REQUIRE(iris_backend_cuda_open(0, (size_t)256 << 20, &gpu, &err) == 0);
+    size_t bytes = 0;
+    const void *p0 = iris_cuda_staging(gpu, &bytes);
+    CHECKF(p0 && bytes >= ((size_t)4 << 20), "staging buffer at open: %p, %zu bytes", p0, bytes);
+    const int64_t cols = 151936, rows = 64;
+    void *d = gpu->alloc(gpu, (size_t)(rows * cols) * 2);
+    REQUIRE(d);
+    void *zero = calloc((size_t)(rows * cols), 2);
+    REQUIRE(zero && gpu->upload(gpu, d, zero, (size_t)(rows * cols) * 2) == 0);
+    free(zero);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(rows * 64));
+    float *vals = malloc(sizeof(float) * (size_t)(rows * 64));
+    REQUIRE(ids && vals);
+    for (int64_t n = 1; n <= rows; n++) {
+        iris_tensor t = {.data = d, .dtype = IRIS_DT_BF16, .rows = n, .cols = cols};
+        CHECKF(gpu->get_topk(gpu, &t, 64, NULL, ids, vals) == 0, "%s", gpu->err.msg);
+        size_t now = 0;
+        const void *p = iris_cuda_staging(gpu, &now);
+        CHECKF(p == p0 && now == bytes, "%lld rows of 64 candidates: the staging buffer moved (%p, %zu bytes -> %p, %zu)",
+               (long long)n, p0, bytes, p, now);
+        if (p != p0) break;
+    }
+    free(ids), free(vals);
+    gpu->free(gpu, d);
+    gpu->destroy(gpu);
 }
 
 IRIS_TEST(gpu_ops_topk) {

@@ -144,13 +144,20 @@ static int cu_download_async(iris_backend *b, void *dst, const void *src, size_t
 
 /* bf16 device rows to fp32 host floats through a page-locked staging buffer (a pageable copy of a
  * batch's logits, 19 MB at 64 rows of Qwen's vocabulary, ran at a fraction of the bus and was
- * most of a large decode step). */
+ * most of a large decode step).  Taken at open at PINNED_MIN (put_f32's two pieces; the top-k
+ * candidates of 8,192 rows) and grown by doubling at least: cudaFreeHost waits for the whole
+ * device, and growing it by the batch as a run's batches grew (1 to 64 rows of candidates) took
+ * 9 frees of 1-27 ms each, the engine thread's launches stalled behind them, in the first two
+ * seconds of a 128-image run (H200, 2B-FP8, CUPTI API trace). */
+#define PINNED_MIN ((size_t)4 << 20)
 static int pinned_room(iris_backend *b, size_t bytes) {
     cuda_ctx *c = cuda_of(b);
     if (bytes <= c->pinned_bytes) return 0;
     if (c->pinned) cudaFreeHost(c->pinned);
-    c->pinned = NULL, c->pinned_bytes = 0;
     size_t want = bytes + (bytes >> 2);
+    if (want < 2 * c->pinned_bytes) want = 2 * c->pinned_bytes;
+    if (want < PINNED_MIN) want = PINNED_MIN;
+    c->pinned = NULL, c->pinned_bytes = 0;
     if (cudaMallocHost((void **)&c->pinned, want) != cudaSuccess) {
         cudaGetLastError();
         c->pinned = NULL;
@@ -282,6 +289,10 @@ extern "C" void iris_cuda_set_gemv_rows(iris_backend *b, int rows) {
     c->bf16_max_rows = rows < 0 ? GEMV_BF16_ROWS : rows;
 }
 extern "C" void iris_cuda_set_attn_impl(iris_backend *b, int impl) { cuda_of(b)->attn_impl = impl; }
+extern "C" const void *iris_cuda_staging(iris_backend *b, size_t *bytes) {
+    *bytes = cuda_of(b)->pinned_bytes;
+    return cuda_of(b)->pinned;
+}
 extern "C" int iris_cuda_wgmma_on(iris_backend *b) { return cuda_of(b)->wgmma; }
 extern "C" int iris_cuda_capability(iris_backend *b) { return cuda_of(b)->prop.major * 10 + cuda_of(b)->prop.minor; }
 extern "C" void iris_cuda_set_gemv_smem(iris_backend *b, int on) { cuda_of(b)->gemv_smem = on; }
@@ -572,6 +583,7 @@ extern "C" int iris_backend_cuda_open(int device, size_t arena_bytes, iris_backe
     switches sw = read_switches();
     set_choices(b, &sw);
     set_ops(b, &sw);
+    if (pinned_room(b, PINNED_MIN)) memset(&b->err, 0, sizeof b->err); /* (taken later, or reported then) */
     *out = b;
     return 0;
 }

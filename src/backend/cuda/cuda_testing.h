@@ -86,6 +86,10 @@ int iris_cuda_graph_end(iris_backend *b, iris_cuda_graph **out);
 int iris_cuda_graph_replay(iris_backend *b, iris_cuda_graph *g);
 void iris_cuda_graph_free(iris_cuda_graph *g);
 
+/* The page-locked staging buffer of get_f32, put_f32 and get_topk's downloads (cuda_mem.cu
+ * pinned_room): its address, and its size in *bytes. */
+const void *iris_cuda_staging(iris_backend *b, size_t *bytes);
+
 /* Wall time of the stream's work between two marks, in milliseconds (events
  * on the stream): mark, issue ops, elapsed. */
 int iris_cuda_mark(iris_backend *b);
