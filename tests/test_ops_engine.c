@@ -155,14 +155,17 @@ IRIS_TEST(gpu_engine_matches_cpu_engine) {
 }
 
 /* n greedy requests with images sent together (answers with top-2 margins); the engine's stats
- * after them.  worker: iris_engine_opts.vision_worker. */
+ * after them.  worker: iris_engine_opts.vision_worker.  One sequence runs at a time, so the later
+ * requests wait while the first decodes and the worker has their images to encode ahead (with
+ * room for all, the engine's first step could take them all and encode them itself, depending on
+ * how far the submissions got before it started). */
 static int ask_together(const char *device, int worker, const char *const *images, int n, answer *a,
                         iris_engine_stats *st, char *msg, size_t cap) {
     iris_engine_opts o;
     iris_engine_opts_default(&o);
     o.model = MODEL;
     o.device = device;
-    o.max_num_seqs = 8;
+    o.max_num_seqs = 1;
     o.gpu_memory_limit = (uint64_t)2 << 30;
     o.vision_worker = worker;
     o.host_warm = n;        /* page-locked buffers for all of them taken at open */
