@@ -146,9 +146,9 @@ static int cu_download_async(iris_backend *b, void *dst, const void *src, size_t
  * batch's logits, 19 MB at 64 rows of Qwen's vocabulary, ran at a fraction of the bus and was
  * most of a large decode step).  Taken at open at PINNED_MIN (put_f32's two pieces; the top-k
  * candidates of 8,192 rows) and grown by doubling at least: cudaFreeHost waits for the whole
- * device, and growing it by the batch as a run's batches grew (1 to 64 rows of candidates) took
- * 9 frees of 1-27 ms each, the engine thread's launches stalled behind them, in the first two
- * seconds of a 128-image run (H200, 2B-FP8, CUPTI API trace). */
+ * device, and growing it to each larger batch as a run's batches grew (1 to 64 rows of
+ * candidates) took 9 frees of 1-27 ms on the engine thread in the first two seconds of a
+ * 128-image run (H200, 2B-FP8, CUPTI API trace). */
 #define PINNED_MIN ((size_t)4 << 20)
 static int pinned_room(iris_backend *b, size_t bytes) {
     cuda_ctx *c = cuda_of(b);
