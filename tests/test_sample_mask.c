@@ -21,6 +21,7 @@
 #include "formats/tokenizer.h"
 #include "model/grammar.h"
 #include "model/sampler.h"
+#include "clock.h"
 #include "test.h"
 
 #define TINY_MODEL "tests/fixtures/tiny/tiny-gqa/model"
@@ -249,7 +250,11 @@ IRIS_TEST(sample_mask_runner) {
     iris_text_seq q = {.n_new = N, .tokens = tok, .pos = pos, .pos_stride = N, .block_table = bt, .logits_from = 0};
     iris_runner_out out;
     iris_err err = {0};
+    double t0 = iris_now_s();
     REQUIRE(iris_runner_step(run, &q, 1, NULL, &out, &err) == 0);
+    double wall = iris_now_s() - t0;
+    /* the time until the forward was issued: part of the step (on the CPU, the forward itself) */
+    CHECKF(out.launch_s > 0 && out.launch_s <= wall, "issued after %g s of a %g s step", out.launch_s, wall);
     float *whole = malloc(sizeof(float) * (size_t)N * V);
     uint32_t *bits = calloc((size_t)N * W, 4);
     REQUIRE(whole && bits);

@@ -400,9 +400,10 @@ static void step(iris_engine *e) {
         row++;
     }
     *(prompt_rows ? &e->prefill_s : &e->decode_s) += iris_now_s() - t1;
-    iris_log(IRIS_LOG_DEBUG, "engine", "step: %d seqs, %d rows: vision %.2f ms, inputs %.2f ms, decoder %.2f ms, "
-             "sampling %.2f ms (%s, %d masked)", n, n_rows, t_vis * 1e3, (t1 - t0 - t_vis) * 1e3, (t2 - t1) * 1e3,
-             (iris_now_s() - t2) * 1e3, k > 0 ? "top-k rows" : "whole rows", out.n_masked);
+    iris_log(IRIS_LOG_DEBUG, "engine", "step: %d seqs, %d rows: vision %.2f ms, inputs %.2f ms, decoder %.2f ms "
+             "(issued after %.2f), sampling %.2f ms (%s, %d masked)", n, n_rows, t_vis * 1e3, (t1 - t0 - t_vis) * 1e3,
+             (t2 - t1) * 1e3, out.launch_s * 1e3, (iris_now_s() - t2) * 1e3, k > 0 ? "top-k rows" : "whole rows",
+             out.n_masked);
     /* Drop the embeddings of images whose tokens are all in the cache. */
     for (int i = 0; i < n; i++) {
         iris_request *r = b->seqs[i]->ud;

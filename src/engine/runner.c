@@ -511,6 +511,7 @@ static int forward_graph(iris_runner *r, const iris_text_batch *x, int n_seqs, i
 static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iris_runner_sampling *smp,
                 iris_text_trace_fn trace, void *ud, iris_runner_out *out, iris_err *err) {
     iris_backend *b = r->b;
+    const double t_start = iris_now_s();
     memset(out, 0, sizeof *out);
     step_shape sh;
     int rc = shape_of(r, seqs, n_seqs, &sh, err);
@@ -557,6 +558,7 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
     rc = use_graph ? forward_graph(r, &x, n_seqs, sh.max_blocks, err)
                    : iris_text_forward(r->t, b, r->kv, &x, trace, ud, err);
     if (rc) return rc;
+    const double launch_s = iris_now_s() - t_start;
     int k = trace ? 0 : top_k_of(r, smp, n_logits), n_regions = 0, n_masked = 0;
     double mask_s = 0;
     if (!trace && smp && smp->masked && smp->mask && n_logits > 0) {
@@ -570,7 +572,7 @@ static int step(iris_runner *r, const iris_text_seq *seqs, int n_seqs, const iri
     if (b->sync(b)) return iris_err_set(err, IRIS_EDEVICE, "%s backend: %s", b->name, b->err.msg);
     *out = (iris_runner_out){.k = k, .whole = r->whole, .ids = r->top_ids, .vals = r->top_vals,
                              .logits = r->logits, .n_rows = n_logits, .n_masked = k > 0 ? r->n_masked : 0,
-                             .mask_s = mask_s};
+                             .mask_s = mask_s, .launch_s = launch_s};
     return IRIS_OK;
 }
 

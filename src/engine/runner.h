@@ -82,6 +82,9 @@ typedef struct iris_runner_out {
     int n_masked;               /* rows whose candidates were chosen under their mask */
     double mask_s;              /* wall seconds the host spent on the step's masks (the device runs the
                                    forward meanwhile: hidden while below the forward's time) */
+    double launch_s;            /* wall seconds from the step's start until its forward was issued:
+                                   the host's metadata, copies and launches (or graph replay) on a
+                                   GPU, which runs the forward after; the whole forward on the CPU */
 } iris_runner_out;
 
 /* A runner for decoder t on backend b (where t's weights and kv live).  Free with
