@@ -4,9 +4,10 @@
 #   serve  bench/serve_load.py: iris serve over HTTP, C clients, the same pictures and lengths
 #   cli    the command line's batch mode over the same pictures as PNG files:
 #          iris ask DIR -m MODEL QUESTION --max-tokens G --ignore-eos (its last stderr line: images/s)
-# and ttft: the single-request time to first token (iris bench --batch 1 --image WxH).  One step a
+# and ttft: the single-request time to first token (iris bench --batch 1 --image WxH); steps: the
+# bench's per-step times from the engine's debug log (decoder, when its forward was issued).  One step a
 # call, each well under a minute at the defaults:
-#   bench/images_gpu.sh synth|pictures|ttft|bench|serve|cli|summary [SHAPE]     (or: all)
+#   bench/images_gpu.sh synth|pictures|ttft|bench|serve|cli|steps|summary [SHAPE]     (or: all)
 # SHAPE is 2B or 4B (synth FP8 in $SYNTH_DIR, default /tmp/iris-synth, made by the synth step with
 # the Qwen tokenizer of .cache/assets/qwen3) or a model directory.  Environment: IRIS (default
 # build/gpu/iris, a scripts/gpu-check --pack folder, unpacked here when needed; else build/iris),
@@ -67,6 +68,28 @@ cli)
     timeout 150 "$IRIS" ask "$pics" -m "$dir" "$Q" --temperature 0 --max-tokens "$G" --ignore-eos "${ENGINE[@]}" \
         -o "$OUT/cli-$name.jsonl" 2> "$OUT/cli-$name.log"
     echo "$name cli rc=$?: $(tail -1 "$OUT/cli-$name.log")" ;;
+steps)
+    # the engine's own per-step times, untraced (IRIS_LOG=debug): a step's decoder time and when its
+    # forward was issued (the host's part before the GPU runs it), medians for decode-only steps and
+    # steps with prompt rows, and the sums
+    IRIS_LOG=debug timeout 150 "$IRIS" bench "$dir" --images "$N" --image "$IMAGE" --concurrency "$C" --gen-tokens "$G" \
+        $IRIS_FLAGS > "$OUT/steps-$name.json" 2> "$OUT/steps-$name.log"
+    echo "$name steps rc=$?: $(grep -o '"images_per_s":[0-9.]*' "$OUT/steps-$name.json")"
+    python3 - "$OUT/steps-$name.log" <<'EOF'
+import re, statistics as st, sys
+rows = []
+for line in open(sys.argv[1]):
+    m = re.search(r"step: (\d+) seqs, (\d+) rows: vision ([\d.]+) ms, inputs ([\d.]+) ms, decoder ([\d.]+) ms "
+                  r"\(issued after ([\d.]+)\), sampling ([\d.]+) ms", line)
+    if m:
+        rows.append([float(x) for x in m.groups()])
+for name, rs in (("decode-only", [r for r in rows if r[0] == r[1]]), ("with prompt rows", [r for r in rows if r[0] != r[1]])):
+    if rs:
+        print("%-16s %4d steps: decoder %.2f ms, issued after %.2f ms, sampling %.2f ms (medians); issued-after sum %.0f "
+              "of decoder sum %.0f ms" % (name, len(rs), st.median(r[4] for r in rs), st.median(r[5] for r in rs),
+                                         st.median(r[6] for r in rs), sum(r[5] for r in rs), sum(r[4] for r in rs)))
+EOF
+    ;;
 all)
     for s in ${SHAPES:-2B 4B}; do
         "$0" synth "$s" && "$0" pictures && "$0" ttft "$s" && "$0" bench "$s"; "$0" serve "$s"; "$0" cli "$s"
