@@ -195,6 +195,7 @@ static int cu_get_f32(iris_backend *b, float *dst, const void *src, size_t n) {
  * a piece is converted while the one before it is copied.  H100, a 1 MP image's 6.3 M values (the
  * engine's debug log, three each): 1.46-1.79 ms in one piece, 0.96-1.34 ms in pieces. */
 #define PUT_CHUNK ((size_t)1 << 20)
+static_assert(PINNED_MIN >= 2 * PUT_CHUNK * sizeof(uint16_t), "put_f32's two pieces fit the staging buffer taken at open");
 static int cu_put_f32(iris_backend *b, void *dst, const float *src, size_t n) {
     cuda_ctx *c = cuda_of(b);
     const size_t piece = n <= 2 * PUT_CHUNK ? n : PUT_CHUNK; /* one piece, or halves of PUT_CHUNK */
