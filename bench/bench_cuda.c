@@ -474,8 +474,8 @@ static void run_i4(void *p) {
     if (a->cold) a->k = (a->k + 1) % a->copies;
     const iris_tensor *ws[3] = {&w[0], &w[1], &w[2]};
     iris_tensor *ys[3] = {&a->y[0], &a->y[1], &a->y[2]};
-    if (a->swiglu) OK(iris_backend_linear_swiglu(B, &a->x, &w[0], &w[1], &a->y[0], &a->u));
-    else if (a->m > 1) OK(iris_backend_linear_n(B, &a->x, a->m, ws, ys));
+    if (a->swiglu) OK(iris_backend_linear_swiglu(B, &a->x, &w[0], &w[1], &a->y[0], &a->u, NULL));
+    else if (a->m > 1) OK(iris_backend_linear_n(B, &a->x, a->m, ws, ys, NULL));
     else OK(B->linear(B, &a->x, &w[0], NULL, &a->y[0]));
 }
 
@@ -592,9 +592,9 @@ static void i4_chain_issue(i4_chain *c) {
         iris_tensor *w = c->w[l];
         const iris_tensor *ws[3] = {&w[0], &w[1], &w[2]};
         iris_tensor *ys[3] = {&c->q[0], &c->q[1], &c->q[2]};
-        OK(iris_backend_linear_n(B, &c->x, 3, ws, ys));
+        OK(iris_backend_linear_n(B, &c->x, 3, ws, ys, NULL));
         OK(B->linear(B, &c->q[0], &w[3], NULL, &c->y));
-        OK(iris_backend_linear_swiglu(B, &c->y, &w[4], &w[5], &c->g, &c->u));
+        OK(iris_backend_linear_swiglu(B, &c->y, &w[4], &w[5], &c->g, &c->u, NULL));
         OK(B->linear(B, &c->g, &w[6], NULL, &c->x));
     }
 }

@@ -159,13 +159,13 @@ static void check_stack(iris_backend *b, int H, int FF, int nq, int nkv, int n_l
                 const iris_tensor *ws[3] = {w[IRIS_DL_Q], w[IRIS_DL_K], w[IRIS_DL_V]};
                 iris_tensor *ys[3] = {&q, &k, &v};
                 rc = iris_backend_add_rms_norm(b, &h, il ? &x : NULL, w[IRIS_DL_INPUT_NORM], eps, &x);
-                if (!rc) rc = iris_backend_linear_n(b, &x, 3, ws, ys);
+                if (!rc) rc = iris_backend_linear_n(b, &x, 3, ws, ys, NULL);
                 if (!rc)
                     rc = iris_backend_qk_norm_rope_attn(b, &q, &k, &v, w[IRIS_DL_Q_NORM], w[IRIS_DL_K_NORM], eps, nq, dpos,
                                                         R, dim_of, inv, &kv[il], &meta, &o);
                 if (!rc) rc = b->linear(b, &o, w[IRIS_DL_O], NULL, &x);
                 if (!rc) rc = iris_backend_add_rms_norm(b, &h, &x, w[IRIS_DL_POST_NORM], eps, &x);
-                if (!rc) rc = iris_backend_linear_swiglu(b, &x, w[IRIS_DL_GATE], w[IRIS_DL_UP], &g, &u);
+                if (!rc) rc = iris_backend_linear_swiglu(b, &x, w[IRIS_DL_GATE], w[IRIS_DL_UP], &g, &u, NULL);
                 if (!rc) rc = b->linear(b, &g, w[IRIS_DL_DOWN], NULL, &x);
             }
             if (!rc) rc = b->add(b, &h, &x);

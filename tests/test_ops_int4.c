@@ -188,7 +188,7 @@ static void check_i4_fused(int64_t n, int64_t in, const int64_t *outs, int group
     REQUIRE(ops_cuda->linear_n && ops_cuda->linear_swiglu);
     char what[160];
     int runs = iris_cuda_i4_gemv_runs(ops_cuda);
-    CHECKF(iris_backend_linear_n(ops_cuda, &gx, 3, ws, ys) == 0, "%s", ops_cuda->err.msg);
+    CHECKF(iris_backend_linear_n(ops_cuda, &gx, 3, ws, ys, NULL) == 0, "%s", ops_cuda->err.msg);
     CHECKF(iris_cuda_i4_gemv_runs(ops_cuda) == runs + (n + 15) / 16, "linear_n: a launch of the 4-bit GEMV a 16 tokens");
     for (int i = 0; i < 3; i++) {
         float *got = ops_dev_read_bf16(gy[i].data, n * outs[i]);
@@ -207,7 +207,7 @@ static void check_i4_fused(int64_t n, int64_t in, const int64_t *outs, int group
     }
     iris_tensor u = ops_view(ops_dev_poison(n * outs[0]), IRIS_DT_BF16, n, outs[0], 0);
     runs = iris_cuda_i4_gemv_runs(ops_cuda);
-    CHECKF(iris_backend_linear_swiglu(ops_cuda, &gx, &w[0].d, &wu.d, &gy[0], &u) == 0, "%s", ops_cuda->err.msg);
+    CHECKF(iris_backend_linear_swiglu(ops_cuda, &gx, &w[0].d, &wu.d, &gy[0], &u, NULL) == 0, "%s", ops_cuda->err.msg);
     CHECKF(iris_cuda_i4_gemv_runs(ops_cuda) == runs + (n + 15) / 16, "linear_swiglu: a launch of the 4-bit GEMV a 16 tokens");
     float *got = ops_dev_read_bf16(gy[0].data, n * outs[0]);
     snprintf(what, sizeof what, "linear_swiglu n=%lld [%lld,%lld] g%d%s %s%s", (long long)n, (long long)outs[0],

@@ -224,7 +224,7 @@ static void check_fused_linear(int64_t n, int64_t in, const int64_t *outs, iris_
     }
     REQUIRE(ops_cuda->linear_n && ops_cuda->linear_swiglu);
     /* q, k, v: one launch against three linears */
-    CHECKF(iris_backend_linear_n(ops_cuda, &x, 3, ws, ys) == 0, "%s", ops_cuda->err.msg);
+    CHECKF(iris_backend_linear_n(ops_cuda, &x, 3, ws, ys, NULL) == 0, "%s", ops_cuda->err.msg);
     for (int i = 0; i < 3; i++) CHECKF(ops_cuda->linear(ops_cuda, &x, &w[i], NULL, &yp[i]) == 0, "%s", ops_cuda->err.msg);
     for (int i = 0; i < 3; i++) {
         snprintf(what, sizeof what, "linear_n n=%lld %s weight %d [%lld,%lld]", (long long)n, iris_dtype_name(wdt), i,
@@ -234,7 +234,7 @@ static void check_fused_linear(int64_t n, int64_t in, const int64_t *outs, iris_
     /* gate, up, silu·mul: weights 0 and 1 need the same shape; use weight 0 twice over different data */
     iris_tensor wu = dev_weight(outs[0], in, wdt);
     iris_tensor u = ops_view(ops_dev_poison(n * outs[0]), IRIS_DT_BF16, n, outs[0], 0);
-    CHECKF(iris_backend_linear_swiglu(ops_cuda, &x, &w[0], &wu, &yf[0], &u) == 0, "%s", ops_cuda->err.msg);
+    CHECKF(iris_backend_linear_swiglu(ops_cuda, &x, &w[0], &wu, &yf[0], &u, NULL) == 0, "%s", ops_cuda->err.msg);
     CHECK(ops_cuda->linear(ops_cuda, &x, &w[0], NULL, &yp[0]) == 0);
     CHECK(ops_cuda->linear(ops_cuda, &x, &wu, NULL, &u) == 0);
     CHECK(ops_cuda->silu_mul(ops_cuda, &yp[0], &u) == 0);
@@ -440,11 +440,11 @@ static void check_gemv_smem(int m, int64_t n, int64_t in, const int64_t *outs) {
         iris_cuda_set_gemv_smem(ops_cuda, s == 0);
         int rc;
         if (m == 1) rc = ops_cuda->linear(ops_cuda, &x, &w[0], NULL, &y[s][0]);
-        else if (m == 2) rc = iris_backend_linear_swiglu(ops_cuda, &x, &w[0], &w[1], &y[s][0], &u);
+        else if (m == 2) rc = iris_backend_linear_swiglu(ops_cuda, &x, &w[0], &w[1], &y[s][0], &u, NULL);
         else {
             const iris_tensor *ws[3] = {&w[0], &w[1], &w[2]};
             iris_tensor *ys[3] = {&y[s][0], &y[s][1], &y[s][2]};
-            rc = iris_backend_linear_n(ops_cuda, &x, 3, ws, ys);
+            rc = iris_backend_linear_n(ops_cuda, &x, 3, ws, ys, NULL);
         }
         CHECKF(rc == 0, "%s", ops_cuda->err.msg);
     }
@@ -486,6 +486,127 @@ IRIS_TEST(gpu_ops_linear_w8a8) {
     check_w8a8(70, 2048, 2304, 0);
     check_w8a8(300, 6144, 2048, 1);
     check_w8a8(1029, 2048, 6144, 0);
+}
+
+/* ---- a weight group as one product (linear_n's and linear_swiglu's joint) ------------------- */
+
+/* Weights ws[0..m-1] of dtype wdt moved end to end (what iris_backend_place_group does in a fresh
+ * arena): one device buffer for the data, one for FP8 scales; dense 1 also gives them BF16 copies
+ * end to end.  The old allocations are freed; free the group with free_group. */
+static void make_group(iris_tensor *w, int m, int dense) {
+    int64_t rows = 0, in = w[0].cols, es = w[0].dtype == IRIS_DT_F8_E4M3 ? 1 : 2, sc = (in + 127) / 128;
+    for (int i = 0; i < m; i++) rows += w[i].rows;
+    uint8_t *hd = malloc((size_t)(rows * in * es));
+    float *hs = malloc(sizeof(float) * (size_t)(rows / 128 + m) * (size_t)sc);
+    int64_t at = 0, sat = 0;
+    for (int i = 0; i < m; i++) {
+        REQUIRE(ops_cuda->download(ops_cuda, hd + at * in * es, w[i].data, (size_t)(w[i].rows * in * es)) == 0);
+        if (w[i].scale)
+            REQUIRE(ops_cuda->download(ops_cuda, hs + sat, w[i].scale, sizeof(float) * (size_t)(w[i].rows / 128 * sc)) == 0);
+        at += w[i].rows, sat += w[i].rows / 128 * sc;
+    }
+    uint8_t *dd = ops_dev_copy(hd, (size_t)(rows * in * es));
+    float *ds = w[0].scale ? ops_dev_copy(hs, sizeof(float) * (size_t)sat) : NULL;
+    at = 0, sat = 0;
+    for (int i = 0; i < m; i++) {
+        free_weight(&w[i]);
+        w[i].data = dd + at * in * es, w[i].scale = ds ? ds + sat : NULL;
+        at += w[i].rows, sat += w[i].rows / 128 * sc;
+    }
+    if (dense) {
+        uint16_t *dn = NULL;
+        for (int i = 0; i < m; i++) REQUIRE(ops_cuda->densify(ops_cuda, &w[i]) == 0);
+        float *hf = malloc(sizeof(float) * (size_t)(rows * in));
+        at = 0;
+        for (int i = 0; i < m; i++) {
+            float *f = ops_dev_read_bf16(w[i].dense, w[i].rows * in);
+            memcpy(hf + at * in, f, sizeof(float) * (size_t)(w[i].rows * in));
+            free(f), ops_cuda->free(ops_cuda, w[i].dense), at += w[i].rows;
+        }
+        dn = ops_dev_bf16(hf, rows * in);
+        for (int i = 0, r = 0; i < m; r += (int)w[i].rows, i++) w[i].dense = dn + (int64_t)r * in;
+        free(hf);
+    }
+    free(hd), free(hs);
+}
+static void free_group(iris_tensor *w) {
+    ops_cuda->free(ops_cuda, w[0].data);
+    if (w[0].scale) ops_cuda->free(ops_cuda, (void *)w[0].scale);
+    if (w[0].dense) ops_cuda->free(ops_cuda, w[0].dense);
+}
+
+/* q/k/v (three widths) and gate/up of n rows with a joint buffer: the outputs are left column views of
+ * it, and hold what the products one weight at a time give (another GEMM shape: other tiles, so within
+ * a bf16 rounding, not bit for bit). */
+static void check_joint(int64_t n, int64_t in, const int64_t *outs, iris_dtype wdt, int dense, int w8a8) {
+    float *xf = ops_rnd_vec(n * in, -1, 1);
+    void *dx = ops_dev_bf16(xf, n * in);
+    iris_tensor x = ops_view(dx, IRIS_DT_BF16, n, in, 0), w[3], y[3], yp[3], gw[2];
+    int64_t tot = outs[0] + outs[1] + outs[2];
+    char what[160];
+    for (int i = 0; i < 3; i++) {
+        w[i] = dev_weight(outs[i], in, wdt);
+        y[i] = ops_view(ops_dev_poison(n * outs[i]), IRIS_DT_BF16, n, outs[i], 0);
+        yp[i] = ops_view(ops_dev_poison(n * outs[i]), IRIS_DT_BF16, n, outs[i], 0);
+    }
+    for (int i = 0; i < 2; i++) gw[i] = dev_weight(outs[0], in, wdt);
+    make_group(w, 3, dense), make_group(gw, 2, dense);
+    iris_cuda_set_fp8_mma(ops_cuda, w8a8);
+    void *dj = ops_dev_poison(n * (tot > 2 * outs[0] ? tot : 2 * outs[0]));
+    iris_tensor joint = ops_view(dj, IRIS_DT_BF16, n, tot, 0), gj = ops_view(dj, IRIS_DT_BF16, n, 2 * outs[0], 0);
+    const iris_tensor *ws[3] = {&w[0], &w[1], &w[2]};
+    iris_tensor *ys[3] = {&y[0], &y[1], &y[2]};
+    void *own[3] = {y[0].data, y[1].data, y[2].data};
+    CHECKF(iris_backend_linear_n(ops_cuda, &x, 3, ws, ys, &joint) == 0, "%s", ops_cuda->err.msg);
+    for (int i = 0; i < 3; i++) CHECK(ops_cuda->linear(ops_cuda, &x, &w[i], NULL, &yp[i]) == 0);
+    int64_t at = 0;
+    for (int i = 0; i < 3; at += outs[i], i++) {
+        snprintf(what, sizeof what, "joint q/k/v n=%lld %s%s%s weight %d [%lld,%lld]", (long long)n, iris_dtype_name(wdt),
+                 dense ? " dense" : "", w8a8 ? " W8A8" : "", i, (long long)outs[i], (long long)in);
+        CHECKF(y[i].data == (uint16_t *)dj + at && y[i].ld == tot, "%s: not a view of the joint product", what);
+        float *got = ops_dev_read_bf16(dj, n * tot), *ref = ops_dev_read_bf16(yp[i].data, n * outs[i]);
+        ops_compare(what, got + at, tot, ref, outs[i], n, outs[i], 8e-3f, 2e-3f);
+        if (w8a8) { /* and near the dequantizing path's product (e4m3 activations: a few percent of max|y|) */
+            iris_cuda_set_fp8_mma(ops_cuda, 0);
+            CHECK(ops_cuda->linear(ops_cuda, &x, &w[i], NULL, &yp[i]) == 0);
+            iris_cuda_set_fp8_mma(ops_cuda, 1);
+            float *r16 = ops_dev_read_bf16(yp[i].data, n * outs[i]);
+            strncat(what, " vs W8A16", sizeof what - strlen(what) - 1);
+            ops_compare(what, got + at, tot, r16, outs[i], n, outs[i], 0.0f, 4e-2f);
+            free(r16);
+        }
+        free(got), free(ref);
+    }
+    /* gate/up: g left the gate columns' view, silu·mul done there */
+    iris_tensor g = ops_view(own[0], IRIS_DT_BF16, n, outs[0], 0), u = ops_view(ops_dev_poison(n * outs[0]), IRIS_DT_BF16, n, outs[0], 0);
+    iris_tensor u2 = ops_view(ops_dev_poison(n * outs[0]), IRIS_DT_BF16, n, outs[0], 0);
+    CHECKF(iris_backend_linear_swiglu(ops_cuda, &x, &gw[0], &gw[1], &g, &u, &gj) == 0, "%s", ops_cuda->err.msg);
+    CHECK(ops_cuda->linear(ops_cuda, &x, &gw[0], NULL, &yp[0]) == 0);
+    CHECK(ops_cuda->linear(ops_cuda, &x, &gw[1], NULL, &u2) == 0);
+    CHECK(ops_cuda->silu_mul(ops_cuda, &yp[0], &u2) == 0);
+    snprintf(what, sizeof what, "joint gate/up n=%lld %s%s%s [%lld,%lld]", (long long)n, iris_dtype_name(wdt),
+             dense ? " dense" : "", w8a8 ? " W8A8" : "", (long long)outs[0], (long long)in);
+    CHECKF(g.data == dj && g.ld == 2 * outs[0], "%s: g not a view of the joint product", what);
+    float *got = ops_dev_read_bf16(dj, n * 2 * outs[0]), *ref = ops_dev_read_bf16(yp[0].data, n * outs[0]);
+    ops_compare(what, got, 2 * outs[0], ref, outs[0], n, outs[0], 1.6e-2f, 2e-3f);
+    free(got), free(ref);
+    iris_cuda_set_fp8_mma(ops_cuda, 0);
+    free_group(w), free_group(gw);
+    for (int i = 0; i < 3; i++) ops_cuda->free(ops_cuda, own[i]), ops_cuda->free(ops_cuda, yp[i].data);
+    ops_cuda->free(ops_cuda, u.data), ops_cuda->free(ops_cuda, u2.data), ops_cuda->free(ops_cuda, dj), ops_cuda->free(ops_cuda, dx);
+    free(xf);
+}
+
+IRIS_TEST(gpu_ops_linear_joint) {
+    OPS_BACKENDS();
+    const int64_t qkv[3] = {256, 128, 128};
+    check_joint(37, 384, qkv, IRIS_DT_BF16, 0, 0);    /* a BF16 checkpoint's weights */
+    check_joint(300, 384, qkv, IRIS_DT_F8_E4M3, 1, 0); /* FP8: the BF16 copies */
+    check_joint(75, 256, qkv, IRIS_DT_F8_E4M3, 1, 0);
+    if (!iris_cuda_set_fp8_mma(ops_cuda, 0)) IRIS_TEST_SKIP("W8A8 with block scales needs sm_90");
+    check_joint(300, 512, qkv, IRIS_DT_F8_E4M3, 0, 1); /* W8A8 on the stored FP8 weights; 2 and 1 tail rows */
+    check_joint(302, 1024, qkv, IRIS_DT_F8_E4M3, 0, 1);
+    check_joint(1029, 512, qkv, IRIS_DT_F8_E4M3, 0, 1);
 }
 
 /* 4-bit weights: test_ops_int4.c (the ops), and the tiny int4 model below. */

@@ -85,20 +85,35 @@ static int place_i4(iris_backend *b, iris_tensor *w, iris_err *err) {
     return IRIS_OK;
 }
 
-int iris_backend_place(iris_backend *b, iris_tensor *w, iris_err *err) {
-    if (w->dtype == IRIS_DT_I4) return place_i4(b, w, err);
+static int place_data(iris_backend *b, iris_tensor *w, iris_err *err) {
     size_t n = (size_t)(w->rows * iris_tensor_ld(w)) * iris_dtype_size(w->dtype);
     void *d = b->alloc(b, n);
     if (!d || b->upload(b, d, w->data, n))
         return iris_err_set(err, IRIS_ENOMEM, "%s: cannot place a %zu-byte weight: %s", b->name, n, b->err.msg);
     w->data = d;
-    if (w->dtype == IRIS_DT_F8_E4M3 && w->scale) {
-        size_t sn = (size_t)(((w->rows + w->block[0] - 1) / w->block[0]) * ((w->cols + w->block[1] - 1) / w->block[1])) *
-                    sizeof(float);
-        float *s = b->alloc(b, sn);
-        if (!s || b->upload(b, s, w->scale, sn))
-            return iris_err_set(err, IRIS_ENOMEM, "%s: cannot place %zu bytes of FP8 scales", b->name, sn);
-        w->scale = s;
-    }
     return IRIS_OK;
+}
+
+static int place_scales(iris_backend *b, iris_tensor *w, iris_err *err) {
+    if (w->dtype != IRIS_DT_F8_E4M3 || !w->scale) return IRIS_OK;
+    size_t sn = (size_t)(((w->rows + w->block[0] - 1) / w->block[0]) * ((w->cols + w->block[1] - 1) / w->block[1])) *
+                sizeof(float);
+    float *s = b->alloc(b, sn);
+    if (!s || b->upload(b, s, w->scale, sn))
+        return iris_err_set(err, IRIS_ENOMEM, "%s: cannot place %zu bytes of FP8 scales", b->name, sn);
+    w->scale = s;
+    return IRIS_OK;
+}
+
+int iris_backend_place(iris_backend *b, iris_tensor *w, iris_err *err) {
+    if (w->dtype == IRIS_DT_I4) return place_i4(b, w, err);
+    int rc = place_data(b, w, err);
+    return rc ? rc : place_scales(b, w, err);
+}
+
+int iris_backend_place_group(iris_backend *b, iris_tensor *const *ws, int n, iris_err *err) {
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) rc = ws[i]->dtype == IRIS_DT_I4 ? place_i4(b, ws[i], err) : place_data(b, ws[i], err);
+    for (int i = 0; i < n && !rc; i++) rc = ws[i]->dtype == IRIS_DT_I4 ? 0 : place_scales(b, ws[i], err);
+    return rc;
 }

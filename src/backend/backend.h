@@ -223,11 +223,15 @@ struct iris_backend {
                              const iris_tensor *qw, const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos,
                              int pos_stride, const int *dim_of, const float *inv_freq, iris_kv_layer *kv,
                              const iris_attn_meta *meta, iris_tensor *o);
-    /* ys[i] = x · ws[i]ᵀ for i < m (m <= 3; no bias): the q, k, v projections in one pass over x. */
-    int (*linear_n)(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws, iris_tensor *const *ys);
-    /* g = silu(x · wgᵀ) ⊙ (x · wuᵀ), rounded as linear, linear, silu_mul; u is scratch of g's shape. */
+    /* ys[i] = x · ws[i]ᵀ for i < m (m <= 3; no bias): the q, k, v projections in one pass over x.
+     * joint: NULL, or BF16 room for [x rows, Σ ws[i] rows] (contiguous): the backend may compute
+     * the products as one into it and leave each ys[i] a column view of it (data and ld set). */
+    int (*linear_n)(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws, iris_tensor *const *ys,
+                    const iris_tensor *joint);
+    /* g = silu(x · wgᵀ) ⊙ (x · wuᵀ), rounded as linear, linear, silu_mul; u is scratch of g's shape.
+     * joint: NULL, or BF16 room for [x rows, 2 · wg rows]: the backend may leave g a column view of it. */
     int (*linear_swiglu)(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,
-                         iris_tensor *g, iris_tensor *u);
+                         iris_tensor *g, iris_tensor *u, const iris_tensor *joint);
 
     /* Optional: every decoder layer of a decode-only step in one go, what model/text.c does op by op
      * (add_rms_norm, linear_n q/k/v, qk_norm_rope_attn, o_proj, add_rms_norm, linear_swiglu,
@@ -295,6 +299,9 @@ int iris_backend_get_f32(iris_backend *b, float *dst, const void *src, size_t n)
 /* Copies weight w (and its FP8 scales; an I4 weight's scales and zero points) into b's memory and
  * points w there. */
 int iris_backend_place(iris_backend *b, iris_tensor *w, iris_err *err);
+/* The same for the n weights of a group (q/k/v, gate/up): their data, then their scales, each in
+ * order, so a fresh arena puts them end to end (linear_n's and linear_swiglu's one product). */
+int iris_backend_place_group(iris_backend *b, iris_tensor *const *ws, int n, iris_err *err);
 
 /* The fused ops above, or their plain sequence where b has none (backend/fused.c). */
 int iris_backend_add_rms_norm(iris_backend *b, iris_tensor *x, const iris_tensor *d, const iris_tensor *w, float eps,
@@ -308,9 +315,9 @@ int iris_backend_qk_norm_rope_attn(iris_backend *b, iris_tensor *q, iris_tensor 
                                    const int32_t *pos, int pos_stride, const int *dim_of, const float *inv_freq,
                                    iris_kv_layer *kv, const iris_attn_meta *meta, iris_tensor *o);
 int iris_backend_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws,
-                          iris_tensor *const *ys);
+                          iris_tensor *const *ys, const iris_tensor *joint);
 int iris_backend_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,
-                               iris_tensor *g, iris_tensor *u);
+                               iris_tensor *g, iris_tensor *u, const iris_tensor *joint);
 /* linear_epi's ops (epi IRIS_EPI_*); without it, the product goes into tmp (ADD; [x rows, W rows] in
  * the activation dtype) or y (GELU_TANH) first. */
 enum { IRIS_EPI_GELU_TANH = 1, IRIS_EPI_ADD = 2 };

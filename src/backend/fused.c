@@ -47,16 +47,16 @@ int iris_backend_qk_norm_rope_attn(iris_backend *b, iris_tensor *q, iris_tensor 
 }
 
 int iris_backend_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws,
-                          iris_tensor *const *ys) {
-    if (b->linear_n) return b->linear_n(b, x, m, ws, ys);
+                          iris_tensor *const *ys, const iris_tensor *joint) {
+    if (b->linear_n) return b->linear_n(b, x, m, ws, ys, joint);
     int rc = 0;
     for (int i = 0; i < m && !rc; i++) rc = b->linear(b, x, ws[i], NULL, ys[i]);
     return rc;
 }
 
 int iris_backend_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,
-                               iris_tensor *g, iris_tensor *u) {
-    if (b->linear_swiglu) return b->linear_swiglu(b, x, wg, wu, g, u);
+                               iris_tensor *g, iris_tensor *u, const iris_tensor *joint) {
+    if (b->linear_swiglu) return b->linear_swiglu(b, x, wg, wu, g, u, joint);
     int rc = b->linear(b, x, wg, NULL, g);
     if (!rc) rc = b->linear(b, x, wu, NULL, u);
     return rc ? rc : b->silu_mul(b, g, u);

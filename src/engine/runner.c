@@ -118,6 +118,7 @@ static size_t meta_ints(const iris_runner_limits *l, int max_blocks) {
     return (size_t)l->max_rows * 10 + (size_t)l->max_seqs * max_blocks + (size_t)l->max_logits;
 }
 
+/* q, k, v and g, u in that order: text.h's joint products run over them as one region each. */
 static act_layout act_layout_of(const iris_text_config *c, size_t es, size_t T, size_t n_ds) {
     act_layout a;
     size_t o = 0;

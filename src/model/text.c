@@ -284,9 +284,12 @@ int iris_text_upload(iris_text *t, iris_backend *b, iris_err *err) {
     }
     for (int il = 0; !rc && il < t->cfg.num_hidden_layers; il++) {
         iris_text_layer *L = &t->layers[il];
-        iris_tensor *all[] = {&L->input_layernorm, &L->post_attention_layernorm, &L->q_norm, &L->k_norm, &L->q_proj,
-                              &L->k_proj, &L->v_proj, &L->o_proj, &L->gate_proj, &L->up_proj, &L->down_proj};
+        iris_tensor *all[] = {&L->input_layernorm, &L->post_attention_layernorm, &L->q_norm, &L->k_norm,
+                              &L->o_proj, &L->down_proj};
         for (size_t i = 0; !rc && i < sizeof all / sizeof all[0]; i++) rc = iris_backend_place(b, all[i], err);
+        iris_tensor *qkv[] = {&L->q_proj, &L->k_proj, &L->v_proj}, *gu[] = {&L->gate_proj, &L->up_proj};
+        if (!rc) rc = iris_backend_place_group(b, qkv, 3, err);
+        if (!rc) rc = iris_backend_place_group(b, gu, 2, err);
     }
     if (!rc) t->on = b;
     return rc;
@@ -449,6 +452,7 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
     iris_tensor q = act(x->q, A, R, (int64_t)nq * hd), o = act(x->o, A, R, (int64_t)nq * hd); /* [R, nq·hd] */
     iris_tensor k = act(x->k, A, R, (int64_t)nkv * hd), v = act(x->v, A, R, (int64_t)nkv * hd); /* [R, nkv·hd] */
     iris_tensor g = act(x->g, A, R, FF), u = act(x->u, A, R, FF);                     /* [R, FF] */
+    iris_tensor qkv = act(x->q, A, R, (int64_t)(nq + 2 * nkv) * hd), gu = act(x->g, A, R, 2 * (int64_t)FF);
     iris_tensor img = act(x->img, A, n_img, H);                                       /* [n_img, H] */
 
     /* Embeddings; image-token rows take the vision tower's rows. */
@@ -483,15 +487,18 @@ int iris_text_forward(const iris_text *t, iris_backend *b, iris_kv_cache *kv, co
         /* Attention block: h += xs (the last MLP), xs = norm(h); q/k norms, rotary and the cache
          * write in one. */
         OP(iris_backend_add_rms_norm(b, &h, pending ? &xs : NULL, &Ly->input_layernorm, c->rms_norm_eps, &xs));
+        /* q, k, v (and g) as allocated; linear_n (linear_swiglu) may leave them column views of qkv (gu) */
+        q = act(x->q, A, R, (int64_t)nq * hd), k = act(x->k, A, R, (int64_t)nkv * hd), v = act(x->v, A, R, (int64_t)nkv * hd);
+        g = act(x->g, A, R, FF);
         const iris_tensor *ws[3] = {&Ly->q_proj, &Ly->k_proj, &Ly->v_proj};
         iris_tensor *ys[3] = {&q, &k, &v};
-        OP(iris_backend_linear_n(b, &xs, 3, ws, ys));                                  /* q, k, v */
+        OP(iris_backend_linear_n(b, &xs, 3, ws, ys, &qkv));                            /* q, k, v */
         OP(iris_backend_qk_norm_rope_attn(b, &q, &k, &v, &Ly->q_norm, &Ly->k_norm, c->rms_norm_eps, nq, x->pos, R,
                                           t->dim_of, t->inv_freq, &kv->layers[il], x->meta, &o));
         OP(b->linear(b, &o, &Ly->o_proj, NULL, &xs));                                  /* [R, H] */
         /* MLP block: h += xs (attention), xs = norm(h). */
         OP(iris_backend_add_rms_norm(b, &h, &xs, &Ly->post_attention_layernorm, c->rms_norm_eps, &xs));
-        OP(iris_backend_linear_swiglu(b, &xs, &Ly->gate_proj, &Ly->up_proj, &g, &u)); /* g = silu(gate)·up */
+        OP(iris_backend_linear_swiglu(b, &xs, &Ly->gate_proj, &Ly->up_proj, &g, &u, &gu)); /* g = silu(gate)·up */
         OP(b->linear(b, &g, &Ly->down_proj, NULL, &xs));                               /* [R, H] */
         pending = 1;
         /* DeepStack: the vision tower's tap il joins the image rows (prefill only). */

@@ -134,7 +134,9 @@ typedef struct iris_text_batch {
     const int32_t *logit_rows;  /* [n_logits] */
     const iris_attn_meta *meta; /* rows -> sequences, contexts, cache slots, block tables */
     const void *img;            /* [(1 + n_deepstack) * n_img, H]: embeddings, then each DeepStack tap */
-    /* scratch, in b->act: h, x [R, H]; q, o [R, nq * hd]; k, v [R, nkv * hd]; g, u [R, FF] */
+    /* scratch, in b->act: h, x [R, H]; q, o [R, nq * hd]; k, v [R, nkv * hd]; g, u [R, FF].
+     * q, k, v lie in that order in one allocation, as do g, u, each sized for the step's largest
+     * R: q starts room for [R, (nq + 2 nkv) hd] and g for [R, 2 FF] (linear_n's, linear_swiglu's joint). */
     void *h, *x, *q, *k, *v, *o, *g, *u;
     void *logits;               /* [n_logits, V], in b->act */
     float *trace_h;             /* host [R, H] for trace (NULL without) */

@@ -27,6 +27,8 @@
  *    activation quantization (W8A8, below) are opt-in: they change the numbers.
  *    F32/F16 weights are rounded to BF16 on the way (the CUDA backend computes
  *    in bf16, DESIGN.md "Numerics").
+ * Past the small batches, q/k/v and gate/up whose weights lie end to end (placement and densify
+ * put them so) are one product each into the caller's joint buffer (linear_n, linear_swiglu).
  * cuBLASLt descriptors and the chosen algorithm are cached per shape, so a
  * repeated shape costs no heuristic query. */
 #include <stdio.h>
@@ -328,30 +330,39 @@ static int lt_matmul(iris_backend *b, const bf16 *w, int64_t ldw, const bf16 *x,
  * Scale layouts (as torch's _scaled_mm hands them to cuBLASLt): W's [out/128, in/128] row-major,
  * as stored; x's [in/128, n], the token index contiguous (outer-dimension major).
  * It changes the numbers (x is rounded to 3 mantissa bits before the product), so it is used
- * only when asked for (iris_cuda_set_fp8_mma, IRIS_CUDA_FP8_MMA=1; the measurement of speed and
- * error against the dequantizing path is in DESIGN.md). */
+ * only when asked for (iris_cuda_set_fp8_mma, IRIS_CUDA_FP8_MMA=1; its speed and error against
+ * the dequantizing path: docs/performance.md, docs/env.md). */
 
-/* One warp per (row, 128-column group): 4 values a lane.  Rows n_real..n-1 are padding (zeros,
- * scale 1): cuBLASLt's VEC128 scales want the row count a multiple of 4. */
+/* Sixteen threads (8 values each) per (row, 128-column group).  Rows n_real..n-1 are padding
+ * (zeros, scale 1): cuBLASLt's VEC128 scales want the row count a multiple of 4.  x's rows 16-byte
+ * aligned (ldx a multiple of 8). */
 __global__ void k_quant_act_128(const bf16 *x, int64_t ldx, int64_t n, int64_t n_real, int64_t in, uint8_t *xq,
                                 float *xs) {
-    int64_t groups = in / 128, w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32;
-    int lane = threadIdx.x & 31;
-    if (w >= n * groups) return;
-    int64_t r = w / groups, g = w % groups;
-    float v[4] = {0, 0, 0, 0}, amax = 0.0f;
-    if (r < n_real) {
-        const bf16 *xr = x + r * ldx + g * 128 + lane * 4;
+    int64_t groups = in / 128, u = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 16;
+    int l = threadIdx.x & 15, live = u < n * groups;
+    int64_t r = live ? u / groups : 0, g = live ? u % groups : 0;
+    float v[8], amax = 0.0f;
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    if (live && r < n_real) raw = *(const uint4 *)(x + r * ldx + g * 128 + l * 8);
+    const bf16 *e = (const bf16 *)&raw;
 #pragma unroll
-        for (int i = 0; i < 4; i++) v[i] = bf2f(xr[i]), amax = fmaxf(amax, fabsf(v[i]));
-    }
-    amax = warp_max(amax);
+    for (int i = 0; i < 8; i++) v[i] = bf2f(e[i]), amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 8; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o)); /* within the 16 */
+    if (!live) return;
     float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
-    uint32_t q = 0;
+    uint32_t q[2] = {0, 0};
 #pragma unroll
-    for (int i = 0; i < 4; i++) q |= (uint32_t)__nv_cvt_float_to_fp8(v[i] / sc, __NV_SATFINITE, __NV_E4M3) << (8 * i);
-    *(uint32_t *)(xq + r * in + g * 128 + lane * 4) = q;
-    if (lane == 0) xs[g * n + r] = sc;
+    for (int i = 0; i < 8; i++)
+        q[i / 4] |= (uint32_t)__nv_cvt_float_to_fp8(v[i] / sc, __NV_SATFINITE, __NV_E4M3) << (8 * (i % 4));
+    *(uint2 *)(xq + r * in + g * 128 + l * 8) = make_uint2(q[0], q[1]);
+    if (l == 0) xs[g * n + r] = sc;
+}
+
+static void quant_act(cuda_ctx *cx, const bf16 *x, int64_t ldx, int64_t n, int64_t n_real, int64_t in, uint8_t *xq,
+                      float *xs) {
+    int64_t threads = n * (in / 128) * 16;
+    k_quant_act_128<<<(unsigned)((threads + 255) / 256), 256, 0, cx->stream>>>(x, ldx, n, n_real, in, xq, xs);
 }
 
 struct lt_plan8 {
@@ -407,14 +418,12 @@ static lt_plan8 *plan8_get(cuda_ctx *cx, int64_t m, int64_t n, int64_t k, int64_
     return p;
 }
 
-/* One block-scaled FP8 product of n rows (a multiple of 4; rows past n_real are padding) of x into
- * y; xq/xs/the plan from the dequantization scratch.  1: done; 0: cuBLASLt has no algorithm. */
-static int w8a8_rows(iris_backend *b, const bf16 *x, int64_t ldx, int64_t n, int64_t n_real, const iris_tensor *w,
-                     bf16 *y, int64_t ldy) {
+/* y (ld ldy) = the n quantized rows xq/xs (n a multiple of 4) times w.  1: done; 0: cuBLASLt has no
+ * algorithm for the shape. */
+static int w8a8_gemm(iris_backend *b, const iris_tensor *w, const uint8_t *xq, const float *xs, int64_t n, bf16 *y,
+                     int64_t ldy) {
     cuda_ctx *cx = cuda_of(b);
     int64_t in = w->cols, out = w->rows;
-    uint8_t *xq = (uint8_t *)cx->dq;
-    float *xs = (float *)(((uintptr_t)(xq + (size_t)n * in) + 255) & ~(uintptr_t)255);
     lt_plan8 *p = plan8_get(cx, out, n, in, tld(w), ldy, w->scale, xs);
     if (!p) {
         if (!cx->fp8_mma_noted)
@@ -424,10 +433,6 @@ static int w8a8_rows(iris_backend *b, const bf16 *x, int64_t ldx, int64_t n, int
         cx->fp8_mma_noted = 1;
         return 0;
     }
-    int64_t warps = n * (in / 128), blocks = (warps * 32 + 255) / 256;
-    k_quant_act_128<<<(unsigned)blocks, 256, 0, cx->stream>>>(x, ldx, n, n_real, in, xq, xs);
-    int rc = iris_cuda_check(b, "linear (quantize activations)");
-    if (rc) return rc;
     const void *sa = w->scale, *sb = xs;
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa);
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb);
@@ -440,45 +445,75 @@ static int w8a8_rows(iris_backend *b, const bf16 *x, int64_t ldx, int64_t n, int
     return 1;
 }
 
-/* 1: done; 0: not applicable here (the caller dequantizes); < 0: an error.  Rows go in chunks of a
- * multiple of 4 straight into y; the last 1-3 rows are padded to 4 and go through a small
- * product into the scratch, then copied. */
+static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* ys[t] (ld ldy[t]) = x · ws[t]ᵀ for t < nt, FP8 weights with 128x128 block scales over x's columns:
+ * x's rows are quantized once (as many rows at a time as the dequantization scratch holds), then
+ * multiplied by each weight.  The last n % 4 rows go padded to 4 through the scratch's tail and are
+ * copied.  1: done; 0: not applicable (nothing usable written: the caller dequantizes); < 0: an error. */
+static int w8a8_products(iris_backend *b, const iris_tensor *x, int nt, const iris_tensor *const *ws, bf16 *const *ys,
+                         const int64_t *ldy) {
+    cuda_ctx *cx = cuda_of(b);
+    int64_t n = x->rows, in = x->cols, maxout = 0;
+    if (!cx->fp8_mma || cx->prop.major != 9 || x->dtype != IRIS_DT_BF16 || in % 128 || tld(x) % 8 ||
+        !is_aligned16(x->data))
+        return 0;
+    for (int t = 0; t < nt; t++) {
+        const iris_tensor *w = ws[t];
+        /* scale rows of 2 or 3 gave wrong products past the first 128 rows (H200, gpu_ops_linear_joint);
+         * the checkpoints' widths are multiples of 512 */
+        if (w->dtype != IRIS_DT_F8_E4M3 || !w->scale || w->cols != in || w->block[0] != 128 || w->block[1] != 128 ||
+            w->rows % 16 || ldy[t] % 8 || !is_aligned16(w->data) || tld(w) % 16 || in % 512 || !is_aligned16(w->scale))
+            return 0;
+        if (w->rows > maxout) maxout = w->rows;
+    }
+    size_t scratch = cx->dq_elems * sizeof(bf16), per_row = (size_t)in + (size_t)in / 128 * sizeof(float);
+    size_t tail = up256(4 * (size_t)in) + up256(4 * (size_t)in / 128 * sizeof(float)) + up256(4 * (size_t)maxout * 2);
+    if (tail + 1024 > scratch) return 0;
+    int64_t chunk = (int64_t)((scratch - tail - 512) / per_row) & ~(int64_t)3;
+    if (chunk < 4) return 0;
+    uint8_t *base = (uint8_t *)cx->dq, *tq = base + (scratch - tail);
+    float *ts = (float *)(tq + up256(4 * (size_t)in));
+    bf16 *ty = (bf16 *)((uint8_t *)ts + up256(4 * (size_t)in / 128 * sizeof(float)));
+    const bf16 *xd = (const bf16 *)x->data;
+    int64_t main_rows = n & ~(int64_t)3;
+    for (int64_t r0 = 0; r0 < main_rows; r0 += chunk) {
+        int64_t nr = main_rows - r0 < chunk ? main_rows - r0 : chunk;
+        float *xs = (float *)(base + up256((size_t)nr * in));
+        quant_act(cx, xd + r0 * tld(x), tld(x), nr, nr, in, base, xs);
+        int rc = iris_cuda_check(b, "linear (quantize activations)");
+        if (rc) return rc;
+        for (int t = 0; t < nt; t++)
+            if ((rc = w8a8_gemm(b, ws[t], base, xs, nr, ys[t] + r0 * ldy[t], ldy[t])) != 1) return rc;
+    }
+    if (n > main_rows) { /* the last 1-3 rows */
+        int64_t nr = n - main_rows;
+        quant_act(cx, xd + main_rows * tld(x), tld(x), 4, nr, in, tq, ts);
+        int rc = iris_cuda_check(b, "linear (quantize activations)");
+        if (rc) return rc;
+        for (int t = 0; t < nt; t++) {
+            int64_t out = ws[t]->rows;
+            if ((rc = w8a8_gemm(b, ws[t], tq, ts, 4, ty, out)) != 1) return rc;
+            if (cudaMemcpy2DAsync(ys[t] + main_rows * ldy[t], ldy[t] * sizeof(bf16), ty, out * sizeof(bf16),
+                                  out * sizeof(bf16), nr, cudaMemcpyDeviceToDevice, cx->stream) != cudaSuccess)
+                return iris_cuda_status(b, cudaGetLastError(), "linear (W8A8 tail rows)");
+        }
+    }
+    return 1;
+}
+
+/* linear's W8A8 path: 1 done; 0 not applicable; < 0 an error. */
 static int linear_w8a8(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const void *bias, int bdt,
                        iris_tensor *y) {
     cuda_ctx *cx = cuda_of(b);
-    int64_t n = x->rows, in = w->cols, out = w->rows;
-    if (!cx->fp8_mma || cx->prop.major != 9 || w->block[0] != 128 || w->block[1] != 128 || in % 128 ||
-        out % 16 || tld(y) % 8 || !is_aligned16(w->data) || tld(w) % 16)
-        return 0;
-    size_t scratch = cx->dq_elems * sizeof(bf16), per_row = (size_t)in + (size_t)in / 128 * sizeof(float);
-    int64_t chunk = (int64_t)((scratch - 512) / per_row) & ~(int64_t)3;
-    size_t tail_bytes = 4 * per_row + 512 + 4 * (size_t)out * sizeof(bf16);
-    if (chunk < 4 || tail_bytes > scratch) return 0;
-    const bf16 *xd = (const bf16 *)x->data;
     bf16 *yd = (bf16 *)y->data;
-    int64_t main_rows = n & ~(int64_t)3;
-    /* 0 from a product (no algorithm for that shape): the caller's dequantizing path redoes every row */
-    for (int64_t r0 = 0; r0 < main_rows; r0 += chunk) {
-        int64_t nr = main_rows - r0 < chunk ? main_rows - r0 : chunk;
-        int rc = w8a8_rows(b, xd + r0 * tld(x), tld(x), nr, nr, w, yd + r0 * tld(y), tld(y));
-        if (rc != 1) return rc;
-    }
-    if (n > main_rows) {    /* the last n % 4 rows */
-        int64_t nr = n - main_rows;
-        bf16 *ypad = (bf16 *)((char *)cx->dq + ((4 * per_row + 511) & ~(size_t)255));
-        int rc = w8a8_rows(b, xd + main_rows * tld(x), tld(x), 4, nr, w, ypad, out);
-        if (rc != 1) return rc;
-        if (cudaMemcpy2DAsync(yd + main_rows * tld(y), tld(y) * sizeof(bf16), ypad, out * sizeof(bf16),
-                              out * sizeof(bf16), nr, cudaMemcpyDeviceToDevice, cx->stream) != cudaSuccess)
-            return iris_cuda_status(b, cudaGetLastError(), "linear (W8A8 tail rows)");
-    }
-    if (bias) {
-        int64_t bl = (n * out + 255) / 256;
-        k_add_bias<<<(unsigned)(bl > 65536 ? 65536 : bl), 256, 0, cx->stream>>>(yd, tld(y), n, out, bias, bdt);
-        int rc = iris_cuda_check(b, "linear (bias)");
-        if (rc) return rc;
-    }
-    return 1;
+    int64_t ldy = tld(y);
+    int rc = w8a8_products(b, x, 1, &w, &yd, &ldy);
+    if (rc != 1 || !bias) return rc;
+    int64_t n = x->rows, out = w->rows, bl = (n * out + 255) / 256;
+    k_add_bias<<<(unsigned)(bl > 65536 ? 65536 : bl), 256, 0, cx->stream>>>(yd, ldy, n, out, bias, bdt);
+    rc = iris_cuda_check(b, "linear (bias)");
+    return rc ? rc : 1;
 }
 
 /* Rows r0..r0+nr-1 of w as BF16 into dst [nr, in] (FP8: bf16(q · scale); else a conversion). */
@@ -583,10 +618,74 @@ static int launch_set(iris_backend *b, gemv_set p, const iris_tensor *x, int fp8
     return iris_cuda_check(b, swiglu ? "linear_swiglu (gemv)" : "linear (gemv)");
 }
 
+/* ---- a weight group (q/k/v, gate/up) as one product --------------------------------------------
+ * Placement (iris_backend_place_group) puts a group's weights and FP8 scales end to end, densify
+ * its BF16 copies; the group is then one weight of Σ rows and its product, into the caller's joint
+ * buffer (backend.h), one launch of fuller tiles.  H200, the 2B decoder's prefill shapes at 2,144
+ * rows: q, k and v 0.090 -> 0.062 ms, gate and up 0.180 -> 0.160 ms (BF16); FP8 block-scaled
+ * 0.092 -> 0.049 and 0.128 -> 0.108 ms. */
+
+/* ws[0..m-1] as one weight of Σ rows in *v (dense: their BF16 copies; else the stored weights,
+ * BF16 or FP8 with their scales); 0 where they do not lie end to end. */
+static int group_view(const iris_tensor *const *ws, int m, int dense, iris_tensor *v) {
+    const iris_tensor *w0 = ws[0];
+    int64_t rows = 0, sc_cols = w0->block[1] > 0 ? (w0->cols + w0->block[1] - 1) / w0->block[1] : 0;
+    for (int i = 0; i < m; i++) {
+        const iris_tensor *w = ws[i];
+        if (w->cols != w0->cols || w->dtype != w0->dtype) return 0;
+        if (dense) {
+            if (!w->dense || (const bf16 *)w->dense != (const bf16 *)w0->dense + rows * w0->cols) return 0;
+        } else if (w->dtype == IRIS_DT_BF16 || w->dtype == IRIS_DT_F8_E4M3) {
+            size_t at = (size_t)(rows * tld(w0)) * iris_dtype_size(w->dtype);
+            if (tld(w) != tld(w0) || (const char *)w->data != (const char *)w0->data + at) return 0;
+            if (w->dtype == IRIS_DT_F8_E4M3 &&
+                (!w->scale || w->block[0] != w0->block[0] || w->block[1] != w0->block[1] || w0->block[0] <= 0 ||
+                 (i + 1 < m && w->rows % w0->block[0]) || w->scale != w0->scale + rows / w0->block[0] * sc_cols))
+                return 0;
+        } else {
+            return 0;
+        }
+        rows += w->rows;
+    }
+    if (dense) *v = (iris_tensor){.data = w0->dense, .dtype = IRIS_DT_BF16, .rows = rows, .cols = w0->cols};
+    else *v = *w0, v->rows = rows, v->dense = NULL;
+    return 1;
+}
+
+/* The group's product into joint [x rows, Σ rows]: W8A8 on the stored FP8 weights where it is on,
+ * else cuBLASLt on the BF16 copies or BF16 weights.  1: done; 0: not taken (nothing written); < 0: an
+ * error. */
+static int group_product(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws,
+                         const iris_tensor *joint) {
+    if (!joint || joint->dtype != IRIS_DT_BF16 || x->dtype != IRIS_DT_BF16 || tld(joint) != joint->cols ||
+        joint->rows != x->rows)
+        return 0;
+    bf16 *jd = (bf16 *)joint->data;
+    int64_t ldj = joint->cols, in = ws[0]->cols;
+    iris_tensor v;
+    if (group_view(ws, m, 0, &v) && v.rows == ldj) {
+        if (v.dtype == IRIS_DT_F8_E4M3) {
+            const iris_tensor *vp = &v;
+            int rc = w8a8_products(b, x, 1, &vp, &jd, &ldj);
+            if (rc) return rc;
+        } else {
+            int rc = lt_matmul(b, (const bf16 *)v.data, tld(&v), (const bf16 *)x->data, tld(x), jd, ldj, v.rows, x->rows,
+                               in, NULL, -1);
+            return rc ? rc : 1;
+        }
+    }
+    if (group_view(ws, m, 1, &v) && v.rows == ldj) {
+        int rc = lt_matmul(b, (const bf16 *)v.data, in, (const bf16 *)x->data, tld(x), jd, ldj, v.rows, x->rows, in,
+                           NULL, -1);
+        return rc ? rc : 1;
+    }
+    return 0;
+}
+
 /* linear_n: one launch for the q, k and v projections of a decode step; anything else (prefill
  * rows, mixed dtypes) goes through iris_cuda_linear one weight at a time. */
 static int cu_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws,
-                       iris_tensor *const *ys) {
+                       iris_tensor *const *ys, const iris_tensor *joint) {
     cuda_ctx *cx = cuda_of(b);
     if (m >= 1 && ws[0]->dtype == IRIS_DT_I4) {
         int rc = iris_cuda_gemv_i4(b, x, m, ws, NULL, ys, 0);
@@ -596,7 +695,19 @@ static int cu_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_
     for (int i = 0; i < m && fused; i++)
         fused = gemv_ok(cx, x, ws[i], ys[i]) && ws[i]->dtype == ws[0]->dtype;
     if (!fused) {
-        int rc = 0;
+        int rc = m >= 2 ? group_product(b, x, m, ws, joint) : 0;
+        if (rc == 1) { /* the outputs: column views of the joint product */
+            int64_t at = 0;
+            for (int i = 0; i < m; i++)
+                ys[i]->data = (bf16 *)joint->data + at, ys[i]->ld = joint->cols, at += ws[i]->rows;
+            return 0;
+        }
+        /* W8A8 without the joint product: x quantized once for the m products */
+        bf16 *yp[3];
+        int64_t ld[3];
+        for (int i = 0; i < m && !rc && m <= 3; i++) yp[i] = (bf16 *)ys[i]->data, ld[i] = tld(ys[i]);
+        if (!rc && m <= 3) rc = w8a8_products(b, x, m, ws, yp, ld);
+        if (rc) return rc < 0 ? rc : 0;
         for (int i = 0; i < m && !rc; i++) rc = iris_cuda_linear(b, x, ws[i], NULL, ys[i]);
         return rc;
     }
@@ -608,7 +719,7 @@ static int cu_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_
 
 /* linear_swiglu: gate, up and silu·mul in one launch for a decode step; else the three ops. */
 static int cu_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,
-                            iris_tensor *g, iris_tensor *u) {
+                            iris_tensor *g, iris_tensor *u, const iris_tensor *joint) {
     cuda_ctx *cx = cuda_of(b);
     if (wg->dtype == IRIS_DT_I4 && wu->dtype == IRIS_DT_I4) {
         const iris_tensor *ws[2] = {wg, wu};
@@ -616,8 +727,22 @@ static int cu_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_te
         if (rc != 1) return rc;
     }
     if (!(gemv_ok(cx, x, wg, g) && gemv_ok(cx, x, wu, g) && wg->dtype == wu->dtype)) {
-        int rc = iris_cuda_linear(b, x, wg, NULL, g);
-        if (!rc) rc = iris_cuda_linear(b, x, wu, NULL, u);
+        const iris_tensor *ws[2] = {wg, wu};
+        int rc = group_product(b, x, 2, ws, joint);
+        if (rc == 1) { /* silu·mul in place over the gate columns; g is left their view */
+            iris_tensor gv = *g, uv = *g;
+            gv.data = joint->data, gv.ld = uv.ld = joint->cols, uv.data = (bf16 *)joint->data + wg->rows;
+            rc = iris_cuda_silu_mul(b, &gv, &uv);
+            if (!rc) *g = gv;
+            return rc;
+        }
+        if (!rc) { /* W8A8 without the joint product: x quantized once for both */
+            bf16 *yp[2] = {(bf16 *)g->data, (bf16 *)u->data};
+            int64_t ld[2] = {tld(g), tld(u)};
+            rc = w8a8_products(b, x, 2, ws, yp, ld);
+            if (rc == 1) rc = 0;
+            else if (!rc) rc = iris_cuda_linear(b, x, wg, NULL, g), rc = rc ? rc : iris_cuda_linear(b, x, wu, NULL, u);
+        }
         return rc ? rc : iris_cuda_silu_mul(b, g, u);
     }
     gemv_set p;
