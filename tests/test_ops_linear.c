@@ -603,6 +603,7 @@ IRIS_TEST(gpu_ops_linear_joint) {
     check_joint(37, 384, qkv, IRIS_DT_BF16, 0, 0);    /* a BF16 checkpoint's weights */
     check_joint(300, 384, qkv, IRIS_DT_F8_E4M3, 1, 0); /* FP8: the BF16 copies */
     check_joint(75, 256, qkv, IRIS_DT_F8_E4M3, 1, 0);
+    check_joint(130, 512, qkv, IRIS_DT_F8_E4M3, 0, 0); /* FP8 without copies: dequantized row chunks */
     if (!iris_cuda_set_fp8_mma(ops_cuda, 0)) IRIS_TEST_SKIP("W8A8 with block scales needs sm_90");
     check_joint(300, 512, qkv, IRIS_DT_F8_E4M3, 0, 1); /* W8A8 on the stored FP8 weights; 2 and 1 tail rows */
     check_joint(302, 1024, qkv, IRIS_DT_F8_E4M3, 0, 1);

@@ -621,7 +621,7 @@ static int launch_set(iris_backend *b, gemv_set p, const iris_tensor *x, int fp8
 /* ---- a weight group (q/k/v, gate/up) as one product --------------------------------------------
  * Placement (iris_backend_place_group) puts a group's weights and FP8 scales end to end, densify
  * its BF16 copies; the group is then one weight of Σ rows and its product, into the caller's joint
- * buffer (backend.h), one launch of fuller tiles.  H200, the 2B decoder's prefill shapes at 2,144
+ * buffer (backend.h), one launch of fuller tiles (or fewer dequantized row chunks).  H200, the 2B decoder's prefill shapes at 2,144
  * rows: q, k and v 0.090 -> 0.062 ms, gate and up 0.180 -> 0.160 ms (BF16); FP8 block-scaled
  * 0.092 -> 0.049 and 0.128 -> 0.108 ms. */
 
@@ -647,39 +647,24 @@ static int group_view(const iris_tensor *const *ws, int m, int dense, iris_tenso
         }
         rows += w->rows;
     }
-    if (dense) *v = (iris_tensor){.data = w0->dense, .dtype = IRIS_DT_BF16, .rows = rows, .cols = w0->cols};
-    else *v = *w0, v->rows = rows, v->dense = NULL;
+    *v = *w0, v->rows = rows, v->dense = NULL;
+    if (dense) v->data = w0->dense, v->dtype = IRIS_DT_BF16, v->ld = 0, v->scale = NULL;
     return 1;
 }
 
-/* The group's product into joint [x rows, Σ rows]: W8A8 on the stored FP8 weights where it is on,
- * else cuBLASLt on the BF16 copies or BF16 weights.  1: done; 0: not taken (nothing written); < 0: an
- * error. */
+/* The group's product into joint [x rows, Σ rows]: linear's path for the group as one weight (W8A8
+ * where on, the BF16 copies when they too lie end to end, else dequantized row chunks).  1: done; 0:
+ * not taken (nothing written); < 0: an error. */
 static int group_product(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws,
                          const iris_tensor *joint) {
-    if (!joint || joint->dtype != IRIS_DT_BF16 || x->dtype != IRIS_DT_BF16 || tld(joint) != joint->cols ||
-        joint->rows != x->rows)
+    iris_tensor v, dv;
+    if (!joint || joint->dtype != IRIS_DT_BF16 || tld(joint) != joint->cols || joint->rows != x->rows ||
+        !group_view(ws, m, 0, &v) || v.rows != joint->cols)
         return 0;
-    bf16 *jd = (bf16 *)joint->data;
-    int64_t ldj = joint->cols, in = ws[0]->cols;
-    iris_tensor v;
-    if (group_view(ws, m, 0, &v) && v.rows == ldj) {
-        if (v.dtype == IRIS_DT_F8_E4M3) {
-            const iris_tensor *vp = &v;
-            int rc = w8a8_products(b, x, 1, &vp, &jd, &ldj);
-            if (rc) return rc;
-        } else {
-            int rc = lt_matmul(b, (const bf16 *)v.data, tld(&v), (const bf16 *)x->data, tld(x), jd, ldj, v.rows, x->rows,
-                               in, NULL, -1);
-            return rc ? rc : 1;
-        }
-    }
-    if (group_view(ws, m, 1, &v) && v.rows == ldj) {
-        int rc = lt_matmul(b, (const bf16 *)v.data, in, (const bf16 *)x->data, tld(x), jd, ldj, v.rows, x->rows, in,
-                           NULL, -1);
-        return rc ? rc : 1;
-    }
-    return 0;
+    if (v.dtype == IRIS_DT_F8_E4M3 && group_view(ws, m, 1, &dv)) v.dense = dv.data;
+    iris_tensor y = *joint;
+    int rc = iris_cuda_linear(b, x, &v, NULL, &y);
+    return rc ? rc : 1;
 }
 
 /* linear_n: one launch for the q, k and v projections of a decode step; anything else (prefill
