@@ -35,7 +35,10 @@
  * q/k/v GEMV's (registers), hence 2 CTAs an SM for a single row (attn_paged has the figures).
  * Numerics: scores and softmax in fp32 (scale 1/sqrt(HD) folded into q), the
  * output rounded once to bf16.  The cache is BF16 or E4M3 (kv8, half the bytes
- * read); both kernels are templates over the element type. */
+ * read); both kernels are templates over the element type.
+ * Steps of 8 decode rows or more with GQA groups of 4 to 8 (4B, 8B) over a BF16 cache of 128-dim
+ * heads take k_attn_decode_tc instead: the same CTAs, splits and merges, the products on the
+ * tensor cores (iris_cuda_attn_tc has the rule and its measurements). */
 #include "cuda_attn.cuh"
 
 #define DW 4 /* warps per decode CTA */
@@ -137,6 +140,11 @@ static __device__ __forceinline__ void attn_qk_heads(const decode_args &a, const
     __syncthreads();
 }
 
+template <int HD, int GMAX, int NS>
+static __device__ __forceinline__ void attn_merge_states(const decode_args &a, int row, int kvh, int split,
+                                                         const float (*st_m)[GMAX], const float (*st_l)[GMAX],
+                                                         const float (*st_acc)[GMAX][HD]);
+
 /* The DW·TPW walkers' online-softmax states (m, l, acc) merged through shared memory (st_*): the
  * output of the (row, kv head)'s query heads when the context is not split, else this split's
  * partial (max, sum, unnormalized output) for attn_merge_splits. */
@@ -154,6 +162,15 @@ static __device__ __forceinline__ void attn_merge_walkers(const decode_args &a, 
 #pragma unroll
         for (int k = 0; k < EPL; k++) st_acc[sid][i][dl * EPL + k] = acc[i][k];
     }
+    attn_merge_states<HD, GMAX, DW_TPW>(a, row, kvh, split, st_m, st_l, st_acc);
+}
+
+/* The NS states in shared memory merged: the output, or this split's partial (attn_merge_walkers). */
+template <int HD, int GMAX, int NS>
+static __device__ __forceinline__ void attn_merge_states(const decode_args &a, int row, int kvh, int split,
+                                                         const float (*st_m)[GMAX], const float (*st_l)[GMAX],
+                                                         const float (*st_acc)[GMAX][HD]) {
+    const int DW_TPW = NS;
     __syncthreads();
     for (int e = threadIdx.x; e < a.g * HD; e += DW * 32) {
         int i = e / HD, d = e % HD;
@@ -382,6 +399,118 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk
     attn_merge_splits<HD, GMAX>(a, row, kvh, warp, lane, last, sw, sl, sL);
 }
 
+/* k_attn_decode_tc: the decode rows of many-row steps (BF16 cache, 128-dim heads) on the tensor
+ * cores.  A CTA of DW warps per (row, kv head, context split) as k_attn_decode; a warp takes whole
+ * 16-key cache blocks (w, w + DW, ...) and turns each into two mma.sync products: S = Q·Kᵀ (the
+ * GQA group's query heads the rows of one m16 tile, the rest zero; K's fragments loaded straight
+ * from the cache, 16 bytes a lane, with the dot product's terms permuted so that a lane's four
+ * 16-byte pieces of its key are its B fragments, and Q's the same) and O += P·V (P from S's
+ * accumulators as bf16, V staged in shared memory and read by ldmatrix.trans): a few instructions a
+ * key where k_attn_decode's FMAs and shuffles grow with the group (iris_cuda_attn_tc says when).
+ * Numerics: scores in fp32 (scale applied to them), P rounded to bf16 for its product (as the flash
+ * kernels and transformers' eager attention do), fp32 sums, one rounding of the output. */
+template <int GMAX>
+__global__ void __launch_bounds__(DW * 32) k_attn_decode_tc(decode_args a) {
+    constexpr int HD = 128, VP = HD + 8; /* V rows padded: ldmatrix's 8 rows in distinct banks */
+    int row = a.rows ? a.rows[blockIdx.x] : a.row0 + blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    pdl_launch_next();
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    __shared__ __align__(16) bf16 vs[DW][16][VP];
+    __shared__ float st_m[DW][GMAX], st_l[DW][GMAX];
+    __shared__ float st_acc[DW][GMAX][HD];
+    __shared__ int last;
+    pdl_wait();
+    if (a.flash && !a.rows && flash_tile_ok(a.row_seq, a.n_rows, row - row % FLASH_TILE, FLASH_TILE)) return;
+    const int seq = a.row_seq[row], ctx = a.row_ctx[row];
+    const int j_begin = split * a.chunk, j_end = min(ctx, j_begin + a.chunk);
+    const int32_t *bt = a.block_tables + (int64_t)seq * a.max_blocks;
+    const int64_t col = (int64_t)kvh * HD;
+    /* Q: lane (g, t) holds head g's pieces 4u + t (u < 4: dims 8 (4u + t) .. + 8) unscaled */
+    uint32_t qa[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (g < a.g) v = *(const uint4 *)(a.q + (int64_t)row * a.ldq + (int64_t)(kvh * a.g + g) * HD + (4 * u + t) * 8);
+        qa[u][0] = v.x, qa[u][1] = v.y, qa[u][2] = v.z, qa[u][3] = v.w;
+    }
+    float o[HD / 8][4], m = -INFINITY, l = 0;
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
+    for (int j0 = j_begin + warp * 16; j0 < j_end; j0 += DW * 16) {
+        const int64_t blk = (int64_t)bt[j0 / IRIS_KV_BLOCK] * IRIS_KV_BLOCK;
+        /* V: lane l stages key l / 2's half l % 2 (8 pieces); keys past the end repeat the last one */
+        {
+            int kk = lane >> 1, jj = min(j0 + kk, j_end - 1) - j0;
+            const bf16 *src = (const bf16 *)a.vc + (blk + jj) * a.kvw + col + (lane & 1) * 64;
+#pragma unroll
+            for (int c = 0; c < 8; c++) cp_async16(&vs[warp][kk][(lane & 1) * 64 + c * 8], src + c * 8);
+            cp_async_commit();
+        }
+        /* S for keys j0 + nt * 8 + g: lane (g, t) loads its key's pieces 4u + t */
+        float sacc[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            int jj = min(j0 + nt * 8 + g, j_end - 1) - j0;
+            const uint4 *kp = (const uint4 *)((const bf16 *)a.kc + (blk + jj) * a.kvw + col);
+            uint4 kr[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) kr[u] = kp[4 * u + t];
+            sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const uint32_t kw[4] = {kr[u].x, kr[u].y, kr[u].z, kr[u].w};
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint32_t af[4] = {qa[u][2 * h], 0u, qa[u][2 * h + 1], 0u};
+                    mma16816(sacc[nt], af, kw[2 * h], kw[2 * h + 1]);
+                }
+            }
+        }
+        /* the online softmax of row g over these 16 keys (lanes t of a row hold 4 of them) */
+        float sv[4] = {sacc[0][0], sacc[0][1], sacc[1][0], sacc[1][1]}, mx = -INFINITY;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int j = j0 + (e >> 1) * 8 + 2 * t + (e & 1);
+            sv[e] = j < j_end ? sv[e] * a.scale : -INFINITY;
+            mx = fmaxf(mx, sv[e]);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m, mx), corr = __expf(m - mn); /* the block has a valid key: mn finite */
+        m = mn;
+        l *= corr;
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) p[e] = __expf(sv[e] - mn), l += p[e];
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) o[n][0] *= corr, o[n][1] *= corr;
+        const uint32_t pa[4] = {pack_bf16(p[0], p[1]), 0u, pack_bf16(p[2], p[3]), 0u};
+        cp_async_wait<0>();
+        __syncwarp();
+        /* O += P · V: ldmatrix.trans gives V's B fragments for dims n0 .. n0 + 15 */
+        const int mi = lane >> 3, rr = lane & 7;
+#pragma unroll
+        for (int n0 = 0; n0 < HD; n0 += 16) {
+            uint32_t vb[4];
+            ldsm_x4<1>(vb, &vs[warp][(mi & 1) * 8 + rr][n0 + (mi >> 1) * 8]);
+            mma16816(o[n0 / 8], pa, vb[0], vb[1]);
+            mma16816(o[n0 / 8 + 1], pa, vb[2], vb[3]);
+        }
+        __syncwarp(); /* every lane's ldmatrix done before the next block's V lands */
+    }
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (g < a.g) {
+        if (t == 0) st_m[warp][g] = m, st_l[warp][g] = l;
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) st_acc[warp][g][n * 8 + 2 * t] = o[n][0], st_acc[warp][g][n * 8 + 2 * t + 1] = o[n][1];
+    }
+    attn_merge_states<HD, GMAX, DW>(a, row, kvh, split, st_m, st_l, st_acc);
+    if (a.n_splits == 1) return;
+    __shared__ float sw[ATTN_MAX_SPLITS][GMAX], sl[ATTN_MAX_SPLITS][GMAX], sL[GMAX];
+    attn_merge_splits<HD, GMAX>(a, row, kvh, warp, lane, last, sw, sl, sL);
+}
+
 template <int HD, int GMAX, typename KT>
 static void launch_decode(const cuda_ctx *cx, const decode_args &a, int n_kv, const qk_args *qk) {
     dim3 grid((unsigned)a.n_launch, (unsigned)n_kv, (unsigned)a.n_splits);
@@ -415,6 +544,15 @@ static void launch_decode_hd(const cuda_ctx *cx, const decode_args &a, int hd, i
  * (the measurements in attn_paged). */
 extern "C" int iris_cuda_attn_ctas_per_sm(int rows, int group) {
     return rows == 1 || (group >= 4 ? rows <= 24 : rows >= 32) ? 2 : 4;
+}
+
+/* Decode rows take k_attn_decode_tc for GQA groups of 4 to 8 (BF16 cache, 128-dim heads) from 8 rows:
+ * H200, iris bench at a 1,024-token context, two runs each: 4B-FP8 batch 64 6,592, 6,617 -> 9,300,
+ * 9,220 tok/s, batch 8 2,169, 2,148 -> 2,480, 2,523; 2B-FP8's groups of 2 lose there (batch 64
+ * 16,868, 16,793 -> 15,065, 15,128; batch 8 4,639, 4,665 -> 4,515, 4,485), its kernel waits on each
+ * block's loads where k_attn_decode keeps four in flight. */
+extern "C" int iris_cuda_attn_tc(int rows, int group, int hd, int kv_bf16) {
+    return kv_bf16 && hd == 128 && group >= 4 && group <= 8 && rows >= 8;
 }
 
 /* attn_paged; with qk (a decode-only step), the decode kernel also does qk_norm_rope_kv's work. */
@@ -514,7 +652,11 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
     a.chunk = blocks_per * IRIS_KV_BLOCK;
     a.n_splits = (meta->max_blocks + blocks_per - 1) / blocks_per;
     if (a.n_splits < 1) a.n_splits = 1;
-    if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(c, a, hd, nkv, qk);
+    if (!qk && iris_cuda_attn_tc(a.n_launch, a.g, hd, kv->dtype == IRIS_DT_BF16)) {
+        dim3 grid((unsigned)a.n_launch, (unsigned)nkv, (unsigned)a.n_splits);
+        if (a.g <= 4) launch(c, k_attn_decode_tc<4>, grid, dim3(DW * 32), 0, a);
+        else launch(c, k_attn_decode_tc<8>, grid, dim3(DW * 32), 0, a);
+    } else if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(c, a, hd, nkv, qk);
     else launch_decode_hd<bf16>(c, a, hd, nkv, qk);
     return iris_cuda_check(b, qk ? "qk_norm_rope_attn" : "attn_paged");
 }

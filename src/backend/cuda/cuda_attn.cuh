@@ -16,6 +16,26 @@
 #define FLASH_MIN_ROWS IRIS_ATTN_TILE_MIN
 #define IRIS_FLASH_MAX_SEGS 32   /* segments one launch takes (more: several launches) */
 
+/* Two floats as a bf16x2 word (lo in the low half), and ldmatrix: the mma attention kernels' pieces. */
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* Four 8x8 bf16 matrices from shared memory (lane l gives the address of row l % 8 of matrix l / 8):
+ * r[m] is lane (g, t)'s element pair (row g, columns 2t, 2t+1) of matrix m, or with TRANS the pair
+ * (rows 2t, 2t+1, column g) — the B fragment of K (rows = keys) and of V (rows = keys) respectively. */
+template <int TRANS>
+static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const bf16 *p) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
 /* Called by every warp of a block (each evaluates it independently). */
 static __device__ __forceinline__ bool flash_tile_ok(const int32_t *row_seq, int n_rows, int r0, int tile) {
     int r1 = min(n_rows, r0 + tile);

@@ -40,26 +40,6 @@
 /* The head size the mma tiles compute at: HD rounded up to 16 (HD itself for 16, 32, 64, 128). */
 static __host__ __device__ constexpr int flash_hp(int hd) { return (hd + 15) / 16 * 16; }
 
-static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
-/* Four 8x8 bf16 matrices from shared memory (lane l gives the address of row l % 8 of matrix l / 8):
- * r[m] is lane (g, t)'s element pair (row g, columns 2t, 2t+1) of matrix m, or with TRANS the pair
- * (rows 2t, 2t+1, column g) — the B fragment of K (rows = keys) and of V (rows = keys) respectively. */
-template <int TRANS>
-static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const bf16 *p) {
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    if (TRANS)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
-
 /* Shared memory of one CTA: ST stages of K and V tiles, [MK][HP + 8] each (8 columns of padding
  * put the 8 rows an ldmatrix reads in distinct banks). */
 template <int HD, int ST>
