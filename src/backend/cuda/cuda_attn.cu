@@ -36,7 +36,7 @@
  * Numerics: scores and softmax in fp32 (scale 1/sqrt(HD) folded into q), the
  * output rounded once to bf16.  The cache is BF16 or E4M3 (kv8, half the bytes
  * read); both kernels are templates over the element type.
- * Steps of 8 decode rows or more with GQA groups of 4 to 8 (4B, 8B) over a BF16 cache of 128-dim
+ * Steps of 8 decode rows or more with GQA groups of 4 (4B, 8B) over a BF16 cache of 128-dim
  * heads take k_attn_decode_tc instead: the same CTAs, splits and merges, the products on the
  * tensor cores (iris_cuda_attn_tc has the rule and its measurements). */
 #include "cuda_attn.cuh"
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode_tc(decode_args a) {
     int row = a.rows ? a.rows[blockIdx.x] : a.row0 + blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     pdl_launch_next();
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    __shared__ __align__(16) bf16 vs[DW][16][VP];
+    __shared__ __align__(16) bf16 vs[DW][2][16][VP];
     __shared__ float st_m[DW][GMAX], st_l[DW][GMAX];
     __shared__ float st_acc[DW][GMAX][HD];
     __shared__ int last;
@@ -436,29 +436,43 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode_tc(decode_args a) {
     float o[HD / 8][4], m = -INFINITY, l = 0;
 #pragma unroll
     for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
-    for (int j0 = j_begin + warp * 16; j0 < j_end; j0 += DW * 16) {
+    /* a block's loads: V (lane l stages key l / 2's half l % 2, 8 pieces) into stage st, and K's pieces
+     * 4u + t of keys j0 + nt * 8 + g into kn; keys past the end repeat the last one.  The next
+     * block's are in flight while this one is computed. */
+    uint4 kn[2][4];
+    auto issue = [&](int j0, int st) {
         const int64_t blk = (int64_t)bt[j0 / IRIS_KV_BLOCK] * IRIS_KV_BLOCK;
-        /* V: lane l stages key l / 2's half l % 2 (8 pieces); keys past the end repeat the last one */
-        {
-            int kk = lane >> 1, jj = min(j0 + kk, j_end - 1) - j0;
-            const bf16 *src = (const bf16 *)a.vc + (blk + jj) * a.kvw + col + (lane & 1) * 64;
+        int kk = lane >> 1, jv = min(j0 + kk, j_end - 1) - j0;
+        const bf16 *src = (const bf16 *)a.vc + (blk + jv) * a.kvw + col + (lane & 1) * 64;
 #pragma unroll
-            for (int c = 0; c < 8; c++) cp_async16(&vs[warp][kk][(lane & 1) * 64 + c * 8], src + c * 8);
-            cp_async_commit();
+        for (int c = 0; c < 8; c++) cp_async16(&vs[warp][st][kk][(lane & 1) * 64 + c * 8], src + c * 8);
+        cp_async_commit();
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            int jk = min(j0 + nt * 8 + g, j_end - 1) - j0;
+            const uint4 *kp = (const uint4 *)((const bf16 *)a.kc + (blk + jk) * a.kvw + col);
+#pragma unroll
+            for (int u = 0; u < 4; u++) kn[nt][u] = kp[4 * u + t];
         }
-        /* S for keys j0 + nt * 8 + g: lane (g, t) loads its key's pieces 4u + t */
+    };
+    int j0 = j_begin + warp * 16, st = 0;
+    if (j0 < j_end) issue(j0, 0);
+    for (; j0 < j_end; j0 += DW * 16, st ^= 1) {
+        uint4 kr[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) kr[nt][u] = kn[nt][u];
+        const bool more = j0 + DW * 16 < j_end;
+        if (more) issue(j0 + DW * 16, st ^ 1);
+        /* S for keys j0 + nt * 8 + g */
         float sacc[2][4];
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
-            int jj = min(j0 + nt * 8 + g, j_end - 1) - j0;
-            const uint4 *kp = (const uint4 *)((const bf16 *)a.kc + (blk + jj) * a.kvw + col);
-            uint4 kr[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) kr[u] = kp[4 * u + t];
             sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0;
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                const uint32_t kw[4] = {kr[u].x, kr[u].y, kr[u].z, kr[u].w};
+                const uint32_t kw[4] = {kr[nt][u].x, kr[nt][u].y, kr[nt][u].z, kr[nt][u].w};
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const uint32_t af[4] = {qa[u][2 * h], 0u, qa[u][2 * h + 1], 0u};
@@ -485,18 +499,19 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode_tc(decode_args a) {
 #pragma unroll
         for (int n = 0; n < HD / 8; n++) o[n][0] *= corr, o[n][1] *= corr;
         const uint32_t pa[4] = {pack_bf16(p[0], p[1]), 0u, pack_bf16(p[2], p[3]), 0u};
-        cp_async_wait<0>();
+        if (more) cp_async_wait<1>(); /* this block's V; the next one's may still be on its way */
+        else cp_async_wait<0>();
         __syncwarp();
         /* O += P · V: ldmatrix.trans gives V's B fragments for dims n0 .. n0 + 15 */
         const int mi = lane >> 3, rr = lane & 7;
 #pragma unroll
         for (int n0 = 0; n0 < HD; n0 += 16) {
             uint32_t vb[4];
-            ldsm_x4<1>(vb, &vs[warp][(mi & 1) * 8 + rr][n0 + (mi >> 1) * 8]);
+            ldsm_x4<1>(vb, &vs[warp][st][(mi & 1) * 8 + rr][n0 + (mi >> 1) * 8]);
             mma16816(o[n0 / 8], pa, vb[0], vb[1]);
             mma16816(o[n0 / 8 + 1], pa, vb[2], vb[3]);
         }
-        __syncwarp(); /* every lane's ldmatrix done before the next block's V lands */
+        __syncwarp(); /* every lane's ldmatrix done before the block after next lands in this stage */
     }
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
@@ -546,13 +561,14 @@ extern "C" int iris_cuda_attn_ctas_per_sm(int rows, int group) {
     return rows == 1 || (group >= 4 ? rows <= 24 : rows >= 32) ? 2 : 4;
 }
 
-/* Decode rows take k_attn_decode_tc for GQA groups of 4 to 8 (BF16 cache, 128-dim heads) from 8 rows:
- * H200, iris bench at a 1,024-token context, two runs each: 4B-FP8 batch 64 6,592, 6,617 -> 9,300,
- * 9,220 tok/s, batch 8 2,169, 2,148 -> 2,480, 2,523; 2B-FP8's groups of 2 lose there (batch 64
- * 16,868, 16,793 -> 15,065, 15,128; batch 8 4,639, 4,665 -> 4,515, 4,485), its kernel waits on each
- * block's loads where k_attn_decode keeps four in flight. */
+/* Decode rows take k_attn_decode_tc for GQA groups of 4 (4B, 8B; BF16 cache, 128-dim heads) from 8
+ * rows.  H200, iris bench at a 1,024-token context, k_attn_decode vs this kernel, two runs: 4B-FP8
+ * batch 64 6,662, 6,671 -> 9,528, 9,527 tok/s, batch 8 2,147, 2,164 -> 2,467, 2,439, 1 MP images/s
+ * 29.44 -> 32.41; 2B-FP8's groups of 2 gain too little to switch (batch 64 16,833, 16,683 ->
+ * 17,235, 17,103, batch 8 4,666, 4,604 -> 4,558, 4,534, images/s 52.34 -> 52.51): k_attn_decode's
+ * work a key grows with the group, this kernel's does not. */
 extern "C" int iris_cuda_attn_tc(int rows, int group, int hd, int kv_bf16) {
-    return kv_bf16 && hd == 128 && group >= 4 && group <= 8 && rows >= 8;
+    return kv_bf16 && hd == 128 && group == 4 && rows >= 8;
 }
 
 /* attn_paged; with qk (a decode-only step), the decode kernel also does qk_norm_rope_kv's work. */
@@ -654,8 +670,7 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
     if (a.n_splits < 1) a.n_splits = 1;
     if (!qk && iris_cuda_attn_tc(a.n_launch, a.g, hd, kv->dtype == IRIS_DT_BF16)) {
         dim3 grid((unsigned)a.n_launch, (unsigned)nkv, (unsigned)a.n_splits);
-        if (a.g <= 4) launch(c, k_attn_decode_tc<4>, grid, dim3(DW * 32), 0, a);
-        else launch(c, k_attn_decode_tc<8>, grid, dim3(DW * 32), 0, a);
+        launch(c, k_attn_decode_tc<4>, grid, dim3(DW * 32), 0, a);
     } else if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(c, a, hd, nkv, qk);
     else launch_decode_hd<bf16>(c, a, hd, nkv, qk);
     return iris_cuda_check(b, qk ? "qk_norm_rope_attn" : "attn_paged");
