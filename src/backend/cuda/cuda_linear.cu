@@ -447,28 +447,21 @@ static int w8a8_gemm(iris_backend *b, const iris_tensor *w, const uint8_t *xq, c
 
 static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* ys[t] (ld ldy[t]) = x · ws[t]ᵀ for t < nt, FP8 weights with 128x128 block scales over x's columns:
- * x's rows are quantized once (as many rows at a time as the dequantization scratch holds), then
- * multiplied by each weight.  The last n % 4 rows go padded to 4 through the scratch's tail and are
- * copied.  1: done; 0: not applicable (nothing usable written: the caller dequantizes); < 0: an error. */
-static int w8a8_products(iris_backend *b, const iris_tensor *x, int nt, const iris_tensor *const *ws, bf16 *const *ys,
-                         const int64_t *ldy) {
+/* y (ld ldy) = x · wᵀ for an FP8 weight with 128x128 block scales: x's rows quantized (as many at a
+ * time as the dequantization scratch holds), then multiplied; the last n % 4 rows go padded to 4
+ * through the scratch's tail and are copied.  1: done; 0: not applicable (nothing usable written: the
+ * caller dequantizes); < 0: an error. */
+static int w8a8_product(iris_backend *b, const iris_tensor *x, const iris_tensor *w, bf16 *y, int64_t ldy) {
     cuda_ctx *cx = cuda_of(b);
-    int64_t n = x->rows, in = x->cols, maxout = 0;
-    if (!cx->fp8_mma || cx->prop.major != 9 || x->dtype != IRIS_DT_BF16 || in % 128 || tld(x) % 8 ||
-        !is_aligned16(x->data))
+    int64_t n = x->rows, in = x->cols, out = w->rows;
+    /* scale rows of 2 or 3 gave wrong products past the first 128 rows (H200, gpu_ops_linear_joint);
+     * the checkpoints' widths are multiples of 512 */
+    if (!cx->fp8_mma || cx->prop.major != 9 || x->dtype != IRIS_DT_BF16 || tld(x) % 8 || !is_aligned16(x->data) ||
+        w->dtype != IRIS_DT_F8_E4M3 || !w->scale || w->cols != in || w->block[0] != 128 || w->block[1] != 128 ||
+        out % 16 || ldy % 8 || !is_aligned16(w->data) || tld(w) % 16 || in % 512 || !is_aligned16(w->scale))
         return 0;
-    for (int t = 0; t < nt; t++) {
-        const iris_tensor *w = ws[t];
-        /* scale rows of 2 or 3 gave wrong products past the first 128 rows (H200, gpu_ops_linear_joint);
-         * the checkpoints' widths are multiples of 512 */
-        if (w->dtype != IRIS_DT_F8_E4M3 || !w->scale || w->cols != in || w->block[0] != 128 || w->block[1] != 128 ||
-            w->rows % 16 || ldy[t] % 8 || !is_aligned16(w->data) || tld(w) % 16 || in % 512 || !is_aligned16(w->scale))
-            return 0;
-        if (w->rows > maxout) maxout = w->rows;
-    }
     size_t scratch = cx->dq_elems * sizeof(bf16), per_row = (size_t)in + (size_t)in / 128 * sizeof(float);
-    size_t tail = up256(4 * (size_t)in) + up256(4 * (size_t)in / 128 * sizeof(float)) + up256(4 * (size_t)maxout * 2);
+    size_t tail = up256(4 * (size_t)in) + up256(4 * (size_t)in / 128 * sizeof(float)) + up256(4 * (size_t)out * 2);
     if (tail + 1024 > scratch) return 0;
     int64_t chunk = (int64_t)((scratch - tail - 512) / per_row) & ~(int64_t)3;
     if (chunk < 4) return 0;
@@ -482,22 +475,16 @@ static int w8a8_products(iris_backend *b, const iris_tensor *x, int nt, const ir
         float *xs = (float *)(base + up256((size_t)nr * in));
         quant_act(cx, xd + r0 * tld(x), tld(x), nr, nr, in, base, xs);
         int rc = iris_cuda_check(b, "linear (quantize activations)");
-        if (rc) return rc;
-        for (int t = 0; t < nt; t++)
-            if ((rc = w8a8_gemm(b, ws[t], base, xs, nr, ys[t] + r0 * ldy[t], ldy[t])) != 1) return rc;
+        if (rc || (rc = w8a8_gemm(b, w, base, xs, nr, y + r0 * ldy, ldy)) != 1) return rc;
     }
     if (n > main_rows) { /* the last 1-3 rows */
         int64_t nr = n - main_rows;
         quant_act(cx, xd + main_rows * tld(x), tld(x), 4, nr, in, tq, ts);
         int rc = iris_cuda_check(b, "linear (quantize activations)");
-        if (rc) return rc;
-        for (int t = 0; t < nt; t++) {
-            int64_t out = ws[t]->rows;
-            if ((rc = w8a8_gemm(b, ws[t], tq, ts, 4, ty, out)) != 1) return rc;
-            if (cudaMemcpy2DAsync(ys[t] + main_rows * ldy[t], ldy[t] * sizeof(bf16), ty, out * sizeof(bf16),
-                                  out * sizeof(bf16), nr, cudaMemcpyDeviceToDevice, cx->stream) != cudaSuccess)
-                return iris_cuda_status(b, cudaGetLastError(), "linear (W8A8 tail rows)");
-        }
+        if (rc || (rc = w8a8_gemm(b, w, tq, ts, 4, ty, out)) != 1) return rc;
+        if (cudaMemcpy2DAsync(y + main_rows * ldy, ldy * sizeof(bf16), ty, out * sizeof(bf16), out * sizeof(bf16), nr,
+                              cudaMemcpyDeviceToDevice, cx->stream) != cudaSuccess)
+            return iris_cuda_status(b, cudaGetLastError(), "linear (W8A8 tail rows)");
     }
     return 1;
 }
@@ -508,7 +495,7 @@ static int linear_w8a8(iris_backend *b, const iris_tensor *x, const iris_tensor 
     cuda_ctx *cx = cuda_of(b);
     bf16 *yd = (bf16 *)y->data;
     int64_t ldy = tld(y);
-    int rc = w8a8_products(b, x, 1, &w, &yd, &ldy);
+    int rc = w8a8_product(b, x, w, yd, ldy);
     if (rc != 1 || !bias) return rc;
     int64_t n = x->rows, out = w->rows, bl = (n * out + 255) / 256;
     k_add_bias<<<(unsigned)(bl > 65536 ? 65536 : bl), 256, 0, cx->stream>>>(yd, ldy, n, out, bias, bdt);
@@ -621,7 +608,8 @@ static int launch_set(iris_backend *b, gemv_set p, const iris_tensor *x, int fp8
 /* ---- a weight group (q/k/v, gate/up) as one product --------------------------------------------
  * Placement (iris_backend_place_group) puts a group's weights and FP8 scales end to end, densify
  * its BF16 copies; the group is then one weight of Σ rows and its product, into the caller's joint
- * buffer (backend.h), one launch of fuller tiles (or fewer dequantized row chunks).  H200, the 2B decoder's prefill shapes at 2,144
+ * buffer (backend.h), one launch of fuller tiles (or fewer dequantized row chunks; under W8A8 one
+ * quantization of x).  H200, the 2B decoder's prefill shapes at 2,144
  * rows: q, k and v 0.090 -> 0.062 ms, gate and up 0.180 -> 0.160 ms (BF16); FP8 block-scaled
  * 0.092 -> 0.049 and 0.128 -> 0.108 ms. */
 
@@ -687,12 +675,6 @@ static int cu_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_
                 ys[i]->data = (bf16 *)joint->data + at, ys[i]->ld = joint->cols, at += ws[i]->rows;
             return 0;
         }
-        /* W8A8 without the joint product: x quantized once for the m products */
-        bf16 *yp[3];
-        int64_t ld[3];
-        for (int i = 0; i < m && !rc && m <= 3; i++) yp[i] = (bf16 *)ys[i]->data, ld[i] = tld(ys[i]);
-        if (!rc && m <= 3) rc = w8a8_products(b, x, m, ws, yp, ld);
-        if (rc) return rc < 0 ? rc : 0;
         for (int i = 0; i < m && !rc; i++) rc = iris_cuda_linear(b, x, ws[i], NULL, ys[i]);
         return rc;
     }
@@ -721,13 +703,8 @@ static int cu_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_te
             if (!rc) *g = gv;
             return rc;
         }
-        if (!rc) { /* W8A8 without the joint product: x quantized once for both */
-            bf16 *yp[2] = {(bf16 *)g->data, (bf16 *)u->data};
-            int64_t ld[2] = {tld(g), tld(u)};
-            rc = w8a8_products(b, x, 2, ws, yp, ld);
-            if (rc == 1) rc = 0;
-            else if (!rc) rc = iris_cuda_linear(b, x, wg, NULL, g), rc = rc ? rc : iris_cuda_linear(b, x, wu, NULL, u);
-        }
+        if (!rc) rc = iris_cuda_linear(b, x, wg, NULL, g);
+        if (!rc) rc = iris_cuda_linear(b, x, wu, NULL, u);
         return rc ? rc : iris_cuda_silu_mul(b, g, u);
     }
     gemv_set p;
