@@ -140,45 +140,21 @@ static __device__ __forceinline__ void attn_qk_heads(const decode_args &a, const
     __syncthreads();
 }
 
-template <int HD, int GMAX, int NS>
-static __device__ __forceinline__ void attn_merge_states(const decode_args &a, int row, int kvh, int split,
-                                                         const float (*st_m)[GMAX], const float (*st_l)[GMAX],
-                                                         const float (*st_acc)[GMAX][HD]);
-
-/* The DW·TPW walkers' online-softmax states (m, l, acc) merged through shared memory (st_*): the
- * output of the (row, kv head)'s query heads when the context is not split, else this split's
- * partial (max, sum, unnormalized output) for attn_merge_splits. */
-template <int HD, int GMAX, int EPL, int DW_TPW>
-static __device__ __forceinline__ void attn_merge_walkers(const decode_args &a, int row, int kvh, int split, int sid,
-                                                          int dl, const float (&m)[GMAX], const float (&l)[GMAX],
-                                                          const float (&acc)[GMAX][EPL], float (*st_m)[GMAX],
-                                                          float (*st_l)[GMAX], float (*st_acc)[GMAX][HD]) {
-#pragma unroll
-    for (int i = 0; i < GMAX; i++) {
-        if (dl == 0) {
-            st_m[sid][i] = m[i];
-            st_l[sid][i] = l[i];
-        }
-#pragma unroll
-        for (int k = 0; k < EPL; k++) st_acc[sid][i][dl * EPL + k] = acc[i][k];
-    }
-    attn_merge_states<HD, GMAX, DW_TPW>(a, row, kvh, split, st_m, st_l, st_acc);
-}
-
-/* The NS states in shared memory merged: the output, or this split's partial (attn_merge_walkers). */
+/* NS online-softmax states (m, l, acc) in shared memory merged: the output of the (row, kv head)'s
+ * query heads when the context is not split, else this split's partial (max, sum, unnormalized
+ * output) for attn_merge_splits. */
 template <int HD, int GMAX, int NS>
 static __device__ __forceinline__ void attn_merge_states(const decode_args &a, int row, int kvh, int split,
                                                          const float (*st_m)[GMAX], const float (*st_l)[GMAX],
                                                          const float (*st_acc)[GMAX][HD]) {
-    const int DW_TPW = NS;
     __syncthreads();
     for (int e = threadIdx.x; e < a.g * HD; e += DW * 32) {
         int i = e / HD, d = e % HD;
         float M = -INFINITY;
-        for (int s = 0; s < DW_TPW; s++) M = fmaxf(M, st_m[s][i]);
+        for (int s = 0; s < NS; s++) M = fmaxf(M, st_m[s][i]);
         float L = 0, A = 0;
         if (M != -INFINITY)
-            for (int s = 0; s < DW_TPW; s++) {
+            for (int s = 0; s < NS; s++) {
                 float w = __expf(st_m[s][i] - M);
                 L += st_l[s][i] * w;
                 A += st_acc[s][i][d] * w;
@@ -195,6 +171,25 @@ static __device__ __forceinline__ void attn_merge_states(const decode_args &a, i
             a.o[(int64_t)row * a.ldo + (int64_t)h * HD + d] = f2bf(L > 0 ? A / L : 0.0f);
         }
     }
+}
+
+/* The DW·TPW walkers' states from their registers into shared memory (st_*), then merged
+ * (attn_merge_states). */
+template <int HD, int GMAX, int EPL, int DW_TPW>
+static __device__ __forceinline__ void attn_merge_walkers(const decode_args &a, int row, int kvh, int split, int sid,
+                                                          int dl, const float (&m)[GMAX], const float (&l)[GMAX],
+                                                          const float (&acc)[GMAX][EPL], float (*st_m)[GMAX],
+                                                          float (*st_l)[GMAX], float (*st_acc)[GMAX][HD]) {
+#pragma unroll
+    for (int i = 0; i < GMAX; i++) {
+        if (dl == 0) {
+            st_m[sid][i] = m[i];
+            st_l[sid][i] = l[i];
+        }
+#pragma unroll
+        for (int k = 0; k < EPL; k++) st_acc[sid][i][dl * EPL + k] = acc[i][k];
+    }
+    attn_merge_states<HD, GMAX, DW_TPW>(a, row, kvh, split, st_m, st_l, st_acc);
 }
 
 /* Split contexts (flash-decoding): the last of the (row, kv head)'s CTAs to finish merges the
@@ -409,9 +404,8 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk
  * key where k_attn_decode's FMAs and shuffles grow with the group (iris_cuda_attn_tc says when).
  * Numerics: scores in fp32 (scale applied to them), P rounded to bf16 for its product (as the flash
  * kernels and transformers' eager attention do), fp32 sums, one rounding of the output. */
-template <int GMAX>
 __global__ void __launch_bounds__(DW * 32) k_attn_decode_tc(decode_args a) {
-    constexpr int HD = 128, VP = HD + 8; /* V rows padded: ldmatrix's 8 rows in distinct banks */
+    constexpr int HD = 128, GMAX = 4, VP = HD + 8; /* V rows padded: ldmatrix's 8 rows in distinct banks */
     int row = a.rows ? a.rows[blockIdx.x] : a.row0 + blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     pdl_launch_next();
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -670,7 +664,7 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
     if (a.n_splits < 1) a.n_splits = 1;
     if (!qk && iris_cuda_attn_tc(a.n_launch, a.g, hd, kv->dtype == IRIS_DT_BF16)) {
         dim3 grid((unsigned)a.n_launch, (unsigned)nkv, (unsigned)a.n_splits);
-        launch(c, k_attn_decode_tc<4>, grid, dim3(DW * 32), 0, a);
+        launch(c, k_attn_decode_tc, grid, dim3(DW * 32), 0, a);
     } else if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(c, a, hd, nkv, qk);
     else launch_decode_hd<bf16>(c, a, hd, nkv, qk);
     return iris_cuda_check(b, qk ? "qk_norm_rope_attn" : "attn_paged");

@@ -447,13 +447,15 @@ static int w8a8_gemm(iris_backend *b, const iris_tensor *w, const uint8_t *xq, c
 
 static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* y (ld ldy) = x · wᵀ for an FP8 weight with 128x128 block scales: x's rows quantized (as many at a
- * time as the dequantization scratch holds), then multiplied; the last n % 4 rows go padded to 4
- * through the scratch's tail and are copied.  1: done; 0: not applicable (nothing usable written: the
- * caller dequantizes); < 0: an error. */
-static int w8a8_product(iris_backend *b, const iris_tensor *x, const iris_tensor *w, bf16 *y, int64_t ldy) {
+/* linear's W8A8 path, y = x · wᵀ (+ bias) for an FP8 weight with 128x128 block scales: x's rows
+ * quantized (as many at a time as the dequantization scratch holds), then multiplied; the last n % 4
+ * rows go padded to 4 through the scratch's tail and are copied.  1: done; 0: not applicable (nothing
+ * usable written: the caller dequantizes); < 0: an error. */
+static int linear_w8a8(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const void *bias, int bdt,
+                       iris_tensor *y) {
     cuda_ctx *cx = cuda_of(b);
-    int64_t n = x->rows, in = x->cols, out = w->rows;
+    int64_t n = x->rows, in = x->cols, out = w->rows, ldy = tld(y);
+    bf16 *yd = (bf16 *)y->data;
     /* scale rows of 2 or 3 gave wrong products past the first 128 rows (H200, gpu_ops_linear_joint);
      * the checkpoints' widths are multiples of 512 */
     if (!cx->fp8_mma || cx->prop.major != 9 || x->dtype != IRIS_DT_BF16 || tld(x) % 8 || !is_aligned16(x->data) ||
@@ -475,33 +477,26 @@ static int w8a8_product(iris_backend *b, const iris_tensor *x, const iris_tensor
         float *xs = (float *)(base + up256((size_t)nr * in));
         quant_act(cx, xd + r0 * tld(x), tld(x), nr, nr, in, base, xs);
         int rc = iris_cuda_check(b, "linear (quantize activations)");
-        if (rc || (rc = w8a8_gemm(b, w, base, xs, nr, y + r0 * ldy, ldy)) != 1) return rc;
+        if (rc || (rc = w8a8_gemm(b, w, base, xs, nr, yd + r0 * ldy, ldy)) != 1) return rc;
     }
     if (n > main_rows) { /* the last 1-3 rows */
         int64_t nr = n - main_rows;
         quant_act(cx, xd + main_rows * tld(x), tld(x), 4, nr, in, tq, ts);
         int rc = iris_cuda_check(b, "linear (quantize activations)");
         if (rc || (rc = w8a8_gemm(b, w, tq, ts, 4, ty, out)) != 1) return rc;
-        if (cudaMemcpy2DAsync(y + main_rows * ldy, ldy * sizeof(bf16), ty, out * sizeof(bf16), out * sizeof(bf16), nr,
+        if (cudaMemcpy2DAsync(yd + main_rows * ldy, ldy * sizeof(bf16), ty, out * sizeof(bf16), out * sizeof(bf16), nr,
                               cudaMemcpyDeviceToDevice, cx->stream) != cudaSuccess)
             return iris_cuda_status(b, cudaGetLastError(), "linear (W8A8 tail rows)");
+    }
+    if (bias) {
+        int64_t bl = (n * out + 255) / 256;
+        k_add_bias<<<(unsigned)(bl > 65536 ? 65536 : bl), 256, 0, cx->stream>>>(yd, ldy, n, out, bias, bdt);
+        int rc = iris_cuda_check(b, "linear (bias)");
+        if (rc) return rc;
     }
     return 1;
 }
 
-/* linear's W8A8 path: 1 done; 0 not applicable; < 0 an error. */
-static int linear_w8a8(iris_backend *b, const iris_tensor *x, const iris_tensor *w, const void *bias, int bdt,
-                       iris_tensor *y) {
-    cuda_ctx *cx = cuda_of(b);
-    bf16 *yd = (bf16 *)y->data;
-    int64_t ldy = tld(y);
-    int rc = w8a8_product(b, x, w, yd, ldy);
-    if (rc != 1 || !bias) return rc;
-    int64_t n = x->rows, out = w->rows, bl = (n * out + 255) / 256;
-    k_add_bias<<<(unsigned)(bl > 65536 ? 65536 : bl), 256, 0, cx->stream>>>(yd, ldy, n, out, bias, bdt);
-    rc = iris_cuda_check(b, "linear (bias)");
-    return rc ? rc : 1;
-}
 
 /* Rows r0..r0+nr-1 of w as BF16 into dst [nr, in] (FP8: bf16(q · scale); else a conversion). */
 static void dequant_rows(cuda_ctx *cx, const iris_tensor *w, int64_t sc_cols, int64_t r0, int64_t nr, bf16 *dst) {
