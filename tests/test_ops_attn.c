@@ -221,6 +221,11 @@ IRIS_TEST(gpu_ops_attn_paged) {
     CHECK(iris_cuda_attn_ctas_per_sm(32, 2) == 2 && iris_cuda_attn_ctas_per_sm(64, 2) == 2);
     CHECK(iris_cuda_attn_ctas_per_sm(8, 4) == 2 && iris_cuda_attn_ctas_per_sm(24, 4) == 2);
     CHECK(iris_cuda_attn_ctas_per_sm(25, 4) == 4 && iris_cuda_attn_ctas_per_sm(64, 4) == 4);
+    /* the tensor-core kernel's splits on 132 SMs (4B: 8 kv heads a row): 64 rows 1 (1.94 waves of its
+     * 2 CTAs an SM), 48 rows 2 (2.9 waves, not 1.45), 32 rows 2, 8 rows 5 (the fewest to fill them) */
+    CHECK(iris_cuda_attn_tc_splits(512, 132) == 1 && iris_cuda_attn_tc_splits(384, 132) == 2);
+    CHECK(iris_cuda_attn_tc_splits(256, 132) == 2 && iris_cuda_attn_tc_splits(64, 132) == 5);
+    CHECK(iris_cuda_attn_tc_splits(2048, 132) == 1);
     /* prefill: a chunk after a cached prefix, a decode row, a short prompt, a long one */
     step_seq p1[] = {{20, 150}, {40, 1}, {0, 9}, {0, 200}};
     step_seq p2[] = {{0, 5}, {0, 3}};

@@ -565,6 +565,24 @@ extern "C" int iris_cuda_attn_tc(int rows, int group, int hd, int kv_bf16) {
     return kv_bf16 && hd == 128 && group == 4 && rows >= 8;
 }
 
+/* The context splits of the tensor-core decode kernel for `ctas` (row, kv head) pairs on `sms` SMs,
+ * before the context's length bounds them: its registers hold 2 CTAs an SM, so the fewest splits
+ * that fill those slots once; where the rows alone fill them (one split), two if that fills the
+ * last wave of slots better by a tenth (384 pairs on 132 SMs: 1.45 waves unsplit, 2.9 split).
+ * H200, 4B-FP8, iris bench, k_attn_decode's rule (4 CTAs an SM past 24 rows) vs 2 CTAs an SM and
+ * then this rule, two runs each, batch 32 / 48 / 64: 1,024-token context 6,160, 6,158 / 8,014,
+ * 8,061 / 9,452, 9,501 -> 6,298, 6,330 / 8,060, 8,064 / 10,205, 10,196 tok/s; 256 tokens 7,403,
+ * 7,388 / 10,197, 10,181 / 12,673, 12,660 -> 7,564, 7,570 / 10,177, 10,198 / 13,979, 13,906; 4,096
+ * tokens 3,841, 3,860 / 4,503, 4,528 / 4,913, 4,932 -> 3,878, 3,897 / 4,531, 4,508 / 5,024, 5,017
+ * (2 CTAs an SM without the second split at 48 rows: 4,185, 4,186).  A split more at 8 and 16 rows
+ * lost 2-3% at 256 tokens and gained 3-7% at 4,096: not taken. */
+extern "C" int iris_cuda_attn_tc_splits(int ctas, int sms) {
+    const long slots = 2L * sms;
+    if (ctas < slots) return (int)((slots + ctas - 1) / ctas);
+    auto fill = [slots](long w) { return (double)w / (double)((w + slots - 1) / slots * slots); };
+    return fill(2L * ctas) > fill(ctas) + 0.1 ? 2 : 1;
+}
+
 /* attn_paged; with qk (a decode-only step), the decode kernel also does qk_norm_rope_kv's work. */
 static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer *kv, const iris_attn_meta *meta,
                       int n_q_heads, iris_tensor *o, const qk_args *qk) {
@@ -637,17 +655,19 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
     /* Split long contexts when the rows alone do not fill the GPU: 2 CTAs an SM for a single row, for
      * up to 24 rows of GQA groups of 4 or more and for 32 rows or more of smaller groups, 4 otherwise
      * (iris_cuda_attn_ctas_per_sm; H100, 1,024 tokens: 4B-FP8 16 rows 2,896 -> 3,109 tok/s with 2,
-     * 2B-FP8 32 rows 8,300 -> 8,740; docs/performance.md has the whole sweep).  The plan sees the
+     * 2B-FP8 32 rows 8,300 -> 8,740; docs/performance.md has the whole sweep); the tensor-core kernel
+     * by its own rule (iris_cuda_attn_tc_splits).  The plan sees the
      * table width rounded up to IRIS_ATTN_PLAN_BLOCKS, so a graph captured on a wider table
      * (engine/runner.c) has the same split boundaries (its extra trailing splits are empty and add
      * exact zeros in the combine). */
     int plan_blocks = (meta->max_blocks + IRIS_ATTN_PLAN_BLOCKS - 1) / IRIS_ATTN_PLAN_BLOCKS * IRIS_ATTN_PLAN_BLOCKS;
     int max_ctx = plan_blocks * IRIS_KV_BLOCK;
-    const int per_sm = iris_cuda_attn_ctas_per_sm(a.n_launch, a.g);
-    int want = per_sm * c->prop.multiProcessorCount;
+    const int tc = !qk && iris_cuda_attn_tc(a.n_launch, a.g, hd, kv->dtype == IRIS_DT_BF16);
+    const int want = iris_cuda_attn_ctas_per_sm(a.n_launch, a.g) * c->prop.multiProcessorCount;
     int splits = 1, ctas = a.n_launch * nkv;
-    if (ctas < want && max_ctx > 64) {
-        splits = (want + ctas - 1) / ctas;
+    const int asked = tc ? iris_cuda_attn_tc_splits(ctas, c->prop.multiProcessorCount) : (want + ctas - 1) / ctas;
+    if (asked > 1 && max_ctx > 64) {
+        splits = asked;
         /* at least ATTN_MIN_KEYS keys a split (a warp's walk is a chain of dependent loads).  H100,
          * iris bench, 1,024-token context, batch 1: 16, 32, 64, 128, 256 keys gave 2B-FP8 523, 530,
          * 511, 468, 409 tok/s and 4B-FP8 275, 272, 273, 253, 224 (the count forced); with
@@ -662,7 +682,7 @@ static int attn_paged(iris_backend *b, const iris_tensor *q, const iris_kv_layer
     a.chunk = blocks_per * IRIS_KV_BLOCK;
     a.n_splits = (meta->max_blocks + blocks_per - 1) / blocks_per;
     if (a.n_splits < 1) a.n_splits = 1;
-    if (!qk && iris_cuda_attn_tc(a.n_launch, a.g, hd, kv->dtype == IRIS_DT_BF16)) {
+    if (tc) {
         dim3 grid((unsigned)a.n_launch, (unsigned)nkv, (unsigned)a.n_splits);
         launch(c, k_attn_decode_tc, grid, dim3(DW * 32), 0, a);
     } else if (kv->dtype == IRIS_DT_F8_E4M3) launch_decode_hd<kv8>(c, a, hd, nkv, qk);

@@ -77,6 +77,9 @@ int iris_cuda_decode_split_default(int sms, int H, int FF, int nq, int nkv);
 int iris_cuda_attn_ctas_per_sm(int rows, int group);
 /* 1 where attn_paged gives `rows` decode rows to the tensor-core decode kernel (cuda_attn.cu). */
 int iris_cuda_attn_tc(int rows, int group, int hd, int kv_bf16);
+/* The tensor-core kernel's context splits for `ctas` (row, kv head) pairs on `sms` SMs, before the
+ * context's length bounds them. */
+int iris_cuda_attn_tc_splits(int ctas, int sms);
 
 /* CUDA graphs by hand (bench_cuda): ops issued between capture_begin and capture_end are
  * recorded, not run; replay runs them again with the same pointers (the caller rewrites the
