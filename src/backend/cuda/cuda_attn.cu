@@ -406,6 +406,7 @@ __global__ void __launch_bounds__(DW * 32) k_attn_decode(decode_args a, const qk
  * kernels and transformers' eager attention do), fp32 sums, one rounding of the output. */
 __global__ void __launch_bounds__(DW * 32) k_attn_decode_tc(decode_args a) {
     constexpr int HD = 128, GMAX = 4, VP = HD + 8; /* V rows padded: ldmatrix's 8 rows in distinct banks */
+    static_assert(IRIS_KV_BLOCK % 16 == 0, "a warp's 16 keys lie in one cache block");
     int row = a.rows ? a.rows[blockIdx.x] : a.row0 + blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     pdl_launch_next();
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;

@@ -497,7 +497,6 @@ static int linear_w8a8(iris_backend *b, const iris_tensor *x, const iris_tensor 
     return 1;
 }
 
-
 /* Rows r0..r0+nr-1 of w as BF16 into dst [nr, in] (FP8: bf16(q · scale); else a conversion). */
 static void dequant_rows(cuda_ctx *cx, const iris_tensor *w, int64_t sc_cols, int64_t r0, int64_t nr, bf16 *dst) {
     int64_t in = w->cols;
@@ -650,8 +649,9 @@ static int group_product(iris_backend *b, const iris_tensor *x, int m, const iri
     return rc ? rc : 1;
 }
 
-/* linear_n: one launch for the q, k and v projections of a decode step; anything else (prefill
- * rows, mixed dtypes) goes through iris_cuda_linear one weight at a time. */
+/* linear_n: one launch for the q, k and v projections of a decode step; past the small batches the
+ * group's one product into joint where the weights lie end to end; anything else (mixed dtypes, no
+ * joint) through iris_cuda_linear one weight at a time. */
 static int cu_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_tensor *const *ws,
                        iris_tensor *const *ys, const iris_tensor *joint) {
     cuda_ctx *cx = cuda_of(b);
@@ -679,7 +679,8 @@ static int cu_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_
     return launch_set(b, p, x, ws[0]->dtype == IRIS_DT_F8_E4M3, 0);
 }
 
-/* linear_swiglu: gate, up and silu·mul in one launch for a decode step; else the three ops. */
+/* linear_swiglu: gate, up and silu·mul in one launch for a decode step; past the small batches the
+ * pair's one product into joint and silu·mul in place; else the three ops. */
 static int cu_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_tensor *wg, const iris_tensor *wu,
                             iris_tensor *g, iris_tensor *u, const iris_tensor *joint) {
     cuda_ctx *cx = cuda_of(b);
