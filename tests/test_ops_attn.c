@@ -355,6 +355,21 @@ static void mrope_tables(int hd, int *dim_of, float *inv) {
     }
 }
 
+/* n distinct cache slots of the s there are (n <= s), scattered: a stride prime to s, backwards. */
+static void scatter_slots(int32_t *slot, int n, int s) {
+    int st = 3;
+    for (;;) { /* the first odd stride whose greatest common divisor with s is 1 */
+        int a = s, b = st;
+        while (b) {
+            int t = a % b;
+            a = b, b = t;
+        }
+        if (a == 1) break;
+        st += 2;
+    }
+    for (int i = 0; i < n; i++) slot[i] = (int32_t)((s - 1 - (int64_t)i * st % s + s) % s);
+}
+
 static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     int n_blocks = (n + 15) / 16 + 2;
     int64_t wq = (int64_t)nq * hd, wk = (int64_t)nkv * hd;
@@ -362,7 +377,7 @@ static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     float *qw = ops_rnd_vec(hd, 0.5f, 1.5f), *kw = ops_rnd_vec(hd, 0.5f, 1.5f);
     int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)n), *slot = malloc(sizeof(int32_t) * (size_t)n);
     for (int i = 0; i < 3 * n; i++) pos[i] = (int32_t)(ops_rnd_u32() % 5000);
-    for (int i = 0; i < n; i++) slot[i] = ((n_blocks * 16 - 1 - i * 3) % (n_blocks * 16) + n_blocks * 16) % (n_blocks * 16); /* scattered, distinct */
+    scatter_slots(slot, n, n_blocks * 16);
     int dim_of[128];
     float inv[128];
     mrope_tables(hd, dim_of, inv);
@@ -506,6 +521,54 @@ IRIS_TEST(gpu_ops_qk_attn) {
     g_kv8 = 0;
 }
 
+/* A prefill's rows (QK_ROWS and more: a warp takes several heads of a row) give the bits of the same
+ * rows taken 50 at a time (a warp a head), in q, k and the cache. */
+static void check_qk_rows_bits(int n, int nq, int nkv) {
+    const int hd = 128, n_blocks = (n + 15) / 16 + 2;
+    int64_t wq = (int64_t)nq * hd, wk = (int64_t)nkv * hd;
+    size_t ce = (size_t)n_blocks * 16 * wk, esz = g_kv8 ? 1 : 2;
+    float *q = ops_rnd_vec(n * wq, -2, 2), *k = ops_rnd_vec(n * wk, -2, 2), *v = ops_rnd_vec(n * wk, -2, 2);
+    float *qw = ops_rnd_vec(hd, 0.5f, 1.5f), *kw = ops_rnd_vec(hd, 0.5f, 1.5f);
+    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)n), *slot = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < 3 * n; i++) pos[i] = (int32_t)(ops_rnd_u32() % 5000);
+    scatter_slots(slot, n, n_blocks * 16);
+    int dim_of[64];
+    float inv[64];
+    mrope_tables(hd, dim_of, inv);
+    void *dqw = ops_dev_bf16(qw, hd), *dkw = ops_dev_bf16(kw, hd), *dv = ops_dev_bf16(v, n * wk);
+    void *dpos = ops_dev_copy(pos, sizeof(int32_t) * 3 * (size_t)n), *dslot = ops_dev_copy(slot, sizeof(int32_t) * (size_t)n);
+    iris_tensor gqw = ops_view(dqw, IRIS_DT_BF16, 1, hd, 0), gkw = ops_view(dkw, IRIS_DT_BF16, 1, hd, 0);
+    uint8_t *out[2][4]; /* [whole, chunked][q, k, k cache, v cache] */
+    for (int way = 0; way < 2; way++) {
+        void *dq = ops_dev_bf16(q, n * wq), *dk = ops_dev_bf16(k, n * wk);
+        void *gk = ops_dev_poison((int64_t)ce), *gv = ops_dev_poison((int64_t)ce);
+        iris_kv_layer gkv = {gk, gv, g_kv8 ? IRIS_DT_F8_E4M3 : IRIS_DT_BF16, n_blocks, nkv, hd};
+        for (int r0 = 0; r0 < n; r0 += way ? 50 : n) {
+            int m = way ? (n - r0 < 50 ? n - r0 : 50) : n;
+            iris_attn_meta gm = {.n_rows = m, .slot = (int32_t *)dslot + r0};
+            iris_tensor gq = ops_view((uint16_t *)dq + r0 * wq, IRIS_DT_BF16, m, wq, 0);
+            iris_tensor gk_ = ops_view((uint16_t *)dk + r0 * wk, IRIS_DT_BF16, m, wk, 0);
+            iris_tensor gv_ = ops_view((uint16_t *)dv + r0 * wk, IRIS_DT_BF16, m, wk, 0);
+            CHECKF(iris_backend_qk_norm_rope_kv(ops_cuda, &gq, &gk_, &gv_, &gqw, &gkw, 1e-6f, nq, (int32_t *)dpos + r0, n,
+                                                dim_of, inv, &gkv, &gm) == 0,
+                   "%s", ops_cuda->err.msg);
+        }
+        out[way][0] = dev_read_bytes(dq, (size_t)(n * wq) * 2), out[way][1] = dev_read_bytes(dk, (size_t)(n * wk) * 2);
+        out[way][2] = dev_read_bytes(gk, ce * esz), out[way][3] = dev_read_bytes(gv, ce * esz);
+        ops_cuda->free(ops_cuda, dq), ops_cuda->free(ops_cuda, dk), ops_cuda->free(ops_cuda, gk), ops_cuda->free(ops_cuda, gv);
+    }
+    size_t len[4] = {(size_t)(n * wq) * 2, (size_t)(n * wk) * 2, ce * esz, ce * esz};
+    const char *name[4] = {"q", "k", "k cache", "v cache"};
+    for (int i = 0; i < 4; i++) {
+        CHECKF(memcmp(out[0][i], out[1][i], len[i]) == 0, "qk_norm_rope_kv %d rows of %d/%d heads%s: %s differs from 50 rows a call",
+               n, nq, nkv, g_kv8 ? " (fp8 cache)" : "", name[i]);
+        free(out[0][i]), free(out[1][i]);
+    }
+    void *bufs[] = {dqw, dkw, dv, dpos, dslot};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_cuda->free(ops_cuda, bufs[i]);
+    free(q), free(k), free(v), free(qw), free(kw), free(pos), free(slot);
+}
+
 IRIS_TEST(gpu_ops_fused) {
     OPS_BACKENDS();
     check_add_rms(37, 264, 1);
@@ -513,13 +576,21 @@ IRIS_TEST(gpu_ops_fused) {
     check_add_rms(3, 2048, 0);
     check_add_rms(1, 4096, 1); /* the block kernel's row in registers: 8B's width, 4B's, and past it */
     check_add_rms(2, 2560, 1);
+    check_add_rms(300, 2048, 1); /* a prefill's rows: a warp a row */
+    check_add_rms(150, 2560, 1);
     check_add_rms(1, 5120, 1);
     check_qk_prologue(23, 16, 8, 128);
     check_qk_prologue(9, 6, 2, 32);
     check_qk_prologue(1, 4, 1, 16);
+    check_qk_prologue(300, 16, 8, 128); /* a prefill's rows: several heads a warp */
+    check_qk_rows_bits(300, 16, 8);
+    check_qk_rows_bits(130, 12, 4);
+    check_qk_rows_bits(128, 6, 3);
+    check_qk_rows_bits(129, 6, 2);
     g_kv8 = 1; /* into an E4M3 cache */
     check_qk_prologue(23, 16, 8, 128);
     check_qk_prologue(9, 6, 2, 32);
+    check_qk_rows_bits(300, 32, 8);
     g_kv8 = 0;
 }
 

@@ -18,13 +18,20 @@
  * norm weights and the slot come from the step's metadata and the weights, so
  * they are read (and the sines taken) before pdl_wait: after it only the
  * head's values are (H100, 2B-FP8 batch 1: 4.7 -> 2.5 us of a layer's
- * critical path).  add_rms_norm's decode kernel reads its weights early too. */
+ * critical path).  add_rms_norm's decode kernel reads its weights early too.
+ * From QK_ROWS rows on (prefill chunks) and for heads of 128, a warp takes G
+ * heads of one row instead (k_qk_rows): the angles are taken once for G heads,
+ * a head's rotary pairs lie in one lane (no shared memory), its loads issued
+ * together; the same arithmetic, so the same bits (tests/test_ops_attn.c).
+ * H200, 2B, 1,024 rows under ncu: one warp a head 29.5 us, 555 instructions a
+ * head, issue-bound. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.cuh"
 
 #define FW 8
+#define QK_ROWS 128 /* rows from which k_qk_rows takes a step's q/k prologue */
 
 template <int VEC>
 __global__ void k_add_rms(bf16 *x, int64_t ldx, const bf16 *d, int64_t ldd, bf16 *y, int64_t ldy, int64_t rows, int64_t n,
@@ -37,20 +44,34 @@ __global__ void k_add_rms(bf16 *x, int64_t ldx, const bf16 *d, int64_t ldd, bf16
     bf16 *yr = y + r * ldy;
     float ss = 0;
     int64_t step = VEC ? 256 : 32;
-    for (int64_t i = (int64_t)lane * (VEC ? 8 : 1); i < n; i += step) {
-        if (VEC) {
-            uint4 u = *(const uint4 *)(xr + i);
-            bf16 *e = (bf16 *)&u;
-            if (dr) {
-                uint4 dv = *(const uint4 *)(dr + i);
-                const bf16 *de = (const bf16 *)&dv;
+    if (VEC) {
+        /* UV steps' loads issued before their adds and stores (a warp a row leaves few warps an SM:
+         * 1,024 rows fill 128 blocks); the sum still in order */
+        constexpr int UV = 4;
+        for (int64_t i0 = (int64_t)lane * 8; i0 < n; i0 += UV * step) {
+            uint4 xu[UV], du[UV];
 #pragma unroll
-                for (int k = 0; k < 8; k++) e[k] = f2bf(bf2f(e[k]) + bf2f(de[k]));
-                *(uint4 *)(xr + i) = u;
+            for (int u = 0; u < UV; u++)
+                if (i0 + u * step < n) {
+                    xu[u] = *(const uint4 *)(xr + i0 + u * step);
+                    if (dr) du[u] = *(const uint4 *)(dr + i0 + u * step);
+                }
+#pragma unroll
+            for (int u = 0; u < UV; u++) {
+                if (i0 + u * step >= n) break;
+                bf16 *e = (bf16 *)&xu[u];
+                if (dr) {
+                    const bf16 *de = (const bf16 *)&du[u];
+#pragma unroll
+                    for (int k = 0; k < 8; k++) e[k] = f2bf(bf2f(e[k]) + bf2f(de[k]));
+                    *(uint4 *)(xr + i0 + u * step) = xu[u];
+                }
+#pragma unroll
+                for (int k = 0; k < 8; k++) ss += bf2f(e[k]) * bf2f(e[k]);
             }
-#pragma unroll
-            for (int k = 0; k < 8; k++) ss += bf2f(e[k]) * bf2f(e[k]);
-        } else {
+        }
+    } else {
+        for (int64_t i = lane; i < n; i += step) {
             float v = bf2f(xr[i]);
             if (dr) {
                 v = round_bf16(v + bf2f(dr[i]));
@@ -226,6 +247,76 @@ __global__ void __launch_bounds__(FW * 32) k_qk_norm_rope_kv(const qk_args a) {
     }
 }
 
+/* Prefill rows, heads of 128 (QK_HD): warp w takes heads [G·i, G·i + G) of row w / (heads / G), G
+ * dividing both head counts (q heads first).  Lane holds elements e = lane + 32 i of a head, so
+ * rotary pair j = lane + 32 i (i < 2) pairs registers i and i + 2; the sum of squares, the
+ * roundings and the rotation as qk_head takes them. */
+#define QK_HD 128
+template <int G>
+__global__ void __launch_bounds__(FW * 32) k_qk_rows(const qk_args a) {
+    __shared__ float s_inv[QK_HD / 2];
+    __shared__ int s_dim[QK_HD / 2];
+    pdl_launch_next();
+    for (int j = threadIdx.x; j < QK_HD / 2; j += blockDim.x) s_inv[j] = a.inv_freq[j], s_dim[j] = a.dim_of[j];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, groups = (a.nq + a.nkv) / G;
+    const int wi = blockIdx.x * FW + threadIdx.x / 32;
+    const bool live = wi < a.rows * groups;
+    const int64_t r = live ? wi / groups : 0;
+    const int h0 = (wi - (int)r * groups) * G, is_k = h0 >= a.nq, hh0 = is_k ? h0 - a.nq : h0;
+    float wv[4], sn[2], cs[2];
+    int64_t sl = -1;
+    if (live) {
+        qk_weights<QK_HD / 2>(wv, is_k ? a.kw : a.qw, is_k ? a.kwdt : a.qwdt, QK_HD, lane);
+        qk_angles<QK_HD / 2>(sn, cs, a.pos, a.pos_stride, QK_HD, r, s_inv, s_dim, lane);
+        if (is_k) sl = a.slot[r];
+    }
+    pdl_wait();
+    if (!live) return;
+    bf16 *x = is_k ? a.k + r * a.ldk + (int64_t)hh0 * QK_HD : a.q + r * a.ldq + (int64_t)hh0 * QK_HD;
+    float v[G][4];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[g][i] = bf2f(x[g * QK_HD + lane + 32 * i]);
+    const bool to_cache = is_k && sl >= 0 && sl < a.n_slots;
+    const int64_t at = sl * (int64_t)a.nkv * QK_HD + (int64_t)hh0 * QK_HD;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float ss = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) ss += v[g][i] * v[g][i];
+        float inv = rsqrtf(warp_sum(ss) / (float)QK_HD + a.eps);
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[g][i] = round_bf16(wv[i] * round_bf16(v[g][i] * inv));
+        bf16 *xg = x + g * QK_HD;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int j = lane + 32 * i;
+            float x0 = v[g][i], x1 = v[g][i + 2];
+            bf16 o0 = f2bf(x0 * cs[i] - x1 * sn[i]), o1 = f2bf(x1 * cs[i] + x0 * sn[i]);
+            xg[j] = o0;
+            xg[j + QK_HD / 2] = o1;
+            if (to_cache) {
+                int64_t c = at + g * QK_HD + j;
+                if (a.kv8) kv_store((kv8 *)a.kc + c, o0), kv_store((kv8 *)a.kc + c + QK_HD / 2, o1);
+                else kv_store((bf16 *)a.kc + c, o0), kv_store((bf16 *)a.kc + c + QK_HD / 2, o1);
+            }
+        }
+    }
+    if (to_cache) {
+        const bf16 *vr = a.v + r * a.ldv + (int64_t)hh0 * QK_HD;
+#pragma unroll
+        for (int g = 0; g < G; g++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int e = g * QK_HD + lane + 32 * i;
+                if (a.kv8) kv_store((kv8 *)a.vc + at + e, vr[e]);
+                else kv_store((bf16 *)a.vc + at + e, vr[e]);
+            }
+    }
+}
+
 int iris_cuda_qk_args(iris_backend *b, iris_tensor *q, iris_tensor *k, const iris_tensor *v, const iris_tensor *qw,
                       const iris_tensor *kw, float eps, int n_q_heads, const int32_t *pos, int pos_stride,
                       const int *dim_of, const float *inv_freq, const iris_kv_layer *kv, const iris_attn_meta *meta,
@@ -271,8 +362,18 @@ static int cu_qk_norm_rope_kv(iris_backend *b, iris_tensor *q, iris_tensor *k, c
     qk_args a;
     int rc = iris_cuda_qk_args(b, q, k, v, qw, kw, eps, n_q_heads, pos, pos_stride, dim_of, inv_freq, kv, meta, &a);
     if (rc || meta->n_rows <= 0) return rc;
-    int64_t warps = (int64_t)meta->n_rows * (n_q_heads + kv->n_kv_heads);
-    launch(cuda_of(b), k_qk_norm_rope_kv, dim3((unsigned)((warps + FW - 1) / FW)), dim3(FW * 32), 0, a);
+    int heads = n_q_heads + kv->n_kv_heads;
+    int g = 8;
+    while (g > 1 && (n_q_heads % g || kv->n_kv_heads % g)) g /= 2;
+    if (meta->n_rows >= QK_ROWS && a.hd == 128) {
+        int64_t warps = (int64_t)meta->n_rows * (heads / g);
+        dim3 grid((unsigned)((warps + FW - 1) / FW)), block(FW * 32);
+        void (*k)(const qk_args) = g == 8 ? k_qk_rows<8> : g == 4 ? k_qk_rows<4> : g == 2 ? k_qk_rows<2> : k_qk_rows<1>;
+        launch(cuda_of(b), k, grid, block, 0, a);
+    } else {
+        int64_t warps = (int64_t)meta->n_rows * heads;
+        launch(cuda_of(b), k_qk_norm_rope_kv, dim3((unsigned)((warps + FW - 1) / FW)), dim3(FW * 32), 0, a);
+    }
     return iris_cuda_check(b, "qk_norm_rope_kv");
 }
 
