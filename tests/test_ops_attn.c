@@ -370,17 +370,39 @@ static void scatter_slots(int32_t *slot, int n, int s) {
     for (int i = 0; i < n; i++) slot[i] = (int32_t)((s - 1 - (int64_t)i * st % s + s) % s);
 }
 
-static void check_qk_prologue(int n, int nq, int nkv, int hd) {
-    int n_blocks = (n + 15) / 16 + 2;
-    int64_t wq = (int64_t)nq * hd, wk = (int64_t)nkv * hd;
-    float *q = ops_rnd_vec(n * wq, -2, 2), *k = ops_rnd_vec(n * wk, -2, 2), *v = ops_rnd_vec(n * wk, -2, 2);
-    float *qw = ops_rnd_vec(hd, 0.5f, 1.5f), *kw = ops_rnd_vec(hd, 0.5f, 1.5f);
-    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)n), *slot = malloc(sizeof(int32_t) * (size_t)n);
-    for (int i = 0; i < 3 * n; i++) pos[i] = (int32_t)(ops_rnd_u32() % 5000);
-    scatter_slots(slot, n, n_blocks * 16);
+/* A q/k prologue test's inputs: n rows of nq + nkv heads of hd, q, k and v in [-2, 2), norm weights
+ * in [0.5, 1.5), positions under 5,000, n distinct scattered slots of a cache of n_blocks blocks,
+ * Qwen3-VL's MRoPE tables. */
+typedef struct {
+    int n_blocks;
+    int64_t wq, wk;
+    float *q, *k, *v, *qw, *kw;
+    int32_t *pos, *slot;
     int dim_of[128];
     float inv[128];
-    mrope_tables(hd, dim_of, inv);
+} qk_case;
+
+static qk_case qk_case_make(int n, int nq, int nkv, int hd) {
+    qk_case c = {.n_blocks = (n + 15) / 16 + 2, .wq = (int64_t)nq * hd, .wk = (int64_t)nkv * hd};
+    c.q = ops_rnd_vec(n * c.wq, -2, 2), c.k = ops_rnd_vec(n * c.wk, -2, 2), c.v = ops_rnd_vec(n * c.wk, -2, 2);
+    c.qw = ops_rnd_vec(hd, 0.5f, 1.5f), c.kw = ops_rnd_vec(hd, 0.5f, 1.5f);
+    c.pos = malloc(sizeof(int32_t) * 3 * (size_t)n), c.slot = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < 3 * n; i++) c.pos[i] = (int32_t)(ops_rnd_u32() % 5000);
+    scatter_slots(c.slot, n, c.n_blocks * 16);
+    mrope_tables(hd, c.dim_of, c.inv);
+    return c;
+}
+
+static void qk_case_free(qk_case *c) {
+    free(c->q), free(c->k), free(c->v), free(c->qw), free(c->kw), free(c->pos), free(c->slot);
+}
+
+static void check_qk_prologue(int n, int nq, int nkv, int hd) {
+    qk_case c = qk_case_make(n, nq, nkv, hd);
+    const int n_blocks = c.n_blocks, *dim_of = c.dim_of;
+    const int64_t wq = c.wq, wk = c.wk;
+    float *q = c.q, *k = c.k, *v = c.v, *qw = c.qw, *kw = c.kw, *inv = c.inv;
+    int32_t *pos = c.pos, *slot = c.slot;
     size_t ce = (size_t)n_blocks * 16 * wk;
     float *rq = malloc(sizeof(float) * (size_t)(n * wq)), *rk = malloc(sizeof(float) * (size_t)(n * wk));
     memcpy(rq, q, sizeof(float) * (size_t)(n * wq));
@@ -431,8 +453,8 @@ static void check_qk_prologue(int n, int nq, int nkv, int hd) {
     CHECKF(cache_ok, "qk_norm_rope_kv %d/%d x %d: cache rows are not the returned k and the given v", nq, nkv, hd);
     void *bufs[] = {dq, dk, dv, dqw, dkw, dpos, dslot, gk, gv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_cuda->free(ops_cuda, bufs[i]);
-    free(q), free(k), free(v), free(qw), free(kw), free(pos), free(slot), free(rq), free(rk), free(ck), free(cv);
-    free(oq), free(ok), free(okc), free(ovc);
+    qk_case_free(&c);
+    free(rq), free(rk), free(ck), free(cv), free(oq), free(ok), free(okc), free(ovc);
 }
 
 /* qk_norm_rope_attn on a decode-only step (one new row a sequence after n_past[s] cached tokens):
@@ -524,19 +546,14 @@ IRIS_TEST(gpu_ops_qk_attn) {
 /* A prefill's rows (QK_ROWS and more: a warp takes several heads of a row) give the bits of the same
  * rows taken 50 at a time (a warp a head), in q, k and the cache. */
 static void check_qk_rows_bits(int n, int nq, int nkv) {
-    const int hd = 128, n_blocks = (n + 15) / 16 + 2;
-    int64_t wq = (int64_t)nq * hd, wk = (int64_t)nkv * hd;
+    const int hd = 128;
+    qk_case c = qk_case_make(n, nq, nkv, hd);
+    const int n_blocks = c.n_blocks, *dim_of = c.dim_of;
+    const int64_t wq = c.wq, wk = c.wk;
+    float *q = c.q, *k = c.k, *v = c.v, *qw = c.qw, *kw = c.kw, *inv = c.inv;
     size_t ce = (size_t)n_blocks * 16 * wk, esz = g_kv8 ? 1 : 2;
-    float *q = ops_rnd_vec(n * wq, -2, 2), *k = ops_rnd_vec(n * wk, -2, 2), *v = ops_rnd_vec(n * wk, -2, 2);
-    float *qw = ops_rnd_vec(hd, 0.5f, 1.5f), *kw = ops_rnd_vec(hd, 0.5f, 1.5f);
-    int32_t *pos = malloc(sizeof(int32_t) * 3 * (size_t)n), *slot = malloc(sizeof(int32_t) * (size_t)n);
-    for (int i = 0; i < 3 * n; i++) pos[i] = (int32_t)(ops_rnd_u32() % 5000);
-    scatter_slots(slot, n, n_blocks * 16);
-    int dim_of[64];
-    float inv[64];
-    mrope_tables(hd, dim_of, inv);
     void *dqw = ops_dev_bf16(qw, hd), *dkw = ops_dev_bf16(kw, hd), *dv = ops_dev_bf16(v, n * wk);
-    void *dpos = ops_dev_copy(pos, sizeof(int32_t) * 3 * (size_t)n), *dslot = ops_dev_copy(slot, sizeof(int32_t) * (size_t)n);
+    void *dpos = ops_dev_copy(c.pos, sizeof(int32_t) * 3 * (size_t)n), *dslot = ops_dev_copy(c.slot, sizeof(int32_t) * (size_t)n);
     iris_tensor gqw = ops_view(dqw, IRIS_DT_BF16, 1, hd, 0), gkw = ops_view(dkw, IRIS_DT_BF16, 1, hd, 0);
     uint8_t *out[2][4]; /* [whole, chunked][q, k, k cache, v cache] */
     for (int way = 0; way < 2; way++) {
@@ -566,7 +583,7 @@ static void check_qk_rows_bits(int n, int nq, int nkv) {
     }
     void *bufs[] = {dqw, dkw, dv, dpos, dslot};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_cuda->free(ops_cuda, bufs[i]);
-    free(q), free(k), free(v), free(qw), free(kw), free(pos), free(slot);
+    qk_case_free(&c);
 }
 
 IRIS_TEST(gpu_ops_fused) {
