@@ -24,7 +24,8 @@
  * a head's rotary pairs lie in one lane (no shared memory), its loads issued
  * together; the same arithmetic, so the same bits (tests/test_ops_attn.c).
  * H200, 2B, 1,024 rows under ncu: one warp a head 29.5 us, 555 instructions a
- * head, issue-bound. */
+ * head, issue-bound; with k_qk_rows (and add_rms' loads ahead, below) a 1,024-
+ * token prefill 6.62-6.67 -> 6.37-6.43 ms. */
 #include <stdlib.h>
 #include <string.h>
 
