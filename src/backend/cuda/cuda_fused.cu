@@ -234,24 +234,18 @@ __global__ void __launch_bounds__(FW * 32) k_qk_norm_rope_kv(const qk_args a) {
     qk_head<QK_MAX_HALF>(x, wv, sn, cs, buf[warp], a.eps, hd, lane, [&](int j, bf16 o0, bf16 o1) {
         x[j] = o0;
         x[j + half] = o1;
-        if (to_cache) {
-            if (a.kv8) kv_store((kv8 *)a.kc + at + j, o0), kv_store((kv8 *)a.kc + at + j + half, o1);
-            else kv_store((bf16 *)a.kc + at + j, o0), kv_store((bf16 *)a.kc + at + j + half, o1);
-        }
+        if (to_cache) kv_put(a.kc, a.kv8, at + j, o0), kv_put(a.kc, a.kv8, at + j + half, o1);
     });
     if (to_cache) {
         const bf16 *vr = a.v + r * a.ldv + (int64_t)hh * hd;
-        for (int e = lane; e < hd; e += 32) {
-            if (a.kv8) kv_store((kv8 *)a.vc + at + e, vr[e]);
-            else kv_store((bf16 *)a.vc + at + e, vr[e]);
-        }
+        for (int e = lane; e < hd; e += 32) kv_put(a.vc, a.kv8, at + e, vr[e]);
     }
 }
 
 /* Prefill rows, heads of 128 (QK_HD): warp w takes heads [G·i, G·i + G) of row w / (heads / G), G
  * dividing both head counts (q heads first).  Lane holds elements e = lane + 32 i of a head, so
- * rotary pair j = lane + 32 i (i < 2) pairs registers i and i + 2; the sum of squares, the
- * roundings and the rotation as qk_head takes them. */
+ * rotary pair j = lane + 32 i (i < 2) pairs registers i and i + 2; the sum of squares in qk_head's
+ * order, its qk_inv, qk_normed and qk_rotate. */
 #define QK_HD 128
 template <int G>
 __global__ void __launch_bounds__(FW * 32) k_qk_rows(const qk_args a) {
@@ -287,22 +281,19 @@ __global__ void __launch_bounds__(FW * 32) k_qk_rows(const qk_args a) {
         float ss = 0;
 #pragma unroll
         for (int i = 0; i < 4; i++) ss += v[g][i] * v[g][i];
-        float inv = rsqrtf(warp_sum(ss) / (float)QK_HD + a.eps);
+        float inv = qk_inv(ss, QK_HD, a.eps);
 #pragma unroll
-        for (int i = 0; i < 4; i++) v[g][i] = round_bf16(wv[i] * round_bf16(v[g][i] * inv));
+        for (int i = 0; i < 4; i++) v[g][i] = qk_normed(v[g][i], inv, wv[i]);
         bf16 *xg = x + g * QK_HD;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int j = lane + 32 * i;
-            float x0 = v[g][i], x1 = v[g][i + 2];
-            bf16 o0 = f2bf(x0 * cs[i] - x1 * sn[i]), o1 = f2bf(x1 * cs[i] + x0 * sn[i]);
+            bf16 o0, o1;
+            qk_rotate(v[g][i], v[g][i + 2], cs[i], sn[i], o0, o1);
             xg[j] = o0;
             xg[j + QK_HD / 2] = o1;
-            if (to_cache) {
-                int64_t c = at + g * QK_HD + j;
-                if (a.kv8) kv_store((kv8 *)a.kc + c, o0), kv_store((kv8 *)a.kc + c + QK_HD / 2, o1);
-                else kv_store((bf16 *)a.kc + c, o0), kv_store((bf16 *)a.kc + c + QK_HD / 2, o1);
-            }
+            const int64_t c = at + g * QK_HD + j;
+            if (to_cache) kv_put(a.kc, a.kv8, c, o0), kv_put(a.kc, a.kv8, c + QK_HD / 2, o1);
         }
     }
     if (to_cache) {
@@ -310,11 +301,7 @@ __global__ void __launch_bounds__(FW * 32) k_qk_rows(const qk_args a) {
 #pragma unroll
         for (int g = 0; g < G; g++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int e = g * QK_HD + lane + 32 * i;
-                if (a.kv8) kv_store((kv8 *)a.vc + at + e, vr[e]);
-                else kv_store((bf16 *)a.vc + at + e, vr[e]);
-            }
+            for (int i = 0; i < 4; i++) kv_put(a.vc, a.kv8, at + g * QK_HD + lane + 32 * i, vr[g * QK_HD + lane + 32 * i]);
     }
 }
 

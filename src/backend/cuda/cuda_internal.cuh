@@ -229,6 +229,11 @@ static __device__ __forceinline__ kv8 f2kv8(float v) {
 }
 static __device__ __forceinline__ void kv_store(bf16 *p, bf16 v) { *p = v; }
 static __device__ __forceinline__ void kv_store(kv8 *p, bf16 v) { *p = f2kv8(bf2f(v)); }
+/* Element e of a cache that holds E4M3 codes (is8) or BF16 set to v. */
+static __device__ __forceinline__ void kv_put(void *c, int is8, int64_t e, bf16 v) {
+    if (is8) kv_store((kv8 *)c + e, v);
+    else kv_store((bf16 *)c + e, v);
+}
 
 /* 2N E4M3 cache codes (N pairs, already in registers) as fp32 (exact). */
 template <int N> static __device__ __forceinline__ void kv8_widen(const __nv_fp8x2_storage_t *q, float *f) {
@@ -408,6 +413,13 @@ static __device__ __forceinline__ void qk_angles(float *sn, float *cs, const int
         if (j < hd / 2) sincosf((float)pos[(int64_t)s_dim[j] * pos_stride + r] * s_inv[j], &sn[i], &cs[i]);
     }
 }
+/* A head's arithmetic, lane by lane: the RMSNorm's 1/rms from the lanes' sums of squares, a value
+ * normed and weighted (rounded as rms_norm rounds), a rotary pair rotated (one rounding). */
+static __device__ __forceinline__ float qk_inv(float ss, int hd, float eps) { return rsqrtf(warp_sum(ss) / (float)hd + eps); }
+static __device__ __forceinline__ float qk_normed(float v, float inv, float w) { return round_bf16(w * round_bf16(v * inv)); }
+static __device__ __forceinline__ void qk_rotate(float x0, float x1, float c, float s, bf16 &o0, bf16 &o1) {
+    o0 = f2bf(x0 * c - x1 * s), o1 = f2bf(x1 * c + x0 * s);
+}
 /* s: the warp's hd floats of shared memory (free again when it returns). */
 template <int HM, typename Put>
 static __device__ __forceinline__ void qk_head(const bf16 *x, const float *wv, const float *sn, const float *cs,
@@ -418,18 +430,19 @@ static __device__ __forceinline__ void qk_head(const bf16 *x, const float *wv, c
         s[e] = v;
         ss += v * v;
     }
-    float inv = rsqrtf(warp_sum(ss) / (float)hd + eps);
+    float inv = qk_inv(ss, hd, eps);
 #pragma unroll
     for (int i = 0; i < 2 * HM / 32; i++)
-        if (lane + 32 * i < hd) s[lane + 32 * i] = round_bf16(wv[i] * round_bf16(s[lane + 32 * i] * inv));
+        if (lane + 32 * i < hd) s[lane + 32 * i] = qk_normed(s[lane + 32 * i], inv, wv[i]);
     __syncwarp();
     const int half = hd / 2;
 #pragma unroll
     for (int i = 0; i < HM / 32; i++) {
         int j = lane + 32 * i;
         if (j >= half) break;
-        float x0 = s[j], x1 = s[j + half];
-        put(j, f2bf(x0 * cs[i] - x1 * sn[i]), f2bf(x1 * cs[i] + x0 * sn[i]));
+        bf16 o0, o1;
+        qk_rotate(s[j], s[j + half], cs[i], sn[i], o0, o1);
+        put(j, o0, o1);
     }
     __syncwarp();
 }

@@ -649,6 +649,11 @@ static int group_product(iris_backend *b, const iris_tensor *x, int m, const iri
     return rc ? rc : 1;
 }
 
+/* y: columns [at, at + y's cols) of the joint product (its data and ld; the shape is y's). */
+static void joint_view(const iris_tensor *joint, int64_t at, iris_tensor *y) {
+    y->data = (bf16 *)joint->data + at, y->ld = joint->cols;
+}
+
 /* linear_n: one launch for the q, k and v projections of a decode step; past the small batches the
  * group's one product into joint where the weights lie end to end; anything else (mixed dtypes, no
  * joint) through iris_cuda_linear one weight at a time. */
@@ -666,8 +671,7 @@ static int cu_linear_n(iris_backend *b, const iris_tensor *x, int m, const iris_
         int rc = m >= 2 ? group_product(b, x, m, ws, joint) : 0;
         if (rc == 1) { /* the outputs: column views of the joint product */
             int64_t at = 0;
-            for (int i = 0; i < m; i++)
-                ys[i]->data = (bf16 *)joint->data + at, ys[i]->ld = joint->cols, at += ws[i]->rows;
+            for (int i = 0; i < m; i++) joint_view(joint, at, ys[i]), at += ws[i]->rows;
             return 0;
         }
         for (int i = 0; i < m && !rc; i++) rc = iris_cuda_linear(b, x, ws[i], NULL, ys[i]);
@@ -694,7 +698,7 @@ static int cu_linear_swiglu(iris_backend *b, const iris_tensor *x, const iris_te
         int rc = group_product(b, x, 2, ws, joint);
         if (rc == 1) { /* silu·mul in place over the gate columns; g is left their view */
             iris_tensor gv = *g, uv = *g;
-            gv.data = joint->data, gv.ld = uv.ld = joint->cols, uv.data = (bf16 *)joint->data + wg->rows;
+            joint_view(joint, 0, &gv), joint_view(joint, wg->rows, &uv);
             rc = iris_cuda_silu_mul(b, &gv, &uv);
             if (!rc) *g = gv;
             return rc;
